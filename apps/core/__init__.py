@@ -1,0 +1,1 @@
+"""Demo tab and quick run of the shared routing core itself."""
