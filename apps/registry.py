@@ -25,4 +25,10 @@ class AppEntry:
 
 CORE = AppEntry("moe", "MoE core", "apps.core")
 
-APPS: list[AppEntry] = []
+APPS: list[AppEntry] = [
+    AppEntry("olfaction", "Olfaction (MixScentNet)", "olfaction"),
+    AppEntry("retrieval", "Retrieval (MoA³CIR)", "retrieval"),
+    AppEntry("generation3d", "3D parts (MoCA)", "generation3d"),
+    AppEntry("vision", "Vision (MoH diffusion)", "vision"),
+    AppEntry("streaming", "Streaming (MoSAIC)", "streaming"),
+]

@@ -1,0 +1,452 @@
+"""Component-level attention for part-token transformers: MoCA and the baselines it is compared to.
+
+All modules take part tokens ``x: (B, P, T, d)`` (B shapes, P components/parts, T tokens per
+part), optional part boxes ``boxes: (B, P, 6)`` (centre xyz, size xyz) and an optional validity
+mask ``valid: (B, P)`` bool (padding parts are False), and return ``(B, P, T, d)``.
+
+MoCA (mixture of components attention), per layer:
+
+1. pooled component features ``h_p = mean_t x_{p,t} + PE(box_p)``: ``(B, P, d)``;
+2. a light router scores every (query component p, key component j) pair,
+   ``s_pj = <W_q h_p, W_k h_j> / sqrt(d_r) - softplus(a) * ||c_p - c_j||``;
+3. ``moe.topk_select`` keeps the top-k components per query component, the own one always;
+4. query tokens of component p attend, in ONE softmax, to the full T tokens of the k selected
+   components and to C compressed tokens of each of the other P - k components
+   (learned-query pooling or mean-pooled chunks of the component's tokens, plus its box
+   encoding), so every component is still seen: ``L = k*T + C*(P-k)`` keys per query block.
+
+Implementation: keys/values of the selected and the compressed components are gathered per
+query component into ``(B*P, H, L, d_h)`` blocks and handed to the fused
+``torch.nn.functional.scaled_dot_product_attention``; query components are processed in chunks
+and each chunk is gathered again and recomputed in backward (``GatheredAttention``), so the
+gathered blocks never exceed a fixed budget and memory stays linear in P*T. With ``k = P`` and ``n_compressed = 0`` this is exactly full attention.
+
+The router's top-k choice is not differentiable; in training the selected components' values are
+multiplied by ``g / stopgrad(g)`` with ``g = sigmoid(s)``: the forward value is exactly 1, and the
+gradient tells the router which selected components the output depends on (straight-through).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from moe import topk_select
+
+ATTENTION_KINDS = ("full", "moca", "topk", "local")
+
+
+class BoxEncoding(nn.Module):
+    """Fourier features of part boxes: ``boxes (..., 6) -> (..., d)``.
+
+    ``gamma(b) = [sin(2^f * pi * b), cos(2^f * pi * b)]_{f < n_freq}`` followed by a linear map."""
+
+    def __init__(self, d_model: int, n_freq: int = 6):
+        super().__init__()
+        self.register_buffer("freqs", (2.0 ** torch.arange(n_freq)) * math.pi, persistent=False)
+        self.proj = nn.Linear(6 * 2 * n_freq + 6, d_model)
+
+    def forward(self, boxes: Tensor) -> Tensor:
+        ang = boxes.unsqueeze(-1) * self.freqs  # (..., 6, F)
+        feats = torch.cat([boxes, ang.sin().flatten(-2), ang.cos().flatten(-2)], dim=-1)
+        return self.proj(feats)
+
+
+class ComponentRouter(nn.Module):
+    """Scores cross-component relevance from pooled features.
+
+    ``forward(pooled (B, P, d), centers (B, P, 3) | None, valid (B, P) | None) -> scores (B, P, P)``;
+    invalid key components get ``-inf``. ``select(scores, k) -> (indices (B, P, k), mask (B, P, P))``
+    via ``moe.topk_select`` with the diagonal forced (own component always attended)."""
+
+    def __init__(self, d_model: int, d_router: int = 32):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.to_q = nn.Linear(d_model, d_router)
+        self.to_k = nn.Linear(d_model, d_router)
+        self.dist_weight = nn.Parameter(torch.tensor(0.5))
+        self.d_router = d_router
+
+    def forward(self, pooled: Tensor, centers: Tensor | None = None, valid: Tensor | None = None) -> Tensor:
+        h = self.norm(pooled)
+        scores = self.to_q(h) @ self.to_k(h).transpose(-1, -2) / math.sqrt(self.d_router)
+        if centers is not None:
+            scores = scores - F.softplus(self.dist_weight) * torch.cdist(centers, centers)
+        if valid is not None:
+            scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+        return scores
+
+    @staticmethod
+    def select(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        p = scores.shape[-1]
+        own = torch.eye(p, dtype=torch.bool, device=scores.device).expand(scores.shape)
+        return topk_select(scores, k, always=own)
+
+
+class ComponentCompressor(nn.Module):
+    """Compress each component's T tokens into C tokens carrying its box prior.
+
+    ``forward(x (B, P, T, d), box_pe (B, P, d) | None) -> (B, P, C, d)``.
+    ``mode="query"``: C learned queries attend (one head) over the component's tokens;
+    ``mode="chunk"``: mean of C contiguous chunks of T/C tokens (T must be divisible by C)."""
+
+    def __init__(self, d_model: int, n_tokens: int, mode: str = "query"):
+        super().__init__()
+        if mode not in ("query", "chunk"):
+            raise ValueError(f"compression mode must be 'query' or 'chunk', got {mode!r}")
+        if n_tokens < 1:
+            raise ValueError(f"n_tokens must be >= 1, got {n_tokens}")
+        self.mode, self.n_tokens = mode, n_tokens
+        if mode == "query":
+            self.queries = nn.Parameter(torch.randn(n_tokens, d_model) / math.sqrt(d_model))
+            self.key = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x: Tensor, box_pe: Tensor | None = None) -> Tensor:
+        b, p, t, d = x.shape
+        if self.mode == "chunk":
+            if t % self.n_tokens:
+                raise ValueError(f"chunk compression needs T ({t}) divisible by C ({self.n_tokens})")
+            out = x.reshape(b, p, self.n_tokens, t // self.n_tokens, d).mean(3)
+        else:
+            # <q_c, W x_t> = <W^T q_c, x_t>: fold the queries into the key map (no (B,P,T,d) keys)
+            logits = torch.einsum("cd,bptd->bpct", self.queries @ self.key.weight, x) / math.sqrt(d)
+            out = torch.einsum("bpct,bptd->bpcd", logits.softmax(-1), x)
+        if box_pe is not None:
+            out = out + box_pe.unsqueeze(2)
+        return out
+
+
+class ComponentAttention(nn.Module):
+    """Shared projections; subclasses choose which keys each query component sees.
+
+    ``forward(x (B, P, T, d), boxes (B, P, 6) | None = None, valid (B, P) | None = None) -> (B, P, T, d)``."""
+
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.d_model, self.n_heads = d_model, n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def project(self, x: Tensor, queries: bool = True) -> tuple[Tensor | None, Tensor, Tensor]:
+        """``x (B, N, d) -> q, k, v`` each ``(B, N, d)`` contiguous (q is None when not needed)."""
+        d, w, bias = self.d_model, self.qkv.weight, self.qkv.bias
+        q = F.linear(x, w[:d], bias[:d]) if queries else None
+        return q, F.linear(x, w[d : 2 * d], bias[d : 2 * d]), F.linear(x, w[2 * d :], bias[2 * d :])
+
+
+
+class FullAttention(ComponentAttention):
+    """Global attention over all P*T tokens (fused SDPA); the reference and the main baseline."""
+
+    def forward(self, x: Tensor, boxes: Tensor | None = None, valid: Tensor | None = None) -> Tensor:
+        b, p, t, d = x.shape
+        q, k, v = (rearrange(z, "b n (h e) -> b h n e", h=self.n_heads) for z in self.project(x.reshape(b, p * t, d)))
+        mask = None
+        if valid is not None and not bool(valid.all()):
+            mask = valid.repeat_interleave(t, dim=1)[:, None, None, :]  # (B, 1, 1, P*T)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(rearrange(o, "b h (p t) e -> b p t (h e)", p=p))
+
+
+def _chunks(p: int, step: int):
+    return [(s, min(p, s + step)) for s in range(0, p, step)]
+
+
+_cpu_flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_cpu_flash_bwd = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+
+
+def _gather_chunk(kb, vb, kcb, vcb, sel_c, rest_c, gate_c, t):
+    """Gather the keys/values of one chunk of G query components.
+
+    kb, vb: (B*P, T*d) component blocks; kcb, vcb: (B*P, C*d) compressed blocks or None;
+    sel_c: (B, G, k) global block ids; rest_c: (B, G, R) or None; gate_c: (B, G, k) or None.
+    Returns k, v: (B*G, L, d) and the raw (ungated) selected values (B*G, k, T*d)."""
+    b, g, kk = sel_c.shape
+    d = kb.shape[1] // t
+    vf_raw = vb.index_select(0, sel_c.reshape(-1)).view(b * g, kk, t * d)
+    vf = vf_raw if gate_c is None else vf_raw * gate_c.reshape(b * g, kk, 1)
+    kf = kb.index_select(0, sel_c.reshape(-1)).view(b * g, kk * t, d)
+    vf = vf.view(b * g, kk * t, d)
+    if rest_c is not None:
+        kc = kcb.index_select(0, rest_c.reshape(-1)).view(b * g, -1, d)
+        vc = vcb.index_select(0, rest_c.reshape(-1)).view(b * g, -1, d)
+        kf, vf = torch.cat([kf, kc], 1), torch.cat([vf, vc], 1)
+    return kf, vf, vf_raw
+
+
+def _heads(z: Tensor, h: int) -> Tensor:
+    """(N, L, H*e) -> (N, H, L, e) view."""
+    n, length, d = z.shape
+    return z.view(n, length, h, d // h).transpose(1, 2)
+
+
+class GatheredAttention(torch.autograd.Function):
+    """Block-sparse attention with linear memory (CPU fused flash kernel).
+
+    ``forward(x (B, P*T, d), w_qkv (3d, d), b_qkv (3d,), kc, vc (B, P*C, d) | None,
+    gate (B,P,k) | None, sel (B,P,k) long, rest (B,P,R) | None, bias (B,P,L) additive float mask
+    | None, P, H, step) -> (B, P, T, d)``; ``sel``/``rest`` hold global block ids ``b*P + j``.
+
+    The Q/K/V projection is part of the function so that its backward can write dx in place.
+    Forward runs ``step`` query components at a time and keeps only the outputs and the
+    log-sum-exp of each query; backward gathers each chunk's keys again, calls the fused flash
+    backward kernel, folds dQ of the chunk straight into dx and accumulates dK/dV per component
+    block with ``index_add_``. Peak memory: the projections, their gradients and one chunk."""
+
+    @staticmethod
+    def forward(ctx, x, w_qkv, b_qkv, kc, vc, gate, sel, rest, bias, p, h, step):
+        b, n, d = x.shape
+        t = n // p
+        wq, bq = w_qkv[:d], b_qkv[:d]
+        k, v = (F.linear(x, w_qkv[i * d : (i + 1) * d], b_qkv[i * d : (i + 1) * d]) for i in (1, 2))
+        kb, vb = k.view(b * p, t * d), v.view(b * p, t * d)
+        kcb = vcb = None
+        if kc is not None:
+            kcb, vcb = kc.view(b * p, -1), vc.view(b * p, -1)
+        x5 = x.view(b, p, t, d)
+        out = torch.empty(b, p, t, d, dtype=x.dtype, device=x.device)
+        lse = None
+        for a, z in _chunks(p, step):
+            g = z - a
+            kf, vf, _ = _gather_chunk(kb, vb, kcb, vcb, sel[:, a:z], None if rest is None else rest[:, a:z],
+                                      None if gate is None else gate[:, a:z], t)
+            mask = None if bias is None else bias[:, a:z].reshape(b * g, 1, 1, -1)
+            # queries are projected per chunk (and again in backward): no full-size Q is kept
+            qc = F.linear(x5[:, a:z].reshape(b * g, t, d), wq, bq)
+            o, lse_c = _cpu_flash(_heads(qc, h), _heads(kf, h), _heads(vf, h), 0.0, False, attn_mask=mask)
+            out[:, a:z] = o.transpose(1, 2).reshape(b, g, t, d)
+            if lse is None:
+                lse = torch.empty(b, p, h, t, dtype=lse_c.dtype, device=x.device)
+            lse[:, a:z] = lse_c.view(b, g, h, t)
+            del kf, vf, qc, o  # free this chunk before the next one is gathered
+        ctx.save_for_backward(x, w_qkv, b_qkv, k, v, kc, vc, gate, sel, rest, bias, out, lse)
+        ctx.meta = (p, h, step)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, w_qkv, b_qkv, k, v, kc, vc, gate, sel, rest, bias, out, lse = ctx.saved_tensors
+        p, h, step = ctx.meta
+        b, n, d = x.shape
+        t = n // p
+        wq, wk, wv = w_qkv[:d], w_qkv[d : 2 * d], w_qkv[2 * d :]
+        grad_out = grad_out.contiguous()
+        kb, vb = k.view(b * p, t * d), v.view(b * p, t * d)
+        dx = torch.empty_like(x)
+        dw = torch.empty_like(w_qkv)
+        db = torch.empty(3 * d, dtype=x.dtype, device=x.device)
+        dq_sum = torch.zeros(d, dtype=x.dtype, device=x.device)
+        dwq = torch.zeros_like(wq)
+        dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+        dkb, dvb = dk.view(b * p, t * d), dv.view(b * p, t * d)
+        kcb = vcb = dkc = dvc = None
+        if kc is not None:
+            kcb, vcb = kc.view(b * p, -1), vc.view(b * p, -1)
+            dkc, dvc = torch.zeros_like(kc), torch.zeros_like(vc)
+        dgate = None if gate is None else torch.empty_like(gate)
+        x5, dx5 = x.view(b, p, t, d), dx.view(b, p, t, d)
+        for a, z in _chunks(p, step):
+            g = z - a
+            sel_c, rest_c = sel[:, a:z], None if rest is None else rest[:, a:z]
+            gate_c = None if gate is None else gate[:, a:z]
+            kf, vf, vf_raw = _gather_chunk(kb, vb, kcb, vcb, sel_c, rest_c, gate_c, t)
+            mask = None if bias is None else bias[:, a:z].reshape(b * g, 1, 1, -1)
+            gq, gk, gv = _cpu_flash_bwd(
+                _heads(grad_out[:, a:z].reshape(b * g, t, d), h),
+                _heads(F.linear(x5[:, a:z].reshape(b * g, t, d), wq, b_qkv[:d]), h),
+                _heads(kf, h), _heads(vf, h), _heads(out[:, a:z].reshape(b * g, t, d), h),
+                lse[:, a:z].reshape(b * g, h, t), 0.0, False, attn_mask=mask,
+            )
+            # dQ of this chunk goes straight into dx (and dW_q): no full-size dQ buffer
+            gq = gq.transpose(1, 2).reshape(b * g * t, d)
+            dx5[:, a:z] = (gq @ wq).view(b, g, t, d)
+            dwq.addmm_(gq.t(), x5[:, a:z].reshape(b * g * t, d))
+            dq_sum += gq.sum(0)
+            gk = gk.transpose(1, 2).reshape(b * g, -1, d)
+            gv = gv.transpose(1, 2).reshape(b * g, -1, d)
+            kk = sel_c.shape[-1]
+            gvf = gv[:, : kk * t].reshape(b * g, kk, t * d)
+            if gate is not None:
+                dgate[:, a:z] = (gvf * vf_raw).sum(-1).view(b, g, kk)
+                gvf = gvf * gate_c.reshape(b * g, kk, 1)
+            dkb.index_add_(0, sel_c.reshape(-1), gk[:, : kk * t].reshape(b * g * kk, t * d))
+            dvb.index_add_(0, sel_c.reshape(-1), gvf.reshape(b * g * kk, t * d))
+            if rest_c is not None:
+                c_d = kcb.shape[1]
+                dkc.view(b * p, c_d).index_add_(0, rest_c.reshape(-1), gk[:, kk * t :].reshape(-1, c_d))
+                dvc.view(b * p, c_d).index_add_(0, rest_c.reshape(-1), gv[:, kk * t :].reshape(-1, c_d))
+            del kf, vf, vf_raw, gq, gk, gv, gvf  # free this chunk before the next one is gathered
+        x2, dk2, dv2 = x.view(-1, d), dk.view(-1, d), dv.view(-1, d)
+        dx2 = dx.view(-1, d)
+        dx2.addmm_(dk2, wk).addmm_(dv2, wv)
+        dw[:d] = dwq
+        torch.mm(dk2.t(), x2, out=dw[d : 2 * d])
+        torch.mm(dv2.t(), x2, out=dw[2 * d :])
+        db[:d], db[d : 2 * d], db[2 * d :] = dq_sum, dk2.sum(0), dv2.sum(0)
+        return dx, dw, db, dkc, dvc, dgate, None, None, None, None, None, None
+
+
+def gathered_attention_reference(x, w_qkv, b_qkv, kc, vc, gate, sel, rest, bias, p, h, step):
+    """Same computation as ``GatheredAttention`` with plain autograd (public SDPA, no custom
+    backward): the fallback off CPU / without the fused kernel, and the test reference."""
+    b, n, d = x.shape
+    t = n // p
+    q, k, v = (F.linear(x, w_qkv[i * d : (i + 1) * d], b_qkv[i * d : (i + 1) * d]) for i in range(3))
+    kb, vb = k.reshape(b * p, t * d), v.reshape(b * p, t * d)
+    kcb = vcb = None
+    if kc is not None:
+        kcb, vcb = kc.reshape(b * p, -1), vc.reshape(b * p, -1)
+    q5 = q.reshape(b, p, t, d)
+    outs = []
+    for a, z in _chunks(p, step):
+        g = z - a
+        kf, vf, _ = _gather_chunk(kb, vb, kcb, vcb, sel[:, a:z], None if rest is None else rest[:, a:z],
+                                  None if gate is None else gate[:, a:z], t)
+        mask = None if bias is None else bias[:, a:z].reshape(b * g, 1, 1, -1)
+        o = F.scaled_dot_product_attention(_heads(q5[:, a:z].reshape(b * g, t, d), h), _heads(kf, h), _heads(vf, h), attn_mask=mask)
+        outs.append(o.transpose(1, 2).reshape(b, g, t, d))
+    return torch.cat(outs, 1)
+
+
+class SparseComponentAttention(ComponentAttention):
+    """Each query component attends to a chosen set of k components at full resolution (and,
+    when ``n_compressed > 0``, to C compressed tokens of every other component), in one softmax.
+
+    Subclasses implement ``choose(x, boxes, valid, k) -> (indices (B,P,k), mask (B,P,P), scores|None)``.
+    Query components are processed in chunks whose gathered keys+values stay below
+    ``gather_budget`` times the size of the layer's own K and V; chunks are recomputed in
+    backward (``GatheredAttention``), so memory stays linear in P*T."""
+
+    def __init__(
+        self, d_model: int, n_heads: int, top_k: int, n_compressed: int = 0, compression: str = "query",
+        gather_budget: float = 0.25, n_freq: int = 6,
+    ):
+        super().__init__(d_model, n_heads)
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        if n_compressed < 0:
+            raise ValueError(f"n_compressed must be >= 0, got {n_compressed}")
+        self.top_k, self.n_compressed = top_k, n_compressed
+        self.gather_budget = gather_budget
+        self.box_pe = BoxEncoding(d_model, n_freq)
+        self.compressor = ComponentCompressor(d_model, n_compressed, compression) if n_compressed else None
+        self.last_selection: dict[str, Tensor] = {}
+
+    def choose(self, x: Tensor, boxes: Tensor | None, valid: Tensor | None, k: int):
+        raise NotImplementedError
+
+    def keys_per_query(self, p: int, t: int) -> int:
+        """L = k*T + C*(P-k): keys seen by one query component."""
+        k = min(self.top_k, p)
+        return k * t + (self.n_compressed * (p - k) if self.compressor is not None else 0)
+
+    def forward(self, x: Tensor, boxes: Tensor | None = None, valid: Tensor | None = None) -> Tensor:
+        b, p, t, d = x.shape
+        h, c = self.n_heads, self.n_compressed
+        k_eff = min(self.top_k, p)
+        sel, sel_mask, scores = self.choose(x, boxes, valid, k_eff)
+        self.last_selection = {"indices": sel.detach(), "mask": sel_mask.detach()}
+        if scores is not None:
+            self.last_selection["scores"] = scores.detach()
+        boff = torch.arange(b, device=x.device)[:, None, None] * p
+        use_comp = self.compressor is not None and k_eff < p
+        kc = vc = rest = None
+        if use_comp:
+            pe = self.box_pe(boxes) if boxes is not None else None
+            # compressed tokens only need keys and values (same projections as the full tokens)
+            _, kc, vc = self.project(self.compressor(x, pe).reshape(b, p * c, d), queries=False)
+            # unselected components (False sorts first), ascending index order
+            rest = torch.argsort(sel_mask.to(torch.int8), dim=-1, stable=True)[..., : p - k_eff]
+        n_keys = self.keys_per_query(p, t)
+        gate = None
+        if scores is not None and self.training and torch.is_grad_enabled():
+            g = torch.sigmoid(scores.gather(-1, sel).clamp(min=-30.0))
+            gate = g / g.detach()  # (B, P, k), value exactly 1, gradient to the router
+        bias = None
+        if valid is not None and not bool(valid.all()):
+            bi = torch.arange(b, device=x.device)[:, None, None]
+            own = sel == torch.arange(p, device=x.device)[None, :, None]
+            parts = [(valid[bi, sel] | own).repeat_interleave(t, dim=-1)]
+            if use_comp:
+                parts.append(valid[bi, rest].repeat_interleave(c, dim=-1))
+            key_valid = torch.cat(parts, dim=-1)  # (B, P, L)
+            bias = torch.zeros(key_valid.shape, dtype=x.dtype, device=x.device).masked_fill(~key_valid, float("-inf"))
+        # chunk so that the gathered K+V of a chunk stay within gather_budget * (size of K and V)
+        step = max(1, min(p, int(self.gather_budget * p * t // (2 * n_keys))))
+        args = (x.reshape(b, p * t, d), self.qkv.weight, self.qkv.bias, kc, vc, gate, sel + boff, None if rest is None else rest + boff, bias, p, h, step)
+        if _cpu_flash is not None and _cpu_flash_bwd is not None and x.device.type == "cpu":
+            o = GatheredAttention.apply(*args)
+        else:
+            o = gathered_attention_reference(*args)
+        return self.out(o.reshape(b, p, t, d))
+
+
+class MoCAAttention(SparseComponentAttention):
+    """MoCA: router-selected top-k components at full resolution + compressed tokens of the rest.
+
+    ``top_k`` components per query component (own included), ``n_compressed`` = C tokens for
+    each other component (0 turns compression off, giving the top-k-only baseline)."""
+
+    def __init__(self, d_model: int, n_heads: int, top_k: int = 4, n_compressed: int = 2, d_router: int = 32, **kw):
+        super().__init__(d_model, n_heads, top_k, n_compressed, **kw)
+        self.router = ComponentRouter(d_model, d_router)
+
+    def choose(self, x: Tensor, boxes: Tensor | None, valid: Tensor | None, k: int):
+        pooled = x.mean(2)
+        centers = None
+        if boxes is not None:
+            pooled = pooled + self.box_pe(boxes)
+            centers = boxes[..., :3]
+        scores = self.router(pooled, centers, valid)
+        idx, mask = self.router.select(scores, k)
+        return idx, mask, scores
+
+
+class TopKAttention(MoCAAttention):
+    """Baseline: MoCA's router and top-k, but distant components are dropped (no compressed tokens)."""
+
+    def __init__(self, d_model: int, n_heads: int, top_k: int = 4, d_router: int = 32, **kw):
+        kw.pop("n_compressed", None)
+        super().__init__(d_model, n_heads, top_k=top_k, n_compressed=0, d_router=d_router, **kw)
+
+
+class LocalWindowAttention(SparseComponentAttention):
+    """Baseline: each component attends to its ``window`` nearest components by box centre
+    (sequence neighbours ``-|i - j|`` when no boxes are given); no router, no compression."""
+
+    def __init__(self, d_model: int, n_heads: int, window: int = 4, **kw):
+        kw.pop("n_compressed", None)
+        super().__init__(d_model, n_heads, top_k=window, n_compressed=0, **kw)
+
+    def choose(self, x: Tensor, boxes: Tensor | None, valid: Tensor | None, k: int):
+        b, p = x.shape[:2]
+        if boxes is not None:
+            c = boxes[..., :3].detach()
+            scores = -torch.cdist(c, c)
+        else:
+            i = torch.arange(p, device=x.device, dtype=x.dtype)
+            scores = -(i[:, None] - i[None, :]).abs().expand(b, p, p)
+        if valid is not None:
+            scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+        idx, mask = ComponentRouter.select(scores, k)
+        return idx, mask, None
+
+
+def build_attention(kind: str, d_model: int, n_heads: int, top_k: int = 4, n_compressed: int = 2, **kw) -> ComponentAttention:
+    """Registry: ``kind`` in ``ATTENTION_KINDS`` -> an attention module (see the classes above)."""
+    if kind == "full":
+        return FullAttention(d_model, n_heads)
+    if kind == "moca":
+        return MoCAAttention(d_model, n_heads, top_k=top_k, n_compressed=n_compressed, **kw)
+    if kind == "topk":
+        return TopKAttention(d_model, n_heads, top_k=top_k, **kw)
+    if kind == "local":
+        return LocalWindowAttention(d_model, n_heads, window=top_k, **kw)
+    raise ValueError(f"unknown attention kind {kind!r}; choose from {', '.join(ATTENTION_KINDS)}")

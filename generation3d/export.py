@@ -1,0 +1,130 @@
+"""Export generated or dataset shapes: per-part coloured meshes (.glb/.ply/.obj) and PNG previews.
+
+Generated parts are point clouds; each becomes a mesh via its convex hull (the procedural parts
+are convex primitives), falling back to its bounding box when the hull is degenerate.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import trimesh
+
+from common.errors import InputError
+from common.io import atomic_write
+
+EXPORT_FORMATS = (".glb", ".ply", ".obj")
+
+
+def part_colours(n: int) -> np.ndarray:
+    """``(n, 4)`` uint8 RGBA, distinct hues (tab20 cycled)."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab20"]
+    return (np.array([cmap(i % 20) for i in range(n)]) * 255).astype(np.uint8)
+
+
+def points_to_mesh(points: np.ndarray, box: np.ndarray | None = None) -> trimesh.Trimesh:
+    """Convex hull of a part cloud ``(M, 3)``; its box ``(6,)`` (or the cloud's AABB) if degenerate."""
+    pts = np.asarray(points, dtype=np.float64)
+    if len(pts) == 0:
+        raise InputError("cannot mesh a part with no points")
+    try:
+        hull = trimesh.convex.convex_hull(pts)
+        if hull.volume > 1e-12 and len(hull.faces) >= 4:
+            return hull
+    except Exception:  # qhull raises on flat / collinear input
+        pass
+    if box is None:
+        lo, hi = pts.min(0), pts.max(0)
+        box = np.concatenate([(lo + hi) / 2, hi - lo])
+    m = trimesh.creation.box(extents=np.maximum(np.asarray(box[3:], dtype=float), 1e-3))
+    m.apply_translation(np.asarray(box[:3], dtype=float))
+    return m
+
+
+def shape_meshes(points: np.ndarray, boxes: np.ndarray | None = None) -> list[trimesh.Trimesh]:
+    """One coloured mesh per part from ``points (P, M, 3)``."""
+    colours = part_colours(len(points))
+    meshes = []
+    for i, pts in enumerate(points):
+        m = points_to_mesh(pts, None if boxes is None else boxes[i])
+        m.visual.face_colors = np.tile(colours[i], (len(m.faces), 1))
+        meshes.append(m)
+    return meshes
+
+
+def export_meshes(meshes: list[trimesh.Trimesh], path: str | Path, names: list[str] | None = None) -> Path:
+    """Write parts to ``path``: .glb/.obj keep one node/object per part, .ply is merged (vertex
+    colours per part). Written atomically (an existing file is only replaced on success)."""
+    path = Path(path)
+    ext = path.suffix.lower()
+    if ext not in EXPORT_FORMATS:
+        raise InputError(f"unsupported export format {ext or path.name!r}; use one of {', '.join(EXPORT_FORMATS)}")
+    if not meshes:
+        raise InputError("nothing to export: the shape has no parts")
+    names = names or [f"part_{i:03d}" for i in range(len(meshes))]
+    if ext == ".ply":
+        merged = trimesh.util.concatenate(meshes)
+        data = merged.export(file_type="ply")
+    else:
+        scene = trimesh.Scene()
+        for name, m in zip(names, meshes, strict=True):
+            scene.add_geometry(m, node_name=name, geom_name=name)
+        data = scene.export(file_type=ext[1:])
+    if isinstance(data, str):
+        data = data.encode()
+    with atomic_write(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def export_parts_separately(meshes: list[trimesh.Trimesh], out_dir: str | Path, ext: str = ".ply") -> list[Path]:
+    """One file per part in ``out_dir`` (``part_000.ply`` ...)."""
+    return [export_meshes([m], Path(out_dir) / f"part_{i:03d}{ext}") for i, m in enumerate(meshes)]
+
+
+def _face_colour(mesh: trimesh.Trimesh, i: int) -> tuple:
+    """First face colour of a mesh as RGB in [0, 1] (loaded meshes may carry texture visuals)."""
+    try:
+        visual = mesh.visual.to_color() if hasattr(mesh.visual, "to_color") else mesh.visual
+        fc = np.asarray(visual.face_colors, dtype=float).reshape(-1, 4)
+        if len(fc):
+            return tuple(fc[0, :3] / 255.0)
+    except (AttributeError, ValueError):
+        pass
+    return tuple(part_colours(i + 1)[i, :3] / 255.0)
+
+
+def preview_png(meshes: list[trimesh.Trimesh], path: str | Path | None = None, title: str = "", elev: float = 20, azim: float = -60) -> bytes:
+    """Matplotlib render of coloured part meshes (z up); returns PNG bytes, writes ``path`` if given."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from mpl_toolkits.mplot3d.art3d import Poly3DCollection
+
+    fig = plt.figure(figsize=(5, 5))
+    ax = fig.add_subplot(111, projection="3d")
+    allv = np.concatenate([m.vertices for m in meshes])
+    for i, m in enumerate(meshes):
+        col = _face_colour(m, i)
+        ax.add_collection3d(Poly3DCollection(m.vertices[m.faces], facecolor=col, edgecolor=(0, 0, 0, 0.15), linewidths=0.2))
+    c, r = (allv.max(0) + allv.min(0)) / 2, max((allv.max(0) - allv.min(0)).max() / 2, 1e-3)
+    ax.set_xlim(c[0] - r, c[0] + r)
+    ax.set_ylim(c[1] - r, c[1] + r)
+    ax.set_zlim(c[2] - r, c[2] + r)
+    ax.view_init(elev=elev, azim=azim)
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    png = buf.getvalue()
+    if path is not None:
+        with atomic_write(path, "wb") as f:
+            f.write(png)
+    return png

@@ -1,0 +1,177 @@
+"""Models: a per-part point-cloud autoencoder and a flow-matching transformer over part tokens.
+
+PartAutoencoder (one part at a time, points in the part's box frame ``[-1, 1]^3``):
+    encode: points (N, M, 3) -> Fourier features -> T learned queries cross-attend -> z (N, T, d_z)
+    decode: z (N, T, d_z) -> self-attention over the T tokens -> M_out learned queries
+            cross-attend -> points (N, M_out, 3)
+    trained with the (squared) Chamfer distance.
+
+PartFlowTransformer (rectified flow / flow matching, diffusers ``FlowMatchEulerDiscreteScheduler``
+convention): a shape is P parts, each T latent tokens ``z (P, T, d_z)`` plus a box ``(P, 6)``,
+both standardised. With ``x_s = (1 - s) x_0 + s * eps`` the network predicts ``v = eps - x_0``
+from ``x_s``, ``s`` and the condition (category incl. a null class for unconditional/CFG, number
+of parts). DiT blocks with adaLN-Zero; the token mixer is a component attention from
+``attention.py`` (MoCA or a baseline), given the current (noisy) boxes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from common.errors import InputError
+from generation3d.attention import ATTENTION_KINDS, build_attention
+from generation3d.data import CATEGORIES
+
+
+def fourier(x: Tensor, n_freq: int) -> Tensor:
+    """``x (..., c) -> (..., c * (2 * n_freq + 1))`` with ``[x, sin(2^f pi x), cos(2^f pi x)]``."""
+    freqs = (2.0 ** torch.arange(n_freq, device=x.device, dtype=x.dtype)) * math.pi
+    ang = x.unsqueeze(-1) * freqs
+    return torch.cat([x, ang.sin().flatten(-2), ang.cos().flatten(-2)], -1)
+
+
+@dataclass
+class AEConfig:
+    n_latents: int = 8
+    d_latent: int = 8
+    d_model: int = 64
+    n_heads: int = 4
+    n_out: int = 256
+    n_freq: int = 6
+
+
+class PartAutoencoder(nn.Module):
+    """Point cloud of one part -> T latent tokens -> point cloud (see module docstring)."""
+
+    def __init__(self, config: AEConfig | None = None):
+        super().__init__()
+        self.config = c = config or AEConfig()
+        self.point_in = nn.Sequential(nn.Linear(3 * (2 * c.n_freq + 1), c.d_model), nn.GELU(), nn.Linear(c.d_model, c.d_model))
+        self.latent_queries = nn.Parameter(torch.randn(c.n_latents, c.d_model) * 0.02)
+        self.enc_attn = nn.MultiheadAttention(c.d_model, c.n_heads, batch_first=True)
+        self.enc_mlp = nn.Sequential(nn.LayerNorm(c.d_model), nn.Linear(c.d_model, 2 * c.d_model), nn.GELU(), nn.Linear(2 * c.d_model, c.d_model))
+        self.to_latent = nn.Linear(c.d_model, c.d_latent)
+        self.from_latent = nn.Linear(c.d_latent, c.d_model)
+        self.dec_self = nn.TransformerEncoderLayer(c.d_model, c.n_heads, 2 * c.d_model, dropout=0.0, batch_first=True, norm_first=True)
+        self.out_queries = nn.Parameter(torch.randn(c.n_out, c.d_model) * 0.02)
+        self.dec_attn = nn.MultiheadAttention(c.d_model, c.n_heads, batch_first=True)
+        self.dec_mlp = nn.Sequential(nn.LayerNorm(c.d_model), nn.Linear(c.d_model, 2 * c.d_model), nn.GELU(), nn.Linear(2 * c.d_model, 3))
+
+    def encode(self, points: Tensor) -> Tensor:
+        """points (N, M, 3) in the box frame -> z (N, T, d_z)."""
+        feats = self.point_in(fourier(points, self.config.n_freq))
+        q = self.latent_queries.expand(points.shape[0], -1, -1)
+        h = q + self.enc_attn(q, feats, feats, need_weights=False)[0]
+        return self.to_latent(h + self.enc_mlp(h))
+
+    def decode(self, z: Tensor) -> Tensor:
+        """z (N, T, d_z) -> points (N, n_out, 3)."""
+        h = self.dec_self(self.from_latent(z))
+        q = self.out_queries.expand(z.shape[0], -1, -1)
+        o = q + self.dec_attn(q, h, h, need_weights=False)[0]
+        return self.dec_mlp(o)
+
+    def forward(self, points: Tensor) -> Tensor:
+        return self.decode(self.encode(points))
+
+
+@dataclass
+class GenConfig:
+    n_latents: int = 8
+    d_latent: int = 8
+    max_parts: int = 64
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 4
+    attention: str = "moca"
+    top_k: int = 4
+    n_compressed: int = 2
+    n_categories: int = len(CATEGORIES)  # + 1 null class for unconditional generation
+
+    def __post_init__(self):
+        if self.attention not in ATTENTION_KINDS:
+            raise InputError(f"unknown attention {self.attention!r}; choose from {', '.join(ATTENTION_KINDS)}")
+
+
+def timestep_embedding(t: Tensor, dim: int) -> Tensor:
+    """Sinusoidal embedding of ``t (B,)`` (in [0, 1000]) -> ``(B, dim)``."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
+    ang = t.float()[:, None] * freqs[None]
+    return torch.cat([ang.cos(), ang.sin()], -1)
+
+
+class DiTBlock(nn.Module):
+    """adaLN-Zero transformer block over part tokens ``(B, P, T, d)`` with a component attention."""
+
+    def __init__(self, c: GenConfig):
+        super().__init__()
+        d = c.d_model
+        self.norm1 = nn.LayerNorm(d, elementwise_affine=False)
+        self.attn = build_attention(c.attention, d, c.n_heads, top_k=c.top_k, n_compressed=c.n_compressed)
+        self.norm2 = nn.LayerNorm(d, elementwise_affine=False)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.ada = nn.Linear(d, 6 * d)
+        nn.init.zeros_(self.ada.weight)
+        nn.init.zeros_(self.ada.bias)
+
+    def forward(self, x: Tensor, cond: Tensor, boxes: Tensor, valid: Tensor | None) -> Tensor:
+        s1, sc1, g1, s2, sc2, g2 = (m[:, None, None] for m in self.ada(F.silu(cond)).chunk(6, -1))
+        x = x + g1 * self.attn(self.norm1(x) * (1 + sc1) + s1, boxes, valid)
+        return x + g2 * self.mlp(self.norm2(x) * (1 + sc2) + s2)
+
+
+class PartFlowTransformer(nn.Module):
+    """Velocity network. ``forward(z (B,P,T,d_z), box (B,P,6), t (B,) in [0,1000], category (B,)
+    long (``n_categories`` = null), n_parts (B,) long, valid (B,P) bool | None) -> (v_z, v_box)``
+    with the same shapes as ``z`` and ``box``."""
+
+    def __init__(self, config: GenConfig | None = None):
+        super().__init__()
+        self.config = c = config or GenConfig()
+        d = c.d_model
+        self.z_in = nn.Linear(c.d_latent, d)
+        self.box_in = nn.Linear(6 * 13, d)
+        self.slot = nn.Embedding(c.max_parts, d)
+        self.token_pos = nn.Parameter(torch.randn(c.n_latents, d) * 0.02)
+        self.t_mlp = nn.Sequential(nn.Linear(d, d), nn.SiLU(), nn.Linear(d, d))
+        self.cat_emb = nn.Embedding(c.n_categories + 1, d)
+        self.count_emb = nn.Embedding(c.max_parts + 1, d)
+        self.blocks = nn.ModuleList(DiTBlock(c) for _ in range(c.n_layers))
+        self.norm_out = nn.LayerNorm(d, elementwise_affine=False)
+        self.ada_out = nn.Linear(d, 2 * d)
+        self.z_out = nn.Linear(d, c.d_latent)
+        self.box_out = nn.Linear(d, 6)
+        for lin in (self.ada_out, self.z_out, self.box_out):
+            nn.init.zeros_(lin.weight)
+            nn.init.zeros_(lin.bias)
+
+    def check_parts(self, n_parts: int) -> None:
+        if not 1 <= n_parts <= self.config.max_parts:
+            raise InputError(f"number of parts {n_parts} is outside the trained range 1..{self.config.max_parts}")
+
+    def forward(self, z: Tensor, box: Tensor, t: Tensor, category: Tensor, n_parts: Tensor, valid: Tensor | None = None):
+        b, p, tt, _ = z.shape
+        if p > self.config.max_parts:
+            raise InputError(f"number of parts {p} exceeds the trained maximum {self.config.max_parts}")
+        slots = torch.arange(p, device=z.device)
+        x = self.z_in(z) + self.token_pos + (self.box_in(fourier(box, 6)) + self.slot(slots))[:, :, None]
+        cond = self.t_mlp(timestep_embedding(t, self.config.d_model)) + self.cat_emb(category) + self.count_emb(n_parts)
+        for blk in self.blocks:
+            x = blk(x, cond, box, valid)
+        shift, scale = (m[:, None, None] for m in self.ada_out(F.silu(cond)).chunk(2, -1))
+        h = self.norm_out(x) * (1 + scale) + shift
+        return self.z_out(h), self.box_out(h.mean(2))
+
+    def routing(self) -> list[dict]:
+        """Router choices of the last forward, one dict per layer (``indices (B,P,k)``, ``scores``)."""
+        return [getattr(b.attn, "last_selection", {}) for b in self.blocks]
+
+
+def config_dict(cfg) -> dict:
+    return asdict(cfg)

@@ -1,0 +1,251 @@
+"""Mixture-distance benchmark: MixScentNet variants vs RF on symmetric pair features vs the Snitz
+angle distance, on the POMMix split families (``random_cv0-4``, ``lso_molecules0-4``) and a
+strict leave-molecules-out family, in one run. Prints a table, writes CSV/JSON and a scatter plot.
+
+Every metric is reported on all test pairs and without self-pairs; the epoch of each network is
+chosen on the split's validation rows only (baselines train on training + validation rows).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from common.io import write_csv, write_json
+from common.report import markdown_table
+
+from .baselines import PairForest, SnitzAngle, molecule_table, pair_features
+from .data import load_pairs, load_split, olf_file, split_path, strict_molecule_split
+from .evaluate import regression_metrics, summarize_folds
+from .features import DescriptorScaler, compute_mordred
+from .model import MixScentConfig, MolEncoderConfig
+from .pipeline import default_encoder_dir, load_encoder, random_encoder, test_predictions, train_distance
+from .train import DistanceTrainConfig
+
+VARIANTS = {
+    "MixScentNet": {},
+    "MixScentNet (no pretraining)": {"pretrained": False},
+    "MixScentNet (mean pooling)": {"conv": "none", "readout": "mean"},
+    "MixScentNet (GAT)": {"conv": "gat"},
+}
+FAMILIES = ("random_cv", "lso_molecules", "strict_lmo")
+
+
+def family_splits(data_dir: Path, pairs, family: str, folds: int):
+    if family == "strict_lmo":
+        return [strict_molecule_split(pairs, seed) for seed in range(folds)]
+    return [load_split(split_path(data_dir, f"{family}{f}"), len(pairs)) for f in range(folds)]
+
+
+def pommix_reference_rows(data_dir: Path) -> list[dict]:
+    """Published figures (``pommix_performance_metrics.csv``) as reference rows."""
+    df = pd.read_csv(olf_file(data_dir, "pommix_performance_metrics.csv"))
+    rows = []
+    for name, g in df.groupby("fname", sort=False):
+        row = {"family": "random_cv (published)", "method": str(name).replace("\n", " ") + " [published]"}
+        for _, r in g.iterrows():
+            row[f"all_{r['metric']}"] = float(r["mean"])
+            row[f"all_{r['metric']}_lo"], row[f"all_{r['metric']}_hi"] = (
+                float(r["low_ci"]),
+                float(r["upper_ci"]),
+            )
+        rows.append(row)
+    return rows
+
+
+def run_bench(
+    data_dir: Path,
+    out_dir: Path,
+    families=FAMILIES,
+    folds: int = 5,
+    variants=tuple(VARIANTS),
+    seed: int = 0,
+    mcfg: MixScentConfig | None = None,
+    tcfg: DistanceTrainConfig | None = None,
+    encoder_dir: Path | None = None,
+    rf_trees: int = 200,
+    n_boot: int = 1000,
+    progress: bool = True,
+) -> list[dict]:
+    """Run the benchmark; returns the summary rows (one per family x method)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pairs = load_pairs(data_dir)
+    mols = sorted(pairs.molecules())
+    mix_a = [pairs.mixtures[k] for k in pairs.keys_a]
+    mix_b = [pairs.mixtures[k] for k in pairs.keys_b]
+    X_rf = pair_features(mix_a, mix_b, molecule_table(mols))
+    mordred = compute_mordred(mols, progress=progress)
+    raw = np.stack([mordred[s] for s in mols])
+    scaler = DescriptorScaler.fit(raw, [str(i) for i in range(raw.shape[1])])
+    snitz_table = dict(zip(mols, scaler.transform(raw), strict=False))
+    mcfg = mcfg or MixScentConfig()
+    tcfg = tcfg or DistanceTrainConfig(seed=seed)
+    enc_dir = Path(encoder_dir) if encoder_dir else default_encoder_dir()
+    pretrained = load_encoder(enc_dir)
+    scratch = random_encoder(
+        MolEncoderConfig(**{k: getattr(pretrained.cfg, k) for k in ("hidden", "layers", "emb_dim")}), seed
+    )
+
+    preds: dict[tuple[str, str], list[dict]] = {}
+    scatter: list[dict] = []
+    fold_rows: list[dict] = []
+    for family in families:
+        for split in family_splits(data_dir, pairs, family, folds):
+            t0 = time.time()
+            trval = np.concatenate([split.training, split.validation])
+            rf = PairForest(n_estimators=rf_trees, seed=seed).fit(X_rf[trval], pairs.y[trval])
+            _add(
+                preds,
+                family,
+                "RF pair features (RDKit+Morgan)",
+                pairs,
+                split.testing,
+                rf.predict(X_rf[split.testing]),
+            )
+            sn = SnitzAngle(snitz_table).fit(
+                [mix_a[i] for i in trval], [mix_b[i] for i in trval], pairs.y[trval]
+            )
+            _add(
+                preds,
+                family,
+                "Snitz angle (Mordred)",
+                pairs,
+                split.testing,
+                sn.predict([mix_a[i] for i in split.testing], [mix_b[i] for i in split.testing]),
+            )
+            for name in variants:
+                opts = dict(VARIANTS[name])
+                enc = pretrained if opts.pop("pretrained", True) else scratch
+                model, index, hist = train_distance(
+                    pairs, split, enc, replace(mcfg, **opts), replace(tcfg, seed=seed)
+                )
+                tp = test_predictions(model, index, pairs, split.testing)
+                _add(preds, family, name, pairs, split.testing, tp["pred"], best_epoch=hist["best_epoch"])
+                if name == "MixScentNet":
+                    scatter += [
+                        {"family": family, "y": float(a), "pred": float(b)}
+                        for a, b in zip(tp["y"], tp["pred"], strict=False)
+                    ]
+            fold_rows += _fold_rows(preds, family, split.identifier)
+            write_csv(out_dir / "olfaction_bench_folds.csv", fold_rows)  # per-fold metrics as they come
+            if progress:
+                print(f"[bench] {split.identifier}: {time.time() - t0:.0f}s", flush=True)
+
+    rows = []
+    for (family, method), folds_ in preds.items():
+        summary = summarize_folds(folds_, n_boot=n_boot, seed=seed)
+        rows.append(
+            {
+                "family": family,
+                "method": method,
+                "folds": len(folds_),
+                **summary,
+                "best_epoch_mean": float(np.mean([f.get("best_epoch", np.nan) for f in folds_])),
+            }
+        )
+    rows += pommix_reference_rows(data_dir)
+    write_csv(out_dir / "olfaction_bench.csv", rows)
+    write_json(
+        out_dir / "olfaction_bench.json",
+        {"rows": rows, "config": {"model": mcfg.__dict__, "train": tcfg.__dict__}},
+    )
+    _scatter_plot(scatter, out_dir / "olfaction_scatter.png")
+    table = format_table(rows)
+    (out_dir / "olfaction_bench.md").write_text(table)
+    print(table)
+    return rows
+
+
+def _fold_rows(preds, family: str, split_id: str) -> list[dict]:
+    """Metrics of the latest fold of every method of ``family``."""
+    out = []
+    for (fam, method), folds in preds.items():
+        if fam != family:
+            continue
+        f = folds[-1]
+        keep = ~np.asarray(f["self_pair"], bool)
+        row = {"family": family, "split": split_id, "method": method}
+        row.update({f"all_{k}": v for k, v in regression_metrics(f["y"], f["pred"]).items()})
+        row.update({f"noself_{k}": v for k, v in regression_metrics(f["y"][keep], f["pred"][keep]).items()})
+        out.append(row)
+    return out
+
+
+def _add(preds, family, method, pairs, rows, pred, **extra):
+    preds.setdefault((family, method), []).append(
+        {"y": pairs.y[rows], "pred": np.asarray(pred), "self_pair": pairs.self_pair[rows], **extra}
+    )
+
+
+def _ci(row: dict, key: str) -> str:
+    v = row.get(key)
+    if v is None:
+        return ""
+    lo, hi = row.get(f"{key}_lo"), row.get(f"{key}_hi")
+    return f"{v:.3f} [{lo:.3f}, {hi:.3f}]" if lo is not None else f"{v:.3f}"
+
+
+def format_table(rows: list[dict]) -> str:
+    """Markdown table: Pearson/Kendall/RMSE (all pairs, pooled bootstrap 95% CI) and Pearson/RMSE
+    without self-pairs."""
+    view = [
+        {
+            "family": r["family"],
+            "method": r["method"],
+            "folds": r.get("folds", ""),
+            "pearson": _ci(r, "all_pearson"),
+            "kendall": _ci(r, "all_kendall"),
+            "rmse": _ci(r, "all_rmse"),
+            "pearson (no self)": _ci(r, "noself_pearson"),
+            "rmse (no self)": _ci(r, "noself_rmse"),
+        }
+        for r in rows
+    ]
+    return markdown_table(view)
+
+
+def _scatter_plot(points: list[dict], path: Path) -> None:
+    if not points:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fams = sorted({p["family"] for p in points})
+    fig, axes = plt.subplots(1, len(fams), figsize=(4 * len(fams), 4), squeeze=False)
+    for ax, fam in zip(axes[0], fams, strict=False):
+        pts = [p for p in points if p["family"] == fam]
+        ax.scatter([p["y"] for p in pts], [p["pred"] for p in pts], s=6, alpha=0.5)
+        ax.plot([0, 1], [0, 1], "k--", lw=0.8)
+        ax.set(title=f"MixScentNet, {fam}", xlabel="experimental distance", ylabel="predicted")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def merge_results(run_dirs: list[Path], out_dir: Path) -> list[dict]:
+    """Concatenate the summary rows of several ``run_bench`` outputs (e.g. one process per split
+    family), dropping repeated (family, method) rows, and write one table/CSV."""
+    from common.io import read_json
+
+    rows, seen = [], set()
+    for d in run_dirs:
+        for r in read_json(Path(d) / "olfaction_bench.json")["rows"]:
+            key = (r["family"], r["method"])
+            if key not in seen:
+                seen.add(key)
+                rows.append(r)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_csv(out_dir / "olfaction_bench.csv", rows)
+    write_json(out_dir / "olfaction_bench.json", {"rows": rows, "merged_from": [str(d) for d in run_dirs]})
+    table = format_table(rows)
+    (out_dir / "olfaction_bench.md").write_text(table)
+    print(table)
+    return rows

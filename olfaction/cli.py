@@ -1,0 +1,244 @@
+"""``mixscent`` command line: featurize | pretrain | train | eval | predict | labels | bench | quick.
+
+Thin layer: parses arguments, calls :mod:`olfaction.pipeline` / :mod:`olfaction.bench`, formats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+from common.cli import add_common_args, cli_main
+from common.data_dir import resolve_data_dir
+from common.errors import DataError, InputError
+from common.io import write_csv, write_json
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mixscent", description="MixScentNet: mixture odour prediction")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("featurize", help="compute and cache Mordred 2D descriptors")
+    add_common_args(s)
+    s.add_argument("--limit", type=int, default=None, help="only the first N molecules (mixtures first)")
+
+    s = sub.add_parser("pretrain", help="self-supervised Mordred pretraining of the molecule encoder")
+    add_common_args(s)
+    s.add_argument("--epochs", type=int, default=25)
+    s.add_argument("--encoder", default=None, help="output directory (default: cache dir/encoder)")
+
+    for name, helptext in (
+        ("train", "train the distance model on a split"),
+        ("eval", "train on a split and report test metrics"),
+    ):
+        s = sub.add_parser(name, help=helptext)
+        add_common_args(s)
+        s.add_argument("--split", default="random_cv0", help="split JSON path, or a name under splits/")
+        s.add_argument("--encoder", default=None, help="pretrained encoder directory")
+        s.add_argument("--epochs", type=int, default=60)
+        s.add_argument("--model", default=None, help="(eval) evaluate this saved model instead of training")
+
+    s = sub.add_parser("predict", help="distance between two mixtures, or a DREAM-format CSV")
+    add_common_args(s)
+    s.add_argument("--model", required=True, help="directory written by `mixscent train --out`")
+    s.add_argument("--mix1", help="';'-separated SMILES")
+    s.add_argument("--mix2", help="';'-separated SMILES")
+    s.add_argument("--csv", help="CSV with Dataset,Mixture_1,Mixture_2 (mixture labels)")
+
+    s = sub.add_parser("labels", help="top odour labels of a mixture")
+    add_common_args(s)
+    s.add_argument("--model", required=True)
+    s.add_argument("--mix", required=True, help="';'-separated SMILES")
+    s.add_argument("--top", type=int, default=5)
+
+    s = sub.add_parser("white", help="olfactory white: predicted distance vs number of components")
+    add_common_args(s, out_default="runs/olfaction_white")
+    s.add_argument("--model", required=True)
+    s.add_argument("--max-n", type=int, default=40)
+    s.add_argument("--samples", type=int, default=30)
+
+    s = sub.add_parser("bench", help="full benchmark vs baselines (table + CSV)")
+    add_common_args(s, out_default="runs/olfaction_bench")
+    s.add_argument("--families", default="random_cv,lso_molecules,strict_lmo")
+    s.add_argument("--folds", type=int, default=5)
+    s.add_argument("--variants", default=None, help="comma-separated subset of MixScentNet variants")
+    s.add_argument("--epochs", type=int, default=60)
+    s.add_argument("--encoder", default=None)
+    s.add_argument("--merge", default=None, help="comma-separated bench output dirs to merge into --out")
+
+    s = sub.add_parser("quick", help="minutes-long demo run: one fold, tiny model vs RF")
+    add_common_args(s, out_default="runs/olfaction_quick")
+    return p
+
+
+def _split(data_dir: Path, value: str, n_rows: int):
+    from .data import load_split, split_path
+
+    path = Path(value)
+    if not path.suffix:
+        path = split_path(data_dir, value)
+    return load_split(path, n_rows)
+
+
+def _encoder(value):
+    from .pipeline import default_encoder_dir, load_encoder
+
+    return load_encoder(Path(value) if value else default_encoder_dir())
+
+
+@cli_main
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from . import pipeline
+    from .data import load_pairs
+    from .model import MixScentConfig, MolEncoderConfig
+    from .train import DistanceTrainConfig, PretrainConfig
+
+    if args.cmd == "featurize":
+        print(pipeline.featurize(resolve_data_dir(args.data_dir), limit=args.limit))
+        return 0
+    if args.cmd == "pretrain":
+        resolve_data_dir(args.data_dir)
+        out = Path(args.encoder) if args.encoder else pipeline.default_encoder_dir()
+        report = pipeline.pretrain_encoder(
+            out, MolEncoderConfig(), PretrainConfig(epochs=args.epochs, seed=args.seed)
+        )
+        print({**report, "encoder": str(out)})
+        return 0
+    if args.cmd in ("train", "eval"):
+        data_dir = resolve_data_dir(args.data_dir)
+        pairs = load_pairs(data_dir)
+        split = _split(data_dir, args.split, len(pairs))
+        if args.cmd == "train" and not args.out:
+            raise InputError("train needs --out DIR for the model")
+        if args.cmd == "eval" and args.model:
+            metrics = pipeline.evaluate_on_split(
+                pipeline.MixScentPredictor.load(Path(args.model)), pairs, split
+            )
+        else:
+            model, index, hist = pipeline.train_distance(
+                pairs,
+                split,
+                _encoder(args.encoder),
+                MixScentConfig(),
+                DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
+            )
+            predictor = pipeline.MixScentPredictor(model)
+            metrics = pipeline.evaluate_on_split(predictor, pairs, split)
+            metrics["best_epoch"] = hist["best_epoch"]
+            if args.cmd == "train":
+                predictor.save(Path(args.out), {"split": split.identifier, "metrics": metrics})
+        metrics["split"] = split.identifier
+        for k, v in metrics.items():
+            print(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}")
+        if args.cmd == "eval" and args.out:
+            write_json(Path(args.out), metrics)
+        return 0
+    if args.cmd == "predict":
+        predictor = pipeline.MixScentPredictor.load(Path(args.model))
+        if args.csv:
+            return _predict_csv(predictor, Path(args.csv), args)
+        if not args.mix1 or not args.mix2:
+            raise InputError("predict needs --mix1 and --mix2, or --csv")
+        from .data import parse_mixture_text
+
+        d = predictor.distance(
+            parse_mixture_text(args.mix1, "mixture 1"), parse_mixture_text(args.mix2, "mixture 2")
+        )
+        print(f"{d:.4f}")
+        return 0
+    if args.cmd == "labels":
+        from .data import parse_mixture_text
+
+        predictor = pipeline.MixScentPredictor.load(Path(args.model))
+        if predictor.label_model is None:
+            raise InputError(f"model {args.model} has no label head")
+        for name, prob in predictor.top_labels(parse_mixture_text(args.mix), k=args.top):
+            print(f"{name}\t{prob:.3f}")
+        return 0
+    if args.cmd == "white":
+        from .white import olfactory_white, plot_white, white_trend
+
+        predictor = pipeline.MixScentPredictor.load(Path(args.model))
+        pool = sorted(load_pairs(resolve_data_dir(args.data_dir)).molecules())
+        rows = olfactory_white(predictor, pool, range(1, args.max_n + 1), args.samples, args.seed)
+        trend = white_trend(rows)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_csv(out / "white.csv", rows)
+        write_json(out / "white_trend.json", trend)
+        plot_white(rows, out / "white.png")
+        for r in rows[:: max(1, len(rows) // 8)]:
+            print(f"n={r['n']:>2}  distance {r['mean_distance']:.3f} ± {r['std_distance']:.3f}")
+        print(trend)
+        return 0
+    if args.cmd == "bench":
+        from .bench import VARIANTS, merge_results, run_bench
+
+        if args.merge:
+            merge_results([Path(d) for d in args.merge.split(",")], Path(args.out))
+            return 0
+        variants = tuple(v.strip() for v in args.variants.split(",")) if args.variants else tuple(VARIANTS)
+        unknown = [v for v in variants if v not in VARIANTS]
+        if unknown:
+            raise InputError(f"unknown variant {unknown[0]!r}; choose from {sorted(VARIANTS)}")
+        run_bench(
+            resolve_data_dir(args.data_dir),
+            Path(args.out),
+            families=tuple(args.families.split(",")),
+            folds=args.folds,
+            variants=variants,
+            seed=args.seed,
+            tcfg=DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
+            encoder_dir=Path(args.encoder) if args.encoder else None,
+        )
+        return 0
+    if args.cmd == "quick":
+        from .quick import run_quick
+
+        rows = run_quick(Path(args.out), resolve_data_dir(args.data_dir), seed=args.seed)
+        from common.report import markdown_table
+
+        print(markdown_table(rows))
+        return 0
+    return 2
+
+
+def _predict_csv(predictor, path: Path, args) -> int:
+    """DREAM submission format: reads ``Dataset,Mixture_1,Mixture_2``, writes the same rows plus
+    ``Predicted_Experimental_Values`` to ``--out`` (or stdout)."""
+    from .data import load_mixtures, resolve_mixture
+
+    if not path.is_file():
+        raise DataError(f"CSV not found: {path}")
+    mixtures = load_mixtures(resolve_data_dir(args.data_dir))
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    need = {"Dataset", "Mixture_1", "Mixture_2"}
+    if not rows or not need <= set(rows[0]):
+        raise InputError(f"{path.name} needs columns {sorted(need)}")
+    a = [resolve_mixture(mixtures, r["Dataset"], r["Mixture_1"]) for r in rows]
+    b = [resolve_mixture(mixtures, r["Dataset"], r["Mixture_2"]) for r in rows]
+    pred = predictor.distances(a, b, [r["Dataset"] for r in rows])
+    out_rows = [
+        {
+            "Dataset": r["Dataset"],
+            "Mixture_1": r["Mixture_1"],
+            "Mixture_2": r["Mixture_2"],
+            "Predicted_Experimental_Values": float(p),
+        }
+        for r, p in zip(rows, pred, strict=False)
+    ]
+    if args.out:
+        write_csv(Path(args.out), out_rows)
+    else:
+        w = csv.DictWriter(sys.stdout, fieldnames=list(out_rows[0]))
+        w.writeheader()
+        w.writerows(out_rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Gradio tab: two mixtures in -> perceptual distance, top odour labels, RDKit drawings of the
+components and per-component attention.
+
+The model is read from ``$MIXSCENT_MODEL`` or ``<cache dir>/model`` (written by ``mixscent
+quick`` / ``run_quick`` or ``mixscent train --out``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from common.errors import MoeAppsError
+
+from .data import parse_mixture_text
+from .features import cache_dir
+
+EXAMPLES = {
+    "citrus-like (limonene, citral, linalool)": "CC1=CCC(CC1)C(=C)C;CC(C)=CCCC(C)=CC=O;CC(C)=CCCC(C)(O)C=C",
+    "vanilla-like (vanillin, ethyl vanillin)": "COc1cc(C=O)ccc1O;CCOc1cc(C=O)ccc1O",
+    "fruity esters (isoamyl acetate, ethyl butyrate)": "CC(C)CCOC(C)=O;CCCC(=O)OCC",
+    "single: phenylethyl alcohol": "OCCc1ccccc1",
+}
+
+
+def model_dir() -> Path:
+    return Path(os.environ.get("MIXSCENT_MODEL", cache_dir() / "model"))
+
+
+_PREDICTOR = {}
+
+
+def get_predictor():
+    from .pipeline import MixScentPredictor
+
+    path = model_dir()
+    if path not in _PREDICTOR:
+        _PREDICTOR[path] = MixScentPredictor.load(path)
+    return _PREDICTOR[path]
+
+
+def draw_mixture(components, attention: dict[str, float] | None = None):
+    """PIL grid image of the components, legends with their attention weight."""
+    from rdkit import Chem
+    from rdkit.Chem import Draw
+
+    mols = [Chem.MolFromSmiles(s) for s in components]
+    legends = [f"{attention[s]:.2f}" if attention else s[:24] for s in components]
+    return Draw.MolsToGridImage(mols, molsPerRow=min(4, len(mols)), subImgSize=(200, 160), legends=legends)
+
+
+def analyse(text_a: str, text_b: str) -> dict:
+    """Distance, attentions and top labels for two ``;``-separated SMILES mixtures."""
+    a = parse_mixture_text(text_a, "mixture 1")
+    b = parse_mixture_text(text_b, "mixture 2")
+    pred = get_predictor()
+    att_a, att_b = pred.attention(a), pred.attention(b)
+    return {
+        "distance": pred.distance(a, b),
+        "attention_a": att_a,
+        "attention_b": att_b,
+        "labels_a": pred.top_labels(a),
+        "labels_b": pred.top_labels(b),
+        "image_a": draw_mixture(a, att_a),
+        "image_b": draw_mixture(b, att_b),
+    }
+
+
+def build_tab() -> None:
+    """Create the olfaction tab inside an open ``gr.Tab`` context."""
+    import gradio as gr
+
+    gr.Markdown(
+        "### MixScentNet: how different do two odour mixtures smell?\n"
+        "Components as `;`-separated SMILES. Distance in [0, 1] (higher = more different)."
+    )
+    with gr.Row():
+        with gr.Column():
+            pick_a = gr.Dropdown(list(EXAMPLES), label="example mixture 1", value=list(EXAMPLES)[0])
+            box_a = gr.Textbox(label="mixture 1", value=EXAMPLES[list(EXAMPLES)[0]], elem_id="olf_mix1")
+        with gr.Column():
+            pick_b = gr.Dropdown(list(EXAMPLES), label="example mixture 2", value=list(EXAMPLES)[1])
+            box_b = gr.Textbox(label="mixture 2", value=EXAMPLES[list(EXAMPLES)[1]], elem_id="olf_mix2")
+    run = gr.Button("Compare", variant="primary", elem_id="olf_run")
+    result = gr.Markdown(elem_id="olf_result")
+    with gr.Row():
+        img_a = gr.Image(label="mixture 1 (attention)", type="pil")
+        img_b = gr.Image(label="mixture 2 (attention)", type="pil")
+
+    pick_a.change(lambda k: EXAMPLES[k], pick_a, box_a)
+    pick_b.change(lambda k: EXAMPLES[k], pick_b, box_b)
+
+    def on_run(ta, tb):
+        try:
+            r = analyse(ta, tb)
+        except MoeAppsError as exc:
+            return f"**error:** {exc}", None, None
+        lines = [f"**distance: {r['distance']:.3f}**", ""]
+        for side in ("a", "b"):
+            labels = ", ".join(f"{n} ({p:.2f})" for n, p in r[f"labels_{side}"]) or "(no label head)"
+            att = ", ".join(
+                f"`{s}` {w:.2f}" for s, w in sorted(r[f"attention_{side}"].items(), key=lambda t: -t[1])
+            )
+            lines += [f"mixture {'1' if side == 'a' else '2'}: top labels {labels}", f"attention: {att}", ""]
+        return "\n".join(lines), r["image_a"], r["image_b"]
+
+    run.click(on_run, [box_a, box_b], [result, img_a, img_b])

@@ -1,0 +1,206 @@
+"""MixScentNet models: molecule GNN encoder, mixture-as-graph GATv2 encoder with attention
+readout, symmetric distance head and multi-label odour head.
+
+Shapes: a batch holds ``U`` unique molecules (a PyG ``Batch`` of atom graphs) and ``M``
+mixtures given as a flat index vector ``comp (C,)`` into the ``U`` molecules with
+``comp_batch (C,)`` naming each entry's mixture (0..M-1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch_geometric.nn import GATConv, GATv2Conv, GINEConv, global_max_pool, global_mean_pool
+from torch_geometric.utils import softmax as segment_softmax
+
+from .features import ATOM_DIM, BOND_DIM
+
+
+@dataclass
+class MolEncoderConfig:
+    hidden: int = 128
+    layers: int = 3
+    emb_dim: int = 128
+    dropout: float = 0.0
+
+
+class MolEncoder(nn.Module):
+    """GINE message passing with bond features (Hu et al. 2020):
+    ``h_i' = MLP((1 + eps) h_i + sum_j ReLU(h_j + W_e e_ij))``, residual, then
+    ``[mean_pool ; max_pool] -> Linear -> emb``.
+
+    Input: PyG batch with ``x (n_atoms, ATOM_DIM)``, ``edge_index (2, E)``,
+    ``edge_attr (E, BOND_DIM)``, ``batch (n_atoms,)``. Output: ``(n_mols, emb_dim)``."""
+
+    def __init__(self, cfg: MolEncoderConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.inp = nn.Linear(ATOM_DIM, cfg.hidden)
+        self.convs = nn.ModuleList(
+            GINEConv(
+                nn.Sequential(
+                    nn.Linear(cfg.hidden, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, cfg.hidden)
+                ),
+                edge_dim=BOND_DIM,
+            )
+            for _ in range(cfg.layers)
+        )
+        self.norms = nn.ModuleList(nn.LayerNorm(cfg.hidden) for _ in range(cfg.layers))
+        self.out = nn.Sequential(
+            nn.Linear(2 * cfg.hidden, cfg.emb_dim), nn.ReLU(), nn.Linear(cfg.emb_dim, cfg.emb_dim)
+        )
+
+    def forward(self, graph) -> torch.Tensor:
+        h = self.inp(graph.x)
+        for conv, norm in zip(self.convs, self.norms, strict=False):
+            h = h + F.dropout(
+                F.relu(norm(conv(h, graph.edge_index, graph.edge_attr))), self.cfg.dropout, self.training
+            )
+        pooled = torch.cat([global_mean_pool(h, graph.batch), global_max_pool(h, graph.batch)], dim=-1)
+        return self.out(pooled)
+
+
+class DescriptorPretrainer(nn.Module):
+    """Self-supervised pretraining model: ``MolEncoder`` + linear head predicting the cleaned
+    Mordred vector ``(n_mols, n_desc)``."""
+
+    def __init__(self, cfg: MolEncoderConfig, n_desc: int):
+        super().__init__()
+        self.encoder = MolEncoder(cfg)
+        self.head = nn.Linear(cfg.emb_dim, n_desc)
+
+    def forward(self, graph) -> torch.Tensor:
+        return self.head(self.encoder(graph))
+
+
+def fully_connected_edges(comp_batch: torch.Tensor) -> torch.Tensor:
+    """All ordered pairs ``(i, j), i != j`` of component slots in the same mixture:
+    ``comp_batch (C,)`` -> ``edge_index (2, E)``. GATv2Conv adds the self loops."""
+    same = comp_batch[:, None] == comp_batch[None, :]
+    same.fill_diagonal_(False)
+    return same.nonzero().t().contiguous()
+
+
+@dataclass
+class MixScentConfig:
+    """``in_dim``: molecule feature size fed to the mixture level; ``conv``: ``gatv2`` | ``gat``
+    | ``none`` (no mixture graph); ``readout``: ``attention`` | ``mean``."""
+
+    in_dim: int = 128
+    hidden: int = 64
+    heads: int = 4
+    mix_layers: int = 1
+    conv: str = "gatv2"
+    readout: str = "attention"
+    dropout: float = 0.1
+    n_labels: int = 0
+    n_datasets: int = 0
+    mol_encoder: dict | None = None  # MolEncoderConfig fields when the GNN is part of the model
+    extra: dict = field(default_factory=dict)
+
+
+class MixtureEncoder(nn.Module):
+    """Mixture-as-graph encoder. Nodes are component molecules ``x (C, in_dim)``; edges connect
+    every pair of components of the same mixture; ``mix_layers`` of ``GATv2Conv`` (Brody et al.
+    2022, ``a^T LeakyReLU(W [h_i ; h_j])``) with residuals; then attention readout
+    ``z_m = sum_{i in m} alpha_i V h_i``, ``alpha = softmax_{i in m}(w^T tanh(U h_i))``.
+
+    Permutation invariant in the components and defined for any number of them.
+    Returns ``z (M, hidden)`` and ``alpha (C,)`` (per-component readout weights, summing to 1 per
+    mixture)."""
+
+    def __init__(self, cfg: MixScentConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.inp = nn.Sequential(nn.Linear(cfg.in_dim, cfg.hidden), nn.ReLU())
+        conv_cls = {"gatv2": GATv2Conv, "gat": GATConv}.get(cfg.conv)
+        if cfg.conv not in ("gatv2", "gat", "none"):
+            raise ValueError(f"unknown mixture conv {cfg.conv!r}")
+        if cfg.readout not in ("attention", "mean"):
+            raise ValueError(f"unknown readout {cfg.readout!r}")
+        self.convs = nn.ModuleList(
+            conv_cls(cfg.hidden, cfg.hidden // cfg.heads, heads=cfg.heads, add_self_loops=True)
+            for _ in range(cfg.mix_layers if conv_cls else 0)
+        )
+        self.norms = nn.ModuleList(nn.LayerNorm(cfg.hidden) for _ in self.convs)
+        self.gate = nn.Sequential(nn.Linear(cfg.hidden, cfg.hidden), nn.Tanh(), nn.Linear(cfg.hidden, 1))
+        self.value = nn.Linear(cfg.hidden, cfg.hidden)
+
+    def forward(
+        self, x: torch.Tensor, comp_batch: torch.Tensor, n_mix: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        h = F.dropout(self.inp(x), self.cfg.dropout, self.training)
+        if len(self.convs):
+            edges = fully_connected_edges(comp_batch)
+            for conv, norm in zip(self.convs, self.norms, strict=False):
+                h = norm(h + F.elu(conv(h, edges)))
+        if self.cfg.readout == "attention":
+            alpha = segment_softmax(self.gate(h).squeeze(-1), comp_batch, num_nodes=h.shape[0], dim=0)
+        else:
+            counts = torch.bincount(comp_batch, minlength=n_mix).clamp(min=1).to(h.dtype)
+            alpha = 1.0 / counts[comp_batch]
+        z = torch.zeros(n_mix, h.shape[1], dtype=h.dtype, device=h.device)
+        z = z.index_add(0, comp_batch, alpha[:, None] * self.value(h))
+        return z, alpha
+
+
+class MixScentNet(nn.Module):
+    """Molecule features -> mixture embeddings -> symmetric distance / multi-label logits.
+
+    Molecule features come either from an internal ``MolEncoder`` (``cfg.mol_encoder`` set; then
+    ``forward`` takes a PyG batch of the ``U`` unique molecules) or are given directly as
+    ``mol_x (U, in_dim)``.
+
+    Distance (symmetric by construction): ``d(a, b) = sigmoid(MLP([|z_a - z_b| ; z_a * z_b ;
+    z_a + z_b ; onehot(dataset)]))``, so ``d(a, b) == d(b, a)`` exactly."""
+
+    def __init__(self, cfg: MixScentConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.mol_encoder = MolEncoder(MolEncoderConfig(**cfg.mol_encoder)) if cfg.mol_encoder else None
+        self.mixture = MixtureEncoder(cfg)
+        h = cfg.hidden
+        self.dist = nn.Sequential(
+            nn.Linear(3 * h + cfg.n_datasets, h), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(h, 1)
+        )
+        self.labels = nn.Linear(h, cfg.n_labels) if cfg.n_labels else None
+
+    def molecule_features(self, mols) -> torch.Tensor:
+        """``(U, in_dim)`` from a PyG batch (internal encoder) or passthrough of a tensor."""
+        if self.mol_encoder is not None and not torch.is_tensor(mols):
+            return self.mol_encoder(mols)
+        return mols
+
+    def embed(self, mols, comp: torch.Tensor, comp_batch: torch.Tensor, n_mix: int):
+        """Mixture embeddings ``(M, hidden)`` and per-component attention ``(C,)``."""
+        x = self.molecule_features(mols)[comp]
+        return self.mixture(x, comp_batch, n_mix)
+
+    def distance_from_embeddings(
+        self, za: torch.Tensor, zb: torch.Tensor, dataset_onehot: torch.Tensor | None = None
+    ):
+        """``za, zb (P, hidden)`` -> ``(P,)`` distances in (0, 1)."""
+        feats = [torch.abs(za - zb), za * zb, za + zb]
+        if self.cfg.n_datasets:
+            if dataset_onehot is None:
+                dataset_onehot = torch.zeros(za.shape[0], self.cfg.n_datasets, dtype=za.dtype)
+            feats.append(dataset_onehot)
+        return torch.sigmoid(self.dist(torch.cat(feats, dim=-1))).squeeze(-1)
+
+    def forward(self, mols, comp, comp_batch, n_mix, pair_a, pair_b, dataset_onehot=None):
+        """Distances ``(P,)`` for mixture index pairs ``pair_a, pair_b (P,)`` into the M mixtures."""
+        z, _ = self.embed(mols, comp, comp_batch, n_mix)
+        return self.distance_from_embeddings(z[pair_a], z[pair_b], dataset_onehot)
+
+    def label_logits(self, mols, comp, comp_batch, n_mix) -> torch.Tensor:
+        """Multi-label logits ``(M, n_labels)``."""
+        if self.labels is None:
+            raise ValueError("model was built without a label head (n_labels=0)")
+        z, _ = self.embed(mols, comp, comp_batch, n_mix)
+        return self.labels(z)
+
+    def config_dict(self) -> dict:
+        return asdict(self.cfg)

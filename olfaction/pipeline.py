@@ -1,0 +1,318 @@
+"""End-to-end workflows behind the CLI, the benchmark, ``quick`` and the demo: featurise,
+pretrain the encoder, train/evaluate the distance model on a split, save/load a predictor."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch_geometric.data import Batch
+
+from common.checkpoint import load_checkpoint, load_into, save_checkpoint
+from common.errors import CheckpointError, DataError
+
+from .data import PairData, Split, load_gslf, load_pairs, validate_mixture
+from .evaluate import regression_metrics
+from .features import DescriptorScaler, cache_dir, compute_mordred, load_mordred_cache, mordred_cache_path
+from .model import MixScentConfig, MixScentNet, MolEncoder, MolEncoderConfig
+from .train import (
+    DistanceTrainConfig,
+    MixtureIndex,
+    PretrainConfig,
+    encode_molecules,
+    fit_distance,
+    graphs_for,
+    predict_distance,
+    pretrain_descriptors,
+)
+
+
+def olfaction_molecules(data_dir: Path) -> list[str]:
+    """Canonical SMILES of every mixture component, then every GS-LF molecule (deduplicated)."""
+    pairs = load_pairs(data_dir)
+    mols = sorted(pairs.molecules())
+    return list(dict.fromkeys(mols + load_gslf(data_dir).smiles))
+
+
+def featurize(data_dir: Path, limit: int | None = None, progress: bool = True) -> dict:
+    """Compute (or reuse) the cached Mordred 2D vectors of the olfaction molecules."""
+    mols = olfaction_molecules(data_dir)
+    if limit is not None:
+        mols = mols[:limit]
+    table = compute_mordred(mols, progress=progress)
+    return {"molecules": len(table), "cache": str(mordred_cache_path())}
+
+
+def descriptor_matrix(smiles: Sequence[str] | None = None) -> tuple[list[str], np.ndarray, DescriptorScaler]:
+    """Cleaned Mordred matrix ``(N, D_keep)`` of the cached molecules (or of ``smiles``, computing
+    any that are missing), with the scaler fitted on exactly those molecules."""
+    if smiles is None:
+        smi, vals, cols = load_mordred_cache()
+        if not smi:
+            raise DataError("Mordred cache is empty: run `mixscent featurize` first")
+    else:
+        table = compute_mordred(smiles, progress=False)
+        smi = list(table)
+        vals = np.stack([table[s] for s in smi])
+        cols = load_mordred_cache()[2]
+    scaler = DescriptorScaler.fit(vals, cols)
+    return smi, scaler.transform(vals), scaler
+
+
+# ----------------------------------------------------------------------------- encoder
+
+
+def pretrain_encoder(
+    out_dir: Path,
+    enc_cfg: MolEncoderConfig,
+    cfg: PretrainConfig,
+    smiles: Sequence[str] | None = None,
+    progress: bool = True,
+) -> dict:
+    """Pretrain on cached Mordred descriptors and save the encoder to ``out_dir``."""
+    smi, X, scaler = descriptor_matrix(smiles)
+    model, report = pretrain_descriptors(smi, X, enc_cfg, cfg, progress=progress)
+    save_checkpoint(
+        out_dir,
+        model.encoder.state_dict(),
+        asdict(enc_cfg),
+        {"report": report, "scaler_columns": scaler.columns},
+    )
+    return report
+
+
+def default_encoder_dir() -> Path:
+    return cache_dir() / "encoder"
+
+
+def load_encoder(path: Path) -> MolEncoder:
+    state, config, _ = load_checkpoint(path)
+    try:
+        enc = MolEncoder(MolEncoderConfig(**config))
+    except TypeError as exc:
+        raise CheckpointError(f"{path} is not a molecule-encoder checkpoint: {exc}") from exc
+    load_into(enc, state, str(path))
+    enc.eval()
+    return enc
+
+
+def random_encoder(enc_cfg: MolEncoderConfig, seed: int) -> MolEncoder:
+    torch.manual_seed(seed)
+    return MolEncoder(enc_cfg).eval()
+
+
+# ----------------------------------------------------------------------------- distance model
+
+
+def train_distance(
+    pairs: PairData,
+    split: Split,
+    encoder: MolEncoder,
+    mcfg: MixScentConfig,
+    tcfg: DistanceTrainConfig,
+) -> tuple[MixScentNet, MixtureIndex, dict]:
+    """Fit a MixScentNet (frozen ``encoder`` as its molecule level) on ``split.training``,
+    selecting the epoch on ``split.validation``."""
+    feats = encode_molecules(encoder, sorted(pairs.molecules()))
+    index = MixtureIndex(pairs.mixtures, feats)
+    torch.manual_seed(tcfg.seed)
+    mcfg = MixScentConfig(
+        **{**asdict(mcfg), "in_dim": encoder.cfg.emb_dim, "mol_encoder": asdict(encoder.cfg)}
+    )
+    model = MixScentNet(mcfg)
+    model.mol_encoder.load_state_dict(encoder.state_dict())
+    for p in model.mol_encoder.parameters():
+        p.requires_grad_(False)
+    hist = fit_distance(model, index, pairs, split.training, split.validation, tcfg)
+    return model, index, hist
+
+
+def test_predictions(model: MixScentNet, index: MixtureIndex, pairs: PairData, rows) -> dict:
+    rows = np.asarray(rows)
+    pred = predict_distance(
+        model,
+        index,
+        [pairs.keys_a[i] for i in rows],
+        [pairs.keys_b[i] for i in rows],
+        [pairs.dataset[i] for i in rows],
+    )
+    return {"y": pairs.y[rows], "pred": pred, "self_pair": pairs.self_pair[rows], "rows": rows}
+
+
+class MixScentPredictor:
+    """A trained MixScentNet usable on any mixtures: components are encoded on the fly by its
+    molecule encoder (no descriptor cache needed)."""
+
+    def __init__(
+        self, model: MixScentNet, label_model: MixScentNet | None = None, label_names: list[str] | None = None
+    ):
+        self.model = model.eval()
+        self.label_model = label_model.eval() if label_model is not None else None
+        self.label_names = label_names or []
+
+    def save(self, path: Path, extra: dict | None = None) -> None:
+        save_checkpoint(path, self.model.state_dict(), self.model.config_dict(), extra or {})
+        if self.label_model is not None:
+            save_checkpoint(
+                Path(path) / "labels",
+                self.label_model.state_dict(),
+                self.label_model.config_dict(),
+                {"labels": self.label_names},
+            )
+
+    @classmethod
+    def load(cls, path: Path) -> MixScentPredictor:
+        model = _load_net(Path(path))
+        label_model, names = None, None
+        if (Path(path) / "labels" / "config.json").is_file():
+            label_model = _load_net(Path(path) / "labels")
+            names = load_checkpoint(Path(path) / "labels")[2].get("labels")
+        return cls(model, label_model, names)
+
+    @torch.no_grad()
+    def _embed(self, net: MixScentNet, mixtures: list[tuple[str, ...]]):
+        mols = sorted({s for m in mixtures for s in m})
+        pos = {s: i for i, s in enumerate(mols)}
+        graph = Batch.from_data_list(graphs_for(mols))
+        comp = torch.tensor([pos[s] for m in mixtures for s in m])
+        comp_batch = torch.repeat_interleave(
+            torch.arange(len(mixtures)), torch.tensor([len(m) for m in mixtures])
+        )
+        z, alpha = net.embed(graph, comp, comp_batch, len(mixtures))
+        return z, alpha, comp_batch
+
+    @torch.no_grad()
+    def distance(self, mix_a: Sequence[str], mix_b: Sequence[str], dataset: str = "") -> float:
+        """Perceptual distance in (0, 1) between two mixtures given as SMILES lists."""
+        a = validate_mixture(mix_a, "mixture 1")
+        b = validate_mixture(mix_b, "mixture 2")
+        return float(self.distances([a], [b], [dataset])[0])
+
+    @torch.no_grad()
+    def distances(self, mixes_a, mixes_b, datasets=None) -> np.ndarray:
+        """Vectorised :meth:`distance` over validated canonical component tuples."""
+        z, _, _ = self._embed(self.model, list(mixes_a) + list(mixes_b))
+        n = len(mixes_a)
+        from .train import dataset_onehot
+
+        oh = dataset_onehot(datasets or [""] * n) if self.model.cfg.n_datasets else None
+        return self.model.distance_from_embeddings(z[:n], z[n:], oh).numpy()
+
+    @torch.no_grad()
+    def attention(self, mix: Sequence[str]) -> dict[str, float]:
+        """Per-component readout weights (sum to 1) of one mixture."""
+        m = validate_mixture(mix)
+        _, alpha, _ = self._embed(self.model, [m])
+        return {s: float(a) for s, a in zip(m, alpha, strict=False)}
+
+    @torch.no_grad()
+    def top_labels(self, mix: Sequence[str], k: int = 5) -> list[tuple[str, float]]:
+        """The ``k`` most probable odour labels of a mixture (label model trained on GS-LF)."""
+        if self.label_model is None:
+            return []
+        m = validate_mixture(mix)
+        z, _, _ = self._embed(self.label_model, [m])
+        prob = torch.sigmoid(self.label_model.labels(z))[0].numpy()
+        order = np.argsort(-prob)[:k]
+        return [(self.label_names[i], float(prob[i])) for i in order]
+
+
+def _load_net(path: Path) -> MixScentNet:
+    state, config, _ = load_checkpoint(path)
+    try:
+        net = MixScentNet(MixScentConfig(**config))
+    except TypeError as exc:
+        raise CheckpointError(f"{path} is not a MixScentNet checkpoint: {exc}") from exc
+    load_into(net, state, str(path))
+    return net.eval()
+
+
+def evaluate_on_split(predictor: MixScentPredictor, pairs: PairData, split: Split) -> dict:
+    """Metrics of a saved predictor on a split's test rows (all pairs and without self-pairs)."""
+    rows = split.testing
+    pred = predictor.distances(
+        [pairs.mixtures[pairs.keys_a[i]] for i in rows],
+        [pairs.mixtures[pairs.keys_b[i]] for i in rows],
+        [pairs.dataset[i] for i in rows],
+    )
+    y, sp = pairs.y[rows], pairs.self_pair[rows]
+    out = {f"all_{k}": v for k, v in regression_metrics(y, pred).items()}
+    out.update({f"noself_{k}": v for k, v in regression_metrics(y[~sp], pred[~sp]).items()})
+    out["n_test"] = int(len(rows))
+    return out
+
+
+def gslf_label_cv(
+    data_dir: Path,
+    encoder: MolEncoder,
+    folds: int = 5,
+    seed: int = 0,
+    mcfg: MixScentConfig | None = None,
+    epochs: int = 60,
+) -> tuple[dict, MixScentNet, list[str]]:
+    """GS-LF single-molecule labels (a mixture of one): ``folds``-fold CV macro ROC-AUC of the
+    label head on the frozen encoder, vs logistic regression on the same embeddings; then a final
+    model trained on all molecules (10% held for epoch selection). Folds: seeded KFold on
+    molecules (no multi-label stratification)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import KFold
+    from sklearn.multiclass import OneVsRestClassifier
+
+    from .evaluate import macro_roc_auc
+    from .train import LabelTrainConfig, fit_labels, predict_labels
+
+    gs = load_gslf(data_dir)
+    feats = encode_molecules(encoder, gs.smiles)
+    index = MixtureIndex({s: (s,) for s in gs.smiles}, feats)
+    y = gs.y
+    mcfg = MixScentConfig(
+        **{
+            **asdict(mcfg or MixScentConfig()),
+            "in_dim": encoder.cfg.emb_dim,
+            "n_labels": y.shape[1],
+            "mol_encoder": asdict(encoder.cfg),
+        }
+    )
+    rng = np.random.default_rng(seed)
+    aucs, lr_aucs = [], []
+
+    def make():
+        torch.manual_seed(seed)
+        net = MixScentNet(mcfg)
+        net.mol_encoder.load_state_dict(encoder.state_dict())
+        for p in net.mol_encoder.parameters():
+            p.requires_grad_(False)
+        return net
+
+    Xemb = np.stack([feats[s] for s in gs.smiles])
+    for tr, te in KFold(folds, shuffle=True, random_state=seed).split(np.arange(len(y))):
+        tr = rng.permutation(tr)
+        n_val = len(tr) // 9
+        net = make()
+        fit_labels(net, index, y, tr[n_val:], tr[:n_val], LabelTrainConfig(epochs=epochs, seed=seed))
+        aucs.append(macro_roc_auc(y[te], predict_labels(net, index, te)))
+        keep = y[tr].sum(0) > 0
+        lr = OneVsRestClassifier(LogisticRegression(max_iter=300, C=0.5)).fit(Xemb[tr], y[tr][:, keep])
+        scores = np.zeros((len(te), y.shape[1]))
+        scores[:, keep] = lr.predict_proba(Xemb[te])
+        lr_aucs.append(macro_roc_auc(y[te][:, keep], scores[:, keep]))
+    perm = rng.permutation(len(y))
+    final = make()
+    fit_labels(
+        final,
+        index,
+        y,
+        perm[len(y) // 10 :],
+        perm[: len(y) // 10],
+        LabelTrainConfig(epochs=epochs, seed=seed),
+    )
+    report = {
+        "gslf_macro_auc": float(np.mean(aucs)),
+        "gslf_macro_auc_std": float(np.std(aucs)),
+        "gslf_logreg_macro_auc": float(np.mean(lr_aucs)),
+        "folds": folds,
+    }
+    return report, final, gs.labels

@@ -1,0 +1,1 @@
+"""MoA³CIR: e-commerce composed image retrieval with item descriptions (see README.md)."""

@@ -1,0 +1,217 @@
+"""``moa3cir`` command line: build-data, train, eval, index, search, bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from common.cli import cli_main
+from common.errors import InputError
+
+DATASETS = ("synthetic", "fashioniq", "shoes")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="moa3cir", description="MoA³CIR composed image retrieval")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    b = sub.add_parser("build-data", help="build the synthetic e-commerce CIR benchmark")
+    b.add_argument("--out", required=True, help="output directory (both variants go below it)")
+    b.add_argument("--size", choices=("small", "tiny"), default="small")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--overwrite", action="store_true", help="allow writing into a non-empty directory")
+
+    def data_args(sp):
+        sp.add_argument("--dataset", choices=DATASETS, default="synthetic")
+        sp.add_argument("--root", required=True, help="dataset root (synthetic: the build-data --out dir)")
+        sp.add_argument(
+            "--variant",
+            choices=("controlled", "confounded"),
+            default="controlled",
+            help="synthetic benchmark variant",
+        )
+
+    t = sub.add_parser("train", help="train a model")
+    data_args(t)
+    t.add_argument("--model", default="moa3cir", choices=("moa3cir", "combiner", "sum", "image", "text"))
+    t.add_argument("--out", required=True, help="checkpoint directory")
+    t.add_argument("--phase1-epochs", type=int, default=2)
+    t.add_argument("--phase2-epochs", type=int, default=6)
+    t.add_argument(
+        "--augment", type=int, default=0, help="self-reflective augmentation proposals (synthetic)"
+    )
+    t.add_argument("--no-descriptions", action="store_true")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--overwrite", action="store_true")
+
+    e = sub.add_parser("eval", help="evaluate a checkpoint with the dataset's official protocol")
+    data_args(e)
+    e.add_argument("--model", required=True, help="checkpoint directory")
+    e.add_argument("--split", default="test", choices=("val", "test"))
+    e.add_argument("--out", default=None, help="write metrics JSON here")
+
+    i = sub.add_parser("index", help="embed a split's gallery into a faiss index")
+    data_args(i)
+    i.add_argument("--model", required=True)
+    i.add_argument("--split", default="test", choices=("train", "val", "test"))
+    i.add_argument("--kind", default="flat", choices=("flat", "ivf", "hnsw"))
+    i.add_argument("--nlist", type=int, default=64)
+    i.add_argument("--out", required=True, help="index directory")
+
+    s = sub.add_parser("search", help="retrieve products for a reference image + modification text")
+    s.add_argument("--model", required=True)
+    s.add_argument("--index", required=True, help="directory written by `moa3cir index`")
+    s.add_argument("--image", required=True, help="reference image file")
+    s.add_argument("--text", required=True, help="modification text")
+    s.add_argument("--description", default=None, help="reference item description (optional)")
+    s.add_argument("--k", type=int, default=10)
+
+    bn = sub.add_parser("bench", help="MoA³CIR vs baselines table and/or the search benchmark")
+    bn.add_argument("--root", default=None, help="benchmark root (built into --out when absent)")
+    bn.add_argument("--out", default="runs/retrieval_bench")
+    bn.add_argument("--phase1-epochs", type=int, default=1)
+    bn.add_argument("--phase2-epochs", type=int, default=3)
+    bn.add_argument("--augment", type=int, default=800)
+    bn.add_argument("--variants", nargs="+", default=["controlled", "confounded"])
+    bn.add_argument("--search", action="store_true", help="also run the 1M x 256 search benchmark")
+    bn.add_argument("--search-only", action="store_true")
+    bn.add_argument("--search-n", type=int, default=1_000_000)
+    bn.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def _load(args, split):
+    from .data import load_dataset
+
+    return load_dataset(args.dataset, Path(args.root), split, args.variant)
+
+
+def _fresh_dir(path: Path, overwrite: bool) -> None:
+    if path.exists() and any(path.iterdir()) and not overwrite:
+        raise InputError(f"{path} is not empty (pass --overwrite to replace it)")
+
+
+@cli_main
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args = _parser().parse_args(argv)
+    import torch
+
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    if args.cmd == "build-data":
+        from .data import BuildConfig, build_benchmark
+
+        cfg = BuildConfig(seed=args.seed) if args.size == "small" else BuildConfig.tiny(args.seed)
+        print(json.dumps(build_benchmark(Path(args.out), cfg, overwrite=args.overwrite), indent=1))
+        return 0
+    if args.cmd == "train":
+        from .train import TrainConfig, build_model, fit, prepare_features, save_model
+
+        out = Path(args.out)
+        _fresh_dir(out, args.overwrite)
+        split = _load(args, "train")
+        if args.augment:
+            if args.dataset != "synthetic":
+                raise InputError("--augment needs the synthetic benchmark (attribute labels)")
+            from .bench import augmented_train_split
+
+            split, stats = augmented_train_split(
+                Path(args.root), args.variant, split, args.augment, args.seed
+            )
+            print("augmentation:", json.dumps(stats.as_dict()))
+        over = {"use_descriptions": False} if args.no_descriptions else {}
+        model = build_model(args.model, **over)
+        fit(
+            model,
+            prepare_features(split),
+            TrainConfig(args.phase1_epochs, args.phase2_epochs, seed=args.seed),
+            log=print,
+        )
+        save_model(model, out, {"dataset": args.dataset, "variant": args.variant})
+        print(f"saved {out}")
+        return 0
+    if args.cmd == "eval":
+        from common.io import write_json
+
+        from .evaluate import evaluate_split
+        from .train import embed_gallery, embed_queries, load_model, prepare_features
+
+        model, _ = load_model(Path(args.model))
+        split = _load(args, args.split)
+        f = prepare_features(split)
+        q, _ = embed_queries(model, f)
+        metrics = evaluate_split(split, q, embed_gallery(model, f))
+        print(json.dumps({k: round(v, 2) for k, v in metrics.items()}, indent=1))
+        if args.out:
+            write_json(Path(args.out), metrics)
+        return 0
+    if args.cmd == "index":
+        from .index import GalleryIndex
+        from .train import embed_gallery, load_model, prepare_features
+
+        model, _ = load_model(Path(args.model))
+        split = _load(args, args.split)
+        emb = embed_gallery(model, prepare_features(split))
+        idx = GalleryIndex(emb.shape[1], args.kind, nlist=args.nlist)
+        idx.add(emb, split.ids)
+        idx.save(Path(args.out))
+        meta = {
+            "dataset": args.dataset,
+            "root": str(Path(args.root).resolve()),
+            "variant": args.variant,
+            "split": args.split,
+        }
+        (Path(args.out) / "source.json").write_text(json.dumps(meta))
+        print(f"indexed {len(idx)} items into {args.out}")
+        return 0
+    if args.cmd == "search":
+        from .data import load_image
+        from .index import GalleryIndex
+        from .train import encode_single_query, load_model
+
+        if not args.text.strip():
+            raise InputError("modification text is empty")
+        if args.k < 1:
+            raise InputError("--k must be >= 1")
+        model, _ = load_model(Path(args.model))
+        idx = GalleryIndex.load(Path(args.index))
+        q, weights = encode_single_query(model, load_image(Path(args.image)), args.text, args.description)
+        scores, ids = idx.search(q, args.k)
+        for rank, (i, sc) in enumerate(zip(ids[0], scores[0], strict=False), 1):
+            print(f"{rank:2d}  {sc:.4f}  {i}")
+        if weights is not None:
+            from .render import GROUPS
+
+            print("routing:", ", ".join(f"{g}={w:.2f}" for g, w in zip(GROUPS, weights, strict=False)))
+        return 0
+    if args.cmd == "bench":
+        from .bench import run_retrieval_bench, run_search_bench
+        from .train import TrainConfig
+
+        out = Path(args.out)
+        if not args.search_only:
+            root = Path(args.root) if args.root else out / "data"
+            if not (root / "controlled" / "meta.json").is_file():
+                from .data import BuildConfig, build_benchmark
+
+                build_benchmark(root, BuildConfig(seed=args.seed))
+            run_retrieval_bench(
+                root,
+                out,
+                args.variants,
+                None,
+                TrainConfig(args.phase1_epochs, args.phase2_epochs, seed=args.seed),
+                augment_n=args.augment,
+                seed=args.seed,
+            )
+        if args.search or args.search_only:
+            run_search_bench(out, n=args.search_n, seed=args.seed)
+        return 0
+    return 2  # pragma: no cover
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Gradio tab: pick or upload a product, type a modification, see the top-10 products and the
+attribute-group routing weights of MoA³CIR.
+
+Model and gallery: ``$MOE_APPS_RETRIEVAL_MODEL`` / ``$MOE_APPS_RETRIEVAL_DATA`` when set, else the
+``make demo`` quick run's outputs (``results/demo/...``); when neither exists, the "prepare" button
+builds a tiny benchmark and trains a small model (about two minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+
+from common.errors import MoeAppsError
+
+from .render import GROUPS
+
+DEFAULT_MODEL = Path("results/demo/retrieval_bench/models/controlled/MoA3CIR")
+DEFAULT_DATA = Path("results/demo/retrieval_data")
+
+
+class DemoEngine:
+    """Loaded model + indexed test gallery of the synthetic benchmark."""
+
+    def __init__(self, model_dir: Path, data_root: Path, variant: str = "controlled"):
+        from .data import load_synthetic
+        from .index import GalleryIndex
+        from .train import embed_gallery, load_model, prepare_features
+
+        self.model, _ = load_model(model_dir)
+        self.split = load_synthetic(data_root, "test", variant)
+        emb = embed_gallery(self.model, prepare_features(self.split))
+        self.index = GalleryIndex(emb.shape[1], "flat")
+        self.index.add(emb, self.split.ids)
+        self.picks = self.split.ids[:: max(1, len(self.split.ids) // 24)][:24]
+
+    def query(self, image: np.ndarray, text: str, description: str | None, k: int = 10):
+        from .data import image_from_array
+        from .train import encode_single_query
+
+        q, weights = encode_single_query(self.model, image_from_array(image), text, description)
+        scores, ids = self.index.search(q, k)
+        items = [
+            (self.split.images[self.split.index[i]], f"{s:.3f} | {self.split.descriptions[i]}")
+            for i, s in zip(ids[0], scores[0], strict=False)
+        ]
+        routing = {} if weights is None else {g: float(w) for g, w in zip(GROUPS, weights, strict=False)}
+        return items, routing
+
+
+_ENGINE: DemoEngine | None = None
+
+
+def _paths() -> tuple[Path, Path]:
+    return (
+        Path(os.environ.get("MOE_APPS_RETRIEVAL_MODEL", DEFAULT_MODEL)),
+        Path(os.environ.get("MOE_APPS_RETRIEVAL_DATA", DEFAULT_DATA)),
+    )
+
+
+def get_engine(prepare: bool = False) -> DemoEngine:
+    global _ENGINE
+    if _ENGINE is not None:
+        return _ENGINE
+    model_dir, data_root = _paths()
+    if not (model_dir / "config.json").is_file():
+        if not prepare:
+            raise gr.Error("no trained model yet: run `make demo` or press 'Prepare demo model'")
+        model_dir, data_root = _prepare_tiny()
+    _ENGINE = DemoEngine(model_dir, data_root)
+    return _ENGINE
+
+
+def _prepare_tiny() -> tuple[Path, Path]:
+    from .data import BuildConfig, build_benchmark, load_synthetic
+    from .text import cache_dir
+    from .train import TrainConfig, build_model, fit, prepare_features, save_model
+
+    base = cache_dir() / "demo"
+    data_root, model_dir = base / "data", base / "model"
+    if not (data_root / "controlled" / "meta.json").is_file():
+        build_benchmark(
+            data_root,
+            BuildConfig(
+                garments={"train": 150, "val": 20, "test": 60},
+                triplets={"train": 600, "val": 40, "test": 100},
+            ),
+            overwrite=True,
+        )
+    if not (model_dir / "config.json").is_file():
+        model = build_model("moa3cir")
+        fit(
+            model,
+            prepare_features(load_synthetic(data_root, "train", "controlled")),
+            TrainConfig(phase1_epochs=1, phase2_epochs=3),
+        )
+        save_model(model, model_dir)
+    return model_dir, data_root
+
+
+def _prepare():
+    try:
+        eng = get_engine(prepare=True)
+    except MoeAppsError as exc:
+        raise gr.Error(str(exc)) from exc
+    return [
+        (eng.split.images[eng.split.index[i]], i) for i in eng.picks
+    ], f"ready: {len(eng.split.ids)} products"
+
+
+def _on_pick(evt: gr.SelectData):
+    eng = get_engine()
+    item = eng.picks[evt.index]
+    return eng.split.images[eng.split.index[item]], eng.split.descriptions[item]
+
+
+def _search(image, text, description):
+    if image is None:
+        raise gr.Error("pick or upload a reference product image")
+    if not text or not text.strip():
+        raise gr.Error("type a modification, e.g. 'make it blue with stripes'")
+    try:
+        items, routing = get_engine().query(np.asarray(image), text, description or None)
+    except MoeAppsError as exc:
+        raise gr.Error(str(exc)) from exc
+    return items, routing
+
+
+def build_tab() -> None:
+    """Components of the retrieval tab (called inside an open ``gr.Tab``)."""
+    gr.Markdown(
+        "**MoA³CIR**: composed image retrieval with item descriptions. Pick a product (or upload "
+        "an image), describe the change, and get the top-10 products; the bars show how the "
+        "`moe/` router weights the attribute head groups for your text."
+    )
+    with gr.Row():
+        prepare = gr.Button("Prepare demo model / load products")
+        status = gr.Markdown("")
+    picks = gr.Gallery(label="Pick a reference product", columns=8, height=220, allow_preview=False)
+    with gr.Row():
+        ref = gr.Image(label="Reference image (or upload)", type="numpy", height=200)
+        with gr.Column():
+            desc = gr.Textbox(label="Reference description (optional)", lines=2)
+            text = gr.Textbox(label="Modification", value="make it blue with stripes")
+            go = gr.Button("Search", variant="primary")
+    routing = gr.Label(label="Attribute-group routing weights", num_top_classes=len(GROUPS))
+    results = gr.Gallery(label="Top-10 products", columns=5, height=360)
+    prepare.click(_prepare, outputs=[picks, status])
+    picks.select(_on_pick, outputs=[ref, desc])
+    go.click(_search, inputs=[ref, text, desc], outputs=[results, routing])
+    text.submit(_search, inputs=[ref, text, desc], outputs=[results, routing])

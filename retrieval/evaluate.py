@@ -1,0 +1,81 @@
+"""Recall@K and the official protocols (FashionIQ, Shoes).
+
+Ranking convention: gallery items are ordered by descending score with a *stable* sort, so a
+tie is broken in favour of the lower gallery position; the rank of the target is its 0-based
+position in that order, and Recall@K = mean(rank < K).
+
+* FashionIQ: one gallery per category; the reference is **not** removed; report R@10 and R@50
+  per category, their means over categories, and ``avg`` = (mean R@10 + mean R@50) / 2.
+* Shoes: one gallery of all eval images, the reference **excluded**; R@1/10/50 and their mean.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from common.errors import DataError
+
+from .data import CIRSplit
+
+
+def target_ranks(
+    scores: np.ndarray, target_cols: np.ndarray, exclude_cols: np.ndarray | None = None
+) -> np.ndarray:
+    """0-based rank of each query's target. scores (Q, N); target_cols (Q,); exclude_cols (Q,),
+    -1 for none: that gallery column is removed for that query (must differ from the target)."""
+    scores = np.array(scores, dtype=np.float64, copy=True)
+    q, n = scores.shape
+    target_cols = np.asarray(target_cols, np.int64)
+    if target_cols.shape != (q,) or (target_cols < 0).any() or (target_cols >= n).any():
+        raise DataError("target not in the gallery")
+    if exclude_cols is not None:
+        exclude_cols = np.asarray(exclude_cols, np.int64)
+        rows = np.nonzero(exclude_cols >= 0)[0]
+        if (exclude_cols[rows] == target_cols[rows]).any():
+            raise DataError("a query's reference equals its target; cannot exclude it")
+        scores[rows, exclude_cols[rows]] = -np.inf
+    t = scores[np.arange(q), target_cols][:, None]
+    cols = np.arange(n)[None, :]
+    return ((scores > t) | ((scores == t) & (cols < target_cols[:, None]))).sum(1)
+
+
+def recall_at_k(ranks: np.ndarray, ks=(1, 10, 50)) -> dict[int, float]:
+    ranks = np.asarray(ranks)
+    return {k: float((ranks < k).mean()) if len(ranks) else float("nan") for k in ks}
+
+
+def evaluate_split(
+    split: CIRSplit, query_emb: np.ndarray, gallery_emb: np.ndarray, ks=(1, 10, 50)
+) -> dict[str, float]:
+    """Protocol metrics for ``split``. query_emb (T, E) row t = triplet t; gallery_emb (N, E)
+    row i = ``split.ids[i]``. Returns percentages."""
+    if len(query_emb) != len(split.triplets) or len(gallery_emb) != len(split.ids):
+        raise ValueError("embeddings do not match the split's triplets / items")
+    out: dict[str, float] = {}
+    per_k: dict[int, list[float]] = {k: [] for k in ks}
+    tri_cat = np.array([t.category for t in split.triplets])
+    for cat, gal_ids in split.galleries.items():
+        sel = np.nonzero(tri_cat == cat)[0]
+        if not len(sel):
+            continue
+        rows = split.rows(gal_ids)
+        col_of = {i: n for n, i in enumerate(gal_ids)}
+        missing = [split.triplets[t].target for t in sel if split.triplets[t].target not in col_of]
+        if missing:
+            raise DataError(f"target {missing[0]!r} is not in the {cat!r} gallery")
+        tcols = np.array([col_of[split.triplets[t].target] for t in sel])
+        excl = None
+        if split.exclude_reference:
+            excl = np.array([col_of.get(split.triplets[t].reference, -1) for t in sel])
+        ranks = target_ranks(query_emb[sel] @ gallery_emb[rows].T, tcols, excl)
+        r = recall_at_k(ranks, ks)
+        for k in ks:
+            out[f"R@{k}/{cat}"] = 100 * r[k]
+            per_k[k].append(100 * r[k])
+    for k in ks:
+        out[f"R@{k}"] = float(np.mean(per_k[k])) if per_k[k] else float("nan")
+    if split.exclude_reference:
+        out["avg"] = float(np.mean([out[f"R@{k}"] for k in ks]))
+    else:
+        out["avg"] = (out.get("R@10", np.nan) + out.get("R@50", np.nan)) / 2
+    return out

@@ -1,0 +1,326 @@
+"""MoA³CIR: five-tower composed image retrieval with Mixture of Attribute-Aware Attention.
+
+Towers (asymmetric: query and gallery sides have their own weights)
+
+* reference-image tower  ``ImageTower``: (b, 3, 32, 32) -> (b, 64, d) tokens (8x8 grid)
+* modification-text tower ``TextTower``: frozen MiniLM clause embeddings (b, lt, 384) -> (b, lt, d)
+* reference-description tower ``TextTower``: sentence embeddings (b, ld, 384) -> (b, ld, d)
+* target-image tower, target-description tower: same architectures, gallery side.
+
+MoA³ (``GroupedAttentionPool``): H = G*h heads split into G head groups, one per attribute
+group (category, colour, pattern, scale, finish, fabric). Group g pools the tokens X with its
+own queries::
+
+    slot_g = W_o^g [ softmax(q_{g,j} K_j^T / sqrt(d_h)) V_j ]_{j in heads of g}     (b, G, d_s)
+
+Reference slots r_g come from the reference image + description tokens, text slots t_g from the
+modification-text clauses. A router from ``moe`` (``route_topk`` with sigmoid activation,
+top-k over groups) reads the modification text and gives per-group weights a_g (zero outside
+the top k); the composed slot is ``c_g = (1 - a_g) r_g + a_g t_g`` (keep unmentioned
+attributes from the reference, take mentioned ones from the text). Query / gallery embeddings
+are the concatenation of unit-norm slots divided by sqrt(G), so ``q . g = mean_g cos(c_g, s_g)``.
+Attribute heads on every slot supervise the group specialisation; the router is supervised
+with the attribute groups the text mentions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+from moe import Routing, route_topk
+
+from .render import GROUPS, NUM_VALUES
+
+TEXT_DIM = 384
+
+
+@dataclass
+class MoA3Config:
+    """Configuration of :class:`MoA3CIR` (plain dataclass, saved with checkpoints)."""
+
+    d_model: int = 64
+    d_slot: int = 32
+    heads_per_group: int = 2
+    num_groups: int = len(GROUPS)
+    num_values: list[int] = field(default_factory=lambda: list(NUM_VALUES))
+    route_k: int = 3
+    attention: str = "moa3"  # "moa3" (grouped, routed) | "plain" (one multi-head pool, no groups)
+    routing: str = "router"  # "router" | "uniform" (MoA³ without routing: a_g = 1/2)
+    use_descriptions: bool = True
+    attr_weight: float = 0.5
+    router_weight: float = 0.5
+    init_temperature: float = 0.07
+
+    def __post_init__(self) -> None:
+        if self.attention not in ("moa3", "plain"):
+            raise ValueError(f"attention must be 'moa3' or 'plain', got {self.attention!r}")
+        if self.routing not in ("router", "uniform"):
+            raise ValueError(f"routing must be 'router' or 'uniform', got {self.routing!r}")
+        if not 1 <= self.route_k <= self.num_groups:
+            raise ValueError(f"route_k must be in [1, {self.num_groups}], got {self.route_k}")
+        if len(self.num_values) != self.num_groups:
+            raise ValueError("num_values needs one entry per attribute group")
+
+    @property
+    def embed_dim(self) -> int:
+        return self.num_groups * self.d_slot
+
+
+class ImageTower(nn.Module):
+    """Small CNN: (b, 3, 32, 32) uint8-range floats -> tokens (b, 64, d) with positions."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 32, 4, 2, 1),
+            nn.GroupNorm(8, 32),
+            nn.GELU(),
+            nn.Conv2d(32, 64, 3, 2, 1),
+            nn.GroupNorm(8, 64),
+            nn.GELU(),
+            nn.Conv2d(64, d, 3, 1, 1),
+            nn.GroupNorm(8, d),
+            nn.GELU(),
+        )
+        self.pos = nn.Parameter(torch.randn(1, 64, d) * 0.02)
+
+    def forward(self, img: torch.Tensor) -> torch.Tensor:
+        x = self.net(img / 255.0 - 0.5)
+        return rearrange(x, "b d h w -> b (h w) d") + self.pos
+
+
+class TextTower(nn.Module):
+    """Projection of frozen MiniLM embeddings: (b, l, 384) -> (b, l, d)."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(TEXT_DIM, 2 * d), nn.GELU(), nn.Linear(2 * d, d), nn.LayerNorm(d))
+        self.type_emb = nn.Parameter(torch.zeros(1, 1, d))
+
+    def forward(self, emb: torch.Tensor) -> torch.Tensor:
+        return self.net(emb) + self.type_emb
+
+
+class GroupedAttentionPool(nn.Module):
+    """Grouped multi-head attention pooling: tokens (b, l, d) + mask (b, l) -> slots (b, G, d_s).
+
+    G groups x h heads of size d_h = d_s / h; each head has a learned query. With G = 1 this is
+    ordinary multi-head attention pooling (the "plain attention" ablation).
+    """
+
+    def __init__(self, d: int, groups: int, heads_per_group: int, d_slot: int):
+        super().__init__()
+        if d_slot % heads_per_group:
+            raise ValueError("d_slot must be divisible by heads_per_group")
+        self.g, self.h, self.dh = groups, heads_per_group, d_slot // heads_per_group
+        n_heads = groups * heads_per_group
+        self.query = nn.Parameter(torch.randn(n_heads, self.dh) / math.sqrt(self.dh))
+        self.kv = nn.Linear(d, 2 * n_heads * self.dh)
+        self.out = nn.Parameter(torch.randn(groups, heads_per_group * self.dh, d_slot) / math.sqrt(d_slot))
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns slots (b, G, d_s) and attention weights (b, G*h, l)."""
+        k, v = rearrange(self.kv(self.norm(x)), "b l (two n e) -> two b n l e", two=2, e=self.dh)
+        logits = torch.einsum("ne,bnle->bnl", self.query, k) / math.sqrt(self.dh)
+        logits = logits.masked_fill(~mask[:, None, :], float("-inf"))
+        attn = logits.softmax(-1)
+        heads = torch.einsum("bnl,bnle->bne", attn, v)
+        heads = rearrange(heads, "b (g h) e -> b g (h e)", g=self.g)
+        return torch.einsum("bgi,gio->bgo", heads, self.out), attn
+
+
+def slots_to_embedding(slots: torch.Tensor) -> torch.Tensor:
+    """(b, G, d_s) -> (b, G*d_s) with unit-norm slots scaled so the embedding has norm 1."""
+    g = slots.shape[1]
+    return rearrange(F.normalize(slots, dim=-1) / math.sqrt(g), "b g d -> b (g d)")
+
+
+class AttributeHeads(nn.Module):
+    """One linear classifier per group on its slot: (b, G, d_s) -> list of (b, n_values_g)."""
+
+    def __init__(self, d_slot: int, num_values: list[int], shared_input: bool = False):
+        super().__init__()
+        self.shared_input = shared_input
+        self.heads = nn.ModuleList(nn.Linear(d_slot, n) for n in num_values)
+
+    def forward(self, slots: torch.Tensor) -> list[torch.Tensor]:
+        if self.shared_input:  # plain attention: every head reads the single pooled vector
+            return [h(slots[:, 0]) for h in self.heads]
+        return [h(slots[:, i]) for i, h in enumerate(self.heads)]
+
+
+def attribute_loss(logits: list[torch.Tensor], attrs: torch.Tensor | None) -> torch.Tensor:
+    """Mean cross-entropy over groups; attrs (b, G) long with -1 = not applicable/unknown."""
+    if attrs is None:
+        return logits[0].new_zeros(())
+    losses = [
+        F.cross_entropy(lg, attrs[:, i], ignore_index=-1)
+        for i, lg in enumerate(logits)
+        if (attrs[:, i] >= 0).any()
+    ]
+    return torch.stack(losses).mean() if losses else logits[0].new_zeros(())
+
+
+class MoA3CIR(nn.Module):
+    """Composed retrieval model. See the module docstring for the maths.
+
+    ``encode_query(batch)`` -> (q (b, E), info) with ``info["routing"]`` a ``moe.Routing``
+    (weights (b, k), indices (b, k)) and ``info["group_weights"]`` (b, G) dense weights;
+    ``encode_gallery(batch)`` -> (b, E). E = ``config.embed_dim``. Batches are dicts:
+    ``ref_img`` (b,3,32,32), ``ref_desc`` (b,ld,384), ``ref_desc_mask`` (b,ld) bool,
+    ``text`` (b,lt,384), ``text_mask`` (b,lt) bool; gallery: ``img``, ``desc``, ``desc_mask``.
+    """
+
+    def __init__(self, config: MoA3Config | None = None):
+        super().__init__()
+        self.config = c = config or MoA3Config()
+        groups = c.num_groups if c.attention == "moa3" else 1
+        d_slot = c.d_slot if c.attention == "moa3" else c.embed_dim
+        heads = c.heads_per_group if c.attention == "moa3" else c.heads_per_group * c.num_groups
+        self.q_image, self.g_image = ImageTower(c.d_model), ImageTower(c.d_model)
+        self.q_desc, self.g_desc = TextTower(c.d_model), TextTower(c.d_model)
+        self.q_text = TextTower(c.d_model)
+        self.ref_pool = GroupedAttentionPool(c.d_model, groups, heads, d_slot)
+        self.gal_pool = GroupedAttentionPool(c.d_model, groups, heads, d_slot)
+        if c.attention == "moa3":
+            self.text_pool = GroupedAttentionPool(c.d_model, groups, heads, d_slot)
+            self.router = nn.Linear(TEXT_DIM, c.num_groups)
+        self.attr_heads = AttributeHeads(d_slot, c.num_values, shared_input=c.attention == "plain")
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / c.init_temperature)))
+
+    # -- helpers
+    def _tokens(self, image_tower, desc_tower, img, desc, desc_mask):
+        img_tok = image_tower(img)
+        img_mask = torch.ones(img_tok.shape[:2], dtype=torch.bool, device=img_tok.device)
+        if not self.config.use_descriptions or desc is None:
+            return img_tok, img_mask
+        return torch.cat([img_tok, desc_tower(desc)], 1), torch.cat([img_mask, desc_mask], 1)
+
+    def route(self, text: torch.Tensor, text_mask: torch.Tensor) -> Routing:
+        """Routing over attribute groups from the mean clause embedding: weights (b, k)."""
+        m = text_mask.float()[..., None]
+        summary = (text * m).sum(1) / m.sum(1).clamp_min(1.0)
+        return route_topk(self.router(summary), self.config.route_k, activation="sigmoid", normalize=False)
+
+    # -- public API
+    def encode_query(self, batch: dict) -> tuple[torch.Tensor, dict]:
+        c = self.config
+        tok, mask = self._tokens(
+            self.q_image, self.q_desc, batch["ref_img"], batch.get("ref_desc"), batch.get("ref_desc_mask")
+        )
+        text_tok = self.q_text(batch["text"])
+        info: dict = {}
+        if c.attention == "plain":
+            slots, _ = self.ref_pool(torch.cat([tok, text_tok], 1), torch.cat([mask, batch["text_mask"]], 1))
+            info["composed_slots"] = slots
+            return slots_to_embedding(slots), info
+        ref_slots, _ = self.ref_pool(tok, mask)
+        text_slots, _ = self.text_pool(text_tok, batch["text_mask"])
+        if c.routing == "router":
+            routing = self.route(batch["text"], batch["text_mask"])
+            weights = routing.to_dense()
+            info["routing"] = routing
+        else:
+            weights = torch.full(ref_slots.shape[:2], 0.5, device=ref_slots.device)
+        composed = (1 - weights[..., None]) * ref_slots + weights[..., None] * text_slots
+        info.update(
+            group_weights=weights, ref_slots=ref_slots, text_slots=text_slots, composed_slots=composed
+        )
+        return slots_to_embedding(composed), info
+
+    def gallery_slots(self, batch: dict) -> torch.Tensor:
+        tok, mask = self._tokens(
+            self.g_image, self.g_desc, batch["img"], batch.get("desc"), batch.get("desc_mask")
+        )
+        return self.gal_pool(tok, mask)[0]
+
+    def encode_gallery(self, batch: dict) -> torch.Tensor:
+        return slots_to_embedding(self.gallery_slots(batch))
+
+    # -- losses used by train.py
+    def alignment_loss(self, items: dict) -> torch.Tensor:
+        """Phase 1: image<->description InfoNCE on both sides + attribute heads. items: gallery batch."""
+        total = items["img"].new_zeros(())
+        have_desc = (
+            self.config.use_descriptions and items.get("desc") is not None and bool(items["desc_mask"].any())
+        )
+        for image_tower, desc_tower, pool in (
+            (self.q_image, self.q_desc, self.ref_pool),
+            (self.g_image, self.g_desc, self.gal_pool),
+        ):
+            img_tok = image_tower(items["img"])
+            img_slots, _ = pool(img_tok, torch.ones(img_tok.shape[:2], dtype=torch.bool))
+            total = total + self.config.attr_weight * attribute_loss(
+                self.attr_heads(img_slots), items.get("attrs")
+            )
+            if have_desc:
+                has = items["desc_mask"].any(1)
+                desc_slots, _ = pool(desc_tower(items["desc"][has]), items["desc_mask"][has])
+                total = total + info_nce(
+                    slots_to_embedding(img_slots[has]), slots_to_embedding(desc_slots), self.logit_scale
+                )
+                total = total + self.config.attr_weight * attribute_loss(
+                    self.attr_heads(desc_slots), None if items.get("attrs") is None else items["attrs"][has]
+                )
+        return total
+
+    def auxiliary_loss(self, info: dict, batch: dict, gallery_slots: torch.Tensor | None) -> torch.Tensor:
+        """Attribute supervision of the slots + router supervision (phase 2)."""
+        c = self.config
+        loss = batch["ref_img"].new_zeros(())
+        if batch.get("tgt_attrs") is not None:
+            loss = loss + c.attr_weight * attribute_loss(
+                self.attr_heads(info["composed_slots"]), batch["tgt_attrs"]
+            )
+            if gallery_slots is not None:
+                loss = loss + c.attr_weight * attribute_loss(
+                    self.attr_heads(gallery_slots), batch["tgt_attrs"]
+                )
+        if "ref_slots" in info and batch.get("ref_attrs") is not None:
+            loss = loss + c.attr_weight * attribute_loss(
+                self.attr_heads(info["ref_slots"]), batch["ref_attrs"]
+            )
+        if "routing" in info and batch.get("changed") is not None:
+            logits = info["routing"].logits
+            loss = loss + c.router_weight * F.binary_cross_entropy_with_logits(
+                logits, batch["changed"].float()
+            )
+        return loss
+
+    def get_config(self) -> dict:
+        return asdict(self.config)
+
+
+def info_nce(
+    q: torch.Tensor,
+    g: torch.Tensor,
+    logit_scale: torch.Tensor,
+    extra_neg: torch.Tensor | None = None,
+    same: torch.Tensor | None = None,
+    neg_same: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """InfoNCE with learnable temperature: q (b, E) matches g (b, E) row-wise.
+
+    extra_neg (m, E): additional (hard) negatives; same (b, b) bool marks off-diagonal pairs that
+    are the same item (masked out, not treated as negatives); neg_same (b, m) bool does the same
+    for the extra negatives.
+    """
+    scale = logit_scale.clamp(max=math.log(100.0)).exp()
+    logits = scale * (q @ g.t())  # scale before masking: -inf * grad would give NaN
+    if same is not None:
+        logits = logits.masked_fill(
+            same & ~torch.eye(len(q), dtype=torch.bool, device=q.device), float("-inf")
+        )
+    if extra_neg is not None and len(extra_neg):
+        neg = scale * (q @ extra_neg.t())
+        if neg_same is not None:
+            neg = neg.masked_fill(neg_same, float("-inf"))
+        logits = torch.cat([logits, neg], 1)
+    return F.cross_entropy(logits, torch.arange(len(q), device=q.device))

@@ -1,0 +1,196 @@
+"""``mosaic`` command line: simulate | pretrain | stream | eval | bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from common.cli import cli_main
+from common.errors import DataError, InputError
+from common.io import atomic_write, write_json
+
+
+def _threads() -> None:
+    # the per-sample work is many tiny matrix ops: extra BLAS threads only add overhead
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(1)
+    threadpool_limits(1)
+
+
+def cmd_simulate(a: argparse.Namespace) -> int:
+    from streaming.data import STANDARD_CONFIGS, StreamConfig, generate_stream, save_stream
+
+    n, r, K = a.n, a.r, a.K
+    if a.config:
+        if a.config not in STANDARD_CONFIGS:
+            raise InputError(f"unknown config {a.config!r}; choose from {sorted(STANDARD_CONFIGS)}")
+        n, r, K = STANDARD_CONFIGS[a.config]
+    props = None if not a.proportions else [float(p) for p in a.proportions.split(",")]
+    cfg = StreamConfig(
+        n=n, r=r, K=K, obs_frac=a.obs_frac, noise_std=a.noise, proportions=props, epochs=a.epochs,
+        samples_per_epoch=a.samples_per_epoch, drift=a.drift, angle_rad=a.angle, n_replace=a.n_replace,
+        source_per_class=a.source_per_class, seed=a.seed,
+    )
+    stream = generate_stream(cfg)
+    save_stream(a.out, stream)
+    print(f"wrote {a.out}: T={stream.values.shape[0]} n={n} r={r} K={K} drift={a.drift} "
+          f"source={stream.source_values.shape[0]} drift points={stream.drift_points()}")
+    return 0
+
+
+def _source(stream, n_source: int) -> np.ndarray:
+    if stream.source_values is not None:
+        return stream.source_values
+    if n_source <= 0:
+        raise InputError("the stream file has no source_values; pass --n-source to pretrain on its first samples")
+    return stream.values[:n_source]
+
+
+def cmd_pretrain(a: argparse.Namespace) -> int:
+    from streaming.data import load_stream
+    from streaming.model import MoSAIC
+
+    _threads()
+    stream = load_stream(a.input)
+    model = MoSAIC(stream.n, a.r, a.K, seed=a.seed, pretrain_restarts=a.restarts)
+    model.fit(_source(stream, a.n_source))
+    model.save(a.out)
+    print(f"pretrained {a.K} experts of rank {a.r} on n={stream.n}; saved to {a.out}")
+    return 0
+
+
+def cmd_stream(a: argparse.Namespace) -> int:
+    from streaming.data import FORMAT_VERSION, load_stream
+    from streaming.model import MoSAIC
+
+    _threads()
+    stream = load_stream(a.input)
+    if a.model:
+        model = MoSAIC.load(a.model)
+        if model.n != stream.n:
+            raise InputError(f"model has n={model.n} but the stream has n={stream.n}")
+    else:
+        if a.K is None or a.r is None:
+            raise InputError("pass --model CHECKPOINT, or --K and --r (pretrained on the file's source unless --no-pretrain)")
+        model = MoSAIC(stream.n, a.r, a.K, seed=a.seed)
+        if not a.no_pretrain:
+            model.fit(_source(stream, a.n_source))
+    epoch = stream.epoch if (stream.epoch is not None and not a.ignore_epochs) else None
+    completed, routes = model.process(stream.values, epoch=epoch)
+    with atomic_write(a.output, "wb") as f:
+        np.savez_compressed(f, format_version=np.array(FORMAT_VERSION), completed=completed, routes=routes)
+    if a.save_model:
+        model.save(a.save_model)
+    print(f"wrote {a.output}: completed {completed.shape}, routes over {model.K} experts "
+          f"(counts {np.bincount(routes, minlength=model.K).tolist()}), re-seeds {len(model.reseeds)}")
+    return 0
+
+
+def cmd_eval(a: argparse.Namespace) -> int:
+    from streaming.data import load_stream
+    from streaming.evaluate import summarize
+
+    stream = load_stream(a.input)
+    try:
+        with np.load(a.completed, allow_pickle=False) as z:
+            completed, routes = z["completed"], z["routes"] if "routes" in z.files else None
+    except (OSError, ValueError, KeyError) as exc:
+        raise DataError(f"cannot read completed file {a.completed}: {exc}") from exc
+    if completed.shape != stream.values.shape:
+        raise DataError(f"completed has shape {completed.shape}, the stream {stream.values.shape}")
+    if stream.full is None:
+        raise DataError(f"{a.input} has no 'full' array: NRMSE on unobserved entries needs it")
+    row = summarize(stream, completed, routes)
+    print(json.dumps(row, indent=2))
+    if a.out:
+        write_json(a.out, row)
+    return 0
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    from streaming.bench import run_bench
+
+    _threads()
+    run_bench(Path(a.out), seeds=a.seeds, quick=a.quick, configs=a.configs, drifts=a.drifts,
+              workers=a.workers, fashion=not a.no_fashion, large=a.large)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mosaic", description="MoSAIC: online matrix completion on a drifting union of subspaces")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("simulate", help="generate a stream file (.npz)")
+    s.add_argument("--config", default=None, help="standard (n,r,K): 25-5-5, 50-5-10, 100-10-10, 100-25-5")
+    s.add_argument("--n", type=int, default=100)
+    s.add_argument("--r", type=int, default=10)
+    s.add_argument("--K", type=int, default=10)
+    s.add_argument("--obs-frac", type=float, default=0.4)
+    s.add_argument("--noise", type=float, default=0.05)
+    s.add_argument("--proportions", default=None, help="comma-separated class proportions")
+    s.add_argument("--epochs", type=int, default=4)
+    s.add_argument("--samples-per-epoch", type=int, default=2000)
+    s.add_argument("--drift", default="rotation", choices=["none", "rotation", "abrupt"])
+    s.add_argument("--angle", type=float, default=0.1, help="rotation angle per epoch (rad)")
+    s.add_argument("--n-replace", type=int, default=1, help="subspaces replaced per epoch (abrupt)")
+    s.add_argument("--source-per-class", type=int, default=0, help="pretraining samples per class (0 = auto)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", required=True, help="output .npz")
+    s.set_defaults(fn=cmd_simulate)
+
+    s = sub.add_parser("pretrain", help="pretrain MoSAIC experts on a file's source samples")
+    s.add_argument("--input", required=True)
+    s.add_argument("--K", type=int, required=True)
+    s.add_argument("--r", type=int, required=True)
+    s.add_argument("--restarts", type=int, default=6)
+    s.add_argument("--n-source", type=int, default=0, help="without source_values: pretrain on the first N samples")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", required=True, help="checkpoint directory")
+    s.set_defaults(fn=cmd_pretrain)
+
+    s = sub.add_parser("stream", help="complete a stream file sample by sample")
+    s.add_argument("--input", required=True)
+    s.add_argument("--output", required=True, help="output .npz with completed (T, n) and routes (T,)")
+    s.add_argument("--model", default=None, help="checkpoint from `mosaic pretrain`")
+    s.add_argument("--K", type=int, default=None)
+    s.add_argument("--r", type=int, default=None)
+    s.add_argument("--no-pretrain", action="store_true")
+    s.add_argument("--n-source", type=int, default=0)
+    s.add_argument("--ignore-epochs", action="store_true", help="do not tell the model where epochs start")
+    s.add_argument("--save-model", default=None, help="save the final model to this directory")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(fn=cmd_stream)
+
+    s = sub.add_parser("eval", help="metrics of a completed stream against the file's ground truth")
+    s.add_argument("--input", required=True)
+    s.add_argument("--completed", required=True)
+    s.add_argument("--out", default=None, help="write the metrics as JSON")
+    s.set_defaults(fn=cmd_eval)
+
+    s = sub.add_parser("bench", help="multi-seed benchmark vs baselines: table, CSV, plots")
+    s.add_argument("--out", default="results/streaming")
+    s.add_argument("--seeds", type=int, default=10)
+    s.add_argument("--quick", action="store_true", help="short streams, fewer methods' restarts")
+    s.add_argument("--configs", nargs="*", default=None)
+    s.add_argument("--drifts", nargs="*", default=None)
+    s.add_argument("--workers", type=int, default=1)
+    s.add_argument("--no-fashion", action="store_true")
+    s.add_argument("--large", action="store_true", help="also run the (10000, 10, 20) memory-scaling config")
+    s.set_defaults(fn=cmd_bench)
+    return p
+
+
+@cli_main
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""Streams of partially observed samples on a drifting union of subspaces, and their file format.
+
+Stream file format (``.npz``, format version 1)
+-----------------------------------------------
+=================  ==========================  ==================================================
+key                shape / dtype               meaning
+=================  ==========================  ==================================================
+``format_version`` ``()`` int                  ``1``; any other value is rejected
+``values``         ``(T, n)`` float            observed values, NaN where not observed (required)
+``labels``         ``(T,)`` int, optional      true subspace (class) of each sample
+``epoch``          ``(T,)`` int, optional      epoch of each sample (non-decreasing)
+``bases``          ``(E, K, n, r)``, optional  true orthonormal bases of each epoch
+``full``           ``(T, n)`` float, optional  every entry of each sample (for NRMSE on the unobserved)
+``source_values``  ``(S, n)`` float, optional  pretraining samples (NaN where not observed)
+``source_labels``  ``(S,)`` int, optional      their classes
+=================  ==========================  ==================================================
+
+Only ``values`` is needed to stream a file (``mosaic stream`` works on any such file); the other
+keys enable evaluation. ``mosaic stream`` writes an output ``.npz`` with ``format_version``,
+``completed (T, n)`` (the estimate of every entry when the sample arrived; observed entries are
+kept) and ``routes (T,)`` (the expert each sample was routed to).
+
+Generative model: sample ``t`` of class ``k_t`` in epoch ``e`` is ``x = U_{e,k} w + σ ε`` with
+``w ~ N(0, (n/r) I_r)`` (unit variance per entry), ``ε ~ N(0, I_n)``, and each coordinate observed
+independently with probability ``obs_frac``. Drift between epochs:
+
+* ``rotation``: each subspace moves along a fixed Grassmann geodesic, ``U_e = exp(e θ A_k) U_0``
+  with the skew-symmetric generator ``A_k = Q_k U_0ᵀ - U_0 Q_kᵀ`` (``Q_k ⟂ U_0`` orthonormal), i.e.
+  ``U_e = U_0 cos(eθ) + Q_k sin(eθ)``: every principal angle grows by ``θ = angle_rad`` per epoch.
+* ``abrupt``: at each epoch boundary ``n_replace`` randomly chosen subspaces are replaced by
+  fresh random ones (the class index is kept).
+* ``none``: fixed subspaces.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from common.errors import DataError, InputError
+from common.io import atomic_write
+from streaming.linalg import orthonormalize, random_bases
+
+FORMAT_VERSION = 1
+DRIFT_KINDS = ("none", "rotation", "abrupt")
+
+#: the issue's standard (n, r, K) configurations; ``large`` is the memory-scaling check.
+STANDARD_CONFIGS: dict[str, tuple[int, int, int]] = {
+    "25-5-5": (25, 5, 5),
+    "50-5-10": (50, 5, 10),
+    "100-10-10": (100, 10, 10),
+    "100-25-5": (100, 25, 5),
+}
+LARGE_CONFIG: tuple[int, int, int] = (10000, 10, 20)
+
+
+@dataclass
+class StreamConfig:
+    """Parameters of a synthetic union-of-subspaces stream (see the module docstring)."""
+
+    n: int = 100
+    r: int = 10
+    K: int = 10
+    obs_frac: float = 0.4
+    noise_std: float = 0.05
+    proportions: list[float] | None = None  # class proportions (default uniform)
+    epochs: int = 4
+    samples_per_epoch: int = 2000
+    drift: str = "rotation"
+    angle_rad: float = 0.1  # per epoch, for drift="rotation"
+    n_replace: int = 1  # subspaces replaced per epoch boundary, for drift="abrupt"
+    source_per_class: int = 0  # pretraining samples per class; 0 = auto (max(30 r, 4 r n / (m - r)))
+    seed: int = 0
+    dtype: str = field(default="float64")
+
+    def validate(self) -> None:
+        if self.K < 1:
+            raise InputError(f"K must be >= 1, got {self.K}")
+        if not 1 <= self.r < self.n:
+            raise InputError(f"rank r must satisfy 1 <= r < n, got r={self.r}, n={self.n}")
+        if not 0.0 < self.obs_frac <= 1.0:
+            raise InputError(f"obs_frac must be in (0, 1], got {self.obs_frac}")
+        if self.noise_std < 0:
+            raise InputError(f"noise_std must be >= 0, got {self.noise_std}")
+        if self.epochs < 1 or self.samples_per_epoch < 1:
+            raise InputError("epochs and samples_per_epoch must be >= 1")
+        if self.drift not in DRIFT_KINDS:
+            raise InputError(f"drift must be one of {DRIFT_KINDS}, got {self.drift!r}")
+        if self.drift == "abrupt" and not 1 <= self.n_replace <= self.K:
+            raise InputError(f"n_replace must be in [1, K={self.K}], got {self.n_replace}")
+        if self.proportions is not None:
+            p = np.asarray(self.proportions, dtype=float)
+            if p.shape != (self.K,) or (p < 0).any() or p.sum() <= 0:
+                raise InputError(f"proportions must be {self.K} non-negative numbers with a positive sum")
+
+    def n_source(self) -> int:
+        if self.source_per_class > 0:
+            return self.source_per_class
+        m = max(self.obs_frac * self.n - self.r, 1.0)
+        return int(max(30 * self.r, 4 * self.r * self.n / m))
+
+
+@dataclass
+class Stream:
+    """A stream in memory; fields mirror the file keys (see the module docstring)."""
+
+    values: np.ndarray  # (T, n), NaN = unobserved
+    labels: np.ndarray | None = None  # (T,)
+    epoch: np.ndarray | None = None  # (T,)
+    bases: np.ndarray | None = None  # (E, K, n, r)
+    full: np.ndarray | None = None  # (T, n)
+    source_values: np.ndarray | None = None  # (S, n)
+    source_labels: np.ndarray | None = None  # (S,)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return self.values.shape[1]
+
+    def drift_points(self) -> list[int]:
+        """Sample indices where a new epoch starts."""
+        if self.epoch is None:
+            return []
+        return [int(t) for t in np.flatnonzero(np.diff(self.epoch) != 0) + 1]
+
+
+def _draw_samples(rng, bases_k: np.ndarray, labels: np.ndarray, cfg: StreamConfig):
+    """``bases_k (K, n, r)``, ``labels (N,)`` -> (values with NaN, full)."""
+    N = labels.shape[0]
+    W = rng.standard_normal((N, cfg.r)) * np.sqrt(cfg.n / cfg.r)
+    full = np.einsum("nir,nr->ni", bases_k[labels], W)
+    full += cfg.noise_std * rng.standard_normal(full.shape)
+    observed = rng.random(full.shape) < cfg.obs_frac
+    empty = ~observed.any(1)  # every sample keeps at least one observed entry
+    observed[empty, rng.integers(0, cfg.n, empty.sum())] = True
+    values = np.where(observed, full, np.nan)
+    return values.astype(cfg.dtype), full.astype(cfg.dtype)
+
+
+def epoch_bases(cfg: StreamConfig, rng: np.random.Generator) -> np.ndarray:
+    """True bases ``(epochs, K, n, r)`` for the configured drift."""
+    U0 = random_bases(rng, cfg.K, cfg.n, cfg.r)
+    bases = np.empty((cfg.epochs, cfg.K, cfg.n, cfg.r))
+    bases[0] = U0
+    if cfg.drift == "rotation":
+        # Q_k: orthonormal directions orthogonal to U_0 (at most n - r of them)
+        q = min(cfg.r, cfg.n - cfg.r)
+        G = rng.standard_normal((cfg.K, cfg.n, q))
+        G -= U0 @ (U0.transpose(0, 2, 1) @ G)
+        Q = orthonormalize(G)
+        for e in range(1, cfg.epochs):
+            c, s = np.cos(e * cfg.angle_rad), np.sin(e * cfg.angle_rad)
+            Ue = U0.copy()
+            Ue[:, :, :q] = U0[:, :, :q] * c + Q * s
+            bases[e] = Ue
+    elif cfg.drift == "abrupt":
+        for e in range(1, cfg.epochs):
+            bases[e] = bases[e - 1]
+            for k in rng.choice(cfg.K, size=cfg.n_replace, replace=False):
+                bases[e, k] = random_bases(rng, 1, cfg.n, cfg.r)[0]
+    else:
+        bases[1:] = U0
+    return bases
+
+
+def generate_stream(cfg: StreamConfig) -> Stream:
+    """Draw a stream and its pretraining source (samples of the epoch-0 subspaces)."""
+    cfg.validate()
+    rng = np.random.default_rng(cfg.seed)
+    bases = epoch_bases(cfg, rng)
+    p = np.full(cfg.K, 1.0 / cfg.K) if cfg.proportions is None else np.asarray(cfg.proportions, float)
+    p = p / p.sum()
+    src_labels = np.repeat(np.arange(cfg.K), cfg.n_source())
+    rng.shuffle(src_labels)
+    src_values, _ = _draw_samples(rng, bases[0], src_labels, cfg)
+    values, full, labels, epoch = [], [], [], []
+    for e in range(cfg.epochs):
+        lab = rng.choice(cfg.K, size=cfg.samples_per_epoch, p=p)
+        v, f = _draw_samples(rng, bases[e], lab, cfg)
+        values.append(v), full.append(f), labels.append(lab), epoch.append(np.full(lab.shape, e))
+    return Stream(
+        values=np.concatenate(values),
+        labels=np.concatenate(labels),
+        epoch=np.concatenate(epoch),
+        bases=bases,
+        full=np.concatenate(full),
+        source_values=src_values,
+        source_labels=src_labels,
+        meta={"config": asdict(cfg)},
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# file format
+# ---------------------------------------------------------------------------------------------
+_OPTIONAL = ("labels", "epoch", "bases", "full", "source_values", "source_labels")
+
+
+def save_stream(path: str | os.PathLike, stream: Stream) -> Path:
+    """Write ``stream`` as a version-1 ``.npz`` (atomically)."""
+    arrays = {"format_version": np.array(FORMAT_VERSION), "values": stream.values}
+    for key in _OPTIONAL:
+        value = getattr(stream, key)
+        if value is not None:
+            arrays[key] = value
+    path = Path(path)
+    with atomic_write(path, "wb") as f:
+        np.savez_compressed(f, **arrays)
+    return path
+
+
+def check_values(values: np.ndarray, name: str = "values") -> np.ndarray:
+    """Validate a ``(T, n)`` float matrix with NaN = unobserved; returns it as float64."""
+    values = np.asarray(values)
+    if values.ndim != 2 or values.shape[0] < 1 or values.shape[1] < 2:
+        raise DataError(f"{name} must be a (T, n) matrix with T >= 1 and n >= 2, got shape {values.shape}")
+    if not np.issubdtype(values.dtype, np.floating):
+        raise DataError(f"{name} must be floating point (NaN marks unobserved), got {values.dtype}")
+    if np.isinf(values).any():
+        raise DataError(f"{name} contain inf; mark unobserved entries with NaN")
+    empty = np.flatnonzero(np.isnan(values).all(1))
+    if empty.size:
+        raise DataError(f"{name}: sample {int(empty[0])} has no observed entry ({empty.size} such samples)")
+    return values.astype(np.float64, copy=False)
+
+
+def load_stream(path: str | os.PathLike) -> Stream:
+    """Read and validate a stream file (DataError on unreadable, wrong version or bad shapes)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"stream file not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise DataError(f"cannot read stream file {path}: {exc}") from exc
+    if "format_version" not in data:
+        raise DataError(f"{path} is not a stream file: no format_version key")
+    version = int(np.asarray(data["format_version"]).reshape(-1)[0])
+    if version != FORMAT_VERSION:
+        raise DataError(f"{path} has stream format version {version}, this reader supports {FORMAT_VERSION}")
+    if "values" not in data:
+        raise DataError(f"{path} has no 'values' array")
+    values = check_values(data["values"], f"{path.name}: values")
+    T, n = values.shape
+    out = Stream(values=values)
+    for key in _OPTIONAL:
+        if key in data:
+            setattr(out, key, data[key])
+    for key, shape in (("labels", (T,)), ("epoch", (T,)), ("full", (T, n))):
+        arr = getattr(out, key)
+        if arr is not None and arr.shape != shape:
+            raise DataError(f"{path.name}: {key} must have shape {shape}, got {arr.shape}")
+    if out.bases is not None and (out.bases.ndim != 4 or out.bases.shape[2] != n):
+        raise DataError(f"{path.name}: bases must have shape (epochs, K, {n}, r), got {out.bases.shape}")
+    if out.epoch is not None and (np.diff(out.epoch) < 0).any():
+        raise DataError(f"{path.name}: epoch must be non-decreasing")
+    if out.source_values is not None:
+        out.source_values = check_values(out.source_values, f"{path.name}: source_values")
+        if out.source_values.shape[1] != n:
+            raise DataError(f"{path.name}: source_values must have {n} columns")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Fashion-MNIST as a union of class subspaces
+# ---------------------------------------------------------------------------------------------
+def fashion_mnist_stream(
+    classes: tuple[int, ...] = (0, 1, 5, 7, 8),
+    side: int = 14,
+    obs_frac: float = 0.4,
+    samples_per_epoch: int = 1000,
+    epochs: int = 3,
+    source_per_class: int = 300,
+    seed: int = 0,
+    folder: Path | None = None,
+) -> Stream:
+    """Fashion-MNIST images (downsampled to ``side × side``, pixels in [0, 1]) as a stream.
+
+    Pretraining source: ``source_per_class`` training images per class, uniform mix. Stream
+    (test images): epoch 0 uniform class mix; epoch 1 a skewed mix (half the samples from the
+    first two classes); epoch 2 a change of appearance (images shifted right by one pixel and
+    contrast-reduced to 0.7). ``labels`` are indices into ``classes``. ``n = side²``.
+    """
+    from common.data_dir import load_fashion_mnist
+
+    if side not in (7, 14, 28):
+        raise InputError(f"side must be 7, 14 or 28, got {side}")
+    rng = np.random.default_rng(seed)
+    tr_x, tr_y = load_fashion_mnist("train", folder)
+    te_x, te_y = load_fashion_mnist("test", folder)
+    f = 28 // side
+
+    def prep(img: np.ndarray) -> np.ndarray:
+        return img.astype(np.float64).reshape(-1, side, f, side, f).mean((2, 4)).reshape(len(img), -1) / 255.0
+
+    def pick(x, y, counts):
+        idx = np.concatenate([rng.choice(np.flatnonzero(y == c), size=k, replace=False) for c, k in zip(classes, counts, strict=True)])
+        lab = np.concatenate([np.full(k, i) for i, k in enumerate(counts)])
+        order = rng.permutation(idx.size)
+        return x[idx[order]], lab[order]
+
+    def mask(full):
+        observed = rng.random(full.shape) < obs_frac
+        observed[~observed.any(1), 0] = True
+        return np.where(observed, full, np.nan)
+
+    C = len(classes)
+    sx, sl = pick(tr_x, tr_y, [source_per_class] * C)
+    src = prep(sx)
+    mixes = [np.full(C, 1.0 / C), np.r_[np.full(2, 0.25), np.full(C - 2, 0.5 / (C - 2))], np.full(C, 1.0 / C)]
+    vals, fulls, labs, eps = [], [], [], []
+    for e in range(epochs):
+        counts = np.round(mixes[min(e, 2)] * samples_per_epoch).astype(int)
+        ex, el = pick(te_x, te_y, counts)
+        if e >= 2:
+            ex = (np.roll(ex, 1, axis=2) * 0.7).astype(np.float64)
+        full = prep(ex)
+        vals.append(mask(full)), fulls.append(full), labs.append(el), eps.append(np.full(el.shape, e))
+    return Stream(
+        values=np.concatenate(vals),
+        labels=np.concatenate(labs),
+        epoch=np.concatenate(eps),
+        full=np.concatenate(fulls),
+        source_values=mask(src),
+        source_labels=sl,
+        meta={"dataset": "fashion-mnist", "classes": list(classes), "side": side, "obs_frac": obs_frac},
+    )

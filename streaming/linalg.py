@@ -1,0 +1,149 @@
+"""Numerical primitives shared by MoSAIC and the baselines (NumPy, float64).
+
+Notation: ``n`` ambient dimension, ``r`` subspace rank, ``K`` experts, ``m = |Ω|`` observed
+coordinates of one sample, ``N`` samples. A subspace is an orthonormal basis ``U (n, r)``.
+Missing data is given either as a zero-filled matrix ``X0 (N, n)`` plus a boolean mask
+``M (N, n)``, or per sample as observed indices ``idx (m,)`` and values ``x_obs (m,)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+RIDGE = 1e-10  # keeps the normal equations solvable when |Ω| <= r; negligible otherwise
+
+
+def orthonormalize(A: np.ndarray) -> np.ndarray:
+    """Orthonormal basis of the column span of ``A (..., n, r)`` (reduced QR, sign-fixed)."""
+    Q, R = np.linalg.qr(A)
+    signs = np.sign(np.diagonal(R, axis1=-2, axis2=-1))
+    signs[signs == 0] = 1.0
+    return Q * signs[..., None, :]
+
+
+def random_bases(rng: np.random.Generator, K: int, n: int, r: int) -> np.ndarray:
+    """``(K, n, r)`` independent uniformly random orthonormal bases."""
+    return orthonormalize(rng.standard_normal((K, n, r)))
+
+
+def fit_observed(
+    U: np.ndarray, idx: np.ndarray, x_obs: np.ndarray, ridge: float = RIDGE
+) -> tuple[np.ndarray, np.ndarray]:
+    """(Ridge) least-squares fit of one partially observed sample under every basis.
+
+    ``U (K, n, r)``, ``idx (m,)``, ``x_obs (m,)`` -> ``w (K, r)`` = argmin ||x_Ω - U_Ω w||² + λ||w||²
+    and ``res (K,)`` = the minimised objective (via ||x_Ω||² - b·w, b = U_Ωᵀ x_Ω), which is the
+    residual energy when λ is negligible. Cost O(K m r²).
+    """
+    Uo = U[:, idx, :]  # (K, m, r)
+    Uo_t = Uo.transpose(0, 2, 1)
+    G = Uo_t @ Uo  # (K, r, r)
+    b = Uo_t @ x_obs  # (K, r)
+    r = U.shape[2]
+    G[:, np.arange(r), np.arange(r)] += ridge
+    w = np.linalg.solve(G, b[..., None])[..., 0]
+    res = float(x_obs @ x_obs) - np.einsum("kr,kr->k", b, w)
+    return w, np.maximum(res, 0.0)
+
+
+def batch_fit(
+    U: np.ndarray, X0: np.ndarray, M: np.ndarray, chunk: int = 2048, ridge: float = RIDGE
+) -> tuple[np.ndarray, np.ndarray]:
+    """Least-squares fit of ``N`` masked samples under each of ``K`` bases.
+
+    ``U (K, n, r)``, ``X0 (N, n)`` zero-filled values, ``M (N, n)`` bool mask ->
+    ``W (N, K, r)`` coefficients and ``res (N, K)`` residual energies on Ω.
+    Gram matrices come from one matmul ``M @ vec(U_i U_iᵀ)``: O(N n K r²).
+    """
+    K, n, r = U.shape
+    outer = np.einsum("kia,kib->ikab", U, U).reshape(n, K * r * r)  # (n, K r r)
+    Mf = M.astype(U.dtype)
+    W = np.empty((X0.shape[0], K, r))
+    res = np.empty((X0.shape[0], K))
+    eye = ridge * np.eye(r)
+    for s in range(0, X0.shape[0], chunk):
+        Ms, Xs = Mf[s : s + chunk], X0[s : s + chunk]
+        G = (Ms @ outer).reshape(-1, K, r, r) + eye
+        b = np.einsum("ni,kia->nka", Xs, U)
+        w = np.linalg.solve(G, b[..., None])[..., 0]
+        W[s : s + chunk] = w
+        res[s : s + chunk] = np.maximum((Xs * Xs).sum(1)[:, None] - np.einsum("nka,nka->nk", b, w), 0.0)
+    return W, res
+
+
+def als_subspace(
+    X0: np.ndarray,
+    M: np.ndarray,
+    r: int,
+    U0: np.ndarray | None = None,
+    iters: int = 15,
+    weights: np.ndarray | None = None,
+) -> np.ndarray:
+    """Rank-``r`` subspace of partially observed samples by alternating least squares.
+
+    Minimises sum_j weights_j ||x_{j,Ω_j} - (U w_j)_{Ω_j}||² over ``U (n, r)`` and ``w_j``.
+    ``X0 (N, n)`` zero-filled, ``M (N, n)`` bool. Initialised by ``U0`` or by the top-r left
+    singular vectors of the zero-filled, column-rescaled data. Returns an orthonormal ``(n, r)``.
+    Rows of ``U`` observed fewer than ``r`` times keep their previous value.
+    """
+    N, n = X0.shape
+    Mf = M.astype(float)
+    wts = np.ones(N) if weights is None else np.asarray(weights, dtype=float)
+    if U0 is None:
+        frac = np.maximum(Mf.mean(0), 1e-12)
+        Y = (X0 * np.sqrt(wts)[:, None]) / frac
+        _, _, Vt = np.linalg.svd(Y, full_matrices=False)
+        U = Vt[:r].T
+        if U.shape[1] < r:  # fewer samples than the rank: pad with random directions
+            extra = np.random.default_rng(0).standard_normal((n, r - U.shape[1]))
+            U = np.concatenate([U, extra], 1)
+        U = orthonormalize(U)
+    else:
+        U = U0.copy()
+    for _ in range(iters):
+        W, _ = batch_fit(U[None], X0, M)
+        W = W[:, 0]  # (N, r)
+        Ww = W * wts[:, None]
+        A = (Mf.T @ np.einsum("ja,jb->jab", Ww, W).reshape(N, r * r)).reshape(n, r, r)
+        # relative Tikhonov term: scale-free, keeps rows seen by few samples solvable
+        A += (1e-8 * np.trace(A, axis1=1, axis2=2)[:, None, None] / r + 1e-12) * np.eye(r)
+        rhs = (X0.T @ Ww)  # (n, r); X0 is zero off Ω
+        seen = (Mf.T @ (wts > 0)) >= r  # a row needs r observations to be determined
+        U_new = U.copy()
+        U_new[seen] = np.linalg.solve(A[seen], rhs[seen][..., None])[..., 0]
+        U = orthonormalize(U_new)
+    return U
+
+
+def grouse_step(U: np.ndarray, idx: np.ndarray, x_obs: np.ndarray, w: np.ndarray, eta: float) -> None:
+    """One greedy GROUSE step on ``U (n, r)`` in place (Balzano et al. 2010; Zhang & Balzano 2016).
+
+    With ``p = U w`` and the residual ``ρ`` (``x_Ω - p_Ω`` on Ω, 0 elsewhere), rotate along the
+    Grassmann geodesic ``U += ((cos θ - 1) p/||p|| + sin θ ρ/||ρ||) wᵀ/||w||`` by the angle
+    ``θ = η · arctan(||ρ|| / ||p||)``; ``η = 1`` makes the imputed sample lie in the new span.
+    Cost O(n r); orthonormality is preserved exactly (rank-one rotation).
+    """
+    p = U @ w
+    rho = x_obs - p[idx]
+    rnorm = float(np.sqrt(rho @ rho))
+    pnorm = float(np.sqrt(p @ p))
+    wnorm = float(np.sqrt(w @ w))
+    if rnorm < 1e-12 or pnorm < 1e-12 or wnorm < 1e-12:
+        return
+    theta = eta * np.arctan(rnorm / pnorm)
+    step = ((np.cos(theta) - 1.0) / pnorm) * p
+    step[idx] += (np.sin(theta) / rnorm) * rho
+    U += np.outer(step, w / wnorm)
+
+
+def projection_distance(U: np.ndarray, V: np.ndarray) -> float:
+    """Normalised projection distance ``||UUᵀ - VVᵀ||_F / sqrt(r_U + r_V)`` in [0, 1].
+
+    For equal ranks this is the root-mean-square sine of the principal angles.
+    """
+    ru, rv = U.shape[1], V.shape[1]
+    # ||UUᵀ - VVᵀ||² = ||(I - UUᵀ)V||² + ||(I - VVᵀ)U||²: residual norms avoid the cancellation
+    # of r_U + r_V - 2||UᵀV||² near zero
+    C = U.T @ V
+    sq = np.linalg.norm(V - U @ C) ** 2 + np.linalg.norm(U - V @ C.T) ** 2
+    return float(np.sqrt(sq / (ru + rv)))

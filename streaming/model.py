@@ -1,0 +1,418 @@
+"""MoSAIC: a mixture of subspace experts for online matrix completion on a drifting union of subspaces.
+
+Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``. For a sample ``x`` observed on
+``Ω`` (``m = |Ω|`` entries):
+
+1. **Route** (hard, score-based, through ``moe.route_by_score``): the score of expert ``k`` is the
+   normalised least-squares residual ``s_k = min_w (||x_Ω - U_{k,Ω} w||² + λ||w||²) / ||x_Ω||²``
+   (``λ = σ̂²/var(w)`` estimated at pretraining, the MAP fit; ~0 without pretraining); the sample
+   goes to ``k* = argmin_k s_k`` (ties to the lower index).
+2. **Complete**: ``x̂ = U_{k*} w_{k*}`` on the unobserved entries, ``x_Ω`` on the observed ones.
+3. **Update only expert k*** with one greedy GROUSE step (``streaming.linalg.grouse_step``) of
+   angle ``θ = η_t · arctan(||ρ||/||p||)``, with the step-size schedule (sublinear contraction
+   within an epoch)
+
+       η_t = max(η_min, η_0 / sqrt(1 + t_k / τ)),
+
+   where ``t_k`` counts the updates of expert ``k`` since the start of the current epoch (epoch
+   changes are given by the caller, or detected when the expert's fast residual average exceeds
+   ``drift_factor`` × its slow average), since its last re-seed, or since pretraining.
+4. **Change detection** (abrupt replacement of a subspace): a sample whose best score exceeds
+   both ``novelty · (1 - r/m)`` (a fraction of what a random subspace leaves) and
+   ``spike_factor ×`` the routed expert's running residual level is *novel*: it updates no
+   expert, its unobserved entries are predicted as 0 (abstention), and it goes to a buffer. Once the buffer holds ``reseed_min`` samples, a rank-r subspace
+   is fitted to it (ALS with trimming); when at least half the buffer fits it, it re-seeds the
+   expert whose recent share of traffic fell most relative to its long-run share (experts
+   re-seeded within the last window are protected).
+
+Per-sample cost: O(K m r²) for routing, O(n r) for the update. State is O(K n r).
+Pretraining (``fit``) is batch k-subspaces with missing data, seeded by spectral clustering of
+co-observed affinities, then by online passes from random bases on further restarts
+(``streaming.train.k_subspaces_missing``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from common.checkpoint import load_checkpoint, save_checkpoint
+from common.errors import CheckpointError, InputError
+from moe.routing import route_by_score
+from streaming.linalg import (
+    RIDGE,
+    als_subspace,
+    batch_fit,
+    fit_observed,
+    grouse_step,
+    orthonormalize,
+    random_bases,
+)
+
+_TINY = 1e-300
+
+
+@dataclass
+class MoSAICConfig:
+    """Hyper-parameters of MoSAIC (defaults are the ones used in the benchmark)."""
+
+    n: int
+    r: int
+    K: int
+    eta0: float = 0.5
+    eta_min: float = 0.05
+    tau: float = 0.0  # 0 = auto: 2 r
+    schedule: str = "sublinear"  # or "constant" (η = eta0 always, k-GROUSE style)
+    detect: bool = True
+    novelty: float = 0.3
+    spike_factor: float = 8.0
+    reseed_min: int = 0  # 0 = auto from n, r and the observed count
+    drift_factor: float = 4.0
+    pretrain_restarts: int = 6
+    pretrain_passes: int = 2
+    pretrain_iters: int = 30
+    pretrain_spectral: bool = True
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.K < 1:
+            raise InputError(f"K must be >= 1, got {self.K}")
+        if self.n < 2:
+            raise InputError(f"n must be >= 2, got {self.n}")
+        if not 1 <= self.r < self.n:
+            raise InputError(f"rank r must satisfy 1 <= r < n, got r={self.r}, n={self.n}")
+        if self.schedule not in ("sublinear", "constant"):
+            raise InputError(f"schedule must be 'sublinear' or 'constant', got {self.schedule!r}")
+        if not (0 < self.eta0 <= 1 and 0 <= self.eta_min <= self.eta0):
+            raise InputError("step sizes must satisfy 0 <= eta_min <= eta0 <= 1, eta0 > 0")
+
+
+def as_observed(x: np.ndarray, mask: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validate samples at the API boundary.
+
+    ``x (n,)`` or ``(B, n)``; ``mask`` bool of the same shape (True = observed) or None, meaning
+    "observed where x is not NaN". Returns ``(X0 (B, n) zero-filled float64, M (B, n) bool)``.
+    Raises InputError for a wrong dimension, a sample with no observed entry, or a NaN/inf
+    observed value. Nothing is modified, so a rejected batch leaves a model untouched.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[None]
+    if x.ndim != 2 or x.shape[1] != n:
+        raise InputError(f"samples must have shape ({n},) or (B, {n}), got {x.shape}")
+    if mask is None:
+        M = ~np.isnan(x)
+    else:
+        M = np.asarray(mask)
+        if M.ndim == 1:
+            M = M[None]
+        if M.shape != x.shape:
+            raise InputError(f"mask must have the shape of x {x.shape}, got {M.shape}")
+        M = M.astype(bool)
+    empty = ~M.any(1)
+    if empty.any():
+        raise InputError(f"sample {int(np.flatnonzero(empty)[0])} has no observed entry")
+    if not np.isfinite(x[M]).all():
+        raise InputError("observed values contain NaN or inf")
+    return np.where(M, x, 0.0), M
+
+
+class MoSAIC:
+    """Mixture of subspace experts (see the module docstring for the algorithm).
+
+    Shapes: ``n`` ambient dimension, ``r`` rank, ``K`` experts; ``bases`` is ``(K, n, r)``.
+    sklearn-style API: ``fit(source)``, ``partial_fit(x, mask)``, ``complete(x, mask)``,
+    ``route(x, mask)``; ``process`` does route + complete + update in one pass (what a stream
+    uses). Deterministic under ``config.seed``.
+    """
+
+    def __init__(self, n: int, r: int, K: int, **kwargs) -> None:
+        self.config = MoSAICConfig(n=n, r=r, K=K, **kwargs)
+        self.config.validate()
+        self._rng = np.random.default_rng(self.config.seed)
+        self.bases = random_bases(self._rng, K, n, r)
+        self.t = np.zeros(K)  # updates since epoch start / re-seed (drives the schedule)
+        self.level = np.ones(K)  # EWMA of normalised residual of accepted samples
+        self.level_slow = np.ones(K)
+        self.mature = np.zeros(K, bool)
+        self.n_updates = np.zeros(K, np.int64)
+        self.long_counts = np.zeros(K)
+        self.n_seen = 0
+        self.epoch = 0
+        self._mean_m = float(n)
+        self._window = np.full(self._window_len(), -1, np.int64)
+        self._buffer: list[tuple[np.ndarray, np.ndarray]] = []
+        self._next_try = 0
+        self._reseeded_at = np.full(K, -(10**12), np.int64)
+        self.reseeds: list[tuple[int, int]] = []  # (sample index, expert)
+        self.pretrained = False
+        self.ridge = RIDGE  # λ of the least-squares fits; set to σ̂²/var(w) by ``fit``
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def n(self) -> int:
+        return self.config.n
+
+    @property
+    def r(self) -> int:
+        return self.config.r
+
+    @property
+    def K(self) -> int:
+        return self.config.K
+
+    def _tau(self) -> float:
+        return self.config.tau if self.config.tau > 0 else 2.0 * self.r
+
+    def reseed_min(self) -> int:
+        """Buffer size that triggers a re-seed: enough observations to pin down ``n r`` unknowns."""
+        if self.config.reseed_min > 0:
+            return self.config.reseed_min
+        dof = max(self._mean_m - self.r, 1.0)
+        return int(np.ceil(2.0 * self.n * self.r / dof)) + self.r
+
+    def _window_len(self) -> int:
+        return max(50, self.K * self.reseed_min())
+
+    def step_size(self, k: int) -> float:
+        c = self.config
+        if c.schedule == "constant":
+            return c.eta0
+        return max(c.eta_min, c.eta0 / np.sqrt(1.0 + self.t[k] / self._tau()))
+
+    def _scores(self, idx: np.ndarray, xo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        w, res = fit_observed(self.bases, idx, xo, self.ridge)
+        return w, res / max(float(xo @ xo), _TINY)
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the model state (bases + per-expert counters + change buffer)."""
+        buf = sum(i.nbytes + v.nbytes for i, v in self._buffer)
+        per_k = self.t.nbytes + self.level.nbytes + self.level_slow.nbytes + self.mature.nbytes
+        return int(self.bases.nbytes + per_k + self.n_updates.nbytes + self.long_counts.nbytes + self._window.nbytes + buf)
+
+    # ------------------------------------------------------------------ pretraining
+    def fit(self, source: np.ndarray, mask: np.ndarray | None = None) -> MoSAIC:
+        """Pretrain the experts on source samples ``(S, n)`` (NaN = unobserved, or ``mask``).
+
+        Runs k-subspaces with missing data (online seeding passes + restarts + batch
+        refinement), then sets each expert's residual level from its assigned samples.
+        """
+        from streaming.train import k_subspaces_missing
+
+        X0, M = as_observed(source, mask, self.n)
+        c = self.config
+        result = k_subspaces_missing(
+            X0, M, self.K, self.r, restarts=c.pretrain_restarts, online_passes=c.pretrain_passes,
+            iters=c.pretrain_iters, seed=c.seed, spectral=c.pretrain_spectral,
+        )
+        self.bases = result.bases.copy()
+        for k in range(self.K):
+            s = result.scores[result.labels == k]
+            lvl = float(np.median(s)) if s.size else 1.0
+            self.level[k] = self.level_slow[k] = max(lvl, 1e-6)
+            self.t[k] = s.size
+            self.long_counts[k] = s.size
+        self.mature[:] = True
+        self._mean_m = float(M.sum(1).mean())
+        # Wiener / MAP ridge for x = U w + ε: λ = σ̂² / var(w), with the noise variance per entry
+        # estimated from the residuals (dof m - r) and var(w) from the fitted coefficients;
+        # λ = 0 (up to RIDGE) for noise-free data, so exact recovery stays exact.
+        W, res = batch_fit(self.bases, X0, M)
+        rows = np.arange(len(result.labels))
+        m = M.sum(1)
+        ok = m > self.r
+        if ok.any():
+            noise_var = float(np.median(res[rows, result.labels][ok] / (m[ok] - self.r)))
+            w_var = float(np.mean(W[rows, result.labels][ok] ** 2))
+            self.ridge = max(RIDGE, noise_var / max(w_var, _TINY))
+        self._window = np.full(self._window_len(), -1, np.int64)
+        self.pretrained = True
+        return self
+
+    # ------------------------------------------------------------------ streaming
+    def process(self, x: np.ndarray, mask: np.ndarray | None = None, epoch: np.ndarray | int | None = None):
+        """Route, complete and update on each sample in order.
+
+        ``x (B, n)`` or ``(n,)``; returns ``completed (B, n)`` (the estimate when the sample
+        arrived, observed entries kept) and ``routes (B,)``. The whole batch is validated first.
+        """
+        X0, M = as_observed(x, mask, self.n)
+        epochs = None if epoch is None else np.broadcast_to(np.asarray(epoch, np.int64), (X0.shape[0],))
+        completed = np.empty_like(X0)
+        routes = np.empty(X0.shape[0], np.int64)
+        for j in range(X0.shape[0]):
+            idx = np.flatnonzero(M[j])
+            completed[j], routes[j] = self.step(idx, X0[j, idx], None if epochs is None else int(epochs[j]))
+        return completed, routes
+
+    def partial_fit(self, x: np.ndarray, mask: np.ndarray | None = None, epoch=None) -> MoSAIC:
+        """Update on samples ``x (B, n)`` / ``(n,)`` in order (validated first; see ``process``)."""
+        self.process(x, mask, epoch)
+        return self
+
+    def step(self, idx: np.ndarray, xo: np.ndarray, epoch: int | None = None) -> tuple[np.ndarray, int]:
+        """One validated sample: ``idx (m,)`` observed indices, ``xo (m,)`` values.
+
+        Returns ``(completion (n,), routed expert)`` computed before the update.
+        """
+        c = self.config
+        if epoch is not None and epoch != self.epoch:
+            self.epoch = epoch
+            self.t[:] = 0.0
+        w, score = self._scores(idx, xo)
+        k = int(route_by_score(torch.from_numpy(score[None])).indices[0, 0])
+        completion = self.bases[k] @ w[k]
+        completion[idx] = xo
+        m = idx.size
+        self.n_seen += 1
+        self._mean_m += (m - self._mean_m) * 0.01
+        slot = self.n_seen % self._window.size
+        if m <= self.r:  # the fit is exact whatever the subspace: nothing to learn
+            self._window[slot] = -1
+            return completion, k
+        s = float(score[k])
+        if c.detect and self.mature[k] and s > max(c.novelty * (1.0 - self.r / m), c.spike_factor * self.level[k]):
+            self._window[slot] = -1
+            self._buffer.append((idx.copy(), xo.copy()))
+            self._maybe_reseed()
+            # no expert explains the sample: a wrong expert's guess is uncorrelated with the truth
+            # (error ~ sqrt 2), so abstain and predict 0 on the unobserved entries (error 1)
+            completion[:] = 0.0
+            completion[idx] = xo
+            return completion, k
+        grouse_step(self.bases[k], idx, xo, w[k], self.step_size(k))
+        self.t[k] += 1
+        self.n_updates[k] += 1
+        self.long_counts[k] += 1
+        self._window[slot] = k
+        self.level[k] += 0.05 * (s - self.level[k])
+        self.level_slow[k] += 0.005 * (s - self.level_slow[k])
+        if c.detect and self.level[k] > c.drift_factor * self.level_slow[k] and self.t[k] > self._tau():
+            self.t[k] = 0.0  # residuals jumped: restart the step-size schedule
+            self.level_slow[k] = self.level[k]
+        if not self.mature[k] and self.n_updates[k] >= 3 * self.reseed_min() and self.level[k] < 0.5 * c.novelty:
+            self.mature[k] = True
+        if self.n_updates[k] % 100 == 0:  # ridge fits leave ρ slightly off-orthogonal
+            self.bases[k] = orthonormalize(self.bases[k])
+        return completion, k
+
+    def _maybe_reseed(self) -> None:
+        need = self.reseed_min()
+        if len(self._buffer) < max(need, self._next_try):
+            return
+        c = self.config
+        B = len(self._buffer)
+        X0 = np.zeros((B, self.n))
+        M = np.zeros((B, self.n), bool)
+        for j, (idx, xo) in enumerate(self._buffer):
+            X0[j, idx] = xo
+            M[j, idx] = True
+        energy = np.maximum((X0 * X0).sum(1), _TINY)
+        base = 1.0 - self.r / M.sum(1)
+        U = als_subspace(X0, M, self.r, iters=15)
+        keep = np.ones(B, bool)
+        for _ in range(2):  # trimming: refit on the samples that fit best
+            _, res = batch_fit(U[None], X0, M)
+            score = res[:, 0] / energy
+            keep = score <= np.quantile(score, 0.6)
+            U = als_subspace(X0[keep], M[keep], self.r, U0=U, iters=10)
+        _, res = batch_fit(U[None], X0, M)
+        score = res[:, 0] / energy
+        inlier = score < 0.5 * c.novelty * base
+        if inlier.mean() >= 0.5:
+            recent = np.bincount(self._window[self._window >= 0], minlength=self.K) / self._window.size
+            long = self.long_counts / max(self.long_counts.sum(), 1.0)
+            ratio = recent / np.maximum(long, 1e-3)
+            # an expert re-seeded within the last window has had no time to collect traffic
+            protected = self.n_seen - self._reseeded_at < self._window.size
+            if not protected.all():
+                ratio[protected] = np.inf
+            victim = int(np.argmin(ratio))
+            self.bases[victim] = U
+            self.t[victim] = 0.0
+            self._reseeded_at[victim] = self.n_seen
+            # a fit to few samples overfits their residuals: never trust a level tighter than the
+            # typical level of the other experts
+            typical = float(np.median(np.delete(self.level, victim))) if self.K > 1 else 0.0
+            self.level[victim] = self.level_slow[victim] = max(float(np.median(score[inlier])), typical, 1e-6)
+            self.mature[victim] = True
+            self.long_counts[victim] = max(self.long_counts.mean(), 1.0)
+            self._window[self._window == victim] = -2  # its old traffic no longer counts against it
+            self._buffer = [b for b, ok in zip(self._buffer, inlier, strict=True) if not ok]
+            self.reseeds.append((self.n_seen - 1, victim))
+            self._next_try = 0
+        else:
+            if B >= 3 * need:
+                self._buffer = self._buffer[B - 2 * need :]
+            self._next_try = len(self._buffer) + max(1, need // 4)
+
+    # ------------------------------------------------------------------ inference only
+    def route(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """Expert of each sample ``(B,)`` (no update), through ``moe.route_by_score``."""
+        X0, M = as_observed(x, mask, self.n)
+        _, res = batch_fit(self.bases, X0, M, ridge=self.ridge)
+        score = res / np.maximum((X0 * X0).sum(1), _TINY)[:, None]
+        return route_by_score(torch.from_numpy(score)).indices[:, 0].numpy().copy()
+
+    def complete(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """Completed samples ``(B, n)`` (no update): routed expert's fit on Ω, observed kept."""
+        X0, M = as_observed(x, mask, self.n)
+        W, res = batch_fit(self.bases, X0, M, ridge=self.ridge)
+        score = res / np.maximum((X0 * X0).sum(1), _TINY)[:, None]
+        k = route_by_score(torch.from_numpy(score)).indices[:, 0].numpy()
+        est = np.einsum("bnr,br->bn", self.bases[k], W[np.arange(len(k)), k])
+        return np.where(M, X0, est)
+
+    def subspaces(self) -> np.ndarray:
+        """Current expert bases ``(K, n, r)`` (a copy)."""
+        return self.bases.copy()
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path_dir: str | os.PathLike) -> Path:
+        """Save the full state (so a reloaded model continues the stream identically)."""
+        state = {
+            "bases": self.bases, "t": self.t, "level": self.level, "level_slow": self.level_slow,
+            "mature": self.mature.astype(np.uint8), "n_updates": self.n_updates,
+            "long_counts": self.long_counts, "window": self._window, "reseeded_at": self._reseeded_at,
+        }
+        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}
+        for j, (idx, xo) in enumerate(self._buffer):
+            tensors[f"buffer_idx_{j}"] = torch.from_numpy(idx.astype(np.int64))
+            tensors[f"buffer_val_{j}"] = torch.from_numpy(xo)
+        extra = {
+            "n_seen": self.n_seen, "epoch": self.epoch, "mean_m": self._mean_m, "next_try": self._next_try,
+            "buffer_len": len(self._buffer), "reseeds": self.reseeds, "pretrained": self.pretrained,
+            "rng": self._rng.bit_generator.state, "ridge": self.ridge,
+        }
+        return save_checkpoint(path_dir, tensors, {"model": "MoSAIC", **asdict(self.config)}, extra)
+
+    @classmethod
+    def load(cls, path_dir: str | os.PathLike) -> MoSAIC:
+        state, config, extra = load_checkpoint(path_dir)
+        if config.get("model") != "MoSAIC":
+            raise CheckpointError(f"{path_dir} is not a MoSAIC checkpoint")
+        config = {k: v for k, v in config.items() if k != "model"}
+        try:
+            model = cls(**config)
+            arr = {k: v.numpy().copy() for k, v in state.items()}
+            K, n, r = model.K, model.n, model.r
+            if arr["bases"].shape != (K, n, r):
+                raise CheckpointError(f"bases in {path_dir} have shape {arr['bases'].shape}, expected {(K, n, r)}")
+            model.bases, model.t, model.level = arr["bases"], arr["t"], arr["level"]
+            model.level_slow, model.mature = arr["level_slow"], arr["mature"].astype(bool)
+            model.n_updates, model.long_counts, model._window = arr["n_updates"], arr["long_counts"], arr["window"]
+            model._reseeded_at = arr["reseeded_at"]
+            model._buffer = [(arr[f"buffer_idx_{j}"], arr[f"buffer_val_{j}"]) for j in range(extra["buffer_len"])]
+            model.n_seen, model.epoch = int(extra["n_seen"]), int(extra["epoch"])
+            model._mean_m, model._next_try = float(extra["mean_m"]), int(extra["next_try"])
+            model.reseeds = [tuple(x) for x in extra["reseeds"]]
+            model.pretrained = bool(extra["pretrained"])
+            model.ridge = float(extra["ridge"])
+            model._rng.bit_generator.state = extra["rng"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"incomplete MoSAIC checkpoint {path_dir}: {exc}") from exc
+        return model

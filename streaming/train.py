@@ -1,0 +1,257 @@
+"""Pretraining (batch k-subspaces with missing data) and the online stream harness."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from moe.routing import route_by_score
+from streaming.linalg import als_subspace, batch_fit, fit_observed, grouse_step, orthonormalize, random_bases
+
+_TINY = 1e-300
+
+
+@dataclass
+class KSSResult:
+    """Result of k-subspaces: ``bases (K, n, r)``, hard ``labels (S,)``, each sample's normalised
+    residual under its subspace ``scores (S,)``, the total ``cost`` and the winning restart."""
+
+    bases: np.ndarray
+    labels: np.ndarray
+    scores: np.ndarray
+    cost: float
+    restart: int
+    costs: list[float] = field(default_factory=list)
+
+
+def _assign(U: np.ndarray, X0: np.ndarray, M: np.ndarray, energy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hard assignment of every sample to its best subspace via ``moe.route_by_score``."""
+    _, res = batch_fit(U, X0, M)
+    score = res / energy[:, None]
+    labels = route_by_score(torch.from_numpy(score)).indices[:, 0].numpy().copy()
+    return labels, score[np.arange(len(labels)), labels]
+
+
+def online_seed(
+    U: np.ndarray, X0: np.ndarray, M: np.ndarray, order: np.ndarray, passes: int
+) -> np.ndarray:
+    """k-GROUSE passes (route each sample, update its expert with ``η = 1/sqrt(1 + c_k / 2r)``)
+    over the samples in ``order``; returns the updated ``U (K, n, r)``."""
+    U = U.copy()
+    K, _, r = U.shape
+    counts = np.zeros(K)
+    for _ in range(passes):
+        for j in order:
+            idx = np.flatnonzero(M[j])
+            if idx.size <= r:
+                continue
+            xo = X0[j, idx]
+            w, res = fit_observed(U, idx, xo)
+            k = int(route_by_score(torch.from_numpy((res / max(float(xo @ xo), _TINY))[None])).indices[0, 0])
+            grouse_step(U[k], idx, xo, w[k], 1.0 / np.sqrt(1.0 + counts[k] / (2 * r)))
+            counts[k] += 1
+    return orthonormalize(U)
+
+
+def kmeans(V: np.ndarray, K: int, rng: np.random.Generator, n_init: int = 10, iters: int = 100) -> np.ndarray:
+    """Lloyd's k-means with k-means++ seeding on rows of ``V (N, d)``; best of ``n_init`` runs.
+    Returns labels ``(N,)``."""
+    best, best_cost = None, np.inf
+    sq = (V * V).sum(1)
+    for _ in range(n_init):
+        centers = [V[rng.integers(len(V))]]
+        for _ in range(1, K):
+            d2 = np.min([((V - c) ** 2).sum(1) for c in centers], axis=0)
+            p = d2 / d2.sum() if d2.sum() > 0 else None
+            centers.append(V[rng.choice(len(V), p=p)])
+        C = np.array(centers)
+        labels = None
+        for _ in range(iters):
+            D = sq[:, None] - 2 * V @ C.T + (C * C).sum(1)[None]
+            new = D.argmin(1)
+            if labels is not None and (new == labels).all():
+                break
+            labels = new
+            for k in range(K):
+                if (labels == k).any():
+                    C[k] = V[labels == k].mean(0)
+        cost = float(D[np.arange(len(V)), labels].sum())
+        if cost < best_cost:
+            best, best_cost = labels, cost
+    return best
+
+
+def spectral_seed(
+    X0: np.ndarray, M: np.ndarray, K: int, r: int, rng: np.random.Generator, max_samples: int = 2000
+) -> np.ndarray:
+    """Initial bases ``(K, n, r)`` from spectral clustering of co-observed affinities.
+
+    For samples i, j with co-observed set C = Ω_i ∩ Ω_j the affinity is
+    ``a_ij = |C| · cos²(x_{i,C}, x_{j,C})``: for samples of one rank-r subspace its expectation
+    exceeds that of two different subspaces even when |C| < r (the restricted bases share their
+    row norms). The top-K eigenvectors of the normalised affinity ``D^{-1/2} A D^{-1/2}`` of at
+    most ``max_samples`` samples are clustered by k-means, and each cluster's subspace is fitted
+    by ALS. This is what separates the clusters of (100, 25, 5) at 40% observed, where online
+    seeding from random bases stays in a mixed solution.
+    """
+    from scipy.sparse.linalg import eigsh
+
+    S = X0.shape[0]
+    pick = np.sort(rng.choice(S, size=min(S, max_samples), replace=False))
+    X, Mf = X0[pick], M[pick].astype(float)
+    G = X @ X.T
+    norms = (X * X) @ Mf.T  # norms[i, j] = ||x_i restricted to Ω_i ∩ Ω_j||²
+    A = G**2 / np.maximum(norms * norms.T, _TINY) * (Mf @ Mf.T)
+    np.fill_diagonal(A, 0.0)
+    d = np.maximum(A.sum(1), _TINY)
+    L = A / np.sqrt(d[:, None] * d[None, :])
+    if K == 1:
+        labels = np.zeros(len(pick), int)
+    else:
+        v0 = np.full(len(pick), 1.0 / np.sqrt(len(pick)))
+        _, V = eigsh(L, k=K, which="LA", v0=v0)
+        V /= np.maximum(np.linalg.norm(V, axis=1, keepdims=True), _TINY)
+        labels = kmeans(V, K, rng)
+    U = np.empty((K, X0.shape[1], r))
+    for k in range(K):
+        sel = labels == k
+        if sel.sum() < r:  # degenerate cluster: random directions, fixed by refinement
+            U[k] = orthonormalize(rng.standard_normal((X0.shape[1], r)))
+        else:
+            U[k] = als_subspace(X[sel], M[pick][sel], r, iters=10)
+    return U
+
+
+def refine(
+    U: np.ndarray, X0: np.ndarray, M: np.ndarray, energy: np.ndarray, iters: int, tol: float = 1e-3
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Batch k-subspaces: alternate hard assignment and per-cluster ALS until at most a
+    fraction ``tol`` of the labels changes.
+
+    An expert left with fewer than ``2r`` samples is re-seeded on the worst-fitting samples.
+    """
+    K, _, r = U.shape
+    U = U.copy()
+    labels = None
+    for _ in range(iters):
+        new, score = _assign(U, X0, M, energy)
+        if labels is not None and (new != labels).mean() <= tol:
+            break
+        labels = new
+        for k in range(K):
+            sel = labels == k
+            if sel.sum() < 2 * r:
+                worst = np.argsort(-score)[: max(4 * r, len(labels) // (2 * K))]
+                sel = np.zeros_like(sel)
+                sel[worst] = True
+                U[k] = als_subspace(X0[sel], M[sel], r, iters=5)
+                continue
+            U[k] = als_subspace(X0[sel], M[sel], r, U0=U[k], iters=3)
+    labels, score = _assign(U, X0, M, energy)
+    return U, labels, score
+
+
+def k_subspaces_missing(
+    X0: np.ndarray,
+    M: np.ndarray,
+    K: int,
+    r: int,
+    restarts: int = 6,
+    online_passes: int = 2,
+    iters: int = 30,
+    seed: int = 0,
+    spectral: bool = True,
+) -> KSSResult:
+    """k-subspaces with missing data (cf. Balzano et al., 2012), seeded by online passes.
+
+    ``X0 (S, n)`` zero-filled samples, ``M (S, n)`` bool mask. The first restart is seeded by
+    spectral clustering of co-observed affinities (``spectral_seed``, when ``spectral``); the
+    others by random orthonormal bases -> ``online_passes`` k-GROUSE passes in a random order.
+    Each is then refined by batch k-subspaces (hard assignment + per-cluster ALS). The restart with the lowest total normalised residual wins.
+    """
+    S, n = X0.shape
+    rng = np.random.default_rng(seed)
+    energy = np.maximum((X0 * X0).sum(1), _TINY)
+    base = np.maximum(1.0 - r / np.maximum(M.sum(1), 1), 0.0)  # residual left by a random subspace
+    best: KSSResult | None = None
+    costs = []
+    for rs in range(max(1, restarts)):
+        if rs == 0 and spectral:
+            U = spectral_seed(X0, M, K, r, rng)
+        else:
+            U = random_bases(rng, K, n, r)
+            if online_passes > 0:
+                U = online_seed(U, X0, M, rng.permutation(S), online_passes)
+        U, labels, score = refine(U, X0, M, energy, iters)
+        cost = float(score.sum())
+        costs.append(cost)
+        if best is None or cost < best.cost:
+            best = KSSResult(U, labels, score, cost, rs)
+        # a clean solution (almost every sample explained far better than by a random subspace)
+        # cannot be improved by further restarts
+        if np.mean(score < 0.15 * base) >= 0.95:
+            break
+    best.costs = costs
+    return best
+
+
+# ---------------------------------------------------------------------------------------------
+# the stream harness
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class StreamRun:
+    """What an online method produced on a stream.
+
+    ``completed (T, n)``: estimate at arrival time; ``routes (T,)`` (−1 for single-subspace
+    methods); ``snapshot_t``: sample indices after which ``snapshots`` (each ``(K, n, r)``) were
+    taken; ``time_per_sample_s``: mean wall time of one ``step``; ``memory_bytes`` of the state.
+    """
+
+    method: str
+    completed: np.ndarray
+    routes: np.ndarray
+    snapshot_t: list[int]
+    snapshots: list[np.ndarray | None]
+    time_per_sample_s: float
+    memory_bytes: int
+    reseeds: list = field(default_factory=list)
+
+
+def run_online(
+    model, values: np.ndarray, epoch: np.ndarray | None = None, snapshot_every: int = 0, name: str = ""
+) -> StreamRun:
+    """Feed the ``(T, n)`` stream (NaN = unobserved) to ``model.step`` sample by sample.
+
+    ``model`` has ``step(idx, x_obs, epoch) -> (completion (n,), route)``, ``subspaces()`` and
+    ``memory_bytes()``. ``epoch (T,)`` is passed on when given. Timing covers ``step`` only.
+    """
+    T, n = values.shape
+    M = ~np.isnan(values)
+    X0 = np.where(M, values, 0.0)
+    completed = np.empty((T, n))
+    routes = np.empty(T, np.int64)
+    snap_t, snaps = [], []
+    elapsed = 0.0
+    for j in range(T):
+        idx = np.flatnonzero(M[j])
+        xo = X0[j, idx]
+        ep = None if epoch is None else int(epoch[j])
+        t0 = time.perf_counter()
+        completed[j], routes[j] = model.step(idx, xo, ep)
+        elapsed += time.perf_counter() - t0
+        if snapshot_every and ((j + 1) % snapshot_every == 0 or j == T - 1):
+            snap_t.append(j)
+            snaps.append(model.subspaces())
+    return StreamRun(
+        method=name or type(model).__name__,
+        completed=completed,
+        routes=routes,
+        snapshot_t=snap_t,
+        snapshots=snaps,
+        time_per_sample_s=elapsed / T,
+        memory_bytes=model.memory_bytes(),
+        reseeds=list(getattr(model, "reseeds", [])),
+    )

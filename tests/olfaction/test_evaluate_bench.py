@@ -1,0 +1,85 @@
+"""Metrics, bootstrap, baselines' invariants and benchmark table plumbing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from olfaction.baselines import SnitzAngle, angle_distance, pair_features
+from olfaction.bench import format_table, merge_results, pommix_reference_rows
+from olfaction.evaluate import bootstrap_ci, macro_roc_auc, regression_metrics, summarize_folds
+
+DATA = Path(os.environ.get("MOE_APPS_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
+
+
+def test_regression_metrics_by_hand():
+    y = np.array([0.1, 0.2, 0.3, 0.4])
+    m = regression_metrics(y, y + 0.1)  # a constant shift: perfect correlation, RMSE 0.1
+    assert m["pearson"] == pytest.approx(1.0) and m["kendall"] == pytest.approx(1.0)
+    assert m["rmse"] == pytest.approx(0.1)
+    assert regression_metrics(y, y[::-1])["kendall"] == pytest.approx(-1.0)
+
+
+def test_bootstrap_ci_brackets_estimate():
+    rng = np.random.default_rng(0)
+    y = rng.random(200)
+    p = y + 0.2 * rng.standard_normal(200)
+    ci = bootstrap_ci(y, p, n_boot=300, seed=0)
+    r = regression_metrics(y, p)
+    for k in ("pearson", "rmse"):
+        assert ci[k][0] < r[k] < ci[k][1]
+
+
+def test_summarize_folds_excludes_self_pairs():
+    y = np.array([0.1, 0.5, 0.6, 0.9])
+    pred = np.array([0.9, 0.5, 0.6, 0.9])  # only the self-pair (row 0) is wrong
+    s = summarize_folds(
+        [{"y": y, "pred": pred, "self_pair": np.array([True, False, False, False])}], n_boot=50
+    )
+    assert s["noself_rmse"] == pytest.approx(0.0, abs=1e-12)
+    assert s["all_rmse"] == pytest.approx(np.sqrt(0.64 / 4))
+
+
+def test_macro_auc_skips_single_class_columns():
+    y = np.array([[1, 0], [0, 0], [1, 0], [0, 0]])
+    scores = np.array([[0.9, 0.1], [0.1, 0.2], [0.8, 0.3], [0.2, 0.4]])
+    assert macro_roc_auc(y, scores) == pytest.approx(1.0)
+
+
+def test_baseline_features_symmetric():
+    table = {"A": np.array([1.0, 0.0]), "B": np.array([0.0, 1.0]), "C": np.array([1.0, 1.0])}
+    a, b = [("A",), ("A", "B")], [("C",), ("B",)]
+    np.testing.assert_array_equal(pair_features(a, b, table), pair_features(b, a, table))
+    assert angle_distance(("A",), ("B",), table) == pytest.approx(np.pi / 2)
+    assert angle_distance(("A", "B"), ("C",), table) == pytest.approx(0.0, abs=1e-4)
+    sn = SnitzAngle(table).fit(a + b, b + a, np.array([0.5, 0.2, 0.5, 0.2]))
+    np.testing.assert_allclose(sn.predict(a, b), sn.predict(b, a))
+
+
+@pytest.mark.skipif(not (DATA / "olfaction" / "pommix_performance_metrics.csv").is_file(), reason="no data")
+def test_pommix_reference_rows():
+    rows = {r["method"]: r for r in pommix_reference_rows(DATA)}
+    assert rows["POMMix [published]"]["all_pearson"] == pytest.approx(0.779, abs=1e-3)
+    assert "POMMix [published]" in format_table(list(rows.values()))
+
+
+def test_merge_results_dedupes(tmp_path):
+    row = {
+        "family": "random_cv",
+        "method": "RF",
+        "all_pearson": 0.7,
+        "all_pearson_lo": 0.6,
+        "all_pearson_hi": 0.8,
+    }
+    for name, method in (("a", "MixScentNet"), ("b", "MixScentNet (GAT)")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "olfaction_bench.json").write_text(
+            json.dumps({"rows": [row, {**row, "method": method}]})
+        )
+    rows = merge_results([tmp_path / "a", tmp_path / "b"], tmp_path / "out")
+    assert [r["method"] for r in rows] == ["RF", "MixScentNet", "MixScentNet (GAT)"]
+    assert "0.700 [0.600, 0.800]" in (tmp_path / "out" / "olfaction_bench.md").read_text()

@@ -1,0 +1,167 @@
+"""MoSAIC: exact recovery, routing, input validation, state safety, save/load, linear algebra."""
+
+import numpy as np
+import pytest
+
+from common.errors import InputError
+from streaming.data import StreamConfig, generate_stream
+from streaming.evaluate import routing_accuracy, subspace_error
+from streaming.linalg import als_subspace, fit_observed, grouse_step, orthonormalize, projection_distance
+from streaming.model import MoSAIC
+
+
+def block_bases(n=12, r=2, K=3):
+    """K subspaces spanned by disjoint coordinate blocks: perfectly separated, known by hand."""
+    U = np.zeros((K, n, r))
+    for k in range(K):
+        for a in range(r):
+            U[k, k * r + a, a] = 1.0
+    return U
+
+
+def test_fit_observed_matches_lstsq():
+    rng = np.random.default_rng(0)
+    U = orthonormalize(rng.standard_normal((3, 15, 4)))
+    idx = np.array([0, 2, 3, 5, 7, 8, 11, 14])
+    x = rng.standard_normal(8)
+    w, res = fit_observed(U, idx, x)
+    for k in range(3):
+        ref, *_ = np.linalg.lstsq(U[k, idx], x, rcond=None)
+        np.testing.assert_allclose(w[k], ref, atol=1e-8)
+        assert res[k] == pytest.approx(np.sum((x - U[k, idx] @ ref) ** 2), abs=1e-8)
+
+
+def test_grouse_step_keeps_orthonormality_and_full_step_absorbs_the_sample():
+    rng = np.random.default_rng(1)
+    U = orthonormalize(rng.standard_normal((20, 3)))
+    x = rng.standard_normal(20)
+    idx = np.arange(20)
+    w, _ = fit_observed(U[None], idx, x)
+    grouse_step(U, idx, x, w[0], eta=1.0)
+    np.testing.assert_allclose(U.T @ U, np.eye(3), atol=1e-10)
+    # eta = 1: the (fully observed) sample now lies in the span
+    np.testing.assert_allclose(U @ (U.T @ x), x, atol=1e-9)
+
+
+def test_als_recovers_a_low_rank_subspace_from_missing_data():
+    rng = np.random.default_rng(2)
+    V = orthonormalize(rng.standard_normal((30, 3)))
+    X = rng.standard_normal((200, 3)) @ V.T
+    M = rng.random(X.shape) < 0.5
+    U = als_subspace(np.where(M, X, 0.0), M, 3, iters=40)
+    assert projection_distance(U, V) < 1e-6
+
+
+def test_exact_recovery_noiseless_full_observation():
+    cfg = StreamConfig(n=20, r=3, K=3, obs_frac=1.0, noise_std=0.0, epochs=1, samples_per_epoch=90,
+                       drift="none", source_per_class=30, seed=4)
+    s = generate_stream(cfg)
+    m = MoSAIC(20, 3, 3, pretrain_restarts=3).fit(s.source_values)
+    err, per, _ = subspace_error(m.bases, s.bases[0])
+    assert err < 1e-8
+    routes = m.route(s.values)
+    assert routing_accuracy(routes, s.labels) == 1.0
+    # with a third of each sample hidden, completion is exact too
+    hidden = s.full.copy()
+    hidden[:, ::3] = np.nan
+    np.testing.assert_allclose(m.complete(hidden), s.full, atol=1e-8)
+
+
+def test_routing_on_well_separated_subspaces():
+    U = block_bases()
+    m = MoSAIC(12, 2, 3)
+    m.bases = U.copy()
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 3, 50)
+    X = np.einsum("tnr,tr->tn", U[labels], rng.standard_normal((50, 2))) + 0.01 * rng.standard_normal((50, 12))
+    full = X.copy()
+    X[rng.random(X.shape) < 0.4] = np.nan
+    for t, k in enumerate(labels):  # a sample's own block must be seen (else nothing identifies it)
+        X[t, 2 * k : 2 * k + 2] = full[t, 2 * k : 2 * k + 2]
+    np.testing.assert_array_equal(m.route(X), labels)
+    _, routes = m.process(X)
+    np.testing.assert_array_equal(routes, labels)
+
+
+def test_streaming_noiseless_stays_exact_after_pretraining():
+    cfg = StreamConfig(n=20, r=3, K=3, obs_frac=1.0, noise_std=0.0, epochs=1, samples_per_epoch=60,
+                       drift="none", source_per_class=30, seed=6)
+    s = generate_stream(cfg)
+    m = MoSAIC(20, 3, 3, pretrain_restarts=3).fit(s.source_values)
+    hidden = s.full.copy()
+    hidden[:, 1::4] = np.nan
+    completed, routes = m.process(hidden)
+    np.testing.assert_allclose(completed, s.full, atol=1e-7)
+    assert subspace_error(m.bases, s.bases[0])[0] < 1e-6
+
+
+def _state(m):
+    return {k: np.copy(v) for k, v in vars(m).items() if isinstance(v, np.ndarray)} | {
+        "n_seen": m.n_seen, "buffer": len(m._buffer), "rng": str(m._rng.bit_generator.state)}
+
+
+@pytest.mark.parametrize("bad", ["no_observed", "nan_observed", "inf", "wrong_dim", "bad_mask_shape", "bad_in_batch"])
+def test_rejected_sample_leaves_state_unchanged(bad):
+    m = MoSAIC(12, 2, 3)
+    m.bases = block_bases()
+    before = _state(m)
+    x = np.ones(12)
+    mask = None
+    if bad == "no_observed":
+        x = np.full(12, np.nan)
+    elif bad == "nan_observed":
+        mask = np.ones(12, bool)
+        x[3] = np.nan
+    elif bad == "inf":
+        x[0] = np.inf
+    elif bad == "wrong_dim":
+        x = np.ones(11)
+    elif bad == "bad_mask_shape":
+        mask = np.ones(5, bool)
+    elif bad == "bad_in_batch":  # a valid first sample must not be applied either
+        x = np.ones((2, 12))
+        x[1] = np.nan
+    with pytest.raises(InputError):
+        m.partial_fit(x, mask)
+    after = _state(m)
+    assert before.keys() == after.keys()
+    for k in before:
+        np.testing.assert_array_equal(before[k], after[k])
+
+
+@pytest.mark.parametrize("kw", [dict(n=10, r=10, K=2), dict(n=10, r=2, K=0), dict(n=10, r=0, K=2)])
+def test_bad_hyperparameters(kw):
+    with pytest.raises(InputError):
+        MoSAIC(**kw)
+
+
+def test_save_load_round_trip_continues_identically(tmp_path):
+    cfg = StreamConfig(n=20, r=2, K=3, obs_frac=0.6, epochs=2, samples_per_epoch=120, drift="abrupt",
+                       source_per_class=40, seed=7)
+    s = generate_stream(cfg)
+    m = MoSAIC(20, 2, 3, pretrain_restarts=2, seed=1).fit(s.source_values)
+    m.process(s.values[:150], epoch=s.epoch[:150])
+    m.save(tmp_path / "ckpt")
+    m2 = MoSAIC.load(tmp_path / "ckpt")
+    c1, r1 = m.process(s.values[150:], epoch=s.epoch[150:])
+    c2, r2 = m2.process(s.values[150:], epoch=s.epoch[150:])
+    np.testing.assert_array_equal(c1, c2)
+    np.testing.assert_array_equal(r1, r2)
+    np.testing.assert_array_equal(m.bases, m2.bases)
+
+
+def test_fit_is_deterministic_under_seed():
+    s = generate_stream(StreamConfig(n=20, r=2, K=3, source_per_class=40, samples_per_epoch=10, epochs=1, seed=8))
+    a = MoSAIC(20, 2, 3, seed=3, pretrain_restarts=2).fit(s.source_values)
+    b = MoSAIC(20, 2, 3, seed=3, pretrain_restarts=2).fit(s.source_values)
+    np.testing.assert_array_equal(a.bases, b.bases)
+
+
+def test_state_memory_is_order_Knr():
+    cfg = StreamConfig(n=600, r=2, K=3, obs_frac=0.2, noise_std=0.01, epochs=2, samples_per_epoch=90,
+                       drift="abrupt", source_per_class=30, seed=9)
+    s = generate_stream(cfg)
+    m = MoSAIC(600, 2, 3, pretrain_restarts=1).fit(s.source_values)
+    m.process(s.values, epoch=s.epoch)
+    K, n, r = 3, 600, 2
+    assert m.memory_bytes() <= 3 * K * n * r * 8  # bases + counters + change buffer, no O(n²) or O(T n)

@@ -1,0 +1,1 @@
+"""MoH: Mamba diffusion backbone with a Mixture of Hierarchical experts (see README.md)."""

@@ -1,0 +1,84 @@
+"""Model registry: MoH and the baselines (plain Mamba at matched parameters, small DiT,
+diffusers ``UNet2DModel``), built for one image geometry; checkpoint load with clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from diffusers import UNet2DModel
+
+from common.errors import CheckpointError, InputError
+from vision.models import DiTBackbone, MoHBackbone, PlainMambaBackbone
+from vision.models.layers import count_parameters
+
+MODEL_NAMES = ("moh", "mamba", "dit", "unet")
+CLASSES = {"MoHBackbone": MoHBackbone, "PlainMambaBackbone": PlainMambaBackbone,
+           "DiTBackbone": DiTBackbone, "UNet2DModel": UNet2DModel}
+
+# Tiny CPU defaults (Fashion-MNIST 32x32, patch 4 -> 8x8 tokens).
+MOH_DEFAULTS = dict(patch_size=4, d_model=32, d_state=4, expand=2, depth_choices=(2, 4, 6),
+                    num_levels=3, k_levels=2, level_layers=1)
+
+
+def build_moh(sample_size: int = 32, in_channels: int = 1, **overrides) -> MoHBackbone:
+    kw = {**MOH_DEFAULTS, **overrides}
+    return MoHBackbone(sample_size=sample_size, in_channels=in_channels, **kw)
+
+
+def _closest(candidates, target: int):
+    return min(candidates, key=lambda m: abs(count_parameters(m) - target))
+
+
+def build_matched(name: str, reference_params: int, sample_size: int = 32, in_channels: int = 1,
+                  d_model: int = 32, d_state: int = 4, patch_size: int = 4):
+    """Baseline ``name`` whose depth is chosen so that its parameter count is closest to
+    ``reference_params`` (the MoH model's)."""
+    geo = dict(sample_size=sample_size, in_channels=in_channels, patch_size=patch_size)
+    if name == "mamba":
+        return _closest([PlainMambaBackbone(**geo, d_model=d_model, d_state=d_state, depth=k) for k in range(1, 17)],
+                        reference_params)
+    if name == "dit":
+        return _closest([DiTBackbone(**geo, d_model=d_model, depth=k, heads=4) for k in range(1, 17)], reference_params)
+    if name == "unet":
+        cands = [UNet2DModel(sample_size=sample_size, in_channels=in_channels, out_channels=in_channels,
+                             block_out_channels=(w, 2 * w), layers_per_block=1, norm_num_groups=8,
+                             down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                             up_block_types=("AttnUpBlock2D", "UpBlock2D"))
+                 for w in (8, 16, 24, 32, 40)]
+        return _closest(cands, reference_params)
+    raise InputError(f"unknown model {name!r}; choose from {', '.join(MODEL_NAMES)}")
+
+
+def build_model(name: str, sample_size: int = 32, in_channels: int = 1, **moh_overrides):
+    """``moh`` with defaults (plus overrides), or a baseline matched to that MoH's parameters."""
+    moh = build_moh(sample_size, in_channels, **moh_overrides)
+    if name == "moh":
+        return moh
+    kw = {k: moh.config[k] for k in ("d_model", "d_state", "patch_size")}
+    return build_matched(name, count_parameters(moh), sample_size, in_channels, **kw)
+
+
+def model_kind(model) -> str:
+    return {MoHBackbone: "moh", PlainMambaBackbone: "mamba", DiTBackbone: "dit", UNet2DModel: "unet"}[type(model)]
+
+
+def load_model(path: str | Path):
+    """Load any backbone saved with ``save_pretrained``; CheckpointError when the directory is
+    missing, its config is unreadable or names an unknown class, or the weights are corrupt."""
+    path = Path(path)
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise CheckpointError(f"no checkpoint at {path} (missing config.json)")
+    try:
+        cls_name = json.loads(cfg_file.read_text(encoding="utf-8"))["_class_name"]
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"corrupt checkpoint config {cfg_file}: {exc}") from exc
+    if cls_name not in CLASSES:
+        raise CheckpointError(f"checkpoint {path} holds an unknown model class {cls_name!r}")
+    try:
+        model = CLASSES[cls_name].from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:  # diffusers/safetensors raise many types for a damaged file
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"cannot load checkpoint {path}: {first}") from exc
+    return model.eval()

@@ -1,0 +1,166 @@
+"""``moh``: train, sample, evaluate and benchmark the MoH diffusion backbone and its baselines.
+
+    moh train --model moh --steps 300 --out runs/moh          # Fashion-MNIST 32x32
+    moh train --data path/to/images --size 64 --channels 3    # your own ImageFolder
+    moh sample --ckpt runs/moh --n 64 --out grid.png
+    moh eval --ckpt runs/moh --n 256 [--inception-weights inception-2015-12-05.pt]
+    moh bench [--quick] --out runs/bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from common.cli import add_common_args, cli_main  # noqa: E402
+from common.errors import InputError  # noqa: E402
+
+
+def _checkpoint_dir(path: str) -> Path:
+    p = Path(path)
+    return p / "checkpoint" if (p / "checkpoint").is_dir() else p
+
+
+def _train(a) -> int:
+    import torch
+
+    from vision.baselines import build_model
+    from vision.data import load_dataset
+    from vision.train import TrainConfig, train
+
+    torch.set_num_threads(a.threads)
+    images = load_dataset(a.data, a.size, a.channels, limit=a.limit, seed=a.seed)
+    torch.manual_seed(a.seed)
+    model = build_model(a.model, sample_size=a.size, in_channels=a.channels, patch_size=a.patch_size)
+    out = Path(a.out or f"runs/{a.model}")
+    res = train(model, images, TrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
+                                           checkpoint_every=a.checkpoint_every), out_dir=out)
+    print(f"trained {a.model} for {res.steps} steps: final loss {res.final_loss:.4f}, "
+          f"{res.time_per_step_s:.3f} s/step; checkpoint {res.checkpoint}")
+    return 0
+
+
+def _sample(a) -> int:
+    import torch
+
+    from vision.baselines import load_model
+    from vision.pipeline import MoHPipeline, make_sampler, save_grid
+
+    if a.n < 1:
+        raise InputError(f"--n must be >= 1, got {a.n}")
+    model = load_model(_checkpoint_dir(a.ckpt))
+    out = MoHPipeline(model, make_sampler(a.sampler))(
+        batch_size=a.n, num_inference_steps=a.steps, generator=torch.Generator().manual_seed(a.seed))
+    path = Path(a.out or "grid.png")
+    save_grid(out.images, path)
+    depths = [r["depth"] for r in out.trace if "depth" in r]
+    extra = f"; mean routed depth {sum(depths) / len(depths):.2f}" if depths else ""
+    print(f"wrote {a.n} samples to {path} in {out.time_s:.1f} s{extra}")
+    return 0
+
+
+def _eval(a) -> int:
+    import torch
+
+    from common.io import write_json
+    from vision.baselines import load_model
+    from vision.data import load_dataset
+    from vision.evaluate import (
+        classifier_metrics,
+        get_classifier,
+        inception_fid,
+        inception_weights_path,
+        to_model_range,
+    )
+    from vision.pipeline import MoHPipeline, make_sampler
+
+    model = load_model(_checkpoint_dir(a.ckpt))
+    cfg = model.config
+    weights = inception_weights_path(a.inception_weights)
+    real = load_dataset(a.data, cfg.sample_size, cfg.in_channels, limit=a.n_real, split="test", seed=a.seed)
+    out = MoHPipeline(model, make_sampler("ddim"))(batch_size=a.n, num_inference_steps=a.steps,
+                                                   generator=torch.Generator().manual_seed(a.seed))
+    fake = to_model_range(out.images)
+    metrics = {"n_samples": a.n, "sampling_steps": a.steps, "sample_s_per_image": out.time_s / a.n}
+    if cfg.in_channels == 1 and cfg.sample_size == 32 and a.data in (None, "fashion-mnist", "fmnist"):
+        metrics.update(classifier_metrics(real, fake, get_classifier()[0]))
+    if weights is not None:
+        metrics["inception_fid"] = inception_fid(real, fake, weights)
+    if len(metrics) == 3:
+        print("note: FMNIST-classifier FID needs Fashion-MNIST 32x32; pass --inception-weights for Inception FID")
+    for k, v in metrics.items():
+        print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
+    if a.out:
+        write_json(a.out, metrics)
+    return 0
+
+
+def _bench(a) -> int:
+    from vision.bench import QUICK, BenchConfig, run_bench
+
+    cfg = QUICK if a.quick else BenchConfig()
+    overrides = {"seed": a.seed}
+    if a.steps:
+        overrides["steps"] = a.steps
+    if a.models:
+        overrides["models"] = tuple(a.models)
+    run_bench(a.out or "runs/vision_bench", BenchConfig(**{**cfg.__dict__, **overrides}))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from vision.baselines import MODEL_NAMES
+
+    p = argparse.ArgumentParser(prog="moh", description="MoH: Mamba diffusion with Mixture-of-Hierarchical experts")
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="train a backbone")
+    add_common_args(t)
+    t.add_argument("--model", choices=MODEL_NAMES, default="moh")
+    t.add_argument("--data", default="fashion-mnist", help="'fashion-mnist' or an image folder")
+    t.add_argument("--size", type=int, default=32)
+    t.add_argument("--channels", type=int, default=1)
+    t.add_argument("--patch-size", type=int, default=4)
+    t.add_argument("--steps", type=int, default=300)
+    t.add_argument("--batch-size", type=int, default=32)
+    t.add_argument("--lr", type=float, default=2e-3)
+    t.add_argument("--limit", type=int, default=20000, help="training images used")
+    t.add_argument("--checkpoint-every", type=int, default=100)
+    t.add_argument("--threads", type=int, default=1)
+    t.set_defaults(fn=_train)
+    s = sub.add_parser("sample", help="sample a grid of images")
+    add_common_args(s, out_default="grid.png")
+    s.add_argument("--ckpt", required=True)
+    s.add_argument("--n", type=int, default=64)
+    s.add_argument("--steps", type=int, default=25)
+    s.add_argument("--sampler", choices=("ddim", "ddpm"), default="ddim")
+    s.set_defaults(fn=_sample)
+    e = sub.add_parser("eval", help="FMNIST-classifier FID / precision / recall (Inception FID with local weights)")
+    add_common_args(e)
+    e.add_argument("--ckpt", required=True)
+    e.add_argument("--data", default="fashion-mnist")
+    e.add_argument("--n", type=int, default=256)
+    e.add_argument("--n-real", type=int, default=1000)
+    e.add_argument("--steps", type=int, default=20)
+    e.add_argument("--inception-weights", default=None,
+                   help="TorchScript inception-2015-12-05.pt (or $MOH_INCEPTION_WEIGHTS)")
+    e.set_defaults(fn=_eval)
+    b = sub.add_parser("bench", help="same-budget comparison table, CSV and sample grids")
+    add_common_args(b)
+    b.add_argument("--quick", action="store_true")
+    b.add_argument("--steps", type=int)
+    b.add_argument("--models", nargs="+", choices=MODEL_NAMES)
+    b.set_defaults(fn=_bench)
+    return p
+
+
+@cli_main
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    return a.fn(a)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

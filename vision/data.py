@@ -1,0 +1,109 @@
+"""Image data for the diffusion backbones: Fashion-MNIST (padded to 32x32) and ImageFolder.
+
+All loaders return ``images (N, c, size, size) float32`` scaled to ``[-1, 1]``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from common.data_dir import load_fashion_mnist
+from common.errors import DataError, InputError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+
+
+def to_unit_range(images_uint8: np.ndarray | Tensor) -> Tensor:
+    """uint8 ``[0, 255]`` -> float32 ``[-1, 1]``."""
+    return torch.tensor(np.asarray(images_uint8), dtype=torch.float32) / 127.5 - 1.0
+
+
+def fashion_mnist_images(
+    split: str = "train", size: int = 32, limit: int | None = None, folder: Path | None = None,
+    seed: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """Fashion-MNIST as ``images (N, 1, size, size)`` in ``[-1, 1]`` and ``labels (N,)``.
+
+    The 28x28 digits are zero-padded (background) to ``size`` (>= 28, even padding) so that
+    patch sizes 2/4 and three pooling levels divide the grid. ``limit`` takes a seeded random
+    subset.
+    """
+    if size < 28 or (size - 28) % 2:
+        raise InputError(f"Fashion-MNIST size must be 28 + an even padding, got {size}")
+    images, labels = load_fashion_mnist(split, folder=folder)
+    if limit is not None and limit < len(images):
+        idx = np.random.default_rng(seed).permutation(len(images))[:limit]
+        images, labels = images[idx], labels[idx]
+    x = to_unit_range(images)[:, None]
+    pad = (size - 28) // 2
+    if pad:
+        x = F.pad(x, (pad, pad, pad, pad), value=-1.0)
+    return x, torch.as_tensor(labels)
+
+
+def load_image_folder(
+    path: str | Path, size: int, channels: int = 3, limit: int | None = None
+) -> Tensor:
+    """Every image under ``path`` (recursively, sorted), centre-cropped to a square, resized to
+    ``size`` and converted to ``channels`` (1 = grayscale, 3 = RGB). Returns ``(N, c, size,
+    size)`` in ``[-1, 1]``. Raises DataError for a missing/empty folder or an unreadable image."""
+    from PIL import Image, UnidentifiedImageError
+
+    if channels not in (1, 3):
+        raise InputError(f"channels must be 1 or 3, got {channels}")
+    if size < 4:
+        raise InputError(f"image size must be >= 4, got {size}")
+    root = Path(path)
+    if not root.is_dir():
+        raise DataError(f"image folder does not exist: {root}")
+    files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    if not files:
+        raise DataError(f"no images ({', '.join(IMAGE_SUFFIXES)}) found in {root}")
+    files = files[:limit] if limit else files
+    out = np.empty((len(files), size, size, channels), dtype=np.uint8)
+    for i, f in enumerate(files):
+        try:
+            with Image.open(f) as im:
+                im = im.convert("L" if channels == 1 else "RGB")
+                w, h = im.size
+                s = min(w, h)
+                im = im.crop(((w - s) // 2, (h - s) // 2, (w - s) // 2 + s, (h - s) // 2 + s))
+                im = im.resize((size, size), Image.BICUBIC)
+                arr = np.asarray(im)
+        except (UnidentifiedImageError, OSError) as exc:
+            raise DataError(f"cannot read image {f}: {exc}") from exc
+        out[i] = arr.reshape(size, size, channels)
+    return to_unit_range(out).permute(0, 3, 1, 2).contiguous()
+
+
+def check_images(images: Tensor, channels: int, size: int, name: str = "images") -> Tensor:
+    """Validate a training/eval batch at the boundary: ``(N, channels, size, size)``, finite,
+    in ``[-1, 1]`` (InputError otherwise)."""
+    if not isinstance(images, Tensor) or images.dim() != 4:
+        raise InputError(f"{name} must be a tensor (N, c, H, W), got {getattr(images, 'shape', type(images))}")
+    if images.shape[0] == 0:
+        raise InputError(f"{name} is empty")
+    if images.shape[1] != channels:
+        raise InputError(f"{name} have {images.shape[1]} channels, the model expects {channels}")
+    if tuple(images.shape[2:]) != (size, size):
+        raise InputError(f"{name} are {tuple(images.shape[2:])}, the model expects ({size}, {size})")
+    if not torch.isfinite(images).all():
+        raise InputError(f"{name} contain NaN or inf")
+    if images.min() < -1.0001 or images.max() > 1.0001:
+        raise InputError(f"{name} must be scaled to [-1, 1], got range [{images.min():.3g}, {images.max():.3g}]")
+    return images
+
+
+def load_dataset(spec: str | None, size: int, channels: int, limit: int | None = None, split: str = "train",
+                 seed: int = 0) -> Tensor:
+    """``spec`` None / ``"fashion-mnist"`` -> Fashion-MNIST split; otherwise an image folder."""
+    if spec in (None, "", "fashion-mnist", "fmnist"):
+        if channels != 1:
+            raise InputError(f"Fashion-MNIST is grayscale (1 channel), the model expects {channels}")
+        return fashion_mnist_images(split, size=size, limit=limit, seed=seed)[0]
+    return load_image_folder(spec, size, channels, limit)

@@ -1,0 +1,116 @@
+"""Gradio tab: sample from a trained MoH model, step through the denoising, and see which
+representation levels, transform expert and scan depth the router chose at each step."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from common.errors import MoeAppsError
+
+CKPT_ENV = "MOH_DEMO_CKPT"
+
+
+def default_checkpoint() -> str:
+    """``$MOH_DEMO_CKPT``, else the model left by ``make demo`` (``vision.quick``)."""
+    if os.environ.get(CKPT_ENV):
+        return os.environ[CKPT_ENV]
+    from common.data_dir import cache_dir
+
+    return str(cache_dir("vision") / "demo_model")
+
+
+def sample_with_trace(ckpt: str, n: int, steps: int, seed: int):
+    """Returns ``(final grid uint8, per-step grids list, trace rows, depth plot figure)``."""
+    import torch
+
+    from vision.baselines import load_model
+    from vision.cli import _checkpoint_dir
+    from vision.pipeline import MoHPipeline, grid_image, make_sampler
+
+    model = load_model(_checkpoint_dir(ckpt))
+    out = MoHPipeline(model, make_sampler("ddim"))(batch_size=int(n), num_inference_steps=int(steps),
+                                                   generator=torch.Generator().manual_seed(int(seed)),
+                                                   return_intermediates=True)
+    final = grid_image(out.images)
+    frames = [grid_image(((x + 1) / 2).transpose(0, 2, 3, 1)) for x in out.intermediates]
+    rows = [[i + 1, r["timestep"], r.get("depth", float("nan")), " ".join(map(str, r.get("levels", []))),
+             r.get("transform", -1), r["sample_layers"]] for i, r in enumerate(out.trace)]
+    return final, frames, rows, _plot(out.trace, getattr(model, "transforms", None))
+
+
+def _plot(trace, transforms):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 2.6))
+    steps = np.arange(1, len(trace) + 1)
+    ax.plot(steps, [r["sample_layers"] for r in trace], "s-", label="Mamba blocks run / image")
+    if trace and "depth" in trace[0]:
+        ax.plot(steps, [r["depth"] for r in trace], "o--", label="scan depth")
+        ax.plot(steps, [len(r["levels"]) for r in trace], "^:", label="levels used")
+    ax.set_xlabel("denoising step (noise -> image)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _squeeze(img: np.ndarray) -> np.ndarray:
+    return img[..., 0] if img.ndim == 3 and img.shape[-1] == 1 else img
+
+
+def build_tab() -> None:
+    """Create the vision tab's components inside an open ``gr.Tab`` context."""
+    import gradio as gr
+
+    gr.Markdown(
+        "### MoH: Mamba diffusion with Mixture-of-Hierarchical experts\n"
+        "A timestep-conditioned router picks token-grid levels, a feature-transform expert and the "
+        "scan depth at every denoising step. Train a model with `moh train` or `make demo`."
+    )
+    with gr.Row():
+        ckpt = gr.Textbox(value=default_checkpoint(), label="checkpoint directory", elem_id="moh-ckpt")
+        n = gr.Slider(1, 64, value=16, step=1, label="images")
+        steps = gr.Slider(2, 50, value=10, step=1, label="DDIM steps")
+        seed = gr.Number(value=0, precision=0, label="seed")
+    run = gr.Button("Sample", variant="primary", elem_id="moh-sample")
+    status = gr.Markdown(elem_id="moh-status")
+    frames_state = gr.State([])
+    with gr.Row():
+        final = gr.Image(label="samples", type="numpy", elem_id="moh-final")
+        with gr.Column():
+            step = gr.Slider(1, 50, value=1, step=1, label="step through denoising (predicted clean images)",
+                             elem_id="moh-step")
+            frame = gr.Image(label="prediction at this step", type="numpy")
+    trace = gr.Dataframe(headers=["step", "timestep", "depth", "levels", "transform", "blocks/image"],
+                         label="router choices per step", elem_id="moh-trace", interactive=False)
+    plot = gr.Plot(label="compute per step")
+
+    def on_sample(ckpt_v, n_v, steps_v, seed_v):
+        try:
+            g, frames, rows, fig = sample_with_trace(ckpt_v, n_v, steps_v, seed_v)
+        except MoeAppsError as exc:
+            return (None, [], None, None, f"**error:** {exc}", gr.update())
+        msg = f"sampled {int(n_v)} images in {len(rows)} steps"
+        return (_squeeze(g), frames, rows, fig, msg,
+                gr.update(maximum=len(frames), value=len(frames)))
+
+    def on_step(frames, k):
+        if not frames:
+            return None
+        return _squeeze(frames[int(min(max(k, 1), len(frames))) - 1])
+
+    run.click(on_sample, [ckpt, n, steps, seed], [final, frames_state, trace, plot, status, step]).then(
+        on_step, [frames_state, step], frame)
+    step.change(on_step, [frames_state, step], frame)
+
+
+if __name__ == "__main__":
+    import gradio as gr
+
+    with gr.Blocks() as app, gr.Tab("vision"):
+        build_tab()
+    app.launch()

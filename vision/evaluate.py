@@ -1,0 +1,186 @@
+"""Sample-quality metrics.
+
+* **FMNIST-classifier FID**: the Fréchet distance (Heusel et al. 2017)
+  ``||μ_r - μ_g||² + Tr(Σ_r + Σ_g - 2 (Σ_r Σ_g)^{1/2})`` between Gaussian fits of real and
+  generated images in the 64-d penultimate feature space of a small CNN trained here on
+  Fashion-MNIST (cached). It is *not* the Inception FID and its values are not comparable to
+  published FIDs; always report it under this name.
+* **Inception FID**: the same distance in the 2048-d pool features of Inception-v3, only when
+  the user supplies the weights locally (nothing is downloaded): the TorchScript file
+  ``inception-2015-12-05.pt`` used by StyleGAN2-ADA / clean-fid, passed as
+  ``--inception-weights PATH`` or ``$MOH_INCEPTION_WEIGHTS``.
+* **Precision / recall** (Kynkäänniemi et al. 2019): fraction of generated features inside the
+  real k-NN manifold, and of real features inside the generated one (k = 3).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy import linalg
+from torch import Tensor, nn
+
+from common.checkpoint import load_checkpoint, load_into, save_checkpoint
+from common.data_dir import cache_dir
+from common.errors import CheckpointError, InputError
+from common.seed import seed_everything
+
+INCEPTION_ENV = "MOH_INCEPTION_WEIGHTS"
+CLASSIFIER_VERSION = "fmnist_classifier_v3"
+
+
+class FMNISTClassifier(nn.Module):
+    """Small CNN on ``(b, 1, 32, 32)`` images in [-1, 1]: three conv-BN-ReLU stages (16/32/64
+    channels, 2x2 pooling) and global average pooling give ``features (b, 64)``; a linear head
+    gives ``logits (b, 10)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layers, c_in = [], 1
+        for c in (16, 32, 64):
+            layers += [nn.Conv2d(c_in, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(), nn.MaxPool2d(2)]
+            c_in = c
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(64, 10)
+
+    def features(self, x: Tensor) -> Tensor:
+        return self.body(x).mean(dim=(2, 3))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.features(x))
+
+
+def train_classifier(images: Tensor, labels: Tensor, epochs: int = 2, batch_size: int = 64, seed: int = 0,
+                     lr: float = 2e-3) -> FMNISTClassifier:
+    """Fit the feature classifier with Adam (cross-entropy)."""
+    gen = seed_everything(seed)
+    model = FMNISTClassifier()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    n = images.shape[0]
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=gen)
+        for i in range(0, n, batch_size):
+            idx = perm[i:i + batch_size]
+            loss = F.cross_entropy(model(images[idx]), labels[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model.eval()
+
+
+@torch.no_grad()
+def accuracy(model: FMNISTClassifier, images: Tensor, labels: Tensor) -> float:
+    preds = torch.cat([model(images[i:i + 512]).argmax(1) for i in range(0, len(images), 512)])
+    return float((preds == labels).float().mean())
+
+
+def get_classifier(cache: Path | None = None, train_limit: int = 12000, seed: int = 0) -> tuple[FMNISTClassifier, dict]:
+    """The cached feature classifier (trained on ``train_limit`` Fashion-MNIST training images
+    on first use, test accuracy recorded). Returns ``(model, info)``."""
+    from vision.data import fashion_mnist_images
+
+    path = Path(cache) if cache else cache_dir("vision") / CLASSIFIER_VERSION
+    if (path / "config.json").is_file():
+        try:
+            state, _, extra = load_checkpoint(path)
+            model = FMNISTClassifier()
+            load_into(model, state, str(path))
+            return model.eval(), extra
+        except CheckpointError:
+            pass  # a damaged cache is rebuilt below
+    x, y = fashion_mnist_images("train", limit=train_limit, seed=seed)
+    model = train_classifier(x, y, seed=seed)
+    xt, yt = fashion_mnist_images("test")
+    info = {"test_accuracy": accuracy(model, xt, yt), "train_images": int(x.shape[0]), "seed": seed}
+    save_checkpoint(path, model.state_dict(), {"arch": "FMNISTClassifier"}, info)
+    return model, info
+
+
+@torch.no_grad()
+def classifier_features(model: FMNISTClassifier, images: Tensor) -> np.ndarray:
+    """``images (N, 1, 32, 32)`` in [-1, 1] -> ``(N, 64)`` float64 features."""
+    if images.dim() != 4 or images.shape[1:] != (1, 32, 32):
+        raise InputError(f"FMNIST-classifier features need (N, 1, 32, 32) images, got {tuple(images.shape)}")
+    model.eval()
+    return torch.cat([model.features(images[i:i + 512]) for i in range(0, len(images), 512)]).double().numpy()
+
+
+def frechet_distance(feats_a: np.ndarray, feats_b: np.ndarray) -> float:
+    """Fréchet distance between Gaussian fits of two feature sets ``(N, f)``, ``(M, f)``."""
+    if feats_a.shape[0] < 2 or feats_b.shape[0] < 2:
+        raise InputError("Fréchet distance needs at least 2 samples per set")
+    mu_a, mu_b = feats_a.mean(0), feats_b.mean(0)
+    s_a, s_b = np.cov(feats_a, rowvar=False), np.cov(feats_b, rowvar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", linalg.LinAlgWarning)
+        covmean, _ = linalg.sqrtm(s_a @ s_b, disp=False)
+    if not np.isfinite(covmean).all():  # singular product: regularise (as pytorch-fid does)
+        off = np.eye(s_a.shape[0]) * 1e-6
+        covmean = linalg.sqrtm((s_a + off) @ (s_b + off))
+    covmean = covmean.real
+    return float(((mu_a - mu_b) ** 2).sum() + np.trace(s_a) + np.trace(s_b) - 2 * np.trace(covmean))
+
+
+def precision_recall(real: np.ndarray, fake: np.ndarray, k: int = 3) -> tuple[float, float]:
+    """Improved precision/recall: ``precision`` = share of ``fake`` inside the union of real
+    k-NN balls, ``recall`` = share of ``real`` inside the union of fake k-NN balls."""
+
+    def radii(x: np.ndarray) -> np.ndarray:
+        d = np.sqrt(((x[:, None] - x[None]) ** 2).sum(-1))
+        return np.sort(d, axis=1)[:, k]  # column 0 is the point itself
+
+    def inside(points: np.ndarray, ref: np.ndarray, r: np.ndarray) -> float:
+        d = np.sqrt(((points[:, None] - ref[None]) ** 2).sum(-1))
+        return float((d <= r[None]).any(1).mean())
+
+    if min(len(real), len(fake)) <= k:
+        raise InputError(f"precision/recall need more than k={k} samples per set")
+    return inside(fake, real, radii(real)), inside(real, fake, radii(fake))
+
+
+def to_model_range(images01: np.ndarray) -> Tensor:
+    """Pipeline output ``(b, H, W, c)`` in [0, 1] -> ``(b, c, H, W)`` in [-1, 1]."""
+    return torch.as_tensor(images01, dtype=torch.float32).permute(0, 3, 1, 2) * 2 - 1
+
+
+def classifier_metrics(real: Tensor, fake: Tensor, classifier: FMNISTClassifier) -> dict:
+    """``{"fmnist_classifier_fid", "precision", "recall"}`` of ``fake`` against ``real``
+    (both ``(N, 1, 32, 32)`` in [-1, 1])."""
+    fr, ff = classifier_features(classifier, real), classifier_features(classifier, fake)
+    p, r = precision_recall(fr, ff)
+    return {"fmnist_classifier_fid": frechet_distance(fr, ff), "precision": p, "recall": r}
+
+
+def inception_weights_path(cli_value: str | None = None) -> Path | None:
+    value = cli_value or os.environ.get(INCEPTION_ENV)
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise InputError(f"Inception weights not found: {path}")
+    return path
+
+
+@torch.no_grad()
+def inception_features(weights: Path, images: Tensor) -> np.ndarray:
+    """2048-d Inception pool features from the user's TorchScript detector (StyleGAN2-ADA
+    ``inception-2015-12-05.pt``: takes uint8-range ``(b, 3, H, W)``, resizes internally)."""
+    try:
+        detector = torch.jit.load(str(weights), map_location="cpu").eval()
+    except Exception as exc:
+        raise CheckpointError(f"cannot load Inception TorchScript {weights}: {exc}") from exc
+    x = ((images.clamp(-1, 1) + 1) * 127.5)
+    if x.shape[1] == 1:
+        x = x.repeat(1, 3, 1, 1)
+    feats = [detector(x[i:i + 64], return_features=True) for i in range(0, len(x), 64)]
+    return torch.cat(feats).double().numpy()
+
+
+def inception_fid(real: Tensor, fake: Tensor, weights: Path) -> float:
+    return frechet_distance(inception_features(weights, real), inception_features(weights, fake))

@@ -1,0 +1,62 @@
+"""Plain Mamba diffusion backbone (DiS / DiM style): patch tokens, ``depth`` adaLN Mamba
+blocks with cycled 2D scan orders, every block run at every timestep (fixed computation).
+
+Shapes: ``sample (b, c, H, W)``, ``timestep`` scalar or ``(b,)`` -> ``BackboneOutput.sample
+(b, c, H, W)`` (predicted noise).
+"""
+
+from __future__ import annotations
+
+from diffusers.configuration_utils import ConfigMixin, register_to_config
+from diffusers.models.modeling_utils import ModelMixin
+from torch import Tensor, nn
+
+from vision.models.layers import (
+    AdaLNMambaBlock,
+    BackboneOutput,
+    FinalLayer,
+    PatchEmbed,
+    TimestepEmbedder,
+    check_sample,
+    prepare_timestep,
+)
+
+
+class PlainMambaBackbone(ModelMixin, ConfigMixin):
+    """Fixed-depth Mamba backbone; the baseline MoH is compared to at matched parameters."""
+
+    @register_to_config
+    def __init__(
+        self,
+        sample_size: int = 32,
+        in_channels: int = 1,
+        patch_size: int = 4,
+        d_model: int = 64,
+        d_state: int = 8,
+        expand: int = 2,
+        depth: int = 8,
+        scan_orders: tuple[str, ...] = ("raster", "zigzag_rev", "column", "zigzag_col_rev"),
+    ) -> None:
+        super().__init__()
+        grid = sample_size // patch_size
+        self.t_embed = TimestepEmbedder(d_model)
+        self.patch = PatchEmbed(sample_size, in_channels, patch_size, d_model)
+        self.blocks = nn.ModuleList(
+            AdaLNMambaBlock(d_model, d_state, expand, scan_orders[i % len(scan_orders)], grid)
+            for i in range(depth)
+        )
+        self.final = FinalLayer(d_model, in_channels, patch_size, grid)
+
+    def forward(self, sample: Tensor, timestep, return_dict: bool = True, route: dict | None = None):
+        cfg = self.config
+        check_sample(sample, cfg.in_channels, cfg.sample_size)
+        t = prepare_timestep(timestep, sample.shape[0], sample.device)
+        c = self.t_embed(t)
+        h = self.patch(sample)
+        for blk in self.blocks:
+            h = blk(h, c)
+        out = self.final(h, c)
+        info = {"sample_layers": len(self.blocks) * sample.shape[0]}
+        if not return_dict:
+            return (out, out.new_zeros(()), info)
+        return BackboneOutput(sample=out, aux_loss=out.new_zeros(()), route=info)

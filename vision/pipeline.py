@@ -1,0 +1,133 @@
+"""Sampling: a diffusers ``DiffusionPipeline`` over any backbone here, with a per-step trace of
+the router's choices, and DDPM/DDIM scheduler construction."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from diffusers import DDIMScheduler, DDPMScheduler, DiffusionPipeline
+from diffusers.utils import BaseOutput
+from torch import Tensor
+
+from common.errors import InputError
+
+NUM_TRAIN_TIMESTEPS = 1000
+
+
+def make_train_scheduler() -> DDPMScheduler:
+    """DDPM noise schedule used for training (cosine betas, epsilon prediction)."""
+    return DDPMScheduler(num_train_timesteps=NUM_TRAIN_TIMESTEPS, beta_schedule="squaredcos_cap_v2",
+                         prediction_type="epsilon", clip_sample=True)
+
+
+def make_sampler(kind: str = "ddim") -> DDPMScheduler | DDIMScheduler:
+    """``ddim`` (deterministic, few steps) or ``ddpm`` (ancestral) sampler matching training."""
+    base = make_train_scheduler()
+    if kind == "ddim":
+        return DDIMScheduler.from_config(base.config)
+    if kind == "ddpm":
+        return base
+    raise InputError(f"sampler must be 'ddim' or 'ddpm', got {kind!r}")
+
+
+def backbone_call(model, x: Tensor, t: Tensor, route: dict | None = None):
+    """Uniform call over our backbones and diffusers' ``UNet2DModel``:
+    returns ``(eps (b, c, H, W), aux_loss scalar, route info dict)``."""
+    if hasattr(model, "t_embed"):  # our backbones
+        out = model(x, t, route=route)
+        return out.sample, out.aux_loss, out.route or {}
+    out = model(x, t)
+    n_blocks = len(model.down_blocks) + len(model.up_blocks) + 1
+    return out.sample, x.new_zeros(()), {"sample_layers": n_blocks * x.shape[0]}
+
+
+@dataclass
+class SamplingOutput(BaseOutput):
+    """``images (b, H, W, c)`` float in [0, 1]; ``trace`` one dict per denoising step
+    (timestep, router choices, blocks run); ``intermediates`` ``(steps, b, c, H, W)`` predicted
+    clean images per step (only with ``return_intermediates``); ``time_s`` wall time."""
+
+    images: np.ndarray
+    trace: list = field(default_factory=list)
+    intermediates: np.ndarray | None = None
+    time_s: float = 0.0
+
+
+class MoHPipeline(DiffusionPipeline):
+    """Unconditional sampling: ``pipe(batch_size, num_inference_steps, generator)``."""
+
+    def __init__(self, unet, scheduler) -> None:
+        super().__init__()
+        self.register_modules(unet=unet, scheduler=scheduler)
+
+    @torch.no_grad()
+    def __call__(
+        self,
+        batch_size: int = 16,
+        num_inference_steps: int = 25,
+        generator: torch.Generator | None = None,
+        route: dict | None = None,
+        return_intermediates: bool = False,
+    ) -> SamplingOutput:
+        if batch_size < 1 or num_inference_steps < 1:
+            raise InputError(f"batch_size and num_inference_steps must be >= 1, got {batch_size}, {num_inference_steps}")
+        cfg = self.unet.config
+        shape = (batch_size, cfg.in_channels, cfg.sample_size, cfg.sample_size)
+        was_training = self.unet.training
+        self.unet.eval()
+        start = time.perf_counter()
+        x = torch.randn(shape, generator=generator)
+        self.scheduler.set_timesteps(num_inference_steps)
+        trace, inter = [], []
+        for t in self.scheduler.timesteps:
+            tt = torch.full((batch_size,), int(t), dtype=torch.long)
+            eps, _, info = backbone_call(self.unet, x, tt, route)
+            step = self.scheduler.step(eps, t, x, generator=generator) if isinstance(self.scheduler, DDPMScheduler) \
+                else self.scheduler.step(eps, t, x)
+            x = step.prev_sample
+            trace.append(_summarise_route(int(t), info, batch_size))
+            if return_intermediates:
+                inter.append(step.pred_original_sample.clamp(-1, 1).numpy())
+        self.unet.train(was_training)
+        images = ((x.clamp(-1, 1) + 1) / 2).permute(0, 2, 3, 1).numpy()
+        return SamplingOutput(images=images, trace=trace,
+                              intermediates=np.stack(inter) if inter else None,
+                              time_s=time.perf_counter() - start)
+
+
+def _summarise_route(t: int, info: dict, b: int) -> dict:
+    row = {"timestep": t, "sample_layers": int(info.get("sample_layers", 0)) / b}
+    if "depth" in info:
+        depth = info["depth"]
+        row["depth"] = float(depth.float().mean())
+        row["levels"] = [int(i) for i in info["levels"].float().mean(0).round().nonzero().flatten()]
+        row["level_use"] = [round(float(v), 3) for v in info["levels"].float().mean(0)]
+        row["transform"] = int(torch.mode(info["transform"]).values)
+    return row
+
+
+def grid_image(images: np.ndarray, nrow: int | None = None) -> np.ndarray:
+    """``(b, H, W, c)`` in [0, 1] -> one ``(rows*H, nrow*W, c)`` uint8 mosaic (1 px gaps)."""
+    b, h, w, c = images.shape
+    nrow = nrow or int(np.ceil(np.sqrt(b)))
+    rows = int(np.ceil(b / nrow))
+    out = np.ones(((h + 1) * rows + 1, (w + 1) * nrow + 1, c), dtype=np.float32)
+    for i in range(b):
+        r, q = divmod(i, nrow)
+        out[1 + r * (h + 1): 1 + r * (h + 1) + h, 1 + q * (w + 1): 1 + q * (w + 1) + w] = images[i]
+    return (out * 255).round().astype(np.uint8)
+
+
+def save_grid(images: np.ndarray, path) -> None:
+    """Write a sample mosaic as PNG (atomically)."""
+    from PIL import Image
+
+    from common.io import atomic_write
+
+    g = grid_image(images)
+    img = Image.fromarray(g[..., 0] if g.shape[-1] == 1 else g)
+    with atomic_write(path, "wb") as f:
+        img.save(f, format="PNG")
