@@ -36,12 +36,63 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _tiny_demo_models(root: Path) -> dict[str, str]:
+    """Tiny, untrained (or 3-step) models for the tabs that load one; returns the env vars that
+    point the hub's tabs at them. Real models come from ``make demo``."""
+    import torch
+
+    from generation3d.data import PartDataset, build_dataset
+    from generation3d.model import AEConfig, GenConfig
+    from generation3d.pipeline import MoCAPipeline
+    from generation3d.train import train_autoencoder, train_generator
+    from olfaction.model import MixScentConfig, MixScentNet, MolEncoderConfig
+    from olfaction.pipeline import MixScentPredictor
+    from vision.models import MoHBackbone
+
+    torch.manual_seed(0)
+    enc = MolEncoderConfig(hidden=16, layers=2, emb_dim=16).__dict__
+    net = MixScentNet(MixScentConfig(in_dim=16, hidden=16, heads=2, mol_encoder=enc))
+    labels = MixScentNet(MixScentConfig(in_dim=16, hidden=16, heads=2, n_labels=3, mol_encoder=enc))
+    MixScentPredictor(net, labels, ["fruity", "green", "woody"]).save(root / "olfaction")
+    MoHBackbone(
+        sample_size=16,
+        in_channels=1,
+        patch_size=4,
+        d_model=16,
+        d_state=2,
+        depth_choices=(1, 3),
+        num_levels=3,
+        k_levels=2,
+        level_layers=1,
+    ).save_pretrained(str(root / "vision"))
+    build_dataset(root / "parts", n_per_category=4, n_scenes=1, n_points=64, seed=0, min_scene_parts=20)
+    ds = PartDataset.load(root / "parts")
+    ae, _ = train_autoencoder(
+        ds, AEConfig(n_latents=4, d_latent=4, d_model=32, n_out=64), steps=3, batch_size=8
+    )
+    gen, stats, _ = train_generator(
+        ds,
+        ae,
+        GenConfig(n_latents=4, d_latent=4, max_parts=40, d_model=32, n_layers=1),
+        steps=3,
+        batch_size=4,
+    )
+    MoCAPipeline(ae, gen, stats).save(root / "generation3d")
+    return {
+        "MIXSCENT_MODEL": str(root / "olfaction"),
+        "MOH_DEMO_CKPT": str(root / "vision"),
+        "MOCA_DEMO_CKPT": str(root / "generation3d"),
+    }
+
+
 @pytest.fixture(scope="session")
 def hub_url(tmp_path_factory):
-    """Start ``moe-demo`` on 127.0.0.1 in a subprocess; yields its URL."""
+    """Start ``moe-demo`` on 127.0.0.1 in a subprocess, its tabs pointed at tiny demo models;
+    yields its URL."""
     port = _free_port()
     log = tmp_path_factory.mktemp("hub") / "hub.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    models = _tiny_demo_models(tmp_path_factory.mktemp("demo_models"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **models}
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "apps.hub", "--port", str(port)],

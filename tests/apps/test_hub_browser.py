@@ -41,3 +41,39 @@ def test_every_app_tab_renders_in_the_hub(page, tab):
     panel = page.get_by_role("tabpanel")
     panel.get_by_role("button").first.wait_for()
     assert panel.get_by_role("button").count() >= 1
+
+
+def _wait_for_text(page, selector: str, text: str, timeout_ms: int = 300_000) -> str:
+    page.wait_for_function(
+        "([sel, txt]) => { const el = document.querySelector(sel); return el && el.innerText.includes(txt); }",
+        arg=[selector, text],
+        timeout=timeout_ms,
+    )
+    return page.locator(selector).inner_text()
+
+
+def test_olfaction_tab_compares_two_mixtures_and_rejects_bad_smiles(page):
+    page.get_by_role("tab", name="Olfaction (MixScentNet)").click()
+    page.locator("#olf_run").click()
+    text = _wait_for_text(page, "#olf_result", "distance")
+    assert "attention" in text
+    page.locator("#olf_mix1 textarea").fill("CCO;C1CC")
+    page.locator("#olf_run").click()
+    assert "invalid SMILES" in _wait_for_text(page, "#olf_result", "error")
+
+
+def test_vision_tab_samples_and_shows_router_choices(page):
+    page.get_by_role("tab", name="Vision (MoH diffusion)").click()
+    page.locator("#moh-sample").click()
+    _wait_for_text(page, "#moh-status", "sampled 16 images")
+    trace = page.locator("#moh-trace").inner_text()
+    assert "depth" in trace and "900" in trace
+    assert page.locator("#moh-final img").count() == 1
+
+
+def test_generation3d_tab_generates_a_glb(page):
+    page.get_by_role("tab", name="3D parts (MoCA)").click()
+    page.locator("#moca-generate").click()
+    page.wait_for_function("() => document.body.innerText.includes('generated 12 parts')", timeout=300_000)
+    # the download link of the generated GLB is on the page
+    assert page.locator("a[href*='.glb'], a[download]").count() >= 1
