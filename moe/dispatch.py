@@ -62,6 +62,24 @@ def _kept(routing: Routing, capacity: int | None) -> Tensor:
     return keep.reshape(k, n).t()
 
 
+def _plan(
+    x: Tensor, routing: Routing, experts: Sequence[Expert], capacity_factor: float | None
+) -> tuple[int | None, Tensor]:
+    """Validate the inputs; return the per-expert capacity and the ``(N, k)`` kept mask."""
+    _check(x, routing, experts)
+    n, k = routing.indices.shape
+    capacity = None
+    if capacity_factor is not None:
+        capacity = expert_capacity(n * k, routing.num_experts, capacity_factor)
+    return capacity, _kept(routing, capacity)
+
+
+def _dropped(keep: Tensor, routing: Routing) -> int:
+    """Assignments of valid tokens that did not fit their expert's capacity."""
+    masked = 0 if routing.mask is None else int((~routing.mask).sum()) * routing.k
+    return int((~keep).sum()) - masked
+
+
 def dispatch_combine(
     x: Tensor,
     routing: Routing,
@@ -69,12 +87,8 @@ def dispatch_combine(
     capacity_factor: float | None = None,
 ) -> tuple[Tensor, DispatchInfo]:
     """Sort-based grouped dispatch: ``x (N, d)`` -> ``y (N, d_out)``, ``y_n = sum_j w_nj E_j(x_n)``."""
-    _check(x, routing, experts)
     n, k = routing.indices.shape
-    capacity = None
-    if capacity_factor is not None:
-        capacity = expert_capacity(n * k, routing.num_experts, capacity_factor)
-    keep = _kept(routing, capacity)
+    capacity, keep = _plan(x, routing, experts, capacity_factor)
     flat_expert = routing.indices.reshape(-1)
     flat_token = torch.arange(n, device=x.device).repeat_interleave(k)
     flat_weight = routing.weights.reshape(-1)
@@ -90,8 +104,7 @@ def dispatch_combine(
     y_sorted = _concat_outputs(outs, x, experts)
     y_sorted = y_sorted * flat_weight[order, None].to(y_sorted.dtype)
     y = y_sorted.new_zeros(n, y_sorted.shape[1]).index_add(0, tokens, y_sorted)
-    dropped = int((~keep).sum() - (0 if routing.mask is None else (~routing.mask).sum() * k))
-    return y, DispatchInfo(capacity, dropped, keep)
+    return y, DispatchInfo(capacity, _dropped(keep, routing), keep)
 
 
 def _concat_outputs(outs: list[Tensor], x: Tensor, experts: Sequence[Expert]) -> Tensor:
@@ -108,12 +121,8 @@ def dispatch_combine_loop(
     capacity_factor: float | None = None,
 ) -> tuple[Tensor, DispatchInfo]:
     """Reference implementation: for each expert, run it on its tokens and add them back."""
-    _check(x, routing, experts)
     n, k = routing.indices.shape
-    capacity = None
-    if capacity_factor is not None:
-        capacity = expert_capacity(n * k, routing.num_experts, capacity_factor)
-    keep = _kept(routing, capacity)
+    capacity, keep = _plan(x, routing, experts, capacity_factor)
     y = None
     for e, expert in enumerate(experts):
         hit = (routing.indices == e) & keep  # (N, k)
@@ -128,8 +137,7 @@ def dispatch_combine_loop(
     if y is None:
         empty = _concat_outputs([], x, experts)
         y = empty.new_zeros(n, empty.shape[1])
-    dropped = int((~keep).sum() - (0 if routing.mask is None else (~routing.mask).sum() * k))
-    return y, DispatchInfo(capacity, dropped, keep)
+    return y, DispatchInfo(capacity, _dropped(keep, routing), keep)
 
 
 def dispatch_combine_einsum(x: Tensor, routing: Routing, experts: Sequence[Expert]) -> Tensor:

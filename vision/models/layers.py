@@ -162,7 +162,9 @@ class AdaLNMambaBlock(nn.Module):
     ``x + gate(c) * mamba(LN(x) * (1 + scale(c)) + shift(c))`` with the tokens visited in scan
     order ``order``; ``bidirectional`` adds a second mixer over the reversed order (Vim)."""
 
-    def __init__(self, d: int, d_state: int, expand: int, order: str, grid: int, bidirectional: bool = False) -> None:
+    def __init__(
+        self, d: int, d_state: int, expand: int, order: str, grid: int, bidirectional: bool = False
+    ) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
         self.ada = nn.Linear(d, 3 * d)
@@ -181,6 +183,24 @@ class AdaLNMambaBlock(nn.Module):
         if self.mixer_rev is not None:
             y = y + self.orders.apply(self.mixer_rev, h, self.order + "_rev")
         return x + gate[:, None] * y
+
+
+def fixed_stack_forward(model: nn.Module, sample: Tensor, timestep, return_dict: bool = True):
+    """Forward of a fixed-depth backbone (every block at every timestep): patch-embed ``sample
+    (b, c, H, W)``, run ``model.blocks`` conditioned on the timestep embedding, project back.
+    Returns ``BackboneOutput`` (or a tuple) with zero aux loss and the block count run."""
+    cfg = model.config
+    check_sample(sample, cfg.in_channels, cfg.sample_size)
+    t = prepare_timestep(timestep, sample.shape[0], sample.device)
+    c = model.t_embed(t)
+    h = model.patch(sample)
+    for blk in model.blocks:
+        h = blk(h, c)
+    out = model.final(h, c)
+    info = {"sample_layers": len(model.blocks) * sample.shape[0]}
+    if not return_dict:
+        return (out, out.new_zeros(()), info)
+    return BackboneOutput(sample=out, aux_loss=out.new_zeros(()), route=info)
 
 
 def count_parameters(model: nn.Module) -> int:

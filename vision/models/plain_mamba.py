@@ -13,12 +13,10 @@ from torch import Tensor, nn
 
 from vision.models.layers import (
     AdaLNMambaBlock,
-    BackboneOutput,
     FinalLayer,
     PatchEmbed,
     TimestepEmbedder,
-    check_sample,
-    prepare_timestep,
+    fixed_stack_forward,
 )
 
 
@@ -48,15 +46,4 @@ class PlainMambaBackbone(ModelMixin, ConfigMixin):
         self.final = FinalLayer(d_model, in_channels, patch_size, grid)
 
     def forward(self, sample: Tensor, timestep, return_dict: bool = True, route: dict | None = None):
-        cfg = self.config
-        check_sample(sample, cfg.in_channels, cfg.sample_size)
-        t = prepare_timestep(timestep, sample.shape[0], sample.device)
-        c = self.t_embed(t)
-        h = self.patch(sample)
-        for blk in self.blocks:
-            h = blk(h, c)
-        out = self.final(h, c)
-        info = {"sample_layers": len(self.blocks) * sample.shape[0]}
-        if not return_dict:
-            return (out, out.new_zeros(()), info)
-        return BackboneOutput(sample=out, aux_loss=out.new_zeros(()), route=info)
+        return fixed_stack_forward(self, sample, timestep, return_dict)
