@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from common.errors import InputError
 from common.io import write_csv, write_json
 from common.report import markdown_table
 from generation3d.attention import build_attention
@@ -58,13 +59,13 @@ def bench_attention(
     mem_ratio_vs_full, ...settings}``. ``max_full_parts`` skips full attention above that P."""
     for m in methods:
         if m not in METHODS:
-            raise ValueError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
+            raise InputError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
     if threads:
         torch.set_num_threads(threads)
     rows = []
     for p in parts:
         if p < 1:
-            raise ValueError(f"number of parts must be >= 1, got {p}")
+            raise InputError(f"number of parts must be >= 1, got {p}")
         gen = torch.Generator().manual_seed(seed)
         x = torch.randn(1, p, tokens, d_model, generator=gen)
         boxes = torch.rand(1, p, 6, generator=gen)

@@ -4,6 +4,7 @@
     moca train-ae --data-dir data/parts --out runs/ae --steps 1500
     moca train --data-dir data/parts --ae runs/ae --attention moca --out runs/moca --steps 2000
     moca sample --ckpt runs/moca --category chair --parts 12 --out chair.glb
+    moca sample --ckpt runs/moca --category none --parts 9 --text "a chair with arms and a solid back" --out c.glb
     moca eval --ckpt runs/moca --data-dir data/parts --n 32 --out runs/moca/eval.json
     moca bench-attention --parts 8,16,32,64,128,256 --out results/bench
     moca load-mesh my_parts.glb --out preview.png
@@ -19,6 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from common.cli import add_common_args, cli_main  # noqa: E402
 from common.errors import InputError  # noqa: E402
+from generation3d.render import RENDERERS  # noqa: E402
 
 
 def default_data_dir() -> Path:
@@ -78,6 +80,7 @@ def _train(a) -> int:
     from generation3d.data import PartDataset
     from generation3d.model import GenConfig
     from generation3d.pipeline import MoCAPipeline, load_autoencoder
+    from generation3d.text import shape_descriptions
     from generation3d.train import train_generator
 
     torch.set_num_threads(a.threads)
@@ -89,25 +92,34 @@ def _train(a) -> int:
     gen, stats, hist = train_generator(ds, ae, cfg, steps=_positive("steps", a.steps), batch_size=a.batch_size,
                                        lr=a.lr, seed=a.seed, progress=True)
     out = Path(a.out or f"runs/{a.attention}")
-    MoCAPipeline(ae, gen, stats).save(out, {"history": hist, "seed": a.seed})
+    MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train")).save(out, {"history": hist, "seed": a.seed, "steps": a.steps})
     print(f"trained {a.attention} generator for {a.steps} steps: final loss {hist[-1]['loss']:.4f}; saved {out}")
     return 0
 
 
 def _sample(a) -> int:
-    from generation3d.export import export_meshes, preview_png, shape_meshes
-    from generation3d.pipeline import MoCAPipeline
+    from generation3d.export import export_meshes, shape_meshes
+    from generation3d.pipeline import FAR_TEXT_COSINE, MoCAPipeline
+    from generation3d.render import render_preview
+    from generation3d.text import check_text
 
     out = Path(a.out or "sample.glb")
     if out.suffix.lower() not in (".glb", ".ply", ".obj"):
         raise InputError(f"--out must end in .glb, .ply or .obj, got {out.name!r}")
+    text = None if a.text is None else check_text(a.text)
     pipe = MoCAPipeline.load(a.ckpt)
-    g = pipe.sample(a.category, a.parts, seed=a.seed, steps=_positive("steps", a.steps), guidance=a.guidance)[0]
+    g = pipe.sample(a.category, a.parts, seed=a.seed, steps=_positive("steps", a.steps), guidance=a.guidance, text=text)[0]
     meshes = shape_meshes(g.points, g.boxes)
     export_meshes(meshes, out)
     png = out.with_suffix(".png")
-    preview_png(meshes, png, title=f"{a.category}, {a.parts} parts")
-    print(f"wrote {out} ({a.parts} parts) and {png}")
+    renderer = render_preview(meshes, png, title=f"{a.category}, {a.parts} parts", renderer=a.renderer)
+    if text is not None:
+        near, sim = pipe.nearest_description(text)
+        print(f"text {text!r}: nearest training description {near!r} (cosine {sim:.2f})")
+        if sim < FAR_TEXT_COSINE:
+            print(f"warning: the text is unlike every training description (cosine < {FAR_TEXT_COSINE}); "
+                  "the shape follows the category and part count more than the text")
+    print(f"wrote {out} ({a.parts} parts) and {png} ({renderer} preview)")
     return 0
 
 
@@ -120,7 +132,8 @@ def _eval(a) -> int:
 
     pipe = MoCAPipeline.load(a.ckpt)
     ds = PartDataset.load(_data_dir(a))
-    res = evaluate_generator(pipe, ds, n_shapes=_positive("n", a.n), seed=a.seed, steps=a.steps, guidance=a.guidance)
+    res = evaluate_generator(pipe, ds, n_shapes=_positive("n", a.n), seed=a.seed, steps=_positive("steps", a.steps),
+                             guidance=a.guidance, use_text=a.text)
     res["ckpt"] = str(a.ckpt)
     print(markdown_table([res], ["attention", "cd", "fscore", "part_cd", "part_fscore", "coverage", "mmd", "1nna",
                                  "part_count_acc", "pen_gen", "pen_ref", "n_shapes"]))
@@ -146,14 +159,14 @@ def _bench(a) -> int:
 
 def _load_mesh(a) -> int:
     from generation3d.data import load_part_mesh
-    from generation3d.export import preview_png
+    from generation3d.render import render_preview
 
     shape = load_part_mesh(a.path, category=a.category, seed=a.seed)
     for p in shape.parts:
         print(f"{p.name}: box centre {p.box[:3].round(3).tolist()} size {p.box[3:].round(3).tolist()}")
     if a.out:
-        preview_png([p.mesh for p in shape.parts], a.out, title=Path(a.path).name)
-        print(f"wrote {a.out}")
+        renderer = render_preview([p.mesh for p in shape.parts], a.out, title=Path(a.path).name, renderer=a.renderer)
+        print(f"wrote {a.out} ({renderer} preview)")
     return 0
 
 
@@ -201,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parts", type=int, default=8)
     p.add_argument("--steps", type=int, default=25)
     p.add_argument("--guidance", type=float, default=1.0)
+    p.add_argument("--text", default=None, help="description to condition on (MiniLM); omit for no text")
+    p.add_argument("--renderer", default="auto", choices=RENDERERS, help="preview renderer (auto: open3d, else matplotlib)")
     p.set_defaults(fn=_sample)
 
     p = sub.add_parser("eval", help="evaluate a generator against the test split")
@@ -209,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=32)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--guidance", type=float, default=1.0)
+    p.add_argument("--text", action="store_true", help="also condition on each test shape's description")
     p.set_defaults(fn=_eval)
 
     p = sub.add_parser("bench-attention", help="time/memory of MoCA vs full/top-k/local attention vs P")
@@ -225,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_args(p)
     p.add_argument("path")
     p.add_argument("--category", default="chair")
+    p.add_argument("--renderer", default="auto", choices=RENDERERS)
     p.set_defaults(fn=_load_mesh)
     return ap
 

@@ -406,6 +406,23 @@ def from_canonical(points, boxes):
     return points * half + boxes[..., None, :3]
 
 
+def box_to_param(boxes):
+    """Boxes ``(..., 6)`` (centre, size) -> generator parameters ``(..., 6)`` (centre, log size).
+
+    Sizes span two orders of magnitude (legs 0.01, shelf sides 2); in log space a small error
+    on a thin part stays a small relative error instead of a negative size."""
+    if isinstance(boxes, np.ndarray):
+        return np.concatenate([boxes[..., :3], np.log(boxes[..., 3:].clip(MIN_SIZE))], -1)
+    return torch.cat([boxes[..., :3], boxes[..., 3:].clamp(min=MIN_SIZE).log()], -1)
+
+
+def param_to_box(params):
+    """Inverse of ``box_to_param``: ``(..., 6)`` centre, log size -> centre, size."""
+    if isinstance(params, np.ndarray):
+        return np.concatenate([params[..., :3], np.exp(params[..., 3:])], -1)
+    return torch.cat([params[..., :3], params[..., 3:].exp()], -1)
+
+
 def read_meta(data_dir: str | Path) -> dict:
     p = Path(data_dir) / "meta.json"
     return json.loads(p.read_text()) if p.is_file() else {}

@@ -1,4 +1,5 @@
-"""Gradio tab: choose a category and a number of parts, generate with MoCA, view and download the GLB."""
+"""Gradio tab: choose a category, a number of parts and optionally a text, generate with MoCA,
+view and download the GLB. A blank text box means no text conditioning."""
 
 from __future__ import annotations
 
@@ -23,27 +24,36 @@ def default_checkpoint() -> str:
 _CACHE: dict[str, object] = {}
 
 
-def generate(ckpt: str, category: str, n_parts: int, seed: int, steps: int, out_dir: str | None = None):
-    """Returns ``(glb path, preview png path, status markdown, routing table rows)``."""
-    from generation3d.export import export_meshes, preview_png, shape_meshes
-    from generation3d.pipeline import MoCAPipeline
+def generate(ckpt: str, category: str, n_parts: int, seed: int, steps: int, out_dir: str | None = None,
+             text: str = ""):
+    """Returns ``(glb path, preview png path, status markdown, routing table rows)``; a blank
+    ``text`` means no text conditioning."""
+    from generation3d.export import export_meshes, shape_meshes
+    from generation3d.pipeline import FAR_TEXT_COSINE, MoCAPipeline
+    from generation3d.render import render_preview
 
     if ckpt not in _CACHE:
         _CACHE[ckpt] = MoCAPipeline.load(ckpt)
     pipe = _CACHE[ckpt]
-    g = pipe.sample(category, int(n_parts), seed=int(seed), steps=int(steps))[0]
+    text = (text or "").strip() or None
+    g = pipe.sample(category, int(n_parts), seed=int(seed), steps=int(steps), text=text)[0]
     meshes = shape_meshes(g.points, g.boxes)
     out = Path(out_dir or tempfile.mkdtemp(prefix="moca_"))
     glb = export_meshes(meshes, out / f"{category}_{int(n_parts)}parts_seed{int(seed)}.glb")
     png = out / (glb.stem + ".png")
-    preview_png(meshes, png, title=f"{category}, {int(n_parts)} parts")
+    renderer = render_preview(meshes, png, title=f"{category}, {int(n_parts)} parts")
     routing = pipe.gen.routing()
     rows = []
     if routing and "indices" in routing[-1]:
         idx = routing[-1]["indices"][0]
         rows = [[p, " ".join(str(int(j)) for j in idx[p])] for p in range(min(len(idx), 32))]
     status = (f"generated {int(n_parts)} parts ({pipe.gen.config.attention} attention, top-k {pipe.gen.config.top_k}, "
-              f"{pipe.gen.config.n_compressed} compressed tokens per other part)")
+              f"{pipe.gen.config.n_compressed} compressed tokens per other part; {renderer} preview)")
+    if text is not None:
+        near, sim = pipe.nearest_description(text)
+        status += f"\n\ntext {text!r}: nearest training description *{near}* (cosine {sim:.2f})"
+        if sim < FAR_TEXT_COSINE:
+            status += " (unlike every training description: expect the category and part count to dominate)"
     return str(glb), str(png), status, rows
 
 
@@ -64,6 +74,8 @@ def build_tab() -> None:
         n_parts = gr.Slider(2, 96, value=12, step=1, label="number of parts", elem_id="moca-parts")
         seed = gr.Number(value=0, precision=0, label="seed")
         steps = gr.Slider(2, 50, value=12, step=1, label="sampling steps")
+    text = gr.Textbox(value="", label="text (optional, e.g. 'a chair with arms and a slatted back'; blank = none)",
+                      elem_id="moca-text")
     run = gr.Button("Generate", variant="primary", elem_id="moca-generate")
     status = gr.Markdown(elem_id="moca-status")
     with gr.Row():
@@ -72,11 +84,11 @@ def build_tab() -> None:
     download = gr.File(label="download GLB", elem_id="moca-download")
     routing = gr.Dataframe(headers=["part", "top-k parts attended (last layer)"], label="router choices", elem_id="moca-routing")
 
-    def _go(ck, cat, n, s, st):
+    def _go(ck, cat, n, s, st, txt):
         try:
-            glb, png, msg, rows = generate(ck, cat, n, s, st)
+            glb, png, msg, rows = generate(ck, cat, n, s, st, text=txt)
         except MoeAppsError as exc:
             return None, None, None, f"**error:** {exc}", []
         return glb, png, glb, msg, rows
 
-    run.click(_go, [ckpt, category, n_parts, seed, steps], [viewer, preview, download, status, routing])
+    run.click(_go, [ckpt, category, n_parts, seed, steps, text], [viewer, preview, download, status, routing])

@@ -13,6 +13,8 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
+from common.errors import DataError
+
 DEFAULT_TAU = 0.05
 
 
@@ -130,22 +132,26 @@ def reconstruction_metrics(ae, ds, split: str = "test", tau: float = DEFAULT_TAU
 
 
 def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int = 20, tau: float = DEFAULT_TAU,
-                       guidance: float = 1.0, n_points: int = 1024) -> dict:
-    """Generate one shape per test shape (same category and part count, seed ``seed + i``) and compare.
+                       guidance: float = 1.0, n_points: int = 1024, use_text: bool = False) -> dict:
+    """Generate one shape per test shape (same category and part count, seed ``seed + i``; with
+    ``use_text`` also conditioned on the test shape's ``text.describe_shape``) and compare.
 
     Paired metrics: shape CD / F-score and Hungarian part CD / F-score against the test shape
     with the same request. Set metrics: COV / MMD / 1-NNA between the generated and test clouds.
     Also part-count accuracy (non-degenerate generated boxes == requested P) and penetration rate
     (generated vs test). Returns a dict with all settings."""
     from generation3d.data import CATEGORIES
+    from generation3d.text import describe_shape
 
     ids = ds.shape_ids("test", max_parts=pipe.gen.config.max_parts)[:n_shapes]
     if len(ids) == 0:
-        raise ValueError("no test shapes within the generator's part range")
+        raise DataError(f"no test shapes with at most {pipe.gen.config.max_parts} parts (the generator's trained maximum)")
     rows, gen_clouds, ref_clouds = [], [], []
     for j, i in enumerate(ids):
         ref_pts, ref_boxes, cat = ds.shape(int(i))
-        g = pipe.sample(CATEGORIES[cat], len(ref_pts), seed=seed + j, steps=steps, guidance=guidance)[0]
+        a, b = ds.offsets[i], ds.offsets[i + 1]
+        text = describe_shape(CATEGORIES[cat], ds.part_names[a:b], ref_boxes) if use_text else None
+        g = pipe.sample(CATEGORIES[cat], len(ref_pts), seed=seed + j, steps=steps, guidance=guidance, text=text)[0]
         gc, rc = shape_cloud(g.points, n_points, seed), shape_cloud(ref_pts, n_points, seed)
         gen_clouds.append(gc)
         ref_clouds.append(rc)
@@ -159,5 +165,6 @@ def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int =
     out.update(set_metrics(gen_clouds, ref_clouds))
     out["part_count_acc"] = out.pop("count_ok")
     out.update({"n_shapes": int(len(ids)), "seed": seed, "steps": steps, "tau": tau, "guidance": guidance,
-                "n_points": n_points, "chamfer": "squared, sum of both directions", "attention": pipe.gen.config.attention})
+                "n_points": n_points, "chamfer": "squared, sum of both directions", "attention": pipe.gen.config.attention,
+                "text_conditioned": use_text})
     return out

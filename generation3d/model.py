@@ -8,9 +8,11 @@ PartAutoencoder (one part at a time, points in the part's box frame ``[-1, 1]^3`
 
 PartFlowTransformer (rectified flow / flow matching, diffusers ``FlowMatchEulerDiscreteScheduler``
 convention): a shape is P parts, each T latent tokens ``z (P, T, d_z)`` plus a box ``(P, 6)``,
-both standardised. With ``x_s = (1 - s) x_0 + s * eps`` the network predicts ``v = eps - x_0``
-from ``x_s``, ``s`` and the condition (category incl. a null class for unconditional/CFG, number
-of parts). DiT blocks with adaLN-Zero; the token mixer is a component attention from
+both standardised (boxes as centre and log-size, ``data.box_to_param``). With
+``x_s = (1 - s) x_0 + s * eps`` the network predicts ``v = eps - x_0`` from ``x_s``, ``s`` and the
+condition: category (incl. a null class for unconditional/CFG), number of parts, and an optional
+MiniLM text embedding ``(B, 384)`` projected to ``d`` (a learned null embedding stands in when
+there is no text). DiT blocks with adaLN-Zero; the token mixer is a component attention from
 ``attention.py`` (MoCA or a baseline), given the current (noisy) boxes.
 """
 
@@ -26,6 +28,7 @@ from torch import Tensor, nn
 from common.errors import InputError
 from generation3d.attention import ATTENTION_KINDS, build_attention
 from generation3d.data import CATEGORIES
+from generation3d.text import TEXT_DIM
 
 
 def fourier(x: Tensor, n_freq: int) -> Tensor:
@@ -92,10 +95,16 @@ class GenConfig:
     top_k: int = 4
     n_compressed: int = 2
     n_categories: int = len(CATEGORIES)  # + 1 null class for unconditional generation
+    d_text: int = TEXT_DIM
 
     def __post_init__(self):
         if self.attention not in ATTENTION_KINDS:
             raise InputError(f"unknown attention {self.attention!r}; choose from {', '.join(ATTENTION_KINDS)}")
+        if self.d_model % self.n_heads:
+            raise InputError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.top_k < 1 or self.n_compressed < 0 or self.max_parts < 1 or self.n_layers < 1:
+            raise InputError(f"need top_k >= 1, n_compressed >= 0, max_parts >= 1 and n_layers >= 1, got {self.top_k}, "
+                             f"{self.n_compressed}, {self.max_parts}, {self.n_layers}")
 
 
 def timestep_embedding(t: Tensor, dim: int) -> Tensor:
@@ -128,8 +137,10 @@ class DiTBlock(nn.Module):
 
 class PartFlowTransformer(nn.Module):
     """Velocity network. ``forward(z (B,P,T,d_z), box (B,P,6), t (B,) in [0,1000], category (B,)
-    long (``n_categories`` = null), n_parts (B,) long, valid (B,P) bool | None) -> (v_z, v_box)``
-    with the same shapes as ``z`` and ``box``."""
+    long (``n_categories`` = null), n_parts (B,) long, valid (B,P) bool | None, text (B,d_text) |
+    None, text_keep (B,) bool | None) -> (v_z, v_box)`` with the same shapes as ``z`` and ``box``.
+    Rows of ``text`` with ``text_keep`` False (or all rows when ``text`` is None) use the null
+    text embedding."""
 
     def __init__(self, config: GenConfig | None = None):
         super().__init__()
@@ -142,6 +153,8 @@ class PartFlowTransformer(nn.Module):
         self.t_mlp = nn.Sequential(nn.Linear(d, d), nn.SiLU(), nn.Linear(d, d))
         self.cat_emb = nn.Embedding(c.n_categories + 1, d)
         self.count_emb = nn.Embedding(c.max_parts + 1, d)
+        self.text_proj = nn.Sequential(nn.Linear(c.d_text, d), nn.SiLU(), nn.Linear(d, d))
+        self.text_null = nn.Parameter(torch.zeros(d))
         self.blocks = nn.ModuleList(DiTBlock(c) for _ in range(c.n_layers))
         self.norm_out = nn.LayerNorm(d, elementwise_affine=False)
         self.ada_out = nn.Linear(d, 2 * d)
@@ -155,13 +168,23 @@ class PartFlowTransformer(nn.Module):
         if not 1 <= n_parts <= self.config.max_parts:
             raise InputError(f"number of parts {n_parts} is outside the trained range 1..{self.config.max_parts}")
 
-    def forward(self, z: Tensor, box: Tensor, t: Tensor, category: Tensor, n_parts: Tensor, valid: Tensor | None = None):
+    def text_condition(self, text: Tensor | None, text_keep: Tensor | None, batch: int) -> Tensor:
+        """``(B, d)``: projected text, the null embedding where there is none."""
+        null = self.text_null.expand(batch, -1)
+        if text is None:
+            return null
+        proj = self.text_proj(text)
+        return proj if text_keep is None else torch.where(text_keep[:, None], proj, null)
+
+    def forward(self, z: Tensor, box: Tensor, t: Tensor, category: Tensor, n_parts: Tensor, valid: Tensor | None = None,
+                text: Tensor | None = None, text_keep: Tensor | None = None):
         b, p, tt, _ = z.shape
         if p > self.config.max_parts:
             raise InputError(f"number of parts {p} exceeds the trained maximum {self.config.max_parts}")
         slots = torch.arange(p, device=z.device)
         x = self.z_in(z) + self.token_pos + (self.box_in(fourier(box, 6)) + self.slot(slots))[:, :, None]
         cond = self.t_mlp(timestep_embedding(t, self.config.d_model)) + self.cat_emb(category) + self.count_emb(n_parts)
+        cond = cond + self.text_condition(text, text_keep, b)
         for blk in self.blocks:
             x = blk(x, cond, box, valid)
         shift, scale = (m[:, None, None] for m in self.ada_out(F.silu(cond)).chunk(2, -1))

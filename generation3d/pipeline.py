@@ -1,8 +1,15 @@
 """MoCAPipeline: part autoencoder + flow transformer + latent statistics; sampling, save/load.
 
 Sampling integrates the learned velocity field with diffusers' ``FlowMatchEulerDiscreteScheduler``
-(sigma from 1 to 0), optionally with classifier-free guidance against the null category, then
-decodes each part's latents to points in its box frame and maps them into the generated box.
+(sigma from 1 to 0), optionally with classifier-free guidance against the null condition (null
+category and null text), then decodes each part's latents to points in its box frame and maps
+them into the generated box (the generator's box channels are centre and log size).
+
+Text: ``sample(text=...)`` embeds the text with MiniLM (``text.default_encoder``) and conditions
+on it; ``category='none'`` with a text is text-only conditioning. An empty text is an
+InputError (omit it for text-unconditional sampling); any other text is accepted (MiniLM embeds
+free text), and ``nearest_description`` reports how close it is to the training descriptions
+(the CLI and demo warn below cosine ``FAR_TEXT_COSINE``).
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ from diffusers import FlowMatchEulerDiscreteScheduler
 
 from common.checkpoint import load_checkpoint, load_into, save_checkpoint
 from common.errors import CheckpointError, InputError
-from generation3d.data import CATEGORIES, MIN_SIZE, check_category, from_canonical
+from generation3d.data import CATEGORIES, box_to_param, check_category, from_canonical, param_to_box
 from generation3d.model import AEConfig, GenConfig, PartAutoencoder, PartFlowTransformer
+from generation3d.text import check_text, default_encoder
 
 
 @dataclass
@@ -29,6 +37,7 @@ class GeneratedShape:
     category: str
     n_parts: int
     seed: int
+    text: str | None = None
 
 
 def load_autoencoder(path: str | Path) -> PartAutoencoder:
@@ -45,16 +54,31 @@ def save_autoencoder(model: PartAutoencoder, path: str | Path, extra: dict | Non
     return save_checkpoint(path, model.state_dict(), asdict(model.config), extra)
 
 
+BOX_PARAM = "centre+log_size"
+FAR_TEXT_COSINE = 0.5  # below this a text is reported as unlike every training description
+
+
 class MoCAPipeline:
-    def __init__(self, ae: PartAutoencoder, gen: PartFlowTransformer, stats: dict):
+    """Part autoencoder + generator + latent statistics; ``descriptions`` are the training texts
+    (for ``nearest_description``)."""
+
+    def __init__(self, ae: PartAutoencoder, gen: PartFlowTransformer, stats: dict, descriptions: list[str] | None = None,
+                 text_encoder=None):
         self.ae, self.gen = ae.eval(), gen.eval()
         self.stats = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in stats.items()}
+        self.descriptions = sorted(set(descriptions or []))
+        self._encoder = text_encoder
+
+    @property
+    def encoder(self):
+        return self._encoder or default_encoder()
 
     def save(self, path: str | Path, extra: dict | None = None) -> Path:
         path = Path(path)
         save_autoencoder(self.ae, path / "ae")
         save_checkpoint(path / "generator", self.gen.state_dict(), asdict(self.gen.config),
-                        {"stats": {k: v.tolist() for k, v in self.stats.items()}, **(extra or {})})
+                        {"stats": {k: v.tolist() for k, v in self.stats.items()}, "box_param": BOX_PARAM,
+                         "descriptions": self.descriptions, **(extra or {})})
         return path
 
     @classmethod
@@ -67,18 +91,36 @@ class MoCAPipeline:
             stats = extra["stats"]
         except (TypeError, KeyError) as exc:
             raise CheckpointError(f"{path / 'generator'} is not a MoCA generator checkpoint: {exc}") from exc
+        if extra.get("box_param") != BOX_PARAM:
+            raise CheckpointError(f"{path / 'generator'} was trained with an older box parameterisation; retrain it with `moca train`")
         load_into(gen, state, str(path / "generator"))
-        return cls(ae, gen, stats)
+        return cls(ae, gen, stats, extra.get("descriptions"))
+
+    def embed_text(self, text: str) -> torch.Tensor:
+        """MiniLM embedding ``(1, 384)`` of a non-empty text (InputError for an empty one)."""
+        return torch.from_numpy(self.encoder.encode([check_text(text)]))
+
+    def nearest_description(self, text: str) -> tuple[str, float]:
+        """The training description closest to ``text`` and its cosine similarity (("", 0.0) without any)."""
+        if not self.descriptions:
+            return "", 0.0
+        emb = self.encoder.encode([check_text(text)] + self.descriptions)
+        sims = emb[1:] @ emb[0]
+        j = int(sims.argmax())
+        return self.descriptions[j], float(sims[j])
 
     @torch.no_grad()
     def sample(
         self, category: str = "chair", n_parts: int = 8, seed: int = 0, steps: int = 25, guidance: float = 1.0,
-        batch: int = 1, layout: np.ndarray | None = None,
+        batch: int = 1, layout: np.ndarray | None = None, text: str | None = None,
     ) -> list[GeneratedShape]:
-        """Generate ``batch`` shapes of ``n_parts`` parts; ``category='none'`` is unconditional.
+        """Generate ``batch`` shapes of ``n_parts`` parts; ``category='none'`` and ``text=None``
+        is unconditional.
 
+        ``text``: a description to condition on (MiniLM-embedded; empty text is an InputError).
         ``layout (n_parts, 6)`` optional part boxes (centre, size) to generate shapes for: the box
         channels are held on the forward-noised layout at every step (replacement conditioning)."""
+        text_emb = None if text is None else self.embed_text(text).expand(batch, -1)
         cat_idx = self.gen.config.n_categories if category == "none" else CATEGORIES.index(check_category(category))
         if not isinstance(n_parts, (int, np.integer)):
             raise InputError(f"number of parts must be an integer, got {n_parts!r}")
@@ -100,7 +142,7 @@ class MoCAPipeline:
             layout = np.asarray(layout, dtype=np.float32)
             if layout.shape != (n_parts, 6) or not np.isfinite(layout).all() or (layout[:, 3:] <= 0).any():
                 raise InputError(f"layout must be finite boxes of shape ({n_parts}, 6) with positive sizes, got {layout.shape}")
-            layout_std = ((torch.from_numpy(layout) - self.stats["box_mean"]) / self.stats["box_std"]).reshape(1, -1)
+            layout_std = ((box_to_param(torch.from_numpy(layout)) - self.stats["box_mean"]) / self.stats["box_std"]).reshape(1, -1)
             layout_noise = torch.randn(batch, n_parts * 6, generator=g)
         for i, t in enumerate(sched.timesteps):
             if layout_std is not None:
@@ -108,8 +150,8 @@ class MoCAPipeline:
                 x[:, nz:] = (1 - sigma) * layout_std + sigma * layout_noise
             z, box = x[:, :nz].reshape(shape_z), x[:, nz:].reshape(shape_b)
             tt = t.expand(batch)
-            vz, vb = self.gen(z, box, tt, cat, count)
-            if guidance != 1.0 and cat_idx != c.n_categories:
+            vz, vb = self.gen(z, box, tt, cat, count, text=text_emb)
+            if guidance != 1.0 and (cat_idx != c.n_categories or text_emb is not None):
                 uz, ub = self.gen(z, box, tt, null, count)
                 vz, vb = uz + guidance * (vz - uz), ub + guidance * (vb - ub)
             v = torch.cat([vz.reshape(batch, -1), vb.reshape(batch, -1)], 1)
@@ -117,8 +159,7 @@ class MoCAPipeline:
         if layout_std is not None:
             x[:, nz:] = layout_std
         z = x[:, :nz].reshape(shape_z) * self.stats["z_std"] + self.stats["z_mean"]
-        box = x[:, nz:].reshape(shape_b) * self.stats["box_std"] + self.stats["box_mean"]
-        box[..., 3:] = box[..., 3:].clamp(min=MIN_SIZE)
+        box = param_to_box(x[:, nz:].reshape(shape_b) * self.stats["box_std"] + self.stats["box_mean"])
         pts = self.ae.decode(z.reshape(-1, c.n_latents, c.d_latent)).reshape(batch, n_parts, -1, 3)
         world = from_canonical(pts.clamp(-1.0, 1.0), box)
-        return [GeneratedShape(world[i].numpy(), box[i].numpy(), category, n_parts, seed) for i in range(batch)]
+        return [GeneratedShape(world[i].numpy(), box[i].numpy(), category, n_parts, seed, text) for i in range(batch)]

@@ -21,9 +21,11 @@ from common.seed import seed_everything
 from generation3d.bench import bench_attention, plot_bench
 from generation3d.data import PartDataset, build_dataset
 from generation3d.evaluate import evaluate_generator, penetration_rate, reconstruction_metrics
-from generation3d.export import export_meshes, preview_png, shape_meshes
+from generation3d.export import export_meshes, shape_meshes
 from generation3d.model import AEConfig, GenConfig
 from generation3d.pipeline import MoCAPipeline
+from generation3d.render import render_preview
+from generation3d.text import shape_descriptions
 from generation3d.train import train_autoencoder, train_generator
 
 DEMO_MODEL = "demo_model"
@@ -54,7 +56,7 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, config
         t0 = time.perf_counter()
         gen, stats, hist = train_generator(ds, ae, gcfg, steps=cfg["gen_steps"], batch_size=8, seed=seed)
         train_s = time.perf_counter() - t0
-        pipes[attention] = MoCAPipeline(ae, gen, stats)
+        pipes[attention] = MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"))
         res = evaluate_generator(pipes[attention], ds, n_shapes=cfg["eval_shapes"], seed=seed, steps=cfg["sample_steps"])
         res.update({"train_s": train_s, "final_loss": hist[-1]["loss"], "train_steps": cfg["gen_steps"]})
         results[attention] = res
@@ -72,13 +74,18 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, config
     scene_s = time.perf_counter() - t0
     meshes = shape_meshes(scene.points, scene.boxes)
     export_meshes(meshes, out / "scene_64parts.glb")
-    preview_png(meshes, out / "scene_64parts.png", title="MoCA scene, 64 parts")
+    render_preview(meshes, out / "scene_64parts.png", title="MoCA scene, 64 parts")
     rows += [{"method": "moca", "metric": "scene64_sample_s", "value": scene_s},
              {"method": "moca", "metric": "scene64_penetration", "value": penetration_rate(scene.boxes)}]
     chair = pipes["moca"].sample("chair", 12, seed=seed, steps=cfg["sample_steps"])[0]
     cm = shape_meshes(chair.points, chair.boxes)
     export_meshes(cm, out / "chair_12parts.glb")
-    preview_png(cm, out / "chair_12parts.png", title="MoCA chair, 12 parts")
+    render_preview(cm, out / "chair_12parts.png", title="MoCA chair, 12 parts")
+    text = "a chair with arms and a solid back"
+    tc = pipes["moca"].sample("none", 9, seed=seed, steps=cfg["sample_steps"], text=text)[0]
+    tm = shape_meshes(tc.points, tc.boxes)
+    export_meshes(tm, out / "text_chair_9parts.glb")
+    render_preview(tm, out / "text_chair_9parts.png", title=text)
 
     bench = bench_attention(parts=cfg["bench_parts"], repeats=1, seed=seed, threads=2)
     write_csv(out / "bench_attention.csv", bench)

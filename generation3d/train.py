@@ -9,10 +9,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from common.errors import InputError
 from common.seed import seed_everything
-from generation3d.data import PartDataset, to_canonical
+from generation3d.data import PartDataset, box_to_param, to_canonical
 from generation3d.evaluate import chamfer_batch
 from generation3d.model import AEConfig, GenConfig, PartAutoencoder, PartFlowTransformer
+from generation3d.text import default_encoder, shape_descriptions
 
 
 def warmup_cosine(opt: torch.optim.Optimizer, steps: int, warmup_frac: float = 0.05):
@@ -72,8 +74,10 @@ def shape_batches(ds: PartDataset, ids: np.ndarray, batch_size: int, rng: np.ran
     return batches
 
 
-def collate(ds: PartDataset, latents: torch.Tensor, ids, stats: dict) -> dict:
-    """Pad shapes to the largest P in the batch: z (B,P,T,dz), box (B,P,6) standardised, valid (B,P)."""
+def collate(ds: PartDataset, latents: torch.Tensor, ids, stats: dict, text: torch.Tensor | None = None) -> dict:
+    """Pad shapes to the largest P in the batch: z (B,P,T,dz), box (B,P,6) as standardised
+    ``box_to_param`` (centre, log size), valid (B,P); ``text (B, d_text)`` rows of the per-shape
+    embeddings ``text (S, d_text)`` when given."""
     p_max = max(ds.n_parts(i) for i in ids)
     t, dz = latents.shape[1:]
     z = torch.zeros(len(ids), p_max, t, dz)
@@ -82,17 +86,18 @@ def collate(ds: PartDataset, latents: torch.Tensor, ids, stats: dict) -> dict:
     for j, i in enumerate(ids):
         a, b = ds.offsets[i], ds.offsets[i + 1]
         z[j, : b - a] = (latents[a:b] - stats["z_mean"]) / stats["z_std"]
-        box[j, : b - a] = (torch.from_numpy(ds.boxes[a:b]) - stats["box_mean"]) / stats["box_std"]
+        box[j, : b - a] = (box_to_param(torch.from_numpy(ds.boxes[a:b])) - stats["box_mean"]) / stats["box_std"]
         valid[j, : b - a] = True
     return {
         "z": z, "box": box, "valid": valid, "category": torch.from_numpy(ds.category[ids]).long(),
-        "n_parts": valid.sum(1),
+        "n_parts": valid.sum(1), "text": None if text is None else text[torch.as_tensor(ids)],
     }
 
 
 def latent_stats(ds: PartDataset, latents: torch.Tensor) -> dict:
+    """Per-channel mean / std of the training parts' latents and box parameters (centre, log size)."""
     idx = torch.from_numpy(ds.part_indices("train"))
-    z, box = latents[idx], torch.from_numpy(ds.boxes[idx.numpy()])
+    z, box = latents[idx], box_to_param(torch.from_numpy(ds.boxes[idx.numpy()]))
     return {
         "z_mean": z.mean((0, 1)), "z_std": z.std((0, 1)).clamp(min=1e-4),
         "box_mean": box.mean(0), "box_std": box.std(0).clamp(min=1e-4),
@@ -101,7 +106,8 @@ def latent_stats(ds: PartDataset, latents: torch.Tensor) -> dict:
 
 def flow_matching_loss(model: PartFlowTransformer, batch: dict, gen: torch.Generator, null_prob: float = 0.1) -> torch.Tensor:
     """Rectified-flow loss ``|| v_theta(x_s, s) - (eps - x_0) ||^2`` over valid parts,
-    ``x_s = (1 - s) x_0 + s eps``, ``s ~ logit-normal`` (as in SD3)."""
+    ``x_s = (1 - s) x_0 + s eps``, ``s ~ logit-normal`` (as in SD3). Category and text are each
+    dropped to their null embedding with probability ``null_prob`` (for CFG / unconditional)."""
     z0, box0, valid = batch["z"], batch["box"], batch["valid"]
     b = z0.shape[0]
     s = torch.sigmoid(torch.randn(b, generator=gen))
@@ -111,7 +117,8 @@ def flow_matching_loss(model: PartFlowTransformer, batch: dict, gen: torch.Gener
     cat = batch["category"].clone()
     drop = torch.rand(b, generator=gen) < null_prob
     cat[drop] = model.config.n_categories
-    vz, vb = model(zs, bs, s * 1000, cat, batch["n_parts"], valid)
+    text_keep = torch.rand(b, generator=gen) >= null_prob
+    vz, vb = model(zs, bs, s * 1000, cat, batch["n_parts"], valid, batch.get("text"), text_keep)
     m = valid.float()
     err_z = ((vz - (ez - z0)) ** 2).mean((2, 3))
     err_b = ((vb - (eb - box0)) ** 2).mean(2)
@@ -120,17 +127,20 @@ def flow_matching_loss(model: PartFlowTransformer, batch: dict, gen: torch.Gener
 
 def train_generator(
     ds: PartDataset, ae: PartAutoencoder, config: GenConfig | None = None, steps: int = 300, batch_size: int = 16,
-    lr: float = 1e-3, seed: int = 0, max_parts: int | None = None, progress: bool = False, max_tokens: int = 512,
+    lr: float = 1e-3, seed: int = 0, progress: bool = False, max_tokens: int = 512, text_encoder=None,
 ) -> tuple[PartFlowTransformer, dict, list[dict]]:
-    """Train on training shapes with at most ``config.max_parts`` parts. Returns (model, stats, history)."""
+    """Train on training shapes with at most ``config.max_parts`` parts, conditioned on category,
+    part count and the MiniLM embedding of each shape's description (``text.describe_shape``;
+    ``text_encoder`` defaults to ``text.default_encoder()``). Returns (model, stats, history)."""
     gen = seed_everything(seed)
     rng = np.random.default_rng(seed)
     config = config or GenConfig()
-    latents = encode_parts(ae, ds)
-    stats = latent_stats(ds, latents)
     ids = ds.shape_ids("train", max_parts=config.max_parts)
     if len(ids) == 0:
-        raise ValueError(f"no training shapes with at most {config.max_parts} parts")
+        raise InputError(f"no training shapes with at most {config.max_parts} parts (raise --max-parts)")
+    latents = encode_parts(ae, ds)
+    stats = latent_stats(ds, latents)
+    text = torch.from_numpy((text_encoder or default_encoder()).encode(shape_descriptions(ds)))
     model = PartFlowTransformer(config)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = warmup_cosine(opt, steps)
@@ -141,7 +151,7 @@ def train_generator(
         for ids_b in shape_batches(ds, ids, batch_size, rng, max_tokens):
             if step >= steps:
                 break
-            loss = flow_matching_loss(model, collate(ds, latents, ids_b, stats), gen)
+            loss = flow_matching_loss(model, collate(ds, latents, ids_b, stats, text), gen)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

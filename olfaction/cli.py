@@ -1,4 +1,5 @@
-"""``mixscent`` command line: featurize | pretrain | train | eval | predict | labels | bench | quick.
+"""``mixscent`` command line: featurize | pretrain | train | eval | predict | labels | white | bench |
+label-bench | quick.
 
 Thin layer: parses arguments, calls :mod:`olfaction.pipeline` / :mod:`olfaction.bench`, formats.
 """
@@ -23,6 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("featurize", help="compute and cache Mordred 2D descriptors")
     add_common_args(s)
     s.add_argument("--limit", type=int, default=None, help="only the first N molecules (mixtures first)")
+    s.add_argument("--nproc", type=int, default=1, help="Mordred worker processes")
 
     s = sub.add_parser("pretrain", help="self-supervised Mordred pretraining of the molecule encoder")
     add_common_args(s)
@@ -68,6 +70,21 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--encoder", default=None)
     s.add_argument("--merge", default=None, help="comma-separated bench output dirs to merge into --out")
 
+    s = sub.add_parser("label-bench", help="GS-LF stratified CV and blend-pair label benchmark")
+    add_common_args(s, out_default="runs/olfaction_labels")
+    s.add_argument("--tasks", default="gslf,blends", help="comma-separated: gslf, blends")
+    s.add_argument("--folds", type=int, default=5)
+    s.add_argument("--encoder", default=None)
+    s.add_argument(
+        "--gslf-features",
+        default="embedding,embedding+mordred",
+        help="comma-separated feature kinds (embedding, mordred, embedding+mordred), each optionally + /moe",
+    )
+    s.add_argument("--blend-features", default="embedding+mordred")
+    s.add_argument("--blend-splits", default="moldisjoint,authors")
+    s.add_argument("--max-train", type=int, default=None, help="subsample training blend pairs")
+    s.add_argument("--epochs", type=int, default=None)
+
     s = sub.add_parser("quick", help="minutes-long demo run: one fold, tiny model vs RF")
     add_common_args(s, out_default="runs/olfaction_quick")
     return p
@@ -97,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     from .train import DistanceTrainConfig, PretrainConfig
 
     if args.cmd == "featurize":
-        print(pipeline.featurize(resolve_data_dir(args.data_dir), limit=args.limit))
+        print(pipeline.featurize(resolve_data_dir(args.data_dir), limit=args.limit, nproc=args.nproc))
         return 0
     if args.cmd == "pretrain":
         resolve_data_dir(args.data_dir)
@@ -175,15 +192,16 @@ def main(argv: list[str] | None = None) -> int:
         print(trend)
         return 0
     if args.cmd == "bench":
-        from .bench import VARIANTS, merge_results, run_bench
+        from .bench import ENSEMBLES, VARIANTS, merge_results, run_bench
 
         if args.merge:
             merge_results([Path(d) for d in args.merge.split(",")], Path(args.out))
             return 0
-        variants = tuple(v.strip() for v in args.variants.split(",")) if args.variants else tuple(VARIANTS)
-        unknown = [v for v in variants if v not in VARIANTS]
+        known = {**VARIANTS, **ENSEMBLES}
+        variants = tuple(v.strip() for v in args.variants.split(",")) if args.variants else tuple(known)
+        unknown = [v for v in variants if v not in known]
         if unknown:
-            raise InputError(f"unknown variant {unknown[0]!r}; choose from {sorted(VARIANTS)}")
+            raise InputError(f"unknown variant {unknown[0]!r}; choose from {sorted(known)}")
         run_bench(
             resolve_data_dir(args.data_dir),
             Path(args.out),
@@ -193,6 +211,27 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             tcfg=DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
             encoder_dir=Path(args.encoder) if args.encoder else None,
+        )
+        return 0
+    if args.cmd == "label-bench":
+        from .label_bench import run_label_bench
+
+        def _list(v: str) -> tuple[str, ...]:
+            return tuple(x.strip() for x in v.split(",") if x.strip())
+
+        kinds = _list(args.gslf_features) + _list(args.blend_features)
+        run_label_bench(
+            resolve_data_dir(args.data_dir),
+            Path(args.out),
+            _encoder(args.encoder) if any("embedding" in k for k in kinds) else None,
+            tasks=_list(args.tasks),
+            seed=args.seed,
+            folds=args.folds,
+            max_train=args.max_train,
+            gslf_kinds=_list(args.gslf_features),
+            blend_kinds=_list(args.blend_features),
+            blend_splits=_list(args.blend_splits),
+            epochs=args.epochs,
         )
         return 0
     if args.cmd == "quick":

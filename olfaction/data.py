@@ -289,6 +289,20 @@ def load_gslf(data_dir: Path) -> LabelData:
     return LabelData(smiles, y, label_cols)
 
 
+def blend_molecules(data_dir: Path) -> list[str]:
+    """Canonical SMILES of the blend molecules (``blends/molecules.csv``; invalid ones skipped)."""
+    df = pd.read_csv(olf_file(data_dir, "blends/molecules.csv"), keep_default_na=False)
+    if "smiles" not in df.columns:
+        raise DataError("blends/molecules.csv lacks the smiles column")
+    out = []
+    for s in df["smiles"]:
+        try:
+            out.append(canonical_smiles(s))
+        except InputError:
+            continue
+    return list(dict.fromkeys(out))
+
+
 def load_blends(data_dir: Path, eval_only: bool = True) -> tuple[LabelData, dict, np.ndarray]:
     """Blend pairs: ``LabelData`` with ``smiles`` = ``(mol_a, mol_b)`` canonical tuples and
     ``y (N, L)`` over the 74 evaluated labels (or all 104); the authors' split dict (indices
@@ -327,3 +341,41 @@ def load_blends(data_dir: Path, eval_only: bool = True) -> tuple[LabelData, dict
     auth = {k: remap[np.asarray(split[k])] for k in ("training", "testing")}
     auth = {k: v[v >= 0] for k, v in auth.items()}
     return LabelData(pairs, np.stack(ys), labels), auth, kept_arr
+
+
+@dataclass
+class BlendSplit:
+    """Row indices into a blend ``LabelData``: ``training``/``validation``/``testing`` and the
+    label columns ``labels`` (indices) with positives in both the training and test parts."""
+
+    identifier: str
+    training: np.ndarray
+    validation: np.ndarray
+    testing: np.ndarray
+    labels: np.ndarray
+    test_molecules: list[str]
+
+
+def molecule_disjoint_blend_split(
+    blends: LabelData, seed: int, test_frac: float = 0.5, val_frac: float = 0.1
+) -> BlendSplit:
+    """The paper's "carving", seeded: molecules are split ``test_frac`` / rest at random; a pair
+    is a test pair when both molecules are test molecules, a training pair when neither is, and
+    cross pairs are dropped, so no test molecule occurs in any training pair. Validation is a
+    seeded random ``val_frac`` of the training pairs (epoch selection only). Only labels with a
+    positive pair in both training and test are evaluated."""
+    if not 0 < test_frac < 1 or not 0 <= val_frac < 1:
+        raise InputError(f"test_frac must be in (0, 1) and val_frac in [0, 1), got {test_frac}, {val_frac}")
+    rng = np.random.default_rng(seed)
+    mols = sorted({m for pair in blends.smiles for m in pair})
+    test_mols = set(np.asarray(mols)[rng.random(len(mols)) < test_frac].tolist())
+    side = np.array([[a in test_mols, b in test_mols] for a, b in blends.smiles])
+    test = np.where(side.all(1))[0]
+    train = np.where(~side.any(1))[0]
+    if len(test) == 0 or len(train) == 0:
+        raise DataError("molecule-disjoint blend split is empty on one side (too few molecules)")
+    train = train[rng.permutation(len(train))]
+    n_val = int(round(val_frac * len(train)))
+    val, train = np.sort(train[:n_val]), np.sort(train[n_val:])
+    both = (blends.y[train].sum(0) > 0) & (blends.y[test].sum(0) > 0)
+    return BlendSplit(f"blends_moldisjoint{seed}", train, val, test, np.where(both)[0], sorted(test_mols))

@@ -65,3 +65,43 @@ def macro_roc_auc(y: np.ndarray, scores: np.ndarray, min_pos: int = 1) -> float:
         if pos >= min_pos and len(y) - pos >= min_pos:
             aucs.append(roc_auc_score(y[:, j], scores[:, j]))
     return float(np.mean(aucs)) if aucs else float("nan")
+
+
+def multilabel_stratified_kfold(y: np.ndarray, n_folds: int = 5, seed: int = 0) -> list[np.ndarray]:
+    """Iterative stratification (Sechidis et al. 2011) of a multi-label matrix ``y (N, L)``
+    into ``n_folds`` disjoint test folds (arrays of row indices, covering every row once).
+
+    Rarest label first: each of its unassigned rows goes to the fold that still wants most of that
+    label (ties: the fold that wants most rows overall, then a seeded random choice), so every
+    label's positives are spread as evenly as the counts allow. Rows without any label fill the
+    folds that want most rows."""
+    y = np.asarray(y) > 0
+    n, n_labels = y.shape
+    if n_folds < 2 or n_folds > n:
+        raise ValueError(f"n_folds must be in [2, {n}], got {n_folds}")
+    rng = np.random.default_rng(seed)
+    want_rows = np.full(n_folds, n / n_folds)
+    want_label = np.tile(y.sum(0) / n_folds, (n_folds, 1))  # (K, L)
+    fold_of = -np.ones(n, np.int64)
+    remaining = y.copy()
+    while True:
+        counts = remaining.sum(0)
+        if not counts.any():
+            break
+        label = int(np.where(counts > 0, counts, np.inf).argmin())
+        rows = np.where(remaining[:, label])[0]
+        for i in rows[rng.permutation(len(rows))]:
+            w = want_label[:, label]
+            cand = np.where(w == w.max())[0]
+            if len(cand) > 1:
+                cand = cand[want_rows[cand] == want_rows[cand].max()]
+            k = int(rng.choice(cand))
+            fold_of[i] = k
+            want_rows[k] -= 1
+            want_label[k] -= y[i]
+            remaining[i] = False
+    for i in np.where(fold_of < 0)[0][rng.permutation(int((fold_of < 0).sum()))]:
+        k = int(rng.choice(np.where(want_rows == want_rows.max())[0]))
+        fold_of[i] = k
+        want_rows[k] -= 1
+    return [np.where(fold_of == k)[0] for k in range(n_folds)]

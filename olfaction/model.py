@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from torch_geometric.nn import GATConv, GATv2Conv, GINEConv, global_max_pool, global_mean_pool
 from torch_geometric.utils import softmax as segment_softmax
 
+from moe import MoE, TopKRouter
+
 from .features import ATOM_DIM, BOND_DIM
 
 
@@ -97,6 +99,8 @@ class MixScentConfig:
     readout: str = "attention"
     dropout: float = 0.1
     n_labels: int = 0
+    label_experts: int = 0  # > 0: label head is a routed mixture of expert MLPs (MoELabelHead)
+    label_top_k: int = 2
     n_datasets: int = 0
     mol_encoder: dict | None = None  # MolEncoderConfig fields when the GNN is part of the model
     extra: dict = field(default_factory=dict)
@@ -147,6 +151,33 @@ class MixtureEncoder(nn.Module):
         return z, alpha
 
 
+class MoELabelHead(nn.Module):
+    """Multi-label head with routed experts (``moe.TopKRouter`` + ``moe.MoE``): each mixture
+    embedding ``z (M, h)`` goes to ``k`` of ``E`` expert MLPs ``h -> h -> L`` and
+    ``logits = W z + sum_{e in topk} w_e(z) expert_e(z)``. The shared linear term keeps the plain
+    head as a special case; the experts let groups of odour labels get their own nonlinearity.
+    ``last_aux_loss`` holds the router's load-balance + z loss of the last forward."""
+
+    def __init__(self, hidden: int, n_labels: int, n_experts: int, k: int, dropout: float = 0.0):
+        super().__init__()
+        self.shared = nn.Linear(hidden, n_labels)
+        experts = nn.ModuleList(
+            nn.Sequential(
+                nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, n_labels)
+            )
+            for _ in range(n_experts)
+        )
+        self.moe = MoE(experts, TopKRouter(hidden, n_experts, k=min(k, n_experts)))
+        self.last_aux_loss = torch.zeros(())
+        self.last_routing = None
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """``z (M, hidden)`` -> logits ``(M, n_labels)``."""
+        routed, routing = self.moe(z)
+        self.last_aux_loss, self.last_routing = routing.aux_loss, routing
+        return self.shared(z) + routed
+
+
 class MixScentNet(nn.Module):
     """Molecule features -> mixture embeddings -> symmetric distance / multi-label logits.
 
@@ -166,7 +197,10 @@ class MixScentNet(nn.Module):
         self.dist = nn.Sequential(
             nn.Linear(3 * h + cfg.n_datasets, h), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(h, 1)
         )
-        self.labels = nn.Linear(h, cfg.n_labels) if cfg.n_labels else None
+        if cfg.n_labels and cfg.label_experts:
+            self.labels = MoELabelHead(h, cfg.n_labels, cfg.label_experts, cfg.label_top_k, cfg.dropout)
+        else:
+            self.labels = nn.Linear(h, cfg.n_labels) if cfg.n_labels else None
 
     def molecule_features(self, mols) -> torch.Tensor:
         """``(U, in_dim)`` from a PyG batch (internal encoder) or passthrough of a tensor."""
@@ -201,6 +235,10 @@ class MixScentNet(nn.Module):
             raise ValueError("model was built without a label head (n_labels=0)")
         z, _ = self.embed(mols, comp, comp_batch, n_mix)
         return self.labels(z)
+
+    def label_aux_loss(self) -> torch.Tensor:
+        """Router auxiliary loss of the last :meth:`label_logits` call (0 without MoE head)."""
+        return getattr(self.labels, "last_aux_loss", torch.zeros(()))
 
     def config_dict(self) -> dict:
         return asdict(self.cfg)

@@ -12,9 +12,9 @@ import torch
 from torch_geometric.data import Batch
 
 from common.checkpoint import load_checkpoint, load_into, save_checkpoint
-from common.errors import CheckpointError, DataError
+from common.errors import CheckpointError, DataError, InputError
 
-from .data import PairData, Split, load_gslf, load_pairs, validate_mixture
+from .data import PairData, Split, blend_molecules, load_gslf, load_pairs, validate_mixture
 from .evaluate import regression_metrics
 from .features import DescriptorScaler, cache_dir, compute_mordred, load_mordred_cache, mordred_cache_path
 from .model import MixScentConfig, MixScentNet, MolEncoder, MolEncoderConfig
@@ -31,18 +31,20 @@ from .train import (
 
 
 def olfaction_molecules(data_dir: Path) -> list[str]:
-    """Canonical SMILES of every mixture component, then every GS-LF molecule (deduplicated)."""
+    """Canonical SMILES of every mixture component, then every GS-LF molecule, then every blend
+    molecule (deduplicated, in that order so a ``--limit`` run covers the mixtures first)."""
     pairs = load_pairs(data_dir)
     mols = sorted(pairs.molecules())
-    return list(dict.fromkeys(mols + load_gslf(data_dir).smiles))
+    return list(dict.fromkeys(mols + load_gslf(data_dir).smiles + blend_molecules(data_dir)))
 
 
-def featurize(data_dir: Path, limit: int | None = None, progress: bool = True) -> dict:
-    """Compute (or reuse) the cached Mordred 2D vectors of the olfaction molecules."""
+def featurize(data_dir: Path, limit: int | None = None, progress: bool = True, nproc: int = 1) -> dict:
+    """Compute (or reuse) the cached Mordred 2D vectors of the olfaction molecules with ``nproc``
+    worker processes."""
     mols = olfaction_molecules(data_dir)
     if limit is not None:
         mols = mols[:limit]
-    table = compute_mordred(mols, progress=progress)
+    table = compute_mordred(mols, progress=progress, nproc=nproc)
     return {"molecules": len(table), "cache": str(mordred_cache_path())}
 
 
@@ -60,6 +62,33 @@ def descriptor_matrix(smiles: Sequence[str] | None = None) -> tuple[list[str], n
         cols = load_mordred_cache()[2]
     scaler = DescriptorScaler.fit(vals, cols)
     return smi, scaler.transform(vals), scaler
+
+
+FEATURE_KINDS = ("embedding", "mordred", "embedding+mordred")
+
+
+def molecule_features(
+    smiles: Sequence[str], kind: str, encoder: MolEncoder | None = None
+) -> dict[str, np.ndarray]:
+    """``{smiles: (d,)}`` molecule-level inputs of the mixture level: the frozen encoder's
+    embedding ``(emb_dim,)``, the cleaned Mordred vector ``(D_keep,)`` (scaler fitted on exactly
+    these molecules, unsupervised) or their concatenation."""
+    if kind not in FEATURE_KINDS:
+        raise InputError(f"unknown molecule feature kind {kind!r}; choose from {list(FEATURE_KINDS)}")
+    smiles = list(dict.fromkeys(smiles))
+    parts: list[np.ndarray] = []
+    if "embedding" in kind:
+        if encoder is None:
+            raise InputError(f"feature kind {kind!r} needs a pretrained encoder")
+        emb = encode_molecules(encoder, smiles)
+        parts.append(np.stack([emb[s] for s in smiles]))
+    if "mordred" in kind:
+        table = compute_mordred(smiles, progress=False)
+        raw = np.stack([table[s] for s in smiles])
+        scaler = DescriptorScaler.fit(raw, [str(i) for i in range(raw.shape[1])])
+        parts.append(scaler.transform(raw))
+    x = np.concatenate(parts, axis=1).astype(np.float32)
+    return {s: x[i] for i, s in enumerate(smiles)}
 
 
 # ----------------------------------------------------------------------------- encoder
@@ -113,19 +142,30 @@ def train_distance(
     encoder: MolEncoder,
     mcfg: MixScentConfig,
     tcfg: DistanceTrainConfig,
+    features: str = "embedding",
 ) -> tuple[MixScentNet, MixtureIndex, dict]:
-    """Fit a MixScentNet (frozen ``encoder`` as its molecule level) on ``split.training``,
-    selecting the epoch on ``split.validation``."""
-    feats = encode_molecules(encoder, sorted(pairs.molecules()))
+    """Fit a MixScentNet on ``split.training``, selecting the epoch on ``split.validation``.
+
+    ``features="embedding"``: the frozen ``encoder`` is the model's molecule level (the model
+    then works on any SMILES, see :class:`MixScentPredictor`); other :data:`FEATURE_KINDS` feed
+    precomputed molecule vectors (e.g. embedding ++ cleaned Mordred) to the mixture level, a
+    benchmark variant that predicts through the returned index only."""
+    feats = molecule_features(sorted(pairs.molecules()), features, encoder)
     index = MixtureIndex(pairs.mixtures, feats)
     torch.manual_seed(tcfg.seed)
+    with_encoder = features == "embedding"
     mcfg = MixScentConfig(
-        **{**asdict(mcfg), "in_dim": encoder.cfg.emb_dim, "mol_encoder": asdict(encoder.cfg)}
+        **{
+            **asdict(mcfg),
+            "in_dim": index.x.shape[1],
+            "mol_encoder": asdict(encoder.cfg) if with_encoder else None,
+        }
     )
     model = MixScentNet(mcfg)
-    model.mol_encoder.load_state_dict(encoder.state_dict())
-    for p in model.mol_encoder.parameters():
-        p.requires_grad_(False)
+    if with_encoder:
+        model.mol_encoder.load_state_dict(encoder.state_dict())
+        for p in model.mol_encoder.parameters():
+            p.requires_grad_(False)
     hist = fit_distance(model, index, pairs, split.training, split.validation, tcfg)
     return model, index, hist
 
@@ -149,6 +189,12 @@ class MixScentPredictor:
     def __init__(
         self, model: MixScentNet, label_model: MixScentNet | None = None, label_names: list[str] | None = None
     ):
+        for net in (model, label_model):
+            if net is not None and net.mol_encoder is None:
+                raise InputError(
+                    "MixScentPredictor needs a model with its molecule encoder (trained with "
+                    "features='embedding'); this one reads precomputed molecule features"
+                )
         self.model = model.eval()
         self.label_model = label_model.eval() if label_model is not None else None
         self.label_names = label_names or []
@@ -243,76 +289,3 @@ def evaluate_on_split(predictor: MixScentPredictor, pairs: PairData, split: Spli
     out.update({f"noself_{k}": v for k, v in regression_metrics(y[~sp], pred[~sp]).items()})
     out["n_test"] = int(len(rows))
     return out
-
-
-def gslf_label_cv(
-    data_dir: Path,
-    encoder: MolEncoder,
-    folds: int = 5,
-    seed: int = 0,
-    mcfg: MixScentConfig | None = None,
-    epochs: int = 60,
-) -> tuple[dict, MixScentNet, list[str]]:
-    """GS-LF single-molecule labels (a mixture of one): ``folds``-fold CV macro ROC-AUC of the
-    label head on the frozen encoder, vs logistic regression on the same embeddings; then a final
-    model trained on all molecules (10% held for epoch selection). Folds: seeded KFold on
-    molecules (no multi-label stratification)."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import KFold
-    from sklearn.multiclass import OneVsRestClassifier
-
-    from .evaluate import macro_roc_auc
-    from .train import LabelTrainConfig, fit_labels, predict_labels
-
-    gs = load_gslf(data_dir)
-    feats = encode_molecules(encoder, gs.smiles)
-    index = MixtureIndex({s: (s,) for s in gs.smiles}, feats)
-    y = gs.y
-    mcfg = MixScentConfig(
-        **{
-            **asdict(mcfg or MixScentConfig()),
-            "in_dim": encoder.cfg.emb_dim,
-            "n_labels": y.shape[1],
-            "mol_encoder": asdict(encoder.cfg),
-        }
-    )
-    rng = np.random.default_rng(seed)
-    aucs, lr_aucs = [], []
-
-    def make():
-        torch.manual_seed(seed)
-        net = MixScentNet(mcfg)
-        net.mol_encoder.load_state_dict(encoder.state_dict())
-        for p in net.mol_encoder.parameters():
-            p.requires_grad_(False)
-        return net
-
-    Xemb = np.stack([feats[s] for s in gs.smiles])
-    for tr, te in KFold(folds, shuffle=True, random_state=seed).split(np.arange(len(y))):
-        tr = rng.permutation(tr)
-        n_val = len(tr) // 9
-        net = make()
-        fit_labels(net, index, y, tr[n_val:], tr[:n_val], LabelTrainConfig(epochs=epochs, seed=seed))
-        aucs.append(macro_roc_auc(y[te], predict_labels(net, index, te)))
-        keep = y[tr].sum(0) > 0
-        lr = OneVsRestClassifier(LogisticRegression(max_iter=300, C=0.5)).fit(Xemb[tr], y[tr][:, keep])
-        scores = np.zeros((len(te), y.shape[1]))
-        scores[:, keep] = lr.predict_proba(Xemb[te])
-        lr_aucs.append(macro_roc_auc(y[te][:, keep], scores[:, keep]))
-    perm = rng.permutation(len(y))
-    final = make()
-    fit_labels(
-        final,
-        index,
-        y,
-        perm[len(y) // 10 :],
-        perm[: len(y) // 10],
-        LabelTrainConfig(epochs=epochs, seed=seed),
-    )
-    report = {
-        "gslf_macro_auc": float(np.mean(aucs)),
-        "gslf_macro_auc_std": float(np.std(aucs)),
-        "gslf_logreg_macro_auc": float(np.mean(lr_aucs)),
-        "folds": folds,
-    }
-    return report, final, gs.labels

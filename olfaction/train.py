@@ -297,6 +297,7 @@ def fit_labels(
             loss = F.binary_cross_entropy_with_logits(
                 model.label_logits(index.x, comp, cb, len(ids)), yt[ids]
             )
+            loss = loss + model.label_aux_loss()
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -20,12 +20,16 @@ and no other attribute value. (Fabric is nearly invisible, so the critic cannot 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from common.checkpoint import load_checkpoint, load_into, save_checkpoint
+from common.errors import CheckpointError
 
 from .data import CIRSplit, Triplet, _change
 from .model import ImageTower
@@ -150,6 +154,7 @@ class AttributeClassifier(nn.Module):
 
     def __init__(self, d: int = 48):
         super().__init__()
+        self.d = d
         self.tower = ImageTower(d)
         self.trunk = nn.Sequential(
             nn.Flatten(), nn.Linear(64 * d, 128), nn.GELU()
@@ -209,14 +214,38 @@ def mentioned_values(text: str) -> dict[str, set[str]]:
     return found
 
 
+CRITIC_KIND = "attribute_critic"
+
+
 class AttributeCritic:
-    """Accept iff the image changed exactly in the intended group and the text says exactly that."""
+    """Accept iff the image changed exactly in the intended group and the text says exactly that.
+
+    ``save(dir)`` / ``AttributeCritic.load(dir)``: the classifier as a ``common.checkpoint``
+    directory (``model.safetensors`` + ``config.json``), like the retrieval models.
+    """
 
     # visually checkable groups (fabric is nearly invisible)
     visible = ("category", "colour", "pattern", "scale", "finish")
 
     def __init__(self, classifier: AttributeClassifier):
         self.classifier = classifier
+
+    def save(self, path: Path) -> Path:
+        clf = self.classifier
+        config = {"kind": CRITIC_KIND, "d": clf.d, "num_values": [h.out_features for h in clf.heads]}
+        return save_checkpoint(Path(path), clf.state_dict(), config)
+
+    @classmethod
+    def load(cls, path: Path) -> AttributeCritic:
+        state, config, _ = load_checkpoint(Path(path))
+        if config.get("kind") != CRITIC_KIND:
+            raise CheckpointError(f"{path}: not an attribute-critic checkpoint (kind {config.get('kind')!r})")
+        if list(config.get("num_values", [])) != list(NUM_VALUES):
+            raise CheckpointError(f"{path}: critic attribute vocabulary does not match this version")
+        clf = AttributeClassifier(int(config["d"]))
+        load_into(clf, state, str(path))
+        clf.eval()
+        return cls(clf)
 
     def check(self, ref_image, proposal, ref_attrs) -> Verdict:
         pred = self.classifier.predict(np.stack([ref_image, proposal.image]))

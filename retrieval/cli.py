@@ -75,10 +75,23 @@ def _parser() -> argparse.ArgumentParser:
     bn.add_argument("--phase1-epochs", type=int, default=1)
     bn.add_argument("--phase2-epochs", type=int, default=3)
     bn.add_argument("--augment", type=int, default=800)
-    bn.add_argument("--variants", nargs="+", default=["controlled", "confounded"])
+    bn.add_argument(
+        "--variants", nargs="+", choices=("controlled", "confounded"), default=["controlled", "confounded"]
+    )
+    bn.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        help="subset of methods (default: all): moa3cir no-aug no-desc no-moa3 no-routing "
+        "single-phase combiner sum image-only text-only",
+    )
     bn.add_argument("--search", action="store_true", help="also run the 1M x 256 search benchmark")
     bn.add_argument("--search-only", action="store_true")
-    bn.add_argument("--search-n", type=int, default=1_000_000)
+    bn.add_argument("--search-n", type=int, default=1_000_000, help="search benchmark gallery size")
+    bn.add_argument("--search-queries", type=int, default=1000)
+    bn.add_argument(
+        "--search-threads", type=int, default=1, help="threads for both NumPy (BLAS) and faiss (default 1)"
+    )
     bn.add_argument("--seed", type=int, default=0)
     return p
 
@@ -188,9 +201,10 @@ def main(argv: list[str] | None = None) -> int:
             print("routing:", ", ".join(f"{g}={w:.2f}" for g, w in zip(GROUPS, weights, strict=False)))
         return 0
     if args.cmd == "bench":
-        from .bench import run_retrieval_bench, run_search_bench
+        from .bench import resolve_methods, run_retrieval_bench, run_search_bench
         from .train import TrainConfig
 
+        methods = resolve_methods(args.methods)
         out = Path(args.out)
         if not args.search_only:
             root = Path(args.root) if args.root else out / "data"
@@ -202,13 +216,19 @@ def main(argv: list[str] | None = None) -> int:
                 root,
                 out,
                 args.variants,
-                None,
+                methods,
                 TrainConfig(args.phase1_epochs, args.phase2_epochs, seed=args.seed),
                 augment_n=args.augment,
                 seed=args.seed,
             )
         if args.search or args.search_only:
-            run_search_bench(out, n=args.search_n, seed=args.seed)
+            run_search_bench(
+                out,
+                n=args.search_n,
+                n_queries=args.search_queries,
+                threads=args.search_threads,
+                seed=args.seed,
+            )
         return 0
     return 2  # pragma: no cover
 

@@ -1,9 +1,11 @@
 """Gradio tab: pick or upload a product, type a modification, see the top-10 products and the
 attribute-group routing weights of MoA³CIR.
 
-Model and gallery: ``$MOE_APPS_RETRIEVAL_MODEL`` / ``$MOE_APPS_RETRIEVAL_DATA`` when set, else the
-``make demo`` quick run's outputs (``results/demo/...``); when neither exists, the "prepare" button
-builds a tiny benchmark and trains a small model (about two minutes on 2 cores).
+Model and gallery: ``$MOE_APPS_RETRIEVAL_MODEL`` (a checkpoint directory) /
+``$MOE_APPS_RETRIEVAL_DATA`` (a ``moa3cir build-data`` root) when set, else the ``make demo`` quick
+run's outputs (``results/demo/...``); when neither exists, the "prepare" button builds a small
+benchmark and trains a small model (about two minutes on 2 cores). ``build_demo_assets(dir)``
+makes a tiny model + gallery for tests in well under a minute and returns the two env vars.
 """
 
 from __future__ import annotations
@@ -20,6 +22,19 @@ from .render import GROUPS
 
 DEFAULT_MODEL = Path("results/demo/retrieval_bench/models/controlled/MoA3CIR")
 DEFAULT_DATA = Path("results/demo/retrieval_data")
+MODEL_ENV, DATA_ENV = "MOE_APPS_RETRIEVAL_MODEL", "MOE_APPS_RETRIEVAL_DATA"
+
+# test-sized assets (build_demo_assets default) and the larger "prepare" fallback
+TINY_BUILD = {
+    "garments": {"train": 60, "val": 10, "test": 30},
+    "triplets": {"train": 240, "val": 20, "test": 40},
+}
+TINY_TRAIN = {"phase1_epochs": 1, "phase2_epochs": 4, "batch_size": 32, "hard_negatives": False}
+PREPARE_BUILD = {
+    "garments": {"train": 150, "val": 20, "test": 60},
+    "triplets": {"train": 600, "val": 40, "test": 100},
+}
+PREPARE_TRAIN = {"phase1_epochs": 1, "phase2_epochs": 3}
 
 
 class DemoEngine:
@@ -55,10 +70,7 @@ _ENGINE: DemoEngine | None = None
 
 
 def _paths() -> tuple[Path, Path]:
-    return (
-        Path(os.environ.get("MOE_APPS_RETRIEVAL_MODEL", DEFAULT_MODEL)),
-        Path(os.environ.get("MOE_APPS_RETRIEVAL_DATA", DEFAULT_DATA)),
-    )
+    return Path(os.environ.get(MODEL_ENV, DEFAULT_MODEL)), Path(os.environ.get(DATA_ENV, DEFAULT_DATA))
 
 
 def get_engine(prepare: bool = False) -> DemoEngine:
@@ -69,36 +81,46 @@ def get_engine(prepare: bool = False) -> DemoEngine:
     if not (model_dir / "config.json").is_file():
         if not prepare:
             raise gr.Error("no trained model yet: run `make demo` or press 'Prepare demo model'")
-        model_dir, data_root = _prepare_tiny()
+        from .text import cache_dir
+
+        env = build_demo_assets(cache_dir() / "demo", PREPARE_BUILD, PREPARE_TRAIN)
+        model_dir, data_root = Path(env[MODEL_ENV]), Path(env[DATA_ENV])
     _ENGINE = DemoEngine(model_dir, data_root)
     return _ENGINE
 
 
-def _prepare_tiny() -> tuple[Path, Path]:
+def build_demo_assets(
+    out_dir: Path,
+    build: dict | None = None,
+    train: dict | None = None,
+    encoder=None,
+    seed: int = 0,
+) -> dict[str, str]:
+    """Build a small benchmark (``out_dir/data``) and a briefly trained MoA³CIR
+    (``out_dir/model``) for the demo tab; returns ``{MOE_APPS_RETRIEVAL_MODEL: ...,
+    MOE_APPS_RETRIEVAL_DATA: ...}`` to put in the tab's environment.
+
+    ``build`` / ``train``: ``BuildConfig`` / ``TrainConfig`` fields (default ``TINY_BUILD`` /
+    ``TINY_TRAIN``: about 20 s on 2 busy cores). The texts of the test gallery are embedded here
+    (text cache ``$MOE_APPS_CACHE``), so the tab only embeds the typed query. Existing assets in
+    ``out_dir`` are reused."""
     from .data import BuildConfig, build_benchmark, load_synthetic
-    from .text import cache_dir
     from .train import TrainConfig, build_model, fit, prepare_features, save_model
 
-    base = cache_dir() / "demo"
-    data_root, model_dir = base / "data", base / "model"
+    out_dir = Path(out_dir)
+    data_root, model_dir = out_dir / "data", out_dir / "model"
     if not (data_root / "controlled" / "meta.json").is_file():
-        build_benchmark(
-            data_root,
-            BuildConfig(
-                garments={"train": 150, "val": 20, "test": 60},
-                triplets={"train": 600, "val": 40, "test": 100},
-            ),
-            overwrite=True,
-        )
+        build_benchmark(data_root, BuildConfig(**(build or TINY_BUILD), seed=seed), overwrite=True)
     if not (model_dir / "config.json").is_file():
+        import torch
+
+        torch.manual_seed(seed)
         model = build_model("moa3cir")
-        fit(
-            model,
-            prepare_features(load_synthetic(data_root, "train", "controlled")),
-            TrainConfig(phase1_epochs=1, phase2_epochs=3),
-        )
-        save_model(model, model_dir)
-    return model_dir, data_root
+        train_split = load_synthetic(data_root, "train", "controlled")
+        fit(model, prepare_features(train_split, encoder), TrainConfig(**(train or TINY_TRAIN), seed=seed))
+        save_model(model, model_dir, {"demo": True})
+    prepare_features(load_synthetic(data_root, "test", "controlled"), encoder)
+    return {MODEL_ENV: str(model_dir), DATA_ENV: str(data_root)}
 
 
 def _prepare():

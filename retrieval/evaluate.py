@@ -79,3 +79,25 @@ def evaluate_split(
     else:
         out["avg"] = (out.get("R@10", np.nan) + out.get("R@50", np.nan)) / 2
     return out
+
+
+def routing_metrics(weights: np.ndarray, mentioned: np.ndarray, threshold: float = 0.5) -> dict[str, float]:
+    """How well the router's group weights pick the attribute groups a text mentions.
+
+    weights (T, G): dense routing weights (0 outside the router's top k); mentioned (T, G) bool.
+    ``P@k`` / ``R@k``: precision / recall of the top-k selected groups (weight > 0);
+    ``P@w>thr`` / ``R@w>thr``: the same for the groups with weight above ``threshold``;
+    ``w_mentioned`` / ``w_other``: mean weight on mentioned / unmentioned groups. Fractions in [0, 1].
+    """
+    weights = np.asarray(weights, np.float64)
+    mentioned = np.asarray(mentioned, bool)
+    if weights.shape != mentioned.shape or weights.ndim != 2:
+        raise ValueError(f"weights {weights.shape} and mentioned {mentioned.shape} must both be (T, G)")
+    out: dict[str, float] = {}
+    for name, sel in (("@k", weights > 0), (f"@w>{threshold:g}", weights > threshold)):
+        hit = (sel & mentioned).sum()
+        out[f"P{name}"] = float(hit / max(sel.sum(), 1))
+        out[f"R{name}"] = float(hit / max(mentioned.sum(), 1))
+    out["w_mentioned"] = float(weights[mentioned].mean()) if mentioned.any() else float("nan")
+    out["w_other"] = float(weights[~mentioned].mean()) if (~mentioned).any() else float("nan")
+    return out

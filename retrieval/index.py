@@ -43,21 +43,35 @@ class GalleryIndex:
             raise InputError(f"{what} contain NaN or inf")
         return x
 
+    def train(self, sample: np.ndarray) -> None:
+        """Train the IVF coarse quantiser on ``sample (m, d)`` (m >= nlist); a no-op for flat/HNSW.
+
+        ``add`` trains on the first batch it gets when this was not called; a sample is cheaper
+        for big galleries."""
+        if self.kind != "ivf" or self.index.is_trained:
+            return
+        sample = self._check(sample, "training vectors")
+        if len(sample) < self.nlist:
+            raise InputError(f"IVF index with nlist={self.nlist} needs at least that many vectors to train")
+        self.index.train(sample)
+
     def add(self, emb: np.ndarray, ids: list[str] | None = None) -> None:
         emb = self._check(emb, "embeddings")
         ids = [str(len(self.ids) + i) for i in range(len(emb))] if ids is None else [str(i) for i in ids]
         if len(ids) != len(emb):
             raise InputError(f"{len(ids)} ids for {len(emb)} embeddings")
-        if self.kind == "ivf" and not self.index.is_trained:
-            if len(emb) < self.nlist:
-                raise InputError(
-                    f"IVF index with nlist={self.nlist} needs at least that many vectors to train"
-                )
-            self.index.train(emb)
+        self.train(emb)
         self.index.add(emb)
         self.ids.extend(ids)
         if self.kind == "ivf":
             self.index.nprobe = self.nprobe
+
+    def set_nprobe(self, nprobe: int) -> None:
+        """IVF: number of cells searched per query (recall/speed trade-off)."""
+        if self.kind != "ivf" or nprobe < 1:
+            raise InputError("nprobe applies to IVF indexes and must be >= 1")
+        self.nprobe = nprobe
+        self.index.nprobe = nprobe
 
     def __len__(self) -> int:
         return self.index.ntotal

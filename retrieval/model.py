@@ -14,10 +14,15 @@ own queries::
     slot_g = W_o^g [ softmax(q_{g,j} K_j^T / sqrt(d_h)) V_j ]_{j in heads of g}     (b, G, d_s)
 
 Reference slots r_g come from the reference image + description tokens, text slots t_g from the
-modification-text clauses. A router from ``moe`` (``route_topk`` with sigmoid activation,
-top-k over groups) reads the modification text and gives per-group weights a_g (zero outside
-the top k); the composed slot is ``c_g = (1 - a_g) r_g + a_g t_g`` (keep unmentioned
-attributes from the reference, take mentioned ones from the text). Query / gallery embeddings
+modification-text clauses. The router (``ClauseRouter``) scores every projected clause token
+u_j of the modification text per group and keeps the best clause::
+
+    z_g = max_j  w_g . GELU(W u_j + b) + b_g           (b, G) logits; "make it red" -> colour
+
+(a text names a group when *one* of its clauses does; a mean over clauses would wash a clause
+out). ``moe.route_topk`` (sigmoid, top-k over groups, not renormalised) turns z into per-group
+weights a_g (zero outside the top k); the composed slot is ``c_g = (1 - a_g) r_g + a_g t_g``
+(keep unmentioned attributes from the reference, take mentioned ones from the text). Query / gallery embeddings
 are the concatenation of unit-norm slots divided by sqrt(G), so ``q . g = mean_g cos(c_g, s_g)``.
 Attribute heads on every slot supervise the group specialisation; the router is supervised
 with the attribute groups the text mentions.
@@ -54,7 +59,7 @@ class MoA3Config:
     routing: str = "router"  # "router" | "uniform" (MoA³ without routing: a_g = 1/2)
     use_descriptions: bool = True
     attr_weight: float = 0.5
-    router_weight: float = 0.5
+    router_weight: float = 2.0
     init_temperature: float = 0.07
 
     def __post_init__(self) -> None:
@@ -136,6 +141,21 @@ class GroupedAttentionPool(nn.Module):
         return torch.einsum("bgi,gio->bgo", heads, self.out), attn
 
 
+class ClauseRouter(nn.Module):
+    """Attribute-group logits from clause tokens: (b, lt, d) + mask (b, lt) -> (b, G).
+
+    ``z_g = max_j w_g . GELU(W u_j + b) + b_g`` over the valid clauses j (see module docstring).
+    """
+
+    def __init__(self, d: int, groups: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, groups))
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        per_clause = self.net(tokens).masked_fill(~mask[..., None], float("-inf"))  # (b, lt, G)
+        return per_clause.max(1).values
+
+
 def slots_to_embedding(slots: torch.Tensor) -> torch.Tensor:
     """(b, G, d_s) -> (b, G*d_s) with unit-norm slots scaled so the embedding has norm 1."""
     g = slots.shape[1]
@@ -191,7 +211,7 @@ class MoA3CIR(nn.Module):
         self.gal_pool = GroupedAttentionPool(c.d_model, groups, heads, d_slot)
         if c.attention == "moa3":
             self.text_pool = GroupedAttentionPool(c.d_model, groups, heads, d_slot)
-            self.router = nn.Linear(TEXT_DIM, c.num_groups)
+            self.router = ClauseRouter(c.d_model, c.num_groups)
         self.attr_heads = AttributeHeads(d_slot, c.num_values, shared_input=c.attention == "plain")
         self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / c.init_temperature)))
 
@@ -203,11 +223,10 @@ class MoA3CIR(nn.Module):
             return img_tok, img_mask
         return torch.cat([img_tok, desc_tower(desc)], 1), torch.cat([img_mask, desc_mask], 1)
 
-    def route(self, text: torch.Tensor, text_mask: torch.Tensor) -> Routing:
-        """Routing over attribute groups from the mean clause embedding: weights (b, k)."""
-        m = text_mask.float()[..., None]
-        summary = (text * m).sum(1) / m.sum(1).clamp_min(1.0)
-        return route_topk(self.router(summary), self.config.route_k, activation="sigmoid", normalize=False)
+    def route(self, text_tok: torch.Tensor, text_mask: torch.Tensor) -> Routing:
+        """Routing over attribute groups from projected clause tokens (b, lt, d): weights (b, k)."""
+        logits = self.router(text_tok, text_mask)
+        return route_topk(logits, self.config.route_k, activation="sigmoid", normalize=False)
 
     # -- public API
     def encode_query(self, batch: dict) -> tuple[torch.Tensor, dict]:
@@ -224,7 +243,7 @@ class MoA3CIR(nn.Module):
         ref_slots, _ = self.ref_pool(tok, mask)
         text_slots, _ = self.text_pool(text_tok, batch["text_mask"])
         if c.routing == "router":
-            routing = self.route(batch["text"], batch["text_mask"])
+            routing = self.route(text_tok, batch["text_mask"])
             weights = routing.to_dense()
             info["routing"] = routing
         else:

@@ -114,9 +114,12 @@ def cmd_eval(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from streaming.bench import run_bench
+    from streaming.bench import run_bench, throughput_bench
 
     _threads()
+    if a.throughput:
+        throughput_bench(Path(a.out), configs=a.configs, samples=a.samples, repeats=a.repeats, large=a.large)
+        return 0
     run_bench(Path(a.out), seeds=a.seeds, quick=a.quick, configs=a.configs, drifts=a.drifts,
               workers=a.workers, fashion=not a.no_fashion, large=a.large)
     return 0
@@ -182,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=1)
     s.add_argument("--no-fashion", action="store_true")
     s.add_argument("--large", action="store_true", help="also run the (10000, 10, 20) memory-scaling config")
+    s.add_argument("--throughput", action="store_true",
+                   help="time per sample of MoSAIC vs GROUSE instead (table + throughput.csv/json)")
+    s.add_argument("--samples", type=int, default=4000, help="stream length per config for --throughput")
+    s.add_argument("--repeats", type=int, default=3, help="timed runs per method for --throughput (best is kept)")
     s.set_defaults(fn=cmd_bench)
     return p
 

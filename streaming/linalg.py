@@ -8,9 +8,25 @@ Missing data is given either as a zero-filled matrix ``X0 (N, n)`` plus a boolea
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+try:  # the batched LAPACK gesv gufunc behind np.linalg.solve, without the wrapper's ~10 µs of checks
+    from numpy.linalg._umath_linalg import solve1 as _solve1
+except ImportError:  # pragma: no cover - other NumPy layouts
+    def _solve1(G: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.linalg.solve(G, b[..., None])[..., 0]
+
 RIDGE = 1e-10  # keeps the normal equations solvable when |Ω| <= r; negligible otherwise
+_EYE: dict[int, np.ndarray] = {}
+
+
+def _eye(r: int) -> np.ndarray:
+    e = _EYE.get(r)
+    if e is None:
+        e = _EYE[r] = np.eye(r)
+    return e
 
 
 def orthonormalize(A: np.ndarray) -> np.ndarray:
@@ -38,11 +54,10 @@ def fit_observed(
     Uo = U[:, idx, :]  # (K, m, r)
     Uo_t = Uo.transpose(0, 2, 1)
     G = Uo_t @ Uo  # (K, r, r)
-    b = Uo_t @ x_obs  # (K, r)
-    r = U.shape[2]
-    G[:, np.arange(r), np.arange(r)] += ridge
-    w = np.linalg.solve(G, b[..., None])[..., 0]
-    res = float(x_obs @ x_obs) - np.einsum("kr,kr->k", b, w)
+    G += ridge * _eye(U.shape[2])  # the ridge keeps G positive definite even when m < r
+    b = x_obs @ Uo  # (K, r)
+    w = _solve1(G, b)
+    res = float(x_obs @ x_obs) - (b * w).sum(1)
     return w, np.maximum(res, 0.0)
 
 
@@ -78,13 +93,17 @@ def als_subspace(
     U0: np.ndarray | None = None,
     iters: int = 15,
     weights: np.ndarray | None = None,
+    shrink: float = 0.0,
 ) -> np.ndarray:
     """Rank-``r`` subspace of partially observed samples by alternating least squares.
 
     Minimises sum_j weights_j ||x_{j,Ω_j} - (U w_j)_{Ω_j}||² over ``U (n, r)`` and ``w_j``.
     ``X0 (N, n)`` zero-filled, ``M (N, n)`` bool. Initialised by ``U0`` or by the top-r left
     singular vectors of the zero-filled, column-rescaled data. Returns an orthonormal ``(n, r)``.
-    Rows of ``U`` observed fewer than ``r`` times keep their previous value.
+    Rows of ``U`` observed fewer than ``r`` times keep their previous value. ``shrink > 0`` adds
+    a relative ridge to both least-squares steps (``shrink ×`` the mean diagonal of each normal
+    matrix): with few samples it keeps one direction from concentrating on a few coordinates
+    to fit their noise, which would make completions from those rows extrapolate wildly.
     """
     N, n = X0.shape
     Mf = M.astype(float)
@@ -101,12 +120,12 @@ def als_subspace(
     else:
         U = U0.copy()
     for _ in range(iters):
-        W, _ = batch_fit(U[None], X0, M)
+        W, _ = batch_fit(U[None], X0, M, ridge=RIDGE + shrink * float(Mf.mean()))
         W = W[:, 0]  # (N, r)
         Ww = W * wts[:, None]
         A = (Mf.T @ np.einsum("ja,jb->jab", Ww, W).reshape(N, r * r)).reshape(n, r, r)
         # relative Tikhonov term: scale-free, keeps rows seen by few samples solvable
-        A += (1e-8 * np.trace(A, axis1=1, axis2=2)[:, None, None] / r + 1e-12) * np.eye(r)
+        A += ((1e-8 + shrink) * np.trace(A, axis1=1, axis2=2)[:, None, None] / r + 1e-12) * np.eye(r)
         rhs = (X0.T @ Ww)  # (n, r); X0 is zero off Ω
         seen = (Mf.T @ (wts > 0)) >= r  # a row needs r observations to be determined
         U_new = U.copy()
@@ -115,25 +134,29 @@ def als_subspace(
     return U
 
 
-def grouse_step(U: np.ndarray, idx: np.ndarray, x_obs: np.ndarray, w: np.ndarray, eta: float) -> None:
+def grouse_step(
+    U: np.ndarray, idx: np.ndarray, x_obs: np.ndarray, w: np.ndarray, eta: float, p: np.ndarray | None = None
+) -> None:
     """One greedy GROUSE step on ``U (n, r)`` in place (Balzano et al. 2010; Zhang & Balzano 2016).
 
     With ``p = U w`` and the residual ``ρ`` (``x_Ω - p_Ω`` on Ω, 0 elsewhere), rotate along the
     Grassmann geodesic ``U += ((cos θ - 1) p/||p|| + sin θ ρ/||ρ||) wᵀ/||w||`` by the angle
     ``θ = η · arctan(||ρ|| / ||p||)``; ``η = 1`` makes the imputed sample lie in the new span.
+    ``p (n,)`` may be passed when the caller already has it (it is not modified).
     Cost O(n r); orthonormality is preserved exactly (rank-one rotation).
     """
-    p = U @ w
+    if p is None:
+        p = U @ w
     rho = x_obs - p[idx]
-    rnorm = float(np.sqrt(rho @ rho))
-    pnorm = float(np.sqrt(p @ p))
-    wnorm = float(np.sqrt(w @ w))
+    rnorm = math.sqrt(float(rho @ rho))
+    pnorm = math.sqrt(float(p @ p))
+    wnorm = math.sqrt(float(w @ w))
     if rnorm < 1e-12 or pnorm < 1e-12 or wnorm < 1e-12:
         return
-    theta = eta * np.arctan(rnorm / pnorm)
-    step = ((np.cos(theta) - 1.0) / pnorm) * p
-    step[idx] += (np.sin(theta) / rnorm) * rho
-    U += np.outer(step, w / wnorm)
+    theta = eta * math.atan(rnorm / pnorm)
+    step = ((math.cos(theta) - 1.0) / pnorm) * p
+    step[idx] += (math.sin(theta) / rnorm) * rho
+    U += step[:, None] * (w / wnorm)
 
 
 def projection_distance(U: np.ndarray, V: np.ndarray) -> float:

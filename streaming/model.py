@@ -33,6 +33,7 @@ co-observed affinities, then by online passes from random bases on further resta
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -72,6 +73,11 @@ class MoSAICConfig:
     spike_factor: float = 8.0
     reseed_min: int = 0  # 0 = auto from n, r and the observed count
     drift_factor: float = 4.0
+    fit_shrink: float = 0.05  # relative ridge of the ALS fits to the change buffer (see als_subspace)
+    provisional: bool = True  # complete novel samples with a growing-rank fit of the change buffer
+    provisional_growth: float = 0.2  # refit it when the buffer has grown by this fraction
+    provisional_rank: float = 1.0  # its rank: this × the identifiable m s / (n + s), at most r
+    provisional_accept: float = 0.9  # use it when its residual < this × what a random subspace leaves
     pretrain_restarts: int = 6
     pretrain_passes: int = 2
     pretrain_iters: int = 30
@@ -144,9 +150,12 @@ class MoSAIC:
         self.n_seen = 0
         self.epoch = 0
         self._mean_m = float(n)
-        self._window = np.full(self._window_len(), -1, np.int64)
-        self._buffer: list[tuple[np.ndarray, np.ndarray]] = []
+        self._last_update = np.zeros(K, np.int64)  # sample count at each expert's last update
+        self._buffer: list[tuple[np.ndarray, np.ndarray, int]] = []  # (idx, values, arrival count)
         self._next_try = 0
+        self._prov: np.ndarray | None = None  # provisional basis (n, q) fitted to the buffer
+        self._prov_at = 0  # buffer length at its last fit
+        self._last_novel = -(10**12)  # sample count at the last novel sample
         self._reseeded_at = np.full(K, -(10**12), np.int64)
         self.reseeds: list[tuple[int, int]] = []  # (sample index, expert)
         self.pretrained = False
@@ -182,7 +191,7 @@ class MoSAIC:
         c = self.config
         if c.schedule == "constant":
             return c.eta0
-        return max(c.eta_min, c.eta0 / np.sqrt(1.0 + self.t[k] / self._tau()))
+        return max(c.eta_min, c.eta0 / math.sqrt(1.0 + float(self.t[k]) / self._tau()))
 
     def _scores(self, idx: np.ndarray, xo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         w, res = fit_observed(self.bases, idx, xo, self.ridge)
@@ -190,9 +199,10 @@ class MoSAIC:
 
     def memory_bytes(self) -> int:
         """Bytes held by the model state (bases + per-expert counters + change buffer)."""
-        buf = sum(i.nbytes + v.nbytes for i, v in self._buffer)
+        buf = sum(i.nbytes + v.nbytes for i, v, _ in self._buffer)
+        buf += 0 if self._prov is None else self._prov.nbytes
         per_k = self.t.nbytes + self.level.nbytes + self.level_slow.nbytes + self.mature.nbytes
-        return int(self.bases.nbytes + per_k + self.n_updates.nbytes + self.long_counts.nbytes + self._window.nbytes + buf)
+        return int(self.bases.nbytes + per_k + self.n_updates.nbytes + self.long_counts.nbytes + self._last_update.nbytes + buf)
 
     # ------------------------------------------------------------------ pretraining
     def fit(self, source: np.ndarray, mask: np.ndarray | None = None) -> MoSAIC:
@@ -229,24 +239,39 @@ class MoSAIC:
             noise_var = float(np.median(res[rows, result.labels][ok] / (m[ok] - self.r)))
             w_var = float(np.mean(W[rows, result.labels][ok] ** 2))
             self.ridge = max(RIDGE, noise_var / max(w_var, _TINY))
-        self._window = np.full(self._window_len(), -1, np.int64)
+        self._last_update[:] = self.n_seen
         self.pretrained = True
         return self
 
     # ------------------------------------------------------------------ streaming
     def process(self, x: np.ndarray, mask: np.ndarray | None = None, epoch: np.ndarray | int | None = None):
-        """Route, complete and update on each sample in order.
+        """Route, complete and update on each sample in order (the fast path of a stream).
 
         ``x (B, n)`` or ``(n,)``; returns ``completed (B, n)`` (the estimate when the sample
-        arrived, observed entries kept) and ``routes (B,)``. The whole batch is validated first.
+        arrived, observed entries kept) and ``routes (B,)``. The whole batch is validated first,
+        the observed indices of every sample are split out in one pass, and each sample is then
+        routed by ``moe.route_by_score``'s rule (argmin of the scores, ties to the lower index)
+        applied inline: a torch call per sample would cost more than the rest of the step.
+        The result is identical to calling ``step`` on each sample (tested).
         """
         X0, M = as_observed(x, mask, self.n)
-        epochs = None if epoch is None else np.broadcast_to(np.asarray(epoch, np.int64), (X0.shape[0],))
+        B = X0.shape[0]
+        epochs = None if epoch is None else np.broadcast_to(np.asarray(epoch, np.int64), (B,))
         completed = np.empty_like(X0)
-        routes = np.empty(X0.shape[0], np.int64)
-        for j in range(X0.shape[0]):
-            idx = np.flatnonzero(M[j])
-            completed[j], routes[j] = self.step(idx, X0[j, idx], None if epochs is None else int(epochs[j]))
+        routes = np.empty(B, np.int64)
+        cols = np.nonzero(M)[1]
+        ends = np.cumsum(M.sum(1))
+        start = 0
+        for j in range(B):
+            idx = cols[start : ends[j]]
+            start = ends[j]
+            if epochs is not None:
+                self._set_epoch(int(epochs[j]))
+            xo = X0[j, idx]
+            w, score = self._scores(idx, xo)
+            k = int(score.argmin())
+            completed[j] = self._complete_and_update(idx, xo, w, score, k)
+            routes[j] = k
         return completed, routes
 
     def partial_fit(self, x: np.ndarray, mask: np.ndarray | None = None, epoch=None) -> MoSAIC:
@@ -257,48 +282,126 @@ class MoSAIC:
     def step(self, idx: np.ndarray, xo: np.ndarray, epoch: int | None = None) -> tuple[np.ndarray, int]:
         """One validated sample: ``idx (m,)`` observed indices, ``xo (m,)`` values.
 
-        Returns ``(completion (n,), routed expert)`` computed before the update.
+        Routes through ``moe.route_by_score``; returns ``(completion (n,), routed expert)``
+        computed before the update.
         """
-        c = self.config
-        if epoch is not None and epoch != self.epoch:
-            self.epoch = epoch
-            self.t[:] = 0.0
+        if epoch is not None:
+            self._set_epoch(epoch)
         w, score = self._scores(idx, xo)
         k = int(route_by_score(torch.from_numpy(score[None])).indices[0, 0])
-        completion = self.bases[k] @ w[k]
+        return self._complete_and_update(idx, xo, w, score, k), k
+
+    def _set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self.t[:] = 0.0
+
+    def _complete_and_update(self, idx: np.ndarray, xo: np.ndarray, w: np.ndarray, score: np.ndarray, k: int) -> np.ndarray:
+        """Completion ``(n,)`` of a sample routed to expert ``k``, then the update / change detection."""
+        c = self.config
+        p = self.bases[k] @ w[k]
+        completion = p.copy()
         completion[idx] = xo
         m = idx.size
         self.n_seen += 1
         self._mean_m += (m - self._mean_m) * 0.01
-        slot = self.n_seen % self._window.size
         if m <= self.r:  # the fit is exact whatever the subspace: nothing to learn
-            self._window[slot] = -1
-            return completion, k
+            return completion
         s = float(score[k])
-        if c.detect and self.mature[k] and s > max(c.novelty * (1.0 - self.r / m), c.spike_factor * self.level[k]):
-            self._window[slot] = -1
-            self._buffer.append((idx.copy(), xo.copy()))
-            self._maybe_reseed()
+        level = float(self.level[k])
+        novel = c.detect and self.mature[k] and s > max(c.novelty * (1.0 - self.r / m), c.spike_factor * level)
+        prov = None
+        if c.detect and self._prov is not None and self.n_seen - self._last_novel <= self._window_len():
+            # the provisional basis competes in the routing while a change is being buffered: a
+            # sample it explains better (relative to a random subspace of each rank) is novel too
+            prov = self._provisional_fit(idx, xo, m)
+            novel = novel or prov[0] < s / (1.0 - self.r / m)
+        if novel:
+            self._last_novel = self.n_seen
             # no expert explains the sample: a wrong expert's guess is uncorrelated with the truth
-            # (error ~ sqrt 2), so abstain and predict 0 on the unobserved entries (error 1)
-            completion[:] = 0.0
+            # (error ~ sqrt 2); use the provisional fit of the change buffer, else abstain (error 1)
+            if prov is None and self._prov is not None:
+                prov = self._provisional_fit(idx, xo, m)
+            completion = np.zeros(self.n) if prov is None or prov[1] is None else prov[1]
             completion[idx] = xo
-            return completion, k
-        grouse_step(self.bases[k], idx, xo, w[k], self.step_size(k))
+            self._expire_buffer()
+            self._buffer.append((idx.copy(), xo.copy(), self.n_seen))
+            self._maybe_reseed()
+            self._maybe_refit_provisional()
+            return completion
+        grouse_step(self.bases[k], idx, xo, w[k], self.step_size(k), p=p)
         self.t[k] += 1
         self.n_updates[k] += 1
         self.long_counts[k] += 1
-        self._window[slot] = k
-        self.level[k] += 0.05 * (s - self.level[k])
+        self._last_update[k] = self.n_seen
+        level += 0.05 * (s - level)
+        self.level[k] = level
         self.level_slow[k] += 0.005 * (s - self.level_slow[k])
-        if c.detect and self.level[k] > c.drift_factor * self.level_slow[k] and self.t[k] > self._tau():
+        if c.detect and level > c.drift_factor * self.level_slow[k] and self.t[k] > self._tau():
             self.t[k] = 0.0  # residuals jumped: restart the step-size schedule
-            self.level_slow[k] = self.level[k]
-        if not self.mature[k] and self.n_updates[k] >= 3 * self.reseed_min() and self.level[k] < 0.5 * c.novelty:
+            self.level_slow[k] = level
+        if not self.mature[k] and self.n_updates[k] >= 3 * self.reseed_min() and level < 0.5 * c.novelty:
             self.mature[k] = True
         if self.n_updates[k] % 100 == 0:  # ridge fits leave ρ slightly off-orthogonal
             self.bases[k] = orthonormalize(self.bases[k])
-        return completion, k
+        return completion
+
+    def _provisional_fit(self, idx: np.ndarray, xo: np.ndarray, m: int) -> tuple[float, np.ndarray | None]:
+        """Fit of a sample under the provisional basis ``(n, q)``: its residual relative to what a
+        random rank-q subspace leaves (``score / (1 - q/m)``), and a completion ``(n,)`` (0 on Ω)
+        when that is below ``provisional_accept`` (else None). The completion is shrunk towards 0
+        by the unexplained fraction, and capped: a fit to few samples can extrapolate wildly, so
+        it never predicts more energy per unobserved entry than twice the sample's per observed
+        entry."""
+        U = self._prov
+        q = U.shape[1]
+        w, res = fit_observed(U[None], idx, xo, self.ridge)
+        rel = float(res[0]) / max(float(xo @ xo), _TINY) / max(1.0 - q / m, _TINY)
+        if rel >= self.config.provisional_accept:
+            return rel, None
+        completion = (1.0 - rel) * (U @ w[0])
+        completion[idx] = 0.0
+        cap = 2.0 * float(xo @ xo) / m * (self.n - m)
+        energy = float(completion @ completion)
+        if energy > cap:
+            completion *= math.sqrt(cap / energy)
+        return rel, completion
+
+    def _expire_buffer(self) -> None:
+        """Forget buffered samples older than two windows: a change is re-acquired within one, so
+        older novel samples are outliers or a change already handled, and would bias the fits."""
+        oldest = self.n_seen - 2 * self._window_len()
+        if self._buffer and self._buffer[0][2] < oldest:
+            self._buffer = [b for b in self._buffer if b[2] >= oldest]
+
+    def _buffer_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        B = len(self._buffer)
+        X0 = np.zeros((B, self.n))
+        M = np.zeros((B, self.n), bool)
+        for j, (idx, xo, _) in enumerate(self._buffer):
+            X0[j, idx] = xo
+            M[j, idx] = True
+        return X0, M
+
+    def _maybe_refit_provisional(self) -> None:
+        """Refit the provisional basis to the change buffer once it has grown by
+        ``provisional_growth``: ALS of rank ``q = min(r, ⌊provisional_rank · m̄ s / (n + s)⌋)`` for
+        ``s`` buffered samples (``m̄ s`` observations pin down about ``(n + s) q`` unknowns)."""
+        c = self.config
+        B = len(self._buffer)
+        if not c.provisional or B == 0:
+            self._prov, self._prov_at = None, 0
+            return
+        if B < self._prov_at:  # the buffer was trimmed (re-seed or a failed try): start again
+            self._prov, self._prov_at = None, 0
+        if self._prov is not None and B < (1.0 + c.provisional_growth) * self._prov_at:
+            return
+        q = min(self.r, int(c.provisional_rank * self._mean_m * B / (self.n + B)))
+        if q < 1:
+            return
+        X0, M = self._buffer_arrays()
+        self._prov = als_subspace(X0, M, q, iters=10, shrink=self.config.fit_shrink)
+        self._prov_at = B
 
     def _maybe_reseed(self) -> None:
         need = self.reseed_min()
@@ -306,32 +409,38 @@ class MoSAIC:
             return
         c = self.config
         B = len(self._buffer)
-        X0 = np.zeros((B, self.n))
-        M = np.zeros((B, self.n), bool)
-        for j, (idx, xo) in enumerate(self._buffer):
-            X0[j, idx] = xo
-            M[j, idx] = True
+        X0, M = self._buffer_arrays()
         energy = np.maximum((X0 * X0).sum(1), _TINY)
         base = 1.0 - self.r / M.sum(1)
-        U = als_subspace(X0, M, self.r, iters=15)
-        keep = np.ones(B, bool)
-        for _ in range(2):  # trimming: refit on the samples that fit best
+        warm = self._prov if self._prov is not None and self._prov.shape[1] == self.r else None
+        U = als_subspace(X0, M, self.r, U0=warm, iters=15, shrink=c.fit_shrink)
+
+        def fit_scores(U):
             _, res = batch_fit(U[None], X0, M)
             score = res[:, 0] / energy
+            return score, score < 0.5 * c.novelty * base
+
+        score, inlier = fit_scores(U)
+        for _ in range(2):  # a buffer mixing several changes: trim to the samples that fit best
+            if inlier.mean() >= 0.9:
+                break
             keep = score <= np.quantile(score, 0.6)
-            U = als_subspace(X0[keep], M[keep], self.r, U0=U, iters=10)
-        _, res = batch_fit(U[None], X0, M)
-        score = res[:, 0] / energy
-        inlier = score < 0.5 * c.novelty * base
+            U = als_subspace(X0[keep], M[keep], self.r, U0=U, iters=10, shrink=c.fit_shrink)
+            score, inlier = fit_scores(U)
+        # refit on all inliers: a trimmed subset may leave rows of U seen too rarely to be determined
+        if inlier.sum() > self.r and not inlier.all():
+            U = als_subspace(X0[inlier], M[inlier], self.r, U0=U, iters=10, shrink=c.fit_shrink)
+            score, inlier = fit_scores(U)
         if inlier.mean() >= 0.5:
-            recent = np.bincount(self._window[self._window >= 0], minlength=self.K) / self._window.size
+            # the victim is the expert that has missed the most of its expected traffic since its
+            # last update: (samples since then) × (its long-run share of the traffic)
             long = self.long_counts / max(self.long_counts.sum(), 1.0)
-            ratio = recent / np.maximum(long, 1e-3)
+            missed = (self.n_seen - self._last_update) * long
             # an expert re-seeded within the last window has had no time to collect traffic
-            protected = self.n_seen - self._reseeded_at < self._window.size
+            protected = self.n_seen - self._reseeded_at < self._window_len()
             if not protected.all():
-                ratio[protected] = np.inf
-            victim = int(np.argmin(ratio))
+                missed[protected] = -np.inf
+            victim = int(np.argmax(missed))
             self.bases[victim] = U
             self.t[victim] = 0.0
             self._reseeded_at[victim] = self.n_seen
@@ -341,7 +450,7 @@ class MoSAIC:
             self.level[victim] = self.level_slow[victim] = max(float(np.median(score[inlier])), typical, 1e-6)
             self.mature[victim] = True
             self.long_counts[victim] = max(self.long_counts.mean(), 1.0)
-            self._window[self._window == victim] = -2  # its old traffic no longer counts against it
+            self._last_update[victim] = self.n_seen
             self._buffer = [b for b, ok in zip(self._buffer, inlier, strict=True) if not ok]
             self.reseeds.append((self.n_seen - 1, victim))
             self._next_try = 0
@@ -377,16 +486,19 @@ class MoSAIC:
         state = {
             "bases": self.bases, "t": self.t, "level": self.level, "level_slow": self.level_slow,
             "mature": self.mature.astype(np.uint8), "n_updates": self.n_updates,
-            "long_counts": self.long_counts, "window": self._window, "reseeded_at": self._reseeded_at,
+            "long_counts": self.long_counts, "last_update": self._last_update, "reseeded_at": self._reseeded_at,
         }
         tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}
-        for j, (idx, xo) in enumerate(self._buffer):
+        for j, (idx, xo, _) in enumerate(self._buffer):
             tensors[f"buffer_idx_{j}"] = torch.from_numpy(idx.astype(np.int64))
             tensors[f"buffer_val_{j}"] = torch.from_numpy(xo)
+        if self._prov is not None:
+            tensors["provisional"] = torch.from_numpy(np.ascontiguousarray(self._prov))
         extra = {
             "n_seen": self.n_seen, "epoch": self.epoch, "mean_m": self._mean_m, "next_try": self._next_try,
-            "buffer_len": len(self._buffer), "reseeds": self.reseeds, "pretrained": self.pretrained,
+            "buffer_len": len(self._buffer), "buffer_t": [t for _, _, t in self._buffer], "reseeds": self.reseeds, "pretrained": self.pretrained,
             "rng": self._rng.bit_generator.state, "ridge": self.ridge,
+            "provisional_at": self._prov_at, "last_novel": self._last_novel,
         }
         return save_checkpoint(path_dir, tensors, {"model": "MoSAIC", **asdict(self.config)}, extra)
 
@@ -404,14 +516,18 @@ class MoSAIC:
                 raise CheckpointError(f"bases in {path_dir} have shape {arr['bases'].shape}, expected {(K, n, r)}")
             model.bases, model.t, model.level = arr["bases"], arr["t"], arr["level"]
             model.level_slow, model.mature = arr["level_slow"], arr["mature"].astype(bool)
-            model.n_updates, model.long_counts, model._window = arr["n_updates"], arr["long_counts"], arr["window"]
+            model.n_updates, model.long_counts, model._last_update = arr["n_updates"], arr["long_counts"], arr["last_update"]
             model._reseeded_at = arr["reseeded_at"]
-            model._buffer = [(arr[f"buffer_idx_{j}"], arr[f"buffer_val_{j}"]) for j in range(extra["buffer_len"])]
+            model._buffer = [(arr[f"buffer_idx_{j}"], arr[f"buffer_val_{j}"], int(extra["buffer_t"][j]))
+                             for j in range(extra["buffer_len"])]
             model.n_seen, model.epoch = int(extra["n_seen"]), int(extra["epoch"])
             model._mean_m, model._next_try = float(extra["mean_m"]), int(extra["next_try"])
             model.reseeds = [tuple(x) for x in extra["reseeds"]]
             model.pretrained = bool(extra["pretrained"])
             model.ridge = float(extra["ridge"])
+            model._prov = arr.get("provisional")
+            model._prov_at = int(extra.get("provisional_at", 0))
+            model._last_novel = int(extra.get("last_novel", -(10**12)))
             model._rng.bit_generator.state = extra["rng"]
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"incomplete MoSAIC checkpoint {path_dir}: {exc}") from exc

@@ -223,28 +223,42 @@ class StreamRun:
 def run_online(
     model, values: np.ndarray, epoch: np.ndarray | None = None, snapshot_every: int = 0, name: str = ""
 ) -> StreamRun:
-    """Feed the ``(T, n)`` stream (NaN = unobserved) to ``model.step`` sample by sample.
+    """Feed the ``(T, n)`` stream (NaN = unobserved) to ``model`` in order.
 
-    ``model`` has ``step(idx, x_obs, epoch) -> (completion (n,), route)``, ``subspaces()`` and
-    ``memory_bytes()``. ``epoch (T,)`` is passed on when given. Timing covers ``step`` only.
+    A model with ``process(x (B, n), epoch=(B,)) -> (completed (B, n), routes (B,))`` gets the
+    stream in chunks of ``snapshot_every`` samples (the whole stream when 0); otherwise
+    ``step(idx, x_obs, epoch) -> (completion (n,), route)`` is called sample by sample. ``model``
+    also has ``subspaces()`` and ``memory_bytes()``. ``epoch (T,)`` is passed on when given.
+    Timing covers ``process`` (validation included) or ``step`` only.
     """
     T, n = values.shape
-    M = ~np.isnan(values)
-    X0 = np.where(M, values, 0.0)
     completed = np.empty((T, n))
     routes = np.empty(T, np.int64)
     snap_t, snaps = [], []
     elapsed = 0.0
-    for j in range(T):
-        idx = np.flatnonzero(M[j])
-        xo = X0[j, idx]
-        ep = None if epoch is None else int(epoch[j])
-        t0 = time.perf_counter()
-        completed[j], routes[j] = model.step(idx, xo, ep)
-        elapsed += time.perf_counter() - t0
-        if snapshot_every and ((j + 1) % snapshot_every == 0 or j == T - 1):
-            snap_t.append(j)
-            snaps.append(model.subspaces())
+    if hasattr(model, "process"):
+        chunk = snapshot_every or T
+        for s in range(0, T, chunk):
+            e = min(s + chunk, T)
+            t0 = time.perf_counter()
+            completed[s:e], routes[s:e] = model.process(values[s:e], epoch=None if epoch is None else epoch[s:e])
+            elapsed += time.perf_counter() - t0
+            if snapshot_every:
+                snap_t.append(e - 1)
+                snaps.append(model.subspaces())
+    else:
+        M = ~np.isnan(values)
+        X0 = np.where(M, values, 0.0)
+        for j in range(T):
+            idx = np.flatnonzero(M[j])
+            xo = X0[j, idx]
+            ep = None if epoch is None else int(epoch[j])
+            t0 = time.perf_counter()
+            completed[j], routes[j] = model.step(idx, xo, ep)
+            elapsed += time.perf_counter() - t0
+            if snapshot_every and ((j + 1) % snapshot_every == 0 or j == T - 1):
+                snap_t.append(j)
+                snaps.append(model.subspaces())
     return StreamRun(
         method=name or type(model).__name__,
         completed=completed,

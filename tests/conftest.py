@@ -78,7 +78,11 @@ def _tiny_demo_models(root: Path) -> dict[str, str]:
         batch_size=4,
     )
     MoCAPipeline(ae, gen, stats).save(root / "generation3d")
+    from retrieval.demo import build_demo_assets
+
+    retrieval_env = build_demo_assets(root / "retrieval")
     return {
+        **retrieval_env,
         "MIXSCENT_MODEL": str(root / "olfaction"),
         "MOH_DEMO_CKPT": str(root / "vision"),
         "MOCA_DEMO_CKPT": str(root / "generation3d"),

@@ -33,20 +33,22 @@ from vision.train import TrainConfig, train
 
 @dataclass
 class BenchConfig:
-    steps: int = 400
+    """Defaults: the README table (about 30 min on a loaded 2-core machine, one thread)."""
+
+    steps: int = 500
     batch_size: int = 32
     n_samples: int = 256
-    sample_steps: int = 20
+    sample_steps: int = 25
     train_limit: int = 20000
     n_real: int = 1000
-    eval_points: int = 2  # FID evaluated at steps * i / eval_points
+    eval_points: int = 4  # FID evaluated at steps * i / eval_points
     models: tuple[str, ...] = MODEL_NAMES
     seed: int = 0
     scan_lengths: tuple[int, ...] = (256, 1024)
     threads: int = 1  # on a shared 2-core machine more threads thrash (measured 10x slower)
 
 
-QUICK = BenchConfig(steps=80, batch_size=32, n_samples=96, sample_steps=10, train_limit=5000, n_real=500,
+QUICK = BenchConfig(steps=120, batch_size=32, n_samples=96, sample_steps=10, train_limit=5000, n_real=500,
                     eval_points=1, models=("moh", "mamba", "dit"))
 
 
@@ -121,6 +123,32 @@ def plot_routing(route_log: list[dict], trace: list[dict], path: Path, depth_opt
     plt.close(fig)
 
 
+def fid_curve_table(curve: list[dict]) -> list[dict]:
+    """``fid_curve`` rows ``{"model", "step", "fmnist_classifier_fid", ...}`` -> one row per step
+    with one FID column per model."""
+    steps = sorted({c["step"] for c in curve})
+    models = list(dict.fromkeys(c["model"] for c in curve))
+    fid = {(c["model"], c["step"]): c["fmnist_classifier_fid"] for c in curve}
+    return [{"step": st, **{m: fid.get((m, st), float("nan")) for m in models}} for st in steps]
+
+
+def plot_fid_curve(curve: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.3))
+    for m in dict.fromkeys(c["model"] for c in curve):
+        pts = sorted((c["step"], c["fmnist_classifier_fid"]) for c in curve if c["model"] == m)
+        ax.plot(*zip(*pts, strict=True), "o-", label=m)
+    ax.set(xlabel="training step", ylabel="FMNIST-classifier FID", title="FID vs training steps")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def run_bench(out_dir: str | Path, cfg: BenchConfig | None = None, log=None) -> list[dict]:
     """Train and evaluate ``cfg.models`` under one budget; writes ``bench.csv``, ``bench.json``,
     ``fid_curve.csv``, ``samples_<model>.png``, ``routing_moh.png`` / ``.csv`` into ``out_dir``
@@ -137,17 +165,18 @@ def run_bench(out_dir: str | Path, cfg: BenchConfig | None = None, log=None) -> 
     rows, curve, extras = [], [], {}
     eval_at = {max(1, round(cfg.steps * (i + 1) / cfg.eval_points)) for i in range(cfg.eval_points)}
     for name in cfg.models:
+        t_model = time.perf_counter()
         seed_everything(cfg.seed)
         model = build_model(name)
         params = count_parameters(model)
         log(f"[{name}] {params:,} parameters, training {cfg.steps} steps x {cfg.batch_size}")
 
-        def on_step(step, m, name=name):
+        def on_step(step, m, sampling_model, name=name):
             if step in eval_at and step != cfg.steps:
-                s = _sample(m, cfg.n_samples, cfg.sample_steps, cfg.seed + 1)
+                s = _sample(sampling_model, cfg.n_samples, cfg.sample_steps, cfg.seed + 1)
                 met = classifier_metrics(x_real, to_model_range(s.images), classifier)
                 curve.append({"model": name, "step": step, **met})
-                m.train()
+                log(f"[{name}] step {step}: FMNIST-classifier FID {met['fmnist_classifier_fid']:.2f}")
 
         result = train(model, x_train, TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, seed=cfg.seed,
                                                    checkpoint_every=0), callback=on_step)
@@ -177,9 +206,10 @@ def run_bench(out_dir: str | Path, cfg: BenchConfig | None = None, log=None) -> 
                 sel = [r["depth"] for r in late if lo <= r["timestep"] < hi]
                 row[f"train_depth_t{lo}-{hi}"] = float(np.mean(sel)) if sel else float("nan")
             extras["moh_trace"] = s.trace
+        row["wall_s"] = time.perf_counter() - t_model
         rows.append(row)
         log(f"[{name}] FMNIST-classifier FID {met['fmnist_classifier_fid']:.2f}  "
-            f"{result.time_per_step_s:.3f} s/step")
+            f"{result.time_per_step_s:.3f} s/step  ({row['wall_s']:.0f} s in all)")
     base = next((r for r in rows if r["model"] == "mamba"), None)
     for r in rows:
         if base:
@@ -190,11 +220,13 @@ def run_bench(out_dir: str | Path, cfg: BenchConfig | None = None, log=None) -> 
     log(markdown_table(scan_rows))
     write_csv(out / "bench.csv", rows)
     write_csv(out / "fid_curve.csv", curve)
+    plot_fid_curve(curve, out / "fid_curve.png")
     write_json(out / "bench.json", {"config": cfg.__dict__, "classifier": cinfo, "rows": rows, "fid_curve": curve,
                                     "scan": scan_rows})
     cols = ["model", "params", "train_s_per_step", "step_time_vs_mamba", "fmnist_classifier_fid", "fid_vs_mamba",
             "precision", "recall", "sample_s_per_image", "blocks_per_image_step"]
     log(markdown_table(rows, cols))
+    log("FMNIST-classifier FID vs training steps:\n" + markdown_table(fid_curve_table(curve)))
     if any(r["model"] == "moh" for r in rows):
         m = next(r for r in rows if r["model"] == "moh")
         log(f"MoH routes ran {m['blocks_per_image_step']:.2f} Mamba blocks per image per step vs "

@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--data", default="fashion-mnist")
     e.add_argument("--n", type=int, default=256)
     e.add_argument("--n-real", type=int, default=1000)
-    e.add_argument("--steps", type=int, default=20)
+    e.add_argument("--steps", type=int, default=25)
     e.add_argument("--inception-weights", default=None,
                    help="TorchScript inception-2015-12-05.pt (or $MOH_INCEPTION_WEIGHTS)")
     e.set_defaults(fn=_eval)

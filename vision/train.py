@@ -1,12 +1,20 @@
-"""Training loop for the diffusion backbones (epsilon prediction, DDPM noise schedule).
+"""Training loop for the diffusion backbones (DDPM noise schedule, cosine betas).
 
-Loss: ``E_{x0, t, ε} ||ε - ε_θ(√ᾱ_t x0 + √(1-ᾱ_t) ε, t)||² + aux`` (Ho et al. 2020, eq. 14),
-where ``aux`` holds the MoH routers' balance/z/compute losses. A non-finite loss stops the run
-with an InputError naming the step; the last good checkpoint (written atomically) is kept.
+Loss: ``E_{x0, t, ε} ||target - f_θ(√ᾱ_t x0 + √(1-ᾱ_t) ε, t)||² + aux`` where ``target`` is
+``x0`` (the default ``vision.pipeline.PREDICTION_TYPE = "sample"``), ``ε`` (Ho et al. 2020, eq.
+14) or ``v`` (see ``vision.pipeline.training_target``), and ``aux`` holds the MoH routers'
+balance/z/compute losses. Learning rate: linear warmup, then cosine decay to
+``lr * lr_final_frac``. Sampling uses an exponential moving average of the
+weights (``ema_decay``; the effective decay ``min(ema_decay, (1 + s) / (10 + s))`` warms up so
+that a short run is not dominated by the random initialisation); checkpoints hold the EMA
+weights. A non-finite loss stops the run with an InputError naming the step; the last good
+checkpoint (written atomically) is kept.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 import os
 import shutil
 import time
@@ -20,7 +28,7 @@ from common.errors import InputError
 from common.io import read_json, write_json
 from common.seed import seed_everything
 from vision.data import check_images
-from vision.pipeline import NUM_TRAIN_TIMESTEPS, backbone_call, make_train_scheduler
+from vision.pipeline import NUM_TRAIN_TIMESTEPS, backbone_call, make_train_scheduler, training_target
 
 CHECKPOINT = "checkpoint"
 STATE = "train_state.json"
@@ -33,6 +41,8 @@ class TrainConfig:
     lr: float = 2e-3
     weight_decay: float = 0.0
     warmup: int = 20
+    lr_final_frac: float = 0.1  # cosine decay after warmup to lr * lr_final_frac (1.0: constant)
+    ema_decay: float = 0.995  # 0: no EMA, sample with the raw weights
     grad_clip: float = 1.0
     seed: int = 0
     checkpoint_every: int = 100  # 0: only at the end
@@ -47,6 +57,7 @@ class TrainResult:
     history: list = field(default_factory=list)  # {"step", "loss"}
     route_log: list = field(default_factory=list)  # {"timestep", "depth", "transform", "levels"}
     checkpoint: str | None = None
+    ema_model: object | None = None  # the EMA copy sampled from (None without EMA)
 
 
 def save_atomic(model, out_dir: Path, state: dict) -> Path:
@@ -67,26 +78,45 @@ def save_atomic(model, out_dir: Path, state: dict) -> Path:
 
 
 def _lr_at(step: int, cfg: TrainConfig) -> float:
-    warm = min(1.0, (step + 1) / max(1, cfg.warmup))
-    return cfg.lr * warm
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.lr_final_frac + (1 - cfg.lr_final_frac) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@torch.no_grad()
+def ema_update(ema, model, step: int, decay: float) -> None:
+    """``θ_ema <- β θ_ema + (1 - β) θ`` with ``β = min(decay, (1 + step) / (10 + step))``;
+    buffers are copied."""
+    beta = min(decay, (1 + step) / (10 + step))
+    for pe, p in zip(ema.parameters(), model.parameters(), strict=True):
+        pe.lerp_(p, 1 - beta)
+    for be, b in zip(ema.buffers(), model.buffers(), strict=True):
+        be.copy_(b)
 
 
 def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = None,
           callback=None) -> TrainResult:
     """Train ``model`` on ``images (N, c, H, W)`` in [-1, 1] for ``cfg.steps`` steps.
 
-    ``callback(step, model)`` runs after every step (evaluation curves). With ``out_dir`` a
-    checkpoint is saved every ``checkpoint_every`` steps and at the end.
+    ``callback(step, model, sampling_model)`` runs after every step (evaluation curves;
+    ``sampling_model`` is the EMA copy, or ``model`` without EMA). With ``out_dir`` a checkpoint
+    of the sampling weights is saved every ``checkpoint_every`` steps and at the end. On return
+    ``model`` holds the sampling (EMA) weights.
     """
     mc = model.config
     check_images(images, mc.in_channels, mc.sample_size)
     if cfg.steps < 1 or cfg.batch_size < 1:
         raise InputError(f"steps and batch_size must be >= 1, got {cfg.steps}, {cfg.batch_size}")
+    if not 0 <= cfg.ema_decay < 1:
+        raise InputError(f"ema_decay must be in [0, 1), got {cfg.ema_decay}")
     gen = seed_everything(cfg.seed)
     sched = make_train_scheduler()
     alphas = sched.alphas_cumprod
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     model.train()
+    ema = copy.deepcopy(model).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
+    sampling_model = ema if ema is not None else model
     result = TrainResult(steps=0, final_loss=float("nan"), time_per_step_s=0.0)
     last_good = None
     compute_s = 0.0
@@ -100,8 +130,8 @@ def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = 
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, cfg)
         t0 = time.perf_counter()
-        eps, aux, info = backbone_call(model, xt, t)
-        loss = torch.nn.functional.mse_loss(eps, noise) + aux
+        pred, aux, info = backbone_call(model, xt, t)
+        loss = torch.nn.functional.mse_loss(pred, training_target(sched, x0, noise, t)) + aux
         if not torch.isfinite(loss):
             where = f"; last good checkpoint kept at {last_good}" if last_good else "; no checkpoint was written"
             raise InputError(
@@ -112,6 +142,8 @@ def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = 
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
+        if ema is not None:
+            ema_update(ema, model, step, cfg.ema_decay)
         compute_s += time.perf_counter() - t0
         result.steps, result.final_loss = step + 1, float(loss.detach())
         if "depth" in info:
@@ -122,10 +154,14 @@ def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = 
         if (step + 1) % cfg.log_every == 0 or step == 0:
             result.history.append({"step": step + 1, "loss": float(loss.detach())})
         if out_dir is not None and cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            last_good = save_atomic(model, Path(out_dir), {"step": step + 1, "loss": float(loss.detach()), "config": asdict(cfg)})
+            last_good = save_atomic(sampling_model, Path(out_dir),
+                                    {"step": step + 1, "loss": float(loss.detach()), "config": asdict(cfg)})
         if callback is not None:
-            callback(step + 1, model)
+            callback(step + 1, model, sampling_model)
     result.time_per_step_s = compute_s / max(1, result.steps)
+    if ema is not None:
+        model.load_state_dict(ema.state_dict())
+        result.ema_model = ema
     if out_dir is not None:
         last_good = save_atomic(model, Path(out_dir), {"step": result.steps, "loss": result.final_loss, "config": asdict(cfg)})
         result.checkpoint = str(last_good)

@@ -77,3 +77,14 @@ def test_generation3d_tab_generates_a_glb(page):
     page.wait_for_function("() => document.body.innerText.includes('generated 12 parts')", timeout=300_000)
     # the download link of the generated GLB is on the page
     assert page.locator("a[href*='.glb'], a[download]").count() >= 1
+
+
+def test_retrieval_tab_searches_and_shows_group_weights(page):
+    page.get_by_role("tab", name="Retrieval (MoA³CIR)").click()
+    page.get_by_role("button", name="Prepare demo model / load products").click()
+    page.get_by_text("ready:").wait_for()
+    page.locator(".thumbnail-item").first.click()
+    page.get_by_role("button", name="Search").click()
+    page.get_by_text("colour").first.wait_for()
+    page.get_by_text("pattern").first.wait_for()
+    assert page.locator("img").count() >= 10

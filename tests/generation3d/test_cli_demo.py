@@ -55,20 +55,26 @@ def test_bench_attention_writes_csv_and_ratios(tmp_path):
     assert (tmp_path / "bench_attention.png").stat().st_size > 0
 
 
-def test_demo_tab_builds_and_generates(tiny_pipeline, tmp_path):
+def test_demo_tab_builds_and_generates(tiny_pipeline, tmp_path, monkeypatch):
     gr = pytest.importorskip("gradio")
     from generation3d.demo import build_tab, generate
 
+    monkeypatch.setenv("MOCA_RENDERER", "matplotlib")
     with gr.Blocks() as blocks, gr.Tab("3D"):
         build_tab()
     assert blocks is not None
     glb, png, status, rows = generate(str(tiny_pipeline), "table", 5, 0, 2, out_dir=str(tmp_path))
     assert glb.endswith(".glb") and (tmp_path / glb.split("/")[-1]).stat().st_size > 0
-    assert "5 parts" in status and len(rows) == 5
+    assert "5 parts" in status and "matplotlib preview" in status and len(rows) == 5
+    assert "nearest training description" not in status  # blank text: no text conditioning
+    glb_t, _, status_t, _ = generate(str(tiny_pipeline), "none", 5, 0, 2, out_dir=str(tmp_path / "t"),
+                                     text="a four-legged table with a lower shelf")
+    assert "nearest training description" in status_t and glb_t != glb
 
 
 def test_run_quick_tiny_config(tmp_path, monkeypatch):
     monkeypatch.setenv("MOE_APPS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MOCA_RENDERER", "matplotlib")
     from generation3d.quick import run_quick
 
     tiny = {"per_category": 3, "scenes": 1, "points": 32, "ae_steps": 2, "gen_steps": 2, "max_parts": 96,
@@ -77,4 +83,39 @@ def test_run_quick_tiny_config(tmp_path, monkeypatch):
     assert {"app", "task", "method", "metric", "value", "split", "seed"} <= set(rows[0])
     assert {r["method"] for r in rows} >= {"moca", "full", "topk", "part_ae"}
     assert (tmp_path / "generation3d.csv").is_file() and (tmp_path / "generation3d" / "scene_64parts.glb").is_file()
+    assert (tmp_path / "generation3d" / "text_chair_9parts.png").is_file()
     assert (tmp_path / "cache" / "generation3d" / "demo_model" / "generator" / "config.json").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_demo_tab_in_a_browser(tiny_pipeline, monkeypatch):
+    gr = pytest.importorskip("gradio")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from generation3d.demo import build_tab
+
+    monkeypatch.setenv("MOCA_RENDERER", "matplotlib")
+    with gr.Blocks() as blocks, gr.Tab("3D"):
+        build_tab()
+    _, url, _ = blocks.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+            page = browser.new_page()
+            page.goto(url)
+            page.locator("#moca-ckpt textarea").fill(str(tiny_pipeline))
+            page.locator("#moca-text textarea").fill("a chair with arms and a solid back")
+            page.locator("#moca-generate").click()
+            page.wait_for_function("document.querySelector('#moca-status').innerText.includes('generated')", timeout=120000)
+            status = page.locator("#moca-status").inner_text()
+            assert "parts (moca attention" in status and "nearest training description" in status
+            page.wait_for_selector("#moca-download a", timeout=30000)
+            assert ".glb" in page.locator("#moca-download").inner_text()
+            page.locator("#moca-parts input[type=number]").fill("60")  # beyond the trained 40: error in the tab
+            page.locator("#moca-parts input[type=number]").press("Enter")
+            page.locator("#moca-generate").click()
+            page.wait_for_function("document.querySelector('#moca-status').innerText.includes('error')", timeout=60000)
+            assert "outside the trained range" in page.locator("#moca-status").inner_text()
+            browser.close()
+    finally:
+        blocks.close()

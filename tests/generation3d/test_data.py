@@ -103,3 +103,25 @@ def test_loader_errors_empty_and_non_manifold(tmp_path):
     with pytest.raises(InputError, match="unsupported export format"):
         export_meshes([trimesh.creation.box()], tmp_path / "x.stl")
     assert not (tmp_path / "x.stl").exists()
+
+
+def test_empty_parts_and_files_with_bad_parts_are_rejected(tmp_path):
+    from generation3d.data import Part
+    from generation3d.export import points_to_mesh
+
+    with pytest.raises(DataError, match="empty mesh"):
+        check_mesh(trimesh.Trimesh(vertices=np.zeros((0, 3)), faces=np.zeros((0, 3), int)), "nothing")
+    with pytest.raises(DataError, match="no points"):
+        Part("ghost", trimesh.Trimesh(vertices=np.zeros((0, 3)), faces=np.zeros((0, 3), int))).finalize(16, 0)
+    with pytest.raises(InputError, match="no points"):
+        points_to_mesh(np.zeros((0, 3)))
+    # a GLB whose second node is non-manifold: the loader names that part
+    v = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, -1, 0], [0, 0, 1]], float)
+    fan = trimesh.Trimesh(vertices=v, faces=np.array([[0, 1, 2], [0, 1, 3], [0, 1, 4]]), process=False)
+    scene = trimesh.Scene()
+    scene.add_geometry(trimesh.creation.box(), node_name="good", geom_name="good")
+    scene.add_geometry(fan, node_name="fan_part", geom_name="fan_part")
+    path = tmp_path / "bad_part.glb"
+    path.write_bytes(scene.export(file_type="glb"))
+    with pytest.raises(DataError, match="fan_part.*non-manifold"):
+        load_part_mesh(path)

@@ -97,3 +97,61 @@ def test_training_reduces_loss_and_is_seeded(tiny_data):
     ae2, h2 = train_autoencoder(ds, cfg, steps=40, batch_size=16, lr=3e-3, seed=0)
     assert h1 == h2
     assert h1[-1]["loss"] < 0.5 * h1[0]["loss"]
+
+
+def test_box_parameterisation_round_trip_keeps_sizes_positive():
+    from generation3d.data import MIN_SIZE, box_to_param, param_to_box
+
+    boxes = np.array([[0.1, -0.2, 0.3, 0.01, 0.5, 2.0], [0, 0, 0, 1e-5, 1.0, 1.0]], np.float32)
+    p = box_to_param(boxes)
+    np.testing.assert_allclose(p[0, 3:], np.log([0.01, 0.5, 2.0]), rtol=1e-6)
+    np.testing.assert_allclose(param_to_box(p)[0], boxes[0], rtol=1e-6)
+    assert param_to_box(p)[1, 3] == pytest.approx(MIN_SIZE)  # clamped, never zero
+    # any generator output, however far off, decodes to a positive size
+    assert (param_to_box(torch.tensor([[0, 0, 0, -30.0, -5.0, 3.0]]))[:, 3:] > 0).all()
+    torch.testing.assert_close(box_to_param(torch.from_numpy(boxes)), torch.from_numpy(p))
+
+
+def test_generator_rejects_more_parts_than_trained_and_bad_configs():
+    model = PartFlowTransformer(GenConfig(n_latents=2, d_latent=2, max_parts=4, d_model=16, n_heads=2, n_layers=1))
+    z, box = torch.zeros(1, 5, 2, 2), torch.zeros(1, 5, 6)
+    with pytest.raises(InputError, match="exceeds the trained maximum 4"):
+        model(z, box, torch.tensor([1.0]), torch.tensor([0]), torch.tensor([4]))
+    with pytest.raises(InputError, match="divisible"):
+        GenConfig(d_model=30, n_heads=4)
+    with pytest.raises(InputError, match="top_k >= 1"):
+        GenConfig(top_k=0)
+    with pytest.raises(InputError, match="unknown attention"):
+        GenConfig(attention="linear")
+
+
+def test_checkpoints_of_the_wrong_kind_or_version_are_refused(tiny_pipeline, tmp_path):
+    import json
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(tiny_pipeline, old)
+    meta = old / "generator" / "config.json"
+    d = json.loads(meta.read_text())
+    del d["extra"]["box_param"]  # as written before boxes were generated as centre + log size
+    meta.write_text(json.dumps(d))
+    with pytest.raises(CheckpointError, match="older box parameterisation"):
+        MoCAPipeline.load(old)
+    swapped = tmp_path / "swapped"
+    shutil.copytree(tiny_pipeline, swapped)
+    shutil.rmtree(swapped / "ae")
+    shutil.copytree(tiny_pipeline / "generator", swapped / "ae")  # a generator where the AE should be
+    with pytest.raises(CheckpointError, match="not a part-autoencoder checkpoint"):
+        MoCAPipeline.load(swapped)
+
+
+def test_training_with_too_small_max_parts_is_a_clear_error(tiny_data, tiny_pipeline, tmp_path, capsys):
+    from generation3d.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--data-dir", str(tiny_data), "--ae", str(tiny_pipeline / "ae"), "--out", str(out),
+                 "--steps", "1", "--max-parts", "2", "--d-model", "16", "--layers", "1"]) == 2
+    assert "no training shapes with at most 2 parts" in capsys.readouterr().err and not out.exists()
+    assert main(["train", "--data-dir", str(tiny_data), "--ae", str(tiny_pipeline / "ae"), "--out", str(out),
+                 "--steps", "1", "--d-model", "30"]) == 2
+    assert "divisible" in capsys.readouterr().err

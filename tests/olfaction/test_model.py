@@ -203,3 +203,61 @@ def test_olfactory_white_rows_and_pool_check():
     assert trend["falls_with_n"] and trend["spearman_n_vs_distance"] == pytest.approx(-1.0)
     with pytest.raises(InputError, match="too small"):
         olfactory_white(pred, MOLS, n_values=[5], samples=1)
+
+
+def test_train_distance_with_descriptor_features(tmp_path, monkeypatch):
+    """``features="embedding+mordred"``: the mixture level reads embedding ++ cleaned Mordred,
+    still symmetric, and such a model is refused by the on-the-fly predictor."""
+    from common.errors import InputError
+    from olfaction.model import MolEncoder
+
+    monkeypatch.setenv("MOE_APPS_CACHE", str(tmp_path))
+    pairs = _tiny_pairs()
+    n = len(pairs)
+    split = Split("tiny", np.arange(0, n - 12), np.arange(n - 12, n - 6), np.arange(n - 6, n))
+    torch.manual_seed(0)
+    enc = MolEncoder(TINY_ENC).eval()
+    mcfg = MixScentConfig(hidden=16, heads=2, dropout=0.0)
+    tcfg = DistanceTrainConfig(epochs=3, lr=5e-3, batch_size=8, patience=3, seed=1)
+    model, index, _ = train_distance(pairs, split, enc, mcfg, tcfg, features="embedding+mordred")
+    assert model.mol_encoder is None and index.x.shape[1] > TINY_ENC.emb_dim + 100
+    ka = [pairs.keys_a[i] for i in range(n)]
+    kb = [pairs.keys_b[i] for i in range(n)]
+    np.testing.assert_allclose(predict_distance(model, index, ka, kb), predict_distance(model, index, kb, ka))
+    with pytest.raises(InputError, match="needs a model with its molecule encoder"):
+        MixScentPredictor(model)
+
+
+def test_moe_label_head_routes_and_roundtrips(tmp_path):
+    """The routed label head: each mixture uses exactly k experts with weights summing to 1, the
+    router's aux loss reaches the training loss, and a predictor with it saves/loads exactly."""
+    torch.manual_seed(0)
+    cfg = MixScentConfig(
+        in_dim=16,
+        hidden=16,
+        heads=2,
+        n_labels=5,
+        label_experts=4,
+        label_top_k=2,
+        mol_encoder={"hidden": 16, "layers": 2, "emb_dim": 16},
+    )
+    net = MixScentNet(cfg).eval()
+    x = torch.randn(6, 16)
+    comp = torch.tensor([0, 1, 2, 3, 4, 5])
+    cb = torch.tensor([0, 0, 1, 1, 2, 2])
+    logits = net.label_logits(x, comp, cb, 3)
+    routing = net.labels.last_routing
+    assert logits.shape == (3, 5) and routing.indices.shape == (3, 2)
+    torch.testing.assert_close(routing.weights.sum(1), torch.ones(3))
+    assert float(net.label_aux_loss().detach()) > 0
+    # the output is the shared linear term plus the weighted chosen experts, recomputed by hand
+    z, _ = net.embed(x, comp, cb, 3)
+    by_hand = net.labels.shared(z)
+    for m in range(3):
+        for w, e in zip(routing.weights[m], routing.indices[m], strict=True):
+            by_hand[m] = by_hand[m] + w * net.labels.moe.experts[int(e)](z[m : m + 1])[0]
+    torch.testing.assert_close(logits, by_hand, atol=1e-5, rtol=1e-5)
+    pred = MixScentPredictor(_net(), net, ["a", "b", "c", "d", "e"])
+    pred.save(tmp_path / "m")
+    loaded = MixScentPredictor.load(tmp_path / "m")
+    assert loaded.top_labels(["CCO", "c1ccccc1"], k=5) == pred.top_labels(["CCO", "c1ccccc1"], k=5)

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import torch
 
 from retrieval.augment import (
     AttributeCritic,
@@ -104,3 +105,28 @@ def test_trained_classifier_learns_visible_attributes(tiny_bench):
     clf = train_attribute_classifier(tr.images, tr.attributes, epochs=12)
     acc = (clf.predict(va.images) == va.attributes).mean(0)
     assert acc[1] > 0.6 and acc[2] > 0.6  # colour and pattern (chance 0.125 / 0.25)
+
+
+def test_critic_save_load_round_trip(tmp_path):
+    from common.errors import CheckpointError
+
+    rng = np.random.default_rng(0)
+    imgs = np.stack(
+        [render(SIL, Attributes(0, c, p, -1 if p == 0 else 0, 0, 0)) for c in range(8) for p in range(2)]
+    )
+    attrs = np.array([[0, c, p, -1 if p == 0 else 0, 0, 0] for c in range(8) for p in range(2)])
+    critic = AttributeCritic(train_attribute_classifier(imgs, attrs, epochs=1, seed=0))
+    critic.save(tmp_path / "critic")
+    loaded = AttributeCritic.load(tmp_path / "critic")
+    probe = rng.integers(0, 256, (5, 32, 32, 3), dtype=np.uint8)
+    assert np.array_equal(critic.classifier.predict(probe), loaded.classifier.predict(probe))
+    with torch.no_grad():
+        x = torch.from_numpy(probe).permute(0, 3, 1, 2).float()
+        for a, b in zip(critic.classifier(x), loaded.classifier(x), strict=True):
+            assert torch.equal(a, b)
+    ref = Attributes(0, 0, 0, -1, 0, 0)
+    prop = EditProposal("r", "colour", imgs[2], ref.replace(colour=1), "make it orange", "d", SIL)
+    v1, v2 = critic.check(imgs[0], prop, ref), loaded.check(imgs[0], prop, ref)
+    assert (v1.accepted, v1.reasons) == (v2.accepted, v2.reasons)
+    with pytest.raises(CheckpointError):
+        AttributeCritic.load(tmp_path / "missing")

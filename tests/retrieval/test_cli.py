@@ -116,3 +116,55 @@ def test_cli_bad_input_exits_nonzero(tiny_bench, tmp_path, capsys):
     keep.write_text("keep")
     assert main(["build-data", "--out", str(tmp_path / "full"), "--size", "tiny"]) == 2
     assert keep.read_text() == "keep" and len(list((tmp_path / "full").iterdir())) == 1
+
+
+def test_bench_methods_subset_and_bad_method(tiny_bench, cached_env, tmp_path, capsys):
+    root, _ = tiny_bench
+    out = tmp_path / "bench"
+    argv = ["bench", "--root", str(root), "--out", str(out), "--variants", "controlled"]
+    argv += ["--phase1-epochs", "0", "--phase2-epochs", "1", "--methods", "no-routing", "image-only"]
+    assert main(argv) == 0
+    rows = json.loads((out / "retrieval_bench.json").read_text())
+    assert [r["method"] for r in rows] == ["MoA3CIR w/o routing (uniform groups)", "image-only"]
+    assert all(r["split"] == "test" and r["seed"] == 0 for r in rows)
+    assert main(["bench", "--root", str(root), "--out", str(tmp_path / "b2"), "--methods", "nope"]) == 2
+    assert "unknown method 'nope'" in capsys.readouterr().err and not (tmp_path / "b2").exists()
+
+
+def test_bench_router_metrics_reported(tiny_bench, cached_env, tmp_path):
+    from retrieval.bench import run_retrieval_bench
+    from retrieval.train import TrainConfig
+
+    root, _ = tiny_bench
+    rows = run_retrieval_bench(
+        root,
+        tmp_path,
+        ("controlled",),
+        ["no-aug"],
+        TrainConfig(0, 1, hard_negatives=False),
+        log=lambda *_: None,
+    )
+    r = rows[0]
+    assert 0 <= r["router P@k"] <= 1 and 0 <= r["router R@k"] <= 1
+    assert {"router w_mentioned", "router w_other"} <= set(r)
+
+
+def test_search_bench_small(tmp_path):
+    from retrieval.bench import run_search_bench
+
+    rows = run_search_bench(
+        tmp_path, n=3000, d=32, n_queries=20, nlist=32, nprobes=(1, 32), log=lambda *_: None
+    )
+    flat, ivf_all = rows[1], rows[3]
+    assert flat["identical_topk_sets"] == 1.0 and flat["max_score_diff"] < 1e-4
+    assert ivf_all["recall@10_vs_exact"] == 1.0  # nprobe = nlist searches every cell: exact
+    assert rows[-1]["method"] == "targets" and rows[-1]["exact_identical"] is True
+    assert rows[-1]["ivf_chosen"] in {r["method"] for r in rows[2:4]}
+    assert (tmp_path / "search_bench.csv").is_file() and (tmp_path / "search_bench.json").is_file()
+    # the CLI wiring (default IVF1024), on a gallery just big enough to train it
+    out = tmp_path / "cli"
+    assert (
+        main(["bench", "--search-only", "--search-n", "1100", "--search-queries", "5", "--out", str(out)])
+        == 0
+    )
+    assert json.loads((out / "search_bench.json").read_text())[0]["n"] == 1100

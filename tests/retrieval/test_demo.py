@@ -61,31 +61,3 @@ def test_build_tab_constructs():
     with gr.Blocks() as app, gr.Tab("Retrieval"):
         demo.build_tab()
     assert app is not None
-
-
-@pytest.mark.slow
-@pytest.mark.browser
-def test_tab_in_browser(demo_model, browser):
-    import socket
-
-    import gradio as gr
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with gr.Blocks() as app, gr.Tab("Retrieval"):
-        demo.build_tab()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True)
-    try:
-        page = browser.new_page()
-        page.set_default_timeout(120_000)
-        page.goto(f"http://127.0.0.1:{port}/")
-        page.get_by_role("button", name="Prepare demo model / load products").click()
-        page.get_by_text("ready:").wait_for()
-        page.locator("img").first.wait_for()
-        page.locator(".thumbnail-item").first.click()
-        page.get_by_role("button", name="Search").click()
-        page.get_by_text("colour").first.wait_for()
-        assert page.locator("img").count() >= 10
-    finally:
-        app.close()

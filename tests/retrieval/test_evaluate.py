@@ -64,3 +64,20 @@ def test_split_rejects_ids_not_in_gallery():
             [Triplet("a", "zz", "t", "x")],
             {"x": ["a"]},
         )
+
+
+def test_routing_metrics_hand_computed():
+    from retrieval.evaluate import routing_metrics
+
+    # 2 texts, 3 groups; top-2 routing (weight 0 outside the top k)
+    weights = np.array([[0.9, 0.2, 0.0], [0.0, 0.6, 0.4]])
+    mentioned = np.array([[True, False, False], [False, True, True]])
+    m = routing_metrics(weights, mentioned)
+    # selected (w > 0): {0, 1}, {1, 2} -> 3 of 4 selected are mentioned, all 3 mentioned found
+    assert m["P@k"] == pytest.approx(3 / 4) and m["R@k"] == pytest.approx(1.0)
+    # w > 0.5: {0}, {1} -> both mentioned, 2 of 3 mentioned found
+    assert m["P@w>0.5"] == pytest.approx(1.0) and m["R@w>0.5"] == pytest.approx(2 / 3)
+    assert m["w_mentioned"] == pytest.approx((0.9 + 0.6 + 0.4) / 3)
+    assert m["w_other"] == pytest.approx((0.2 + 0.0 + 0.0) / 3)
+    with pytest.raises(ValueError):
+        routing_metrics(weights, mentioned[:, :2])

@@ -59,8 +59,8 @@ def test_router_zero_weight_keeps_reference_slots():
     torch.manual_seed(0)
     m = MoA3CIR(MoA3Config(route_k=1)).eval()
     with torch.no_grad():
-        m.router.weight.zero_()
-        m.router.bias.copy_(torch.tensor([30.0, -30, -30, -30, -30, -30]))  # route everything to 'category'
+        m.router.net[-1].weight.zero_()
+        m.router.net[-1].bias.copy_(torch.tensor([30.0, -30, -30, -30, -30, -30]))  # all to 'category'
     _, info = m.encode_query(_batch())
     w = info["group_weights"]
     assert torch.allclose(w[:, 0], torch.ones(4)) and torch.all(w[:, 1:] == 0)

@@ -24,7 +24,7 @@ def test_bench_harness_writes_table_csv_grids_and_routing(tmp_path, untrained_cl
     assert mamba["fid_vs_mamba"] == 1.0 and mamba["step_time_vs_mamba"] == 1.0
     assert moh["blocks_per_image_step"] <= moh["full_route_blocks"]
     assert moh["full_route_blocks"] == 6 + 2  # deepest scan + one block on each coarse level
-    for f in ("bench.csv", "bench.json", "fid_curve.csv", "scan.csv", "samples_moh.png", "samples_mamba.png",
+    for f in ("bench.csv", "bench.json", "fid_curve.csv", "fid_curve.png", "scan.csv", "samples_moh.png", "samples_mamba.png",
               "routing_moh.png", "routing_moh.csv", "model_moh/config.json"):
         assert (tmp_path / f).is_file(), f
     with open(tmp_path / "fid_curve.csv") as f:
@@ -48,3 +48,12 @@ def test_run_quick_writes_report_rows_and_demo_model(tmp_path, untrained_classif
     assert any(r["metric"] == "blocks_saved_vs_full_route" for r in rows)
     assert (tmp_path / "out" / "vision.csv").is_file()
     assert (tmp_path / "cache" / "vision" / "demo_model" / "config.json").is_file()
+
+
+def test_fid_curve_table_pivots_per_step():
+    curve = [{"model": "moh", "step": 10, "fmnist_classifier_fid": 3.0},
+             {"model": "mamba", "step": 10, "fmnist_classifier_fid": 4.0},
+             {"model": "moh", "step": 20, "fmnist_classifier_fid": 2.0}]
+    table = bench.fid_curve_table(curve)
+    assert table[0] == {"step": 10, "moh": 3.0, "mamba": 4.0}
+    assert table[1]["moh"] == 2.0 and table[1]["mamba"] != table[1]["mamba"]  # missing -> NaN

@@ -153,5 +153,5 @@ def test_sequential_and_parallel_scan_give_same_model_output():
 def test_baselines_are_parameter_matched():
     moh = build_model("moh")
     target = count_parameters(moh)
-    for name in ("mamba", "dit"):
-        assert abs(count_parameters(build_model(name)) - target) / target < 0.15
+    for name in ("mamba", "dit", "unet"):
+        assert abs(count_parameters(build_model(name)) - target) / target < 0.15, name

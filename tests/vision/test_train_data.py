@@ -99,7 +99,7 @@ def test_nan_mid_run_names_last_good_checkpoint(tmp_path):
     torch.manual_seed(0)
     model = tiny_moh()
 
-    def poison(step, m):
+    def poison(step, m, _sampling_model):
         if step == 2:
             with torch.no_grad():
                 m.final.out.bias.fill_(float("nan"))

@@ -1,0 +1,59 @@
+"""The retrieval tab in headless Chromium, against the tiny assets of ``build_demo_assets``."""
+
+import socket
+
+import pytest
+
+import retrieval.demo as demo
+import retrieval.text as text
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def demo_assets(tmp_path_factory):
+    """Tiny benchmark + model (real MiniLM text embeddings), the tab pointed at them by env."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(text, "_DEFAULT", None)
+    env = demo.build_demo_assets(tmp_path_factory.mktemp("retrieval_demo"))
+    for k, v in env.items():
+        mp.setenv(k, v)
+    mp.setattr(demo, "_ENGINE", None)
+    yield env
+    mp.undo()
+
+
+def test_build_demo_assets_points_the_tab_at_a_model(demo_assets):
+    from retrieval.train import load_model
+
+    model, extra = load_model(demo_assets[demo.MODEL_ENV])
+    assert extra == {"demo": True} and model.config.attention == "moa3"
+    assert (demo._paths()[0]).as_posix() == demo_assets[demo.MODEL_ENV]
+    # reused, not rebuilt, on a second call
+    weights = (demo._paths()[0] / "model.safetensors").stat().st_mtime_ns
+    demo.build_demo_assets(demo._paths()[0].parent)
+    assert (demo._paths()[0] / "model.safetensors").stat().st_mtime_ns == weights
+
+
+def test_tab_in_browser(demo_assets, browser):
+    import gradio as gr
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with gr.Blocks() as app, gr.Tab("Retrieval"):
+        demo.build_tab()
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True)
+    try:
+        page = browser.new_page()
+        page.set_default_timeout(120_000)
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.get_by_role("button", name="Prepare demo model / load products").click()
+        page.get_by_text("ready:").wait_for()
+        page.locator(".thumbnail-item").first.click()
+        page.get_by_role("button", name="Search").click()
+        page.get_by_text("colour").first.wait_for()
+        page.get_by_text("pattern").first.wait_for()
+        assert page.locator("img").count() >= 10
+    finally:
+        app.close()

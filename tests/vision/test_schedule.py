@@ -1,0 +1,71 @@
+"""Training schedule pieces: EMA update, learning-rate schedule, prediction targets."""
+
+import math
+
+import pytest
+import torch
+from diffusers import DDPMScheduler
+from torch import nn
+
+from common.errors import InputError
+from tests.vision.conftest import tiny_moh
+from vision.pipeline import make_train_scheduler, training_target
+from vision.train import TrainConfig, _lr_at, ema_update, train
+
+
+def _const_linear(value: float) -> nn.Linear:
+    m = nn.Linear(2, 1)
+    with torch.no_grad():
+        m.weight.fill_(value)
+        m.bias.fill_(value)
+    return m
+
+
+def test_ema_update_by_hand():
+    ema, model = _const_linear(0.0), _const_linear(1.0)
+    ema_update(ema, model, step=0, decay=0.9)  # warm-up decay min(0.9, 1/10) = 0.1
+    assert torch.allclose(ema.weight, torch.full_like(ema.weight, 0.9))
+    ema, model = _const_linear(0.0), _const_linear(1.0)
+    ema_update(ema, model, step=10_000, decay=0.9)  # full decay 0.9
+    assert torch.allclose(ema.bias, torch.full_like(ema.bias, 0.1))
+
+
+def test_lr_warmup_then_cosine_to_final_fraction():
+    cfg = TrainConfig(steps=120, lr=1e-2, warmup=20, lr_final_frac=0.1)
+    assert _lr_at(0, cfg) == pytest.approx(1e-2 / 20)
+    assert _lr_at(19, cfg) == pytest.approx(1e-2)
+    assert _lr_at(20, cfg) == pytest.approx(1e-2)
+    assert _lr_at(70, cfg) == pytest.approx(1e-2 * (0.1 + 0.9 * 0.5))  # halfway: cos(pi/2) = 0
+    assert _lr_at(119, cfg) == pytest.approx(1e-2 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 99 / 100))))
+    assert _lr_at(120, cfg) == pytest.approx(1e-3)
+
+
+def test_training_targets_invert_the_forward_process():
+    sched = make_train_scheduler()
+    g = torch.Generator().manual_seed(0)
+    x0, eps = torch.randn(3, 1, 4, 4, generator=g), torch.randn(3, 1, 4, 4, generator=g)
+    t = torch.tensor([10, 500, 990])
+    a = sched.alphas_cumprod[t].view(-1, 1, 1, 1)
+    xt = a.sqrt() * x0 + (1 - a).sqrt() * eps
+    for kind in ("epsilon", "v_prediction", "sample"):
+        s = DDPMScheduler.from_config(sched.config, prediction_type=kind)
+        target = training_target(s, x0, eps, t)
+        # x0 recovered from x_t and the target (DDIM's pred_original_sample formulas)
+        rec = {"epsilon": (xt - (1 - a).sqrt() * target) / a.sqrt(),
+               "v_prediction": a.sqrt() * xt - (1 - a).sqrt() * target,
+               "sample": target}[kind]
+        assert torch.allclose(rec, x0, atol=1e-3), kind
+
+
+def test_train_returns_ema_weights_and_rejects_bad_decay():
+    torch.manual_seed(0)
+    model = tiny_moh()
+    x = torch.rand(16, 1, 16, 16, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    seen = []
+    res = train(model, x, TrainConfig(steps=3, batch_size=4, ema_decay=0.99),
+                callback=lambda step, m, sm: seen.append(sm is not m))
+    assert seen == [True, True, True] and res.ema_model is not None
+    for p, pe in zip(model.parameters(), res.ema_model.parameters(), strict=True):
+        assert torch.equal(p, pe)
+    with pytest.raises(InputError, match="ema_decay"):
+        train(tiny_moh(), x, TrainConfig(steps=1, ema_decay=1.0))
