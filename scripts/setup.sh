@@ -33,7 +33,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV" || fail "python -m venv failed"
 fi
 
-want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c "import moe, common" 2>/dev/null; then
   step "Python environment up to date"
   exit 0
@@ -43,6 +43,8 @@ step "installing CPU torch (torch==2.13.0, the CPU build; never a bare 'torch')"
 "$VENV/bin/python" -m pip install -q "torch==2.13.0" || fail "installing torch==2.13.0 failed"
 step "installing moe-apps and its test extras (pinned by constraints.txt)"
 "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[test]" || fail "pip install -e .[test] failed"
+step "installing molsets (MOSES corpus file only; --no-deps, the package itself is never imported)"
+"$VENV/bin/python" -m pip install -q --no-deps "molsets==0.3.1" || fail "pip install --no-deps molsets failed"
 "$VENV/bin/python" -c "import torch; assert not torch.version.cuda, 'a CUDA torch build was installed'" \
   || fail "a CUDA build of torch slipped in; expected the CPU build"
 echo "$want" > "$STAMP"

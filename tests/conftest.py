@@ -48,13 +48,14 @@ def _tiny_demo_models(root: Path) -> dict[str, str]:
     from olfaction.model import MixScentConfig, MixScentNet, MolEncoderConfig
     from olfaction.pipeline import MixScentPredictor
     from vision.models import MoHBackbone
+    from vision.pipeline import save_checkpoint
 
     torch.manual_seed(0)
     enc = MolEncoderConfig(hidden=16, layers=2, emb_dim=16).__dict__
     net = MixScentNet(MixScentConfig(in_dim=16, hidden=16, heads=2, mol_encoder=enc))
     labels = MixScentNet(MixScentConfig(in_dim=16, hidden=16, heads=2, n_labels=3, mol_encoder=enc))
     MixScentPredictor(net, labels, ["fruity", "green", "woody"]).save(root / "olfaction")
-    MoHBackbone(
+    save_checkpoint(MoHBackbone(
         sample_size=16,
         in_channels=1,
         patch_size=4,
@@ -64,7 +65,7 @@ def _tiny_demo_models(root: Path) -> dict[str, str]:
         num_levels=3,
         k_levels=2,
         level_layers=1,
-    ).save_pretrained(str(root / "vision"))
+    ), root / "vision")
     build_dataset(root / "parts", n_per_category=4, n_scenes=1, n_points=64, seed=0, min_scene_parts=20)
     ds = PartDataset.load(root / "parts")
     ae, _ = train_autoencoder(

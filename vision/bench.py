@@ -27,7 +27,7 @@ from vision.baselines import MODEL_NAMES, build_model
 from vision.data import fashion_mnist_images
 from vision.evaluate import classifier_metrics, get_classifier, to_model_range
 from vision.models.layers import count_parameters
-from vision.pipeline import MoHPipeline, make_sampler, save_grid
+from vision.pipeline import MoHPipeline, make_sampler, save_checkpoint, save_grid
 from vision.train import TrainConfig, train
 
 
@@ -180,7 +180,7 @@ def run_bench(out_dir: str | Path, cfg: BenchConfig | None = None, log=None) -> 
 
         result = train(model, x_train, TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, seed=cfg.seed,
                                                    checkpoint_every=0), callback=on_step)
-        model.save_pretrained(str(out / f"model_{name}"))
+        save_checkpoint(model, out / f"model_{name}")
         s = _sample(model, cfg.n_samples, cfg.sample_steps, cfg.seed + 1)
         met = classifier_metrics(x_real, to_model_range(s.images), classifier)
         curve.append({"model": name, "step": cfg.steps, **met})

@@ -38,8 +38,11 @@ def _train(a) -> int:
     out = Path(a.out or f"runs/{a.model}")
     res = train(model, images, TrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
                                            checkpoint_every=a.checkpoint_every), out_dir=out)
-    print(f"trained {a.model} for {res.steps} steps: final loss {res.final_loss:.4f}, "
-          f"{res.time_per_step_s:.3f} s/step; checkpoint {res.checkpoint}")
+    if res.checkpoint is not None:  # rank 0 (the only one under torchrun that writes)
+        print(f"trained {a.model} for {res.steps} steps: final loss {res.final_loss:.4f}, "
+              f"{res.time_per_step_s:.3f} s/step; checkpoint {res.checkpoint}")
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
     return 0
 
 
@@ -47,12 +50,13 @@ def _sample(a) -> int:
     import torch
 
     from vision.baselines import load_model
-    from vision.pipeline import MoHPipeline, make_sampler, save_grid
+    from vision.pipeline import MoHPipeline, load_sampler, save_grid
 
     if a.n < 1:
         raise InputError(f"--n must be >= 1, got {a.n}")
-    model = load_model(_checkpoint_dir(a.ckpt))
-    out = MoHPipeline(model, make_sampler(a.sampler))(
+    ckpt = _checkpoint_dir(a.ckpt)
+    model = load_model(ckpt)
+    out = MoHPipeline(model, load_sampler(ckpt, a.sampler))(
         batch_size=a.n, num_inference_steps=a.steps, generator=torch.Generator().manual_seed(a.seed))
     path = Path(a.out or "grid.png")
     save_grid(out.images, path)
@@ -75,13 +79,14 @@ def _eval(a) -> int:
         inception_weights_path,
         to_model_range,
     )
-    from vision.pipeline import MoHPipeline, make_sampler
+    from vision.pipeline import MoHPipeline, load_sampler
 
-    model = load_model(_checkpoint_dir(a.ckpt))
+    ckpt = _checkpoint_dir(a.ckpt)
+    model = load_model(ckpt)
     cfg = model.config
     weights = inception_weights_path(a.inception_weights)
     real = load_dataset(a.data, cfg.sample_size, cfg.in_channels, limit=a.n_real, split="test", seed=a.seed)
-    out = MoHPipeline(model, make_sampler("ddim"))(batch_size=a.n, num_inference_steps=a.steps,
+    out = MoHPipeline(model, load_sampler(ckpt, "ddim"))(batch_size=a.n, num_inference_steps=a.steps,
                                                    generator=torch.Generator().manual_seed(a.seed))
     fake = to_model_range(out.images)
     metrics = {"n_samples": a.n, "sampling_steps": a.steps, "sample_s_per_image": out.time_s / a.n}

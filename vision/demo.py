@@ -27,10 +27,11 @@ def sample_with_trace(ckpt: str, n: int, steps: int, seed: int):
 
     from vision.baselines import load_model
     from vision.cli import _checkpoint_dir
-    from vision.pipeline import MoHPipeline, grid_image, make_sampler
+    from vision.pipeline import MoHPipeline, grid_image, load_sampler
 
-    model = load_model(_checkpoint_dir(ckpt))
-    out = MoHPipeline(model, make_sampler("ddim"))(batch_size=int(n), num_inference_steps=int(steps),
+    ckpt_dir = _checkpoint_dir(ckpt)
+    model = load_model(ckpt_dir)
+    out = MoHPipeline(model, load_sampler(ckpt_dir, "ddim"))(batch_size=int(n), num_inference_steps=int(steps),
                                                    generator=torch.Generator().manual_seed(int(seed)),
                                                    return_intermediates=True)
     final = grid_image(out.images)

@@ -1,18 +1,26 @@
 """Sampling: a diffusers ``DiffusionPipeline`` over any backbone here, with a per-step trace of
-the router's choices, and DDPM/DDIM scheduler construction."""
+the router's choices, and DDPM/DDIM scheduler construction.
+
+A checkpoint directory holds the backbone (``config.json`` + safetensors, ``save_pretrained``)
+and the noise schedule it was trained with (``scheduler_config.json``, diffusers
+``save_config``), so its prediction type (x0 / ε / v) travels with the weights:
+``save_checkpoint`` writes both, ``load_sampler`` rebuilds the sampler from the saved schedule
+and refuses a checkpoint without one instead of guessing."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 from diffusers import DDIMScheduler, DDPMScheduler, DiffusionPipeline
 from diffusers.utils import BaseOutput
 from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
 
-from common.errors import InputError
+from common.errors import CheckpointError, InputError
 
 NUM_TRAIN_TIMESTEPS = 1000
 PREDICTION_TYPE = "sample"  # x0-prediction: measured best of epsilon / v / sample at a CPU budget (README)
@@ -38,9 +46,14 @@ def training_target(sched: DDPMScheduler, x0: Tensor, noise: Tensor, t: Tensor) 
     raise ValueError(f"unsupported prediction_type {kind!r}")
 
 
-def make_sampler(kind: str = "ddim") -> DDPMScheduler | DDIMScheduler:
-    """``ddim`` (deterministic, few steps) or ``ddpm`` (ancestral) sampler matching training."""
-    base = make_train_scheduler()
+SUPPORTED_PREDICTIONS = ("epsilon", "v_prediction", "sample")
+SCHEDULER_FILE = "scheduler_config.json"
+
+
+def make_sampler(kind: str = "ddim", base: DDPMScheduler | None = None) -> DDPMScheduler | DDIMScheduler:
+    """``ddim`` (deterministic, few steps) or ``ddpm`` (ancestral) sampler over the training
+    schedule ``base`` (default: ``make_train_scheduler()``)."""
+    base = base if base is not None else make_train_scheduler()
     if kind == "ddim":
         return DDIMScheduler.from_config(base.config)
     if kind == "ddpm":
@@ -48,14 +61,44 @@ def make_sampler(kind: str = "ddim") -> DDPMScheduler | DDIMScheduler:
     raise InputError(f"sampler must be 'ddim' or 'ddpm', got {kind!r}")
 
 
+def save_checkpoint(model, path, scheduler: DDPMScheduler | None = None) -> Path:
+    """Write ``model`` (``save_pretrained``, safetensors) and its training ``scheduler``'s config
+    (default ``make_train_scheduler()``) into the directory ``path``; returns it."""
+    path = Path(path)
+    model.save_pretrained(str(path), safe_serialization=True)
+    (scheduler if scheduler is not None else make_train_scheduler()).save_config(str(path))
+    return path
+
+
+def load_sampler(path, kind: str = "ddim") -> DDPMScheduler | DDIMScheduler:
+    """The ``kind`` sampler over the noise schedule saved with the checkpoint at ``path``.
+
+    CheckpointError when the schedule is missing (the prediction type the weights were trained
+    for would be a guess), unreadable, or names an unsupported prediction type."""
+    file = Path(path) / SCHEDULER_FILE
+    if not file.is_file():
+        raise CheckpointError(f"checkpoint {path} has no {SCHEDULER_FILE}: its prediction type (x0/epsilon/v) "
+                              "is unknown; re-save it with vision.pipeline.save_checkpoint or retrain")
+    try:
+        base = DDPMScheduler.from_config(DDPMScheduler.load_config(str(path)))
+    except Exception as exc:  # diffusers raises several types for a damaged config
+        raise CheckpointError(f"corrupt scheduler config {file}: {exc}") from exc
+    kind_saved = base.config.prediction_type
+    if kind_saved not in SUPPORTED_PREDICTIONS:
+        raise CheckpointError(f"checkpoint {path} uses unsupported prediction_type {kind_saved!r}")
+    return make_sampler(kind, base)
+
+
 def backbone_call(model, x: Tensor, t: Tensor, route: dict | None = None):
     """Uniform call over our backbones and diffusers' ``UNet2DModel``:
-    returns ``(eps (b, c, H, W), aux_loss scalar, route info dict)``."""
-    if hasattr(model, "t_embed"):  # our backbones
+    returns ``(eps (b, c, H, W), aux_loss scalar, route info dict)``. ``model`` may be wrapped
+    in ``DistributedDataParallel``."""
+    inner = model.module if isinstance(model, DistributedDataParallel) else model
+    if hasattr(inner, "t_embed"):  # our backbones
         out = model(x, t, route=route)
         return out.sample, out.aux_loss, out.route or {}
     out = model(x, t)
-    n_blocks = len(model.down_blocks) + len(model.up_blocks) + 1
+    n_blocks = len(inner.down_blocks) + len(inner.up_blocks) + 1
     return out.sample, x.new_zeros(()), {"sample_layers": n_blocks * x.shape[0]}
 
 

@@ -9,6 +9,13 @@ weights (``ema_decay``; the effective decay ``min(ema_decay, (1 + s) / (10 + s))
 that a short run is not dominated by the random initialisation); checkpoints hold the EMA
 weights. A non-finite loss stops the run with an InputError naming the step; the last good
 checkpoint (written atomically) is kept.
+
+Under ``torchrun`` (``WORLD_SIZE > 1``, gloo on CPU) the backbone is wrapped in
+``DistributedDataParallel``: every rank draws the same global batch (images, noise, timesteps)
+from the seed and trains on its slice ``[rank::world]``, so gradients are averaged over the
+global batch exactly as in one process; ``batch_size`` is the global batch and must divide by
+the world size. A non-finite loss on any rank stops all ranks; only rank 0 writes checkpoints
+and runs the callback.
 """
 
 from __future__ import annotations
@@ -22,13 +29,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
 
 from common.errors import InputError
 from common.io import read_json, write_json
 from common.seed import seed_everything
+from common.trainer import setup_distributed
 from vision.data import check_images
-from vision.pipeline import NUM_TRAIN_TIMESTEPS, backbone_call, make_train_scheduler, training_target
+from vision.pipeline import (
+    NUM_TRAIN_TIMESTEPS,
+    backbone_call,
+    make_train_scheduler,
+    save_checkpoint,
+    training_target,
+)
 
 CHECKPOINT = "checkpoint"
 STATE = "train_state.json"
@@ -68,7 +84,7 @@ def save_atomic(model, out_dir: Path, state: dict) -> Path:
     final, tmp, old = out_dir / CHECKPOINT, out_dir / f".{CHECKPOINT}.tmp", out_dir / f".{CHECKPOINT}.old"
     for p in (tmp, old):
         shutil.rmtree(p, ignore_errors=True)
-    model.save_pretrained(str(tmp), safe_serialization=True)
+    save_checkpoint(model, tmp)
     write_json(tmp / STATE, state)
     if final.exists():
         os.replace(final, old)
@@ -110,6 +126,9 @@ def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = 
         raise InputError(f"steps and batch_size must be >= 1, got {cfg.steps}, {cfg.batch_size}")
     if not 0 <= cfg.ema_decay < 1:
         raise InputError(f"ema_decay must be in [0, 1), got {cfg.ema_decay}")
+    rank, world = setup_distributed()
+    if cfg.batch_size % world:
+        raise InputError(f"batch_size {cfg.batch_size} must be divisible by the number of processes ({world})")
     gen = seed_everything(cfg.seed)
     sched = make_train_scheduler()
     alphas = sched.alphas_cumprod
@@ -117,6 +136,9 @@ def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = 
     model.train()
     ema = copy.deepcopy(model).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
     sampling_model = ema if ema is not None else model
+    # MoH routes skip experts per sample, so some parameters get no gradient on a rank.
+    net = DistributedDataParallel(model, find_unused_parameters=True) if world > 1 else model
+    save_dir = Path(out_dir) if out_dir is not None and rank == 0 else None
     result = TrainResult(steps=0, final_loss=float("nan"), time_per_step_s=0.0)
     last_good = None
     compute_s = 0.0
@@ -125,14 +147,16 @@ def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = 
         x0 = images[idx]
         noise = torch.randn(x0.shape, generator=gen)
         t = torch.randint(0, NUM_TRAIN_TIMESTEPS, (cfg.batch_size,), generator=gen)
+        if world > 1:  # this rank's slice of the global batch
+            x0, noise, t = x0[rank::world], noise[rank::world], t[rank::world]
         a = alphas[t].view(-1, 1, 1, 1)
         xt = a.sqrt() * x0 + (1 - a).sqrt() * noise
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, cfg)
         t0 = time.perf_counter()
-        pred, aux, info = backbone_call(model, xt, t)
+        pred, aux, info = backbone_call(net, xt, t)
         loss = torch.nn.functional.mse_loss(pred, training_target(sched, x0, noise, t)) + aux
-        if not torch.isfinite(loss):
+        if not _finite_everywhere(loss, world):
             where = f"; last good checkpoint kept at {last_good}" if last_good else "; no checkpoint was written"
             raise InputError(
                 f"loss became {float(loss.detach())} at step {step + 1} (learning rate too high or bad data); "
@@ -147,26 +171,37 @@ def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = 
         compute_s += time.perf_counter() - t0
         result.steps, result.final_loss = step + 1, float(loss.detach())
         if "depth" in info:
-            for i in range(0, cfg.batch_size, max(1, cfg.batch_size // 8)):
+            for i in range(0, t.shape[0], max(1, t.shape[0] // 8)):
                 result.route_log.append({"step": step + 1, "timestep": int(t[i]), "depth": int(info["depth"][i]),
                                          "transform": int(info["transform"][i]),
                                          "levels": [int(v) for v in info["levels"][i].nonzero().flatten()]})
         if (step + 1) % cfg.log_every == 0 or step == 0:
             result.history.append({"step": step + 1, "loss": float(loss.detach())})
-        if out_dir is not None and cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            last_good = save_atomic(sampling_model, Path(out_dir),
-                                    {"step": step + 1, "loss": float(loss.detach()), "config": asdict(cfg)})
-        if callback is not None:
+        if save_dir is not None and cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+            last_good = save_atomic(sampling_model, save_dir,
+                                    {"step": step + 1, "loss": float(loss.detach()), "config": asdict(cfg), "world_size": world})
+        if callback is not None and rank == 0:
             callback(step + 1, model, sampling_model)
     result.time_per_step_s = compute_s / max(1, result.steps)
     if ema is not None:
         model.load_state_dict(ema.state_dict())
         result.ema_model = ema
-    if out_dir is not None:
-        last_good = save_atomic(model, Path(out_dir), {"step": result.steps, "loss": result.final_loss, "config": asdict(cfg)})
+    if save_dir is not None:
+        last_good = save_atomic(model, save_dir, {"step": result.steps, "loss": result.final_loss, "config": asdict(cfg),
+                                                  "world_size": world})
         result.checkpoint = str(last_good)
+    if world > 1:
+        dist.barrier()  # the final checkpoint exists before any rank returns
     model.eval()
     return result
+
+
+def _finite_everywhere(loss: Tensor, world: int) -> bool:
+    """Whether the loss is finite on every rank (one all-reduce under DDP)."""
+    bad = torch.tensor(0.0 if torch.isfinite(loss.detach()) else 1.0)
+    if world > 1:
+        dist.all_reduce(bad)
+    return bool(bad.item() == 0)
 
 
 def read_train_state(checkpoint_dir: str | Path) -> dict:

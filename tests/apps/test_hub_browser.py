@@ -5,6 +5,7 @@ import re
 import pytest
 
 from apps.registry import APPS
+from tests.retrieval.browser_steps import search_first_product
 
 pytestmark = pytest.mark.browser
 
@@ -81,10 +82,4 @@ def test_generation3d_tab_generates_a_glb(page):
 
 def test_retrieval_tab_searches_and_shows_group_weights(page):
     page.get_by_role("tab", name="Retrieval (MoA³CIR)").click()
-    page.get_by_role("button", name="Prepare demo model / load products").click()
-    page.get_by_text("ready:").wait_for()
-    page.locator(".thumbnail-item").first.click()
-    page.get_by_role("button", name="Search").click()
-    page.get_by_text("colour").first.wait_for()
-    page.get_by_text("pattern").first.wait_for()
-    assert page.locator("img").count() >= 10
+    search_first_product(page)

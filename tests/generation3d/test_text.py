@@ -57,7 +57,7 @@ def test_procedural_shapes_get_matching_descriptions(tiny_data):
 
 
 def test_encoder_embeds_caches_and_rejects_empty_text(tmp_path):
-    cache = tmp_path / "text" / "cache.npz"
+    cache = tmp_path / "text"
     enc = MiniLMEncoder(cache)
     texts = ["a chair with arms", "a chair with armrests", "a tall bookshelf with five shelves"]
     e = enc.encode(texts)
@@ -70,7 +70,8 @@ def test_encoder_embeds_caches_and_rejects_empty_text(tmp_path):
     for bad in ["", "   "]:
         with pytest.raises(InputError, match="non-empty"):
             enc.encode([bad])
-    cache.write_bytes(b"not an npz")  # a corrupt cache is ignored, not fatal
+    for shard in (cache / MiniLMEncoder.model_tag).glob("shard-*.npz"):
+        shard.write_bytes(b"not an npz")  # a corrupt cache is ignored, not fatal
     np.testing.assert_allclose(MiniLMEncoder(cache).encode(texts[:1]), e[:1], atol=1e-5)
 
 

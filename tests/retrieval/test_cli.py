@@ -10,9 +10,6 @@ from retrieval.cli import main
 @pytest.fixture()
 def cached_env(prefilled_cache, monkeypatch):
     monkeypatch.setenv("MOE_APPS_CACHE", str(prefilled_cache))
-    import retrieval.text as text
-
-    monkeypatch.setattr(text, "_DEFAULT", None)
 
 
 def test_end_to_end_train_eval_index_search(tiny_bench, cached_env, tmp_path, capsys):

@@ -13,9 +13,7 @@ def demo_model(tiny_bench, prefilled_cache, tmp_path_factory):
     root, _ = tiny_bench
     mp = pytest.MonkeyPatch()
     mp.setenv("MOE_APPS_CACHE", str(prefilled_cache))
-    import retrieval.text as text
 
-    mp.setattr(text, "_DEFAULT", None)
     torch.manual_seed(0)
     model = build_model("moa3cir")
     fit(

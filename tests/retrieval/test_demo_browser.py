@@ -5,7 +5,7 @@ import socket
 import pytest
 
 import retrieval.demo as demo
-import retrieval.text as text
+from tests.retrieval.browser_steps import search_first_product
 
 pytestmark = pytest.mark.browser
 
@@ -14,7 +14,6 @@ pytestmark = pytest.mark.browser
 def demo_assets(tmp_path_factory):
     """Tiny benchmark + model (real MiniLM text embeddings), the tab pointed at them by env."""
     mp = pytest.MonkeyPatch()
-    mp.setattr(text, "_DEFAULT", None)
     env = demo.build_demo_assets(tmp_path_factory.mktemp("retrieval_demo"))
     for k, v in env.items():
         mp.setenv(k, v)
@@ -48,12 +47,6 @@ def test_tab_in_browser(demo_assets, browser):
         page = browser.new_page()
         page.set_default_timeout(120_000)
         page.goto(f"http://127.0.0.1:{port}/")
-        page.get_by_role("button", name="Prepare demo model / load products").click()
-        page.get_by_text("ready:").wait_for()
-        page.locator(".thumbnail-item").first.click()
-        page.get_by_role("button", name="Search").click()
-        page.get_by_text("colour").first.wait_for()
-        page.get_by_text("pattern").first.wait_for()
-        assert page.locator("img").count() >= 10
+        search_first_product(page)
     finally:
         app.close()

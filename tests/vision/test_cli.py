@@ -7,12 +7,13 @@ from PIL import Image
 
 from tests.vision.conftest import tiny_moh
 from vision.cli import main
+from vision.pipeline import save_checkpoint
 
 
 @pytest.fixture()
 def ckpt(tmp_path):
     path = tmp_path / "ck"
-    tiny_moh().save_pretrained(str(path))
+    save_checkpoint(tiny_moh(), path)
     return path
 
 

@@ -5,6 +5,7 @@ import socket
 import pytest
 
 from tests.vision.conftest import tiny_moh
+from vision.pipeline import save_checkpoint
 
 
 def _free_port() -> int:
@@ -20,7 +21,7 @@ def vision_tab_url(tmp_path, monkeypatch):
     from vision.demo import build_tab
 
     ckpt = tmp_path / "ck"
-    tiny_moh().save_pretrained(str(ckpt))
+    save_checkpoint(tiny_moh(), ckpt)
     monkeypatch.setenv("MOH_DEMO_CKPT", str(ckpt))
     with gr.Blocks() as app, gr.Tab("vision"):
         build_tab()

@@ -5,7 +5,7 @@ from common.errors import CheckpointError, InputError
 from tests.vision.conftest import tiny_models, tiny_moh
 from vision.baselines import build_model, load_model
 from vision.models.layers import AdaLNMambaBlock, count_parameters
-from vision.pipeline import backbone_call
+from vision.pipeline import backbone_call, load_sampler, make_train_scheduler, save_checkpoint
 
 NAMES = ["moh", "mamba", "dit", "unet"]
 
@@ -30,7 +30,7 @@ def test_save_load_round_trip_identical_outputs(name, tmp_path):
     x, t = _batch()
     with torch.no_grad():
         before = backbone_call(model, x, t)[0]
-    model.save_pretrained(str(tmp_path / name))
+    save_checkpoint(model, tmp_path / name)
     loaded = load_model(tmp_path / name)
     with torch.no_grad():
         after = backbone_call(loaded, x, t)[0]
@@ -59,7 +59,7 @@ def test_wrong_image_size_or_channels_is_input_error(name):
 
 def test_corrupt_checkpoint_is_checkpoint_error(tmp_path):
     model = tiny_moh()
-    model.save_pretrained(str(tmp_path / "ck"))
+    save_checkpoint(model, tmp_path / "ck")
     weights = next((tmp_path / "ck").glob("*.safetensors"))
     weights.write_bytes(b"not a safetensors file at all")
     with pytest.raises(CheckpointError, match="cannot load checkpoint"):
@@ -155,3 +155,21 @@ def test_baselines_are_parameter_matched():
     target = count_parameters(moh)
     for name in ("mamba", "dit", "unet"):
         assert abs(count_parameters(build_model(name)) - target) / target < 0.15, name
+
+
+def test_checkpoint_carries_its_prediction_type_and_refuses_without_one(tmp_path):
+    from diffusers import DDIMScheduler, DDPMScheduler
+
+    model = tiny_moh()
+    eps = DDPMScheduler.from_config(make_train_scheduler().config, prediction_type="epsilon")
+    save_checkpoint(model, tmp_path / "eps", scheduler=eps)
+    ddim = load_sampler(tmp_path / "eps", "ddim")
+    assert isinstance(ddim, DDIMScheduler) and ddim.config.prediction_type == "epsilon"
+    save_checkpoint(model, tmp_path / "x0")
+    assert load_sampler(tmp_path / "x0", "ddpm").config.prediction_type == make_train_scheduler().config.prediction_type
+    model.save_pretrained(str(tmp_path / "bare"))  # weights only: the prediction type would be a guess
+    with pytest.raises(CheckpointError, match="no scheduler_config.json"):
+        load_sampler(tmp_path / "bare")
+    (tmp_path / "x0" / "scheduler_config.json").write_text('{"_class_name": "DDPMScheduler", "prediction_type": "flow"}')
+    with pytest.raises(CheckpointError, match="unsupported prediction_type 'flow'"):
+        load_sampler(tmp_path / "x0")
