@@ -41,3 +41,15 @@ def cli_main(fn: Callable[..., int | None]) -> Callable[..., int]:
         return 0 if code is None else int(code)
 
     return wrapper
+
+
+def subcommand_main(build_parser: Callable[[], argparse.ArgumentParser]) -> Callable[..., int]:
+    """``main(argv=None)`` for a parser whose subcommands ``set_defaults(fn=handler)``: parses,
+    calls ``handler(args)``, and reports errors as :func:`cli_main` does."""
+
+    @cli_main
+    def main(argv: list[str] | None = None) -> int:
+        args = build_parser().parse_args(argv)
+        return args.fn(args)
+
+    return main

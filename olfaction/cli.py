@@ -1,5 +1,5 @@
 """``mixscent`` command line: featurize | pretrain | train | eval | predict | labels | white | bench |
-label-bench | quick.
+label-bench | corpus-curve | quick.
 
 Thin layer: parses arguments, calls :mod:`olfaction.pipeline` / :mod:`olfaction.bench`, formats.
 """
@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     add_common_args(s)
     s.add_argument("--epochs", type=int, default=25)
     s.add_argument("--encoder", default=None, help="output directory (default: cache dir/encoder)")
+    s.add_argument("--moses", type=int, default=0, help="add N filtered MOSES molecules (seeded subset)")
+    s.add_argument("--moses-file", default=None, help="MOSES train.csv.gz (default: the molsets package's)")
 
     for name, helptext in (
         ("train", "train the distance model on a split"),
@@ -85,6 +87,17 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-train", type=int, default=None, help="subsample training blend pairs")
     s.add_argument("--epochs", type=int, default=None)
 
+    s = sub.add_parser("corpus-curve", help="pretraining corpus size (MOSES) vs R² and distance task")
+    add_common_args(s, out_default="runs/olfaction_corpus")
+    s.add_argument("--sizes", default="0,2000,8000", help="comma-separated extra MOSES corpus sizes")
+    s.add_argument(
+        "--splits", default="random_cv0", help="comma-separated split names for the downstream task"
+    )
+    s.add_argument("--pretrain-epochs", type=int, default=40)
+    s.add_argument("--nproc", type=int, default=1, help="Mordred worker processes for the MOSES molecules")
+    s.add_argument("--epochs", type=int, default=60)
+    s.add_argument("--moses-file", default=None, help="MOSES train.csv.gz (default: the molsets package's)")
+
     s = sub.add_parser("quick", help="minutes-long demo run: one fold, tiny model vs RF")
     add_common_args(s, out_default="runs/olfaction_quick")
     return p
@@ -117,10 +130,17 @@ def main(argv: list[str] | None = None) -> int:
         print(pipeline.featurize(resolve_data_dir(args.data_dir), limit=args.limit, nproc=args.nproc))
         return 0
     if args.cmd == "pretrain":
-        resolve_data_dir(args.data_dir)
         out = Path(args.encoder) if args.encoder else pipeline.default_encoder_dir()
+        data_dir = resolve_data_dir(args.data_dir)
+        extra = []
+        if args.moses:
+            from .moses import moses_subset
+
+            moses_file = Path(args.moses_file) if args.moses_file else None
+            exclude = set(pipeline.olfaction_molecules(data_dir))
+            extra = moses_subset(args.moses, seed=args.seed, path=moses_file, exclude=exclude)
         report = pipeline.pretrain_encoder(
-            out, MolEncoderConfig(), PretrainConfig(epochs=args.epochs, seed=args.seed)
+            out, MolEncoderConfig(), PretrainConfig(epochs=args.epochs, seed=args.seed), extra_smiles=extra
         )
         print({**report, "encoder": str(out)})
         return 0
@@ -232,6 +252,25 @@ def main(argv: list[str] | None = None) -> int:
             blend_kinds=_list(args.blend_features),
             blend_splits=_list(args.blend_splits),
             epochs=args.epochs,
+        )
+        return 0
+    if args.cmd == "corpus-curve":
+        from .corpus_curve import run_corpus_curve
+
+        try:
+            sizes = tuple(int(x) for x in args.sizes.split(",") if x.strip())
+        except ValueError:
+            raise InputError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from None
+        run_corpus_curve(
+            resolve_data_dir(args.data_dir),
+            Path(args.out),
+            sizes=sizes,
+            splits=tuple(x.strip() for x in args.splits.split(",") if x.strip()),
+            pretrain=PretrainConfig(epochs=args.pretrain_epochs, seed=args.seed),
+            tcfg=DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
+            seed=args.seed,
+            moses_file=Path(args.moses_file) if args.moses_file else None,
+            nproc=args.nproc,
         )
         return 0
     if args.cmd == "quick":

@@ -16,8 +16,16 @@ from common.errors import CheckpointError, DataError, InputError
 
 from .data import PairData, Split, blend_molecules, load_gslf, load_pairs, validate_mixture
 from .evaluate import regression_metrics
-from .features import DescriptorScaler, cache_dir, compute_mordred, load_mordred_cache, mordred_cache_path
+from .features import (
+    DescriptorScaler,
+    cache_dir,
+    canonical_smiles,
+    compute_mordred,
+    load_mordred_cache,
+    mordred_cache_path,
+)
 from .model import MixScentConfig, MixScentNet, MolEncoder, MolEncoderConfig
+from .moses import moses_descriptors
 from .train import (
     DistanceTrainConfig,
     MixtureIndex,
@@ -100,10 +108,26 @@ def pretrain_encoder(
     cfg: PretrainConfig,
     smiles: Sequence[str] | None = None,
     progress: bool = True,
+    extra_smiles: Sequence[str] = (),
+    extra_cache: Path | None = None,
+    nproc: int = 1,
 ) -> dict:
-    """Pretrain on cached Mordred descriptors and save the encoder to ``out_dir``."""
+    """Pretrain on cached Mordred descriptors and save the encoder to ``out_dir``.
+
+    ``extra_smiles`` (an unlabeled corpus, e.g. :func:`olfaction.moses.moses_subset`) join the
+    training molecules: their descriptors come from ``extra_cache`` (default: the MOSES cache,
+    computed when missing) and are cleaned with the scaler fitted on the olfaction molecules, and
+    the held-out molecules stay the olfaction ones (same for every corpus size)."""
     smi, X, scaler = descriptor_matrix(smiles)
-    model, report = pretrain_descriptors(smi, X, enc_cfg, cfg, progress=progress)
+    n_base = len(smi)
+    base = set(smi)
+    extra = [s for s in dict.fromkeys(canonical_smiles(x) for x in extra_smiles) if s not in base]
+    if extra:
+        table = moses_descriptors(extra, progress=progress, nproc=nproc, path=extra_cache)
+        X = np.concatenate([X, scaler.transform(np.stack([table[s] for s in extra]))])
+        smi = smi + extra
+    model, report = pretrain_descriptors(smi, X, enc_cfg, cfg, progress=progress, n_base=n_base)
+    report["n_extra"] = len(extra)
     save_checkpoint(
         out_dir,
         model.encoder.state_dict(),

@@ -53,17 +53,23 @@ def pretrain_descriptors(
     enc_cfg: MolEncoderConfig,
     cfg: PretrainConfig,
     progress: bool = False,
+    n_base: int | None = None,
 ) -> tuple[DescriptorPretrainer, dict]:
     """Train ``MolEncoder`` + linear head to regress cleaned Mordred vectors ``targets (N, D)``.
 
-    A seeded ``heldout_frac`` of molecules is held out; returns the model and
+    A seeded ``heldout_frac`` of the first ``n_base`` molecules (default: all) is held out; the
+    molecules after them (an extra unlabeled corpus) only ever train, so runs with corpora of
+    different sizes share the same held-out molecules. Returns the model and
     ``{"r2_heldout", "r2_heldout_random_encoder", "n_train", "n_heldout", "loss"}`` where R² is
     the uniform average over descriptor columns."""
     gen = seed_everything(cfg.seed)
     n = len(smiles)
-    perm = torch.randperm(n, generator=gen).numpy()
-    n_hold = max(1, int(round(cfg.heldout_frac * n))) if cfg.heldout_frac > 0 and n > 4 else 0
-    hold, train = perm[:n_hold], perm[n_hold:]
+    n_base = n if n_base is None else n_base
+    if not 0 < n_base <= n:
+        raise ValueError(f"n_base must be in 1..{n}, got {n_base}")
+    perm = torch.randperm(n_base, generator=gen).numpy()
+    n_hold = max(1, int(round(cfg.heldout_frac * n_base))) if cfg.heldout_frac > 0 and n_base > 4 else 0
+    hold, train = perm[:n_hold], np.concatenate([perm[n_hold:], np.arange(n_base, n)])
     graphs = graphs_for(smiles)
     y = torch.as_tensor(targets, dtype=torch.float32)
     model = DescriptorPretrainer(enc_cfg, targets.shape[1])

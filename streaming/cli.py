@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.cli import cli_main
+from common.cli import subcommand_main
 from common.errors import DataError, InputError
 from common.io import atomic_write, write_json
 
@@ -193,10 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-@cli_main
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.fn(args)
+main = subcommand_main(build_parser)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from common.cli import add_common_args, cli_main  # noqa: E402
+from common.cli import add_common_args, subcommand_main  # noqa: E402
 from common.errors import InputError  # noqa: E402
 
 
@@ -161,10 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-@cli_main
-def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
-    return a.fn(a)
+main = subcommand_main(build_parser)
 
 
 if __name__ == "__main__":

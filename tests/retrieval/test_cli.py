@@ -152,11 +152,14 @@ def test_search_bench_small(tmp_path):
     rows = run_search_bench(
         tmp_path, n=3000, d=32, n_queries=20, nlist=32, nprobes=(1, 32), log=lambda *_: None
     )
-    flat, ivf_all = rows[1], rows[3]
+    by = {r["method"]: r for r in rows}
+    flat, ivf_all = by["faiss IndexFlatIP"], by["faiss IVF32 nprobe=32"]
     assert flat["identical_topk_sets"] == 1.0 and flat["max_score_diff"] < 1e-4
+    assert by["numpy brute force (full argsort)"]["identical_topk_sets"] == 1.0
     assert ivf_all["recall@10_vs_exact"] == 1.0  # nprobe = nlist searches every cell: exact
     assert rows[-1]["method"] == "targets" and rows[-1]["exact_identical"] is True
-    assert rows[-1]["ivf_chosen"] in {r["method"] for r in rows[2:4]}
+    assert rows[-1]["exact_speedup_vs_numpy_sort"] == flat["speedup_vs_numpy_sort"] > 0
+    assert rows[-1]["ivf_chosen"] in {"faiss IVF32 nprobe=1", "faiss IVF32 nprobe=32"}
     assert (tmp_path / "search_bench.csv").is_file() and (tmp_path / "search_bench.json").is_file()
     # the CLI wiring (default IVF1024), on a gallery just big enough to train it
     out = tmp_path / "cli"
@@ -165,3 +168,15 @@ def test_search_bench_small(tmp_path):
         == 0
     )
     assert json.loads((out / "search_bench.json").read_text())[0]["n"] == 1100
+
+
+def test_numpy_topk_partition_and_sort_agree_with_a_hand_ranking():
+    from retrieval.bench import numpy_topk
+
+    gal = np.eye(5, dtype=np.float32)[[0, 1, 2, 3, 4]] * np.array([[1], [5], [3], [4], [2]], np.float32)
+    q = np.ones((3, 5), np.float32)  # scores = row norms 1, 5, 3, 4, 2 -> ranking 1, 3, 2
+    for select in ("partition", "sort"):
+        scores, rows = numpy_topk(q, gal, 3, block=2, select=select)
+        assert rows.tolist() == [[1, 3, 2]] * 3 and scores[0].tolist() == [5, 4, 3]
+    with pytest.raises(ValueError, match="select"):
+        numpy_topk(q, gal, 3, select="heap")
