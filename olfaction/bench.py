@@ -21,7 +21,7 @@ from common.report import markdown_table
 
 from .baselines import PairForest, SnitzAngle, molecule_table, pair_features
 from .data import load_pairs, load_split, olf_file, split_path, strict_molecule_split
-from .evaluate import regression_metrics, summarize_folds
+from .evaluate import pair_metrics, summarize_folds
 from .features import DescriptorScaler, compute_mordred
 from .model import MixScentConfig, MolEncoderConfig
 from .pipeline import default_encoder_dir, load_encoder, random_encoder, test_predictions, train_distance
@@ -202,10 +202,8 @@ def _fold_rows(preds, family: str, split_id: str) -> list[dict]:
         if fam != family:
             continue
         f = folds[-1]
-        keep = ~np.asarray(f["self_pair"], bool)
         row = {"family": family, "split": split_id, "method": method}
-        row.update({f"all_{k}": v for k, v in regression_metrics(f["y"], f["pred"]).items()})
-        row.update({f"noself_{k}": v for k, v in regression_metrics(f["y"][keep], f["pred"][keep]).items()})
+        row.update(pair_metrics(f["y"], f["pred"], f["self_pair"]))
         out.append(row)
     return out
 

@@ -21,7 +21,7 @@ from common.io import write_csv, write_json
 from common.report import markdown_table
 
 from .data import load_pairs, load_split, split_path
-from .evaluate import regression_metrics
+from .evaluate import pair_metrics
 from .model import MixScentConfig, MolEncoderConfig
 from .moses import moses_subset
 from .pipeline import (
@@ -41,10 +41,7 @@ def _downstream(pairs, splits, encoder, mcfg, tcfg) -> dict:
     for split in splits:
         model, index, _ = train_distance(pairs, split, encoder, mcfg, tcfg)
         tp = test_predictions(model, index, pairs, split.testing)
-        keep = ~np.asarray(tp["self_pair"], bool)
-        m = {f"all_{k}": v for k, v in regression_metrics(tp["y"], tp["pred"]).items()}
-        m.update({f"noself_{k}": v for k, v in regression_metrics(tp["y"][keep], tp["pred"][keep]).items()})
-        per.append(m)
+        per.append(pair_metrics(tp["y"], tp["pred"], tp["self_pair"]))
     return {k: float(np.mean([p[k] for p in per])) for k in per[0]}
 
 
@@ -66,7 +63,7 @@ def run_corpus_curve(
         raise InputError(f"corpus sizes must be a non-empty list of integers >= 0, got {list(sizes)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    pretrain = pretrain or PretrainConfig(seed=seed)
+    pretrain = replace(pretrain or PretrainConfig(), seed=seed)
     tcfg = tcfg or DistanceTrainConfig(seed=seed)
     enc_cfg = enc_cfg or MolEncoderConfig()
     mcfg = MixScentConfig()
@@ -88,7 +85,7 @@ def run_corpus_curve(
         report = pretrain_encoder(
             enc_dir,
             enc_cfg,
-            replace(pretrain, seed=seed),
+            pretrain,
             progress=progress,
             extra_smiles=corpus[:size],
             nproc=nproc,

@@ -18,6 +18,15 @@ def regression_metrics(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     return {"pearson": r, "kendall": tau, "rmse": float(np.sqrt(np.mean((y - pred) ** 2)))}
 
 
+def pair_metrics(y: np.ndarray, pred: np.ndarray, self_pair: np.ndarray) -> dict[str, float]:
+    """:func:`regression_metrics` on all pairs (``all_*``) and without self-pairs (``noself_*``);
+    ``self_pair (N,)`` bool marks a mixture compared with itself."""
+    y, pred, keep = np.asarray(y), np.asarray(pred), ~np.asarray(self_pair, bool)
+    out = {f"all_{k}": v for k, v in regression_metrics(y, pred).items()}
+    out.update({f"noself_{k}": v for k, v in regression_metrics(y[keep], pred[keep]).items()})
+    return out
+
+
 def bootstrap_ci(
     y: np.ndarray, pred: np.ndarray, n_boot: int = 1000, seed: int = 0, alpha: float = 0.05
 ) -> dict[str, tuple[float, float]]:

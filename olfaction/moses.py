@@ -17,7 +17,7 @@ from rdkit import Chem
 
 from common.errors import DataError
 
-from .features import cache_dir, canonical_smiles, compute_mordred
+from .features import cache_dir, compute_mordred
 
 # Elements of odorants; MOSES is already restricted to C N S O F Cl Br H.
 _ALLOWED = {"C", "N", "O", "S", "F", "Cl", "Br"}
@@ -91,9 +91,7 @@ def moses_subset(
     return out
 
 
-def moses_descriptors(
-    smiles: list[str], progress: bool = True, nproc: int = 1, path: Path | None = None
-) -> dict[str, np.ndarray]:
-    """Raw Mordred 2D vectors ``(D,)`` for MOSES ``smiles``, computed once into the MOSES cache."""
-    smiles = [canonical_smiles(s) for s in smiles]
-    return compute_mordred(smiles, path=path or moses_mordred_path(), nproc=nproc, progress=progress)
+def moses_descriptors(smiles: list[str], progress: bool = True, nproc: int = 1) -> dict[str, np.ndarray]:
+    """Raw Mordred 2D vectors ``(D,)`` for canonical ``smiles`` (as :func:`moses_subset` returns
+    them), computed once into the MOSES cache."""
+    return compute_mordred(smiles, path=moses_mordred_path(), nproc=nproc, progress=progress)

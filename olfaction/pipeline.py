@@ -15,7 +15,7 @@ from common.checkpoint import load_checkpoint, load_into, save_checkpoint
 from common.errors import CheckpointError, DataError, InputError
 
 from .data import PairData, Split, blend_molecules, load_gslf, load_pairs, validate_mixture
-from .evaluate import regression_metrics
+from .evaluate import pair_metrics
 from .features import (
     DescriptorScaler,
     cache_dir,
@@ -109,21 +109,20 @@ def pretrain_encoder(
     smiles: Sequence[str] | None = None,
     progress: bool = True,
     extra_smiles: Sequence[str] = (),
-    extra_cache: Path | None = None,
     nproc: int = 1,
 ) -> dict:
     """Pretrain on cached Mordred descriptors and save the encoder to ``out_dir``.
 
     ``extra_smiles`` (an unlabeled corpus, e.g. :func:`olfaction.moses.moses_subset`) join the
-    training molecules: their descriptors come from ``extra_cache`` (default: the MOSES cache,
-    computed when missing) and are cleaned with the scaler fitted on the olfaction molecules, and
+    training molecules: their descriptors come from the MOSES cache (computed when missing) and
+    are cleaned with the scaler fitted on the olfaction molecules, and
     the held-out molecules stay the olfaction ones (same for every corpus size)."""
     smi, X, scaler = descriptor_matrix(smiles)
     n_base = len(smi)
     base = set(smi)
     extra = [s for s in dict.fromkeys(canonical_smiles(x) for x in extra_smiles) if s not in base]
     if extra:
-        table = moses_descriptors(extra, progress=progress, nproc=nproc, path=extra_cache)
+        table = moses_descriptors(extra, progress=progress, nproc=nproc)
         X = np.concatenate([X, scaler.transform(np.stack([table[s] for s in extra]))])
         smi = smi + extra
     model, report = pretrain_descriptors(smi, X, enc_cfg, cfg, progress=progress, n_base=n_base)
@@ -308,8 +307,6 @@ def evaluate_on_split(predictor: MixScentPredictor, pairs: PairData, split: Spli
         [pairs.mixtures[pairs.keys_b[i]] for i in rows],
         [pairs.dataset[i] for i in rows],
     )
-    y, sp = pairs.y[rows], pairs.self_pair[rows]
-    out = {f"all_{k}": v for k, v in regression_metrics(y, pred).items()}
-    out.update({f"noself_{k}": v for k, v in regression_metrics(y[~sp], pred[~sp]).items()})
+    out = pair_metrics(pairs.y[rows], pred, pairs.self_pair[rows])
     out["n_test"] = int(len(rows))
     return out

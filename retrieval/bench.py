@@ -325,7 +325,7 @@ def _search_bench(out_dir, n, d, n_queries, k, nlist, nprobes, train_size, threa
     if sort_row is not None:
         flat_row["speedup_vs_numpy_sort"] = round(sort_row["_wall"] / flat_row["_wall"], 2)
         flat_row["cpu_speedup_vs_numpy_sort"] = round(sort_row["_cpu"] / flat_row["_cpu"], 2)
-    rows = [numpy_row, flat_row]
+    ivf_results = []
 
     ivf = GalleryIndex(d, "ivf", nlist=nlist)
     rng = np.random.default_rng(seed + 1)
@@ -337,9 +337,9 @@ def _search_bench(out_dir, n, d, n_queries, k, nlist, nprobes, train_size, threa
     log(f"IVF{nlist}: trained on {m} vectors + added {n} in {build_s:.1f} s")
     for nprobe in nprobes:
         ivf.set_nprobe(nprobe)
-        (_, ivf_rows), wall, cpu = _timed(ivf.search_rows, q, k)
-        recall = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(flat_rows, ivf_rows, strict=True)]))
-        rows.append(
+        (_, found), wall, cpu = _timed(ivf.search_rows, q, k)
+        recall = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(flat_rows, found, strict=True)]))
+        ivf_results.append(
             {
                 **common,
                 "method": f"faiss IVF{nlist} nprobe={nprobe}",
@@ -349,12 +349,10 @@ def _search_bench(out_dir, n, d, n_queries, k, nlist, nprobes, train_size, threa
             }
         )
         log(f"IVF nprobe={nprobe}: {wall:.3f} s, recall@{k} {recall:.4f}")
-    ivf_rows = rows[2:]
-    if sort_row is not None:
-        rows.insert(1, sort_row)
+    rows = [numpy_row, *([sort_row] if sort_row is not None else []), flat_row, *ivf_results]
     for r in rows:
         r.pop("_wall"), r.pop("_cpu")
-    ok = [r for r in ivf_rows if r[f"recall@{k}_vs_exact"] >= 0.95]
+    ok = [r for r in ivf_results if r[f"recall@{k}_vs_exact"] >= 0.95]
     chosen = ok[0] if ok else None
     rows.append(
         {

@@ -11,7 +11,7 @@ import pytest
 
 from olfaction.baselines import SnitzAngle, angle_distance, pair_features
 from olfaction.bench import format_table, merge_results, pommix_reference_rows
-from olfaction.evaluate import bootstrap_ci, macro_roc_auc, regression_metrics, summarize_folds
+from olfaction.evaluate import bootstrap_ci, macro_roc_auc, pair_metrics, regression_metrics, summarize_folds
 
 DATA = Path(os.environ.get("MOE_APPS_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
@@ -22,6 +22,14 @@ def test_regression_metrics_by_hand():
     assert m["pearson"] == pytest.approx(1.0) and m["kendall"] == pytest.approx(1.0)
     assert m["rmse"] == pytest.approx(0.1)
     assert regression_metrics(y, y[::-1])["kendall"] == pytest.approx(-1.0)
+
+
+def test_pair_metrics_reports_all_and_without_self_pairs():
+    y = np.array([0.1, 0.2, 0.3, 0.4, 0.0])
+    pred = np.array([0.2, 0.3, 0.4, 0.5, 0.5])  # the self-pair (last) is badly off
+    m = pair_metrics(y, pred, np.array([False, False, False, False, True]))
+    assert m["noself_rmse"] == pytest.approx(0.1) and m["noself_pearson"] == pytest.approx(1.0)
+    assert m["all_rmse"] == pytest.approx(regression_metrics(y, pred)["rmse"]) and m["all_rmse"] > 0.1
 
 
 def test_bootstrap_ci_brackets_estimate():
