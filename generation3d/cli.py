@@ -88,7 +88,8 @@ def _train(a) -> int:
     ae = load_autoencoder(a.ae)
     cfg = GenConfig(n_latents=ae.config.n_latents, d_latent=ae.config.d_latent, max_parts=_positive("max-parts", a.max_parts),
                     d_model=a.d_model, n_layers=a.layers, attention=a.attention, top_k=_positive("top-k", a.top_k),
-                    n_compressed=a.compressed)
+                    n_compressed=a.compressed, proportional_attention=a.proportional,
+                    route_on_compressed=a.route_on_compressed, learned_comp_bias=a.learned_comp_bias)
     gen, stats, hist = train_generator(ds, ae, cfg, steps=_positive("steps", a.steps), batch_size=a.batch_size,
                                        lr=a.lr, seed=a.seed, progress=True)
     out = Path(a.out or f"runs/{a.attention}")
@@ -137,6 +138,22 @@ def _eval(a) -> int:
     res["ckpt"] = str(a.ckpt)
     print(markdown_table([res], ["attention", "cd", "fscore", "part_cd", "part_fscore", "coverage", "mmd", "1nna",
                                  "part_count_acc", "pen_gen", "pen_ref", "n_shapes"]))
+    if a.out:
+        write_json(a.out, res)
+    return 0
+
+
+def _flow_loss(a) -> int:
+    from common.io import write_json
+    from generation3d.data import PartDataset
+    from generation3d.evaluate import heldout_flow_loss
+    from generation3d.pipeline import MoCAPipeline
+
+    res = heldout_flow_loss(MoCAPipeline.load(a.ckpt), PartDataset.load(_data_dir(a)), seed=a.seed)
+    res["ckpt"] = str(a.ckpt)
+    by_level = " ".join(f"{s}: {z:.3f}/{b:.3f}" for s, z, b in zip(res["levels"], res["z_by_level"], res["box_by_level"], strict=True))
+    print(f"held-out flow loss {res['loss']:.4f} (latents {res['z']:.4f}, boxes {res['box']:.4f}) on {res['n_shapes']} shapes; "
+          f"by noise level (latents/boxes) {by_level}")
     if a.out:
         write_json(a.out, res)
     return 0
@@ -204,6 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--top-k", type=int, default=4)
     p.add_argument("--compressed", type=int, default=2, help="compressed tokens per non-selected component")
+    p.add_argument("--proportional", action="store_true",
+                   help="MoCA ablation: + log(T/C) on the compressed keys' logits (proportional attention)")
+    p.add_argument("--route-on-compressed", action="store_true",
+                   help="MoCA ablation: add the compressed keys' attention mass to the router score")
+    p.add_argument("--learned-comp-bias", action="store_true",
+                   help="MoCA ablation: learned per-head logit bias of the compressed keys")
     p.add_argument("--threads", type=int, default=2)
     p.set_defaults(fn=_train)
 
@@ -217,6 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text", default=None, help="description to condition on (MiniLM); omit for no text")
     p.add_argument("--renderer", default="auto", choices=RENDERERS, help="preview renderer (auto: open3d, else matplotlib)")
     p.set_defaults(fn=_sample)
+
+    p = sub.add_parser("flow-loss", help="held-out flow-matching loss on every shape of a dataset (model selection)")
+    add_common_args(p)
+    p.add_argument("--ckpt", required=True)
+    p.set_defaults(fn=_flow_loss)
 
     p = sub.add_parser("eval", help="evaluate a generator against the test split")
     add_common_args(p)

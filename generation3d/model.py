@@ -94,6 +94,11 @@ class GenConfig:
     attention: str = "moca"
     top_k: int = 4
     n_compressed: int = 2
+    # MoCA ablations, off by default (none improved held-out quality, see README "Closing the
+    # F-score gap"); keep the defaults off: checkpoints saved before the fields existed rely on them
+    proportional_attention: bool = False  # compressed keys get + log(T / C) (ToMe proportional attention)
+    route_on_compressed: bool = False  # add the compressed keys' attention mass to the router score
+    learned_comp_bias: bool = False  # learned per-head logit bias of the compressed keys
     n_categories: int = len(CATEGORIES)  # + 1 null class for unconditional generation
     d_text: int = TEXT_DIM
 
@@ -122,7 +127,10 @@ class DiTBlock(nn.Module):
         super().__init__()
         d = c.d_model
         self.norm1 = nn.LayerNorm(d, elementwise_affine=False)
-        self.attn = build_attention(c.attention, d, c.n_heads, top_k=c.top_k, n_compressed=c.n_compressed)
+        # the two MoCA options act on compressed tokens only; the baselines are built without them
+        moca_kw = ({"proportional": c.proportional_attention, "route_on_compressed": c.route_on_compressed,
+                    "learned_comp_bias": c.learned_comp_bias} if c.attention == "moca" else {})
+        self.attn = build_attention(c.attention, d, c.n_heads, top_k=c.top_k, n_compressed=c.n_compressed, **moca_kw)
         self.norm2 = nn.LayerNorm(d, elementwise_affine=False)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
         self.ada = nn.Linear(d, 6 * d)

@@ -19,9 +19,16 @@ from common.errors import InputError
 from common.io import write_csv, write_json
 from common.report import markdown_table
 
-from .baselines import PairForest, SnitzAngle, molecule_table, pair_features
+from .baselines import (
+    PairBoosting,
+    PairForest,
+    SnitzAngle,
+    molecule_table,
+    pair_features,
+    scaled_molecule_table,
+)
 from .data import load_pairs, load_split, olf_file, split_path, strict_molecule_split
-from .evaluate import pair_metrics, summarize_folds
+from .evaluate import convex_blend_weights, pair_metrics, summarize_folds
 from .features import DescriptorScaler, compute_mordred
 from .model import MixScentConfig, MolEncoderConfig
 from .pipeline import default_encoder_dir, load_encoder, random_encoder, test_predictions, train_distance
@@ -36,10 +43,26 @@ VARIANTS = {
     # makes the RF strong, fed through the mixture graph instead of a plain mean)
     "MixScentNet (+Mordred)": {"features": "embedding+mordred"},
     "MixScentNet (+Mordred) x5 seeds": {"features": "embedding+mordred", "seeds": 5},
+    # hybrid: the distance head also reads the RF's pair features (standardised RDKit + Morgan)
+    "MixScentNet (+pair features)": {"pair_features": True},
+    "MixScentNet (+pair features) x3 seeds": {"pair_features": True, "seeds": 3},
 }
 # fixed-weight (0.5 / 0.5, chosen a priori, not on test rows) average of a network variant and RF
 ENSEMBLES = {"MixScentNet (+Mordred) x5 seeds + RF": "MixScentNet (+Mordred) x5 seeds"}
 RF_NAME = "RF pair features (RDKit+Morgan)"
+HGB_NAME = "HGB pair features (RDKit+Morgan)"
+# convex blends whose weights are chosen per fold on the split's validation rows only
+# (:func:`stack_predictions`); RF/HGB are refitted on training rows for their validation predictions
+STACKS = {
+    "RF + HGB (val-weighted)": (RF_NAME, HGB_NAME),
+    "MixScentNet + RF (val-weighted)": ("MixScentNet", RF_NAME),
+    "MixScentNet (+pair features) + RF (val-weighted)": ("MixScentNet (+pair features)", RF_NAME),
+    "MixScentNet (+pair features) x3 seeds + RF + HGB (val-weighted)": (
+        "MixScentNet (+pair features) x3 seeds",
+        RF_NAME,
+        HGB_NAME,
+    ),
+}
 FAMILIES = ("random_cv", "lso_molecules", "strict_lmo")
 
 
@@ -70,7 +93,7 @@ def run_bench(
     out_dir: Path,
     families=FAMILIES,
     folds: int = 5,
-    variants=tuple(VARIANTS) + tuple(ENSEMBLES),
+    variants=tuple(VARIANTS) + tuple(ENSEMBLES) + tuple(STACKS),
     seed: int = 0,
     mcfg: MixScentConfig | None = None,
     tcfg: DistanceTrainConfig | None = None,
@@ -86,7 +109,9 @@ def run_bench(
     mols = sorted(pairs.molecules())
     mix_a = [pairs.mixtures[k] for k in pairs.keys_a]
     mix_b = [pairs.mixtures[k] for k in pairs.keys_b]
-    X_rf = pair_features(mix_a, mix_b, molecule_table(mols))
+    rf_table = molecule_table(mols)
+    X_rf = pair_features(mix_a, mix_b, rf_table)
+    desc_table, _ = scaled_molecule_table(rf_table)
     mordred = compute_mordred(mols, progress=progress)
     raw = np.stack([mordred[s] for s in mols])
     scaler = DescriptorScaler.fit(raw, [str(i) for i in range(raw.shape[1])])
@@ -101,6 +126,7 @@ def run_bench(
 
     preds: dict[tuple[str, str], list[dict]] = {}
     scatter: list[dict] = []
+    dumps: list[dict] = []  # per-fold validation/test predictions of every component
     fold_rows: list[dict] = []
     for family in families:
         for split in family_splits(data_dir, pairs, family, folds):
@@ -109,6 +135,8 @@ def run_bench(
             rf = PairForest(n_estimators=rf_trees, seed=seed).fit(X_rf[trval], pairs.y[trval])
             rf_pred = rf.predict(X_rf[split.testing])
             _add(preds, family, RF_NAME, pairs, split.testing, rf_pred)
+            hgb_pred = PairBoosting(seed=seed).fit(X_rf[trval], pairs.y[trval]).predict(X_rf[split.testing])
+            _add(preds, family, HGB_NAME, pairs, split.testing, hgb_pred)
             sn = SnitzAngle(snitz_table).fit(
                 [mix_a[i] for i in trval], [mix_b[i] for i in trval], pairs.y[trval]
             )
@@ -120,16 +148,17 @@ def run_bench(
                 split.testing,
                 sn.predict([mix_a[i] for i in split.testing], [mix_b[i] for i in split.testing]),
             )
-            net_preds = {}
-            fitted: dict[tuple, tuple] = {}  # (pretrained, features, opts, seed) -> run, shared by variants
+            net_preds, val_preds = {}, {}
+            fitted: dict[tuple, tuple] = {}  # (pretrained, features, pair, opts, seed) -> run, shared
             for name in [v for v in variants if v in VARIANTS]:
                 opts = dict(VARIANTS[name])
                 use_pretrained = opts.pop("pretrained", True)
                 features = opts.pop("features", "embedding")
+                use_pair = opts.pop("pair_features", False)
                 n_seeds = opts.pop("seeds", 1)
                 runs = []
                 for k in range(n_seeds):
-                    key = (use_pretrained, features, tuple(sorted(opts.items())), seed + k)
+                    key = (use_pretrained, features, use_pair, tuple(sorted(opts.items())), seed + k)
                     if key not in fitted:
                         model, index, hist = train_distance(
                             pairs,
@@ -138,13 +167,16 @@ def run_bench(
                             replace(mcfg, **opts),
                             replace(tcfg, seed=seed + k),
                             features,
+                            descriptors=desc_table if use_pair else None,
                         )
                         val = hist["history"][hist["best_epoch"]] if hist["history"] else {}
                         tp = test_predictions(model, index, pairs, split.testing)
-                        fitted[key] = (tp["pred"], hist, val)
+                        vp = test_predictions(model, index, pairs, split.validation)
+                        fitted[key] = (tp["pred"], hist, val, vp["pred"])
                     runs.append(fitted[key])
                 pred = np.mean([r[0] for r in runs], axis=0)
                 net_preds[name] = pred
+                val_preds[name] = np.mean([r[3] for r in runs], axis=0)
                 _add(
                     preds,
                     family,
@@ -164,6 +196,40 @@ def run_bench(
                 if ENSEMBLES[name] not in net_preds:
                     raise InputError(f"ensemble {name!r} needs variant {ENSEMBLES[name]!r} in the same run")
                 _add(preds, family, name, pairs, split.testing, 0.5 * (net_preds[ENSEMBLES[name]] + rf_pred))
+            stacks = [v for v in variants if v in STACKS]
+            if stacks:
+                # tree baselines refitted on training rows only: their validation predictions
+                tr = split.training
+                val_preds[RF_NAME] = (
+                    PairForest(n_estimators=rf_trees, seed=seed)
+                    .fit(X_rf[tr], pairs.y[tr])
+                    .predict(X_rf[split.validation])
+                )
+                val_preds[HGB_NAME] = (
+                    PairBoosting(seed=seed).fit(X_rf[tr], pairs.y[tr]).predict(X_rf[split.validation])
+                )
+            test_of = {RF_NAME: rf_pred, HGB_NAME: hgb_pred, **net_preds}
+            for name in stacks:
+                missing = [c for c in STACKS[name] if c not in test_of]
+                if missing:
+                    raise InputError(f"stack {name!r} needs variant {missing[0]!r} in the same run")
+                pred, w = stack_predictions(
+                    {c: val_preds[c] for c in STACKS[name]},
+                    pairs.y[split.validation],
+                    {c: test_of[c] for c in STACKS[name]},
+                )
+                _add(preds, family, name, pairs, split.testing, pred, weights=w.tolist())
+            dumps.append(
+                {
+                    "family": family,
+                    "split": split.identifier,
+                    "validation": split.validation.tolist(),
+                    "testing": split.testing.tolist(),
+                    "val_pred": {k: np.asarray(v).tolist() for k, v in val_preds.items()},
+                    "test_pred": {k: np.asarray(v).tolist() for k, v in test_of.items()},
+                }
+            )
+            write_json(out_dir / "olfaction_bench_predictions.json", dumps)
             fold_rows += _fold_rows(preds, family, split.identifier)
             write_csv(out_dir / "olfaction_bench_folds.csv", fold_rows)  # per-fold metrics as they come
             if progress:
@@ -180,6 +246,7 @@ def run_bench(
                 **summary,
                 "best_epoch_mean": float(np.mean([f.get("best_epoch", np.nan) for f in folds_])),
                 "val_rmse_mean": float(np.mean([f.get("val_rmse", np.nan) for f in folds_])),
+                **({"weights_per_fold": [f["weights"] for f in folds_]} if "weights" in folds_[0] else {}),
             }
         )
     rows += pommix_reference_rows(data_dir)
@@ -193,6 +260,17 @@ def run_bench(
     (out_dir / "olfaction_bench.md").write_text(table)
     print(table)
     return rows
+
+
+def stack_predictions(
+    val_preds: dict[str, np.ndarray], y_val: np.ndarray, test_preds: dict[str, np.ndarray], step: float = 0.05
+) -> tuple[np.ndarray, np.ndarray]:
+    """Convex blend of components: weights chosen on validation rows (``val_preds``, ``y_val``)
+    by :func:`convex_blend_weights`, applied to ``test_preds`` (same keys). Test labels are not an
+    argument, so they cannot influence the weights. Returns ``(test prediction, weights)``."""
+    names = list(val_preds)
+    w = convex_blend_weights(np.stack([val_preds[n] for n in names], axis=1), y_val, step)
+    return np.stack([test_preds[n] for n in names], axis=1) @ w, w
 
 
 def _fold_rows(preds, family: str, split_id: str) -> list[dict]:

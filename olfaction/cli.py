@@ -43,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--encoder", default=None, help="pretrained encoder directory")
         s.add_argument("--epochs", type=int, default=60)
         s.add_argument("--model", default=None, help="(eval) evaluate this saved model instead of training")
+        s.add_argument(
+            "--pair-features",
+            action="store_true",
+            help="hybrid: the distance head also reads RDKit+Morgan pair features (the RF's)",
+        )
 
     s = sub.add_parser("predict", help="distance between two mixtures, or a DREAM-format CSV")
     add_common_args(s)
@@ -155,14 +160,18 @@ def main(argv: list[str] | None = None) -> int:
                 pipeline.MixScentPredictor.load(Path(args.model)), pairs, split
             )
         else:
+            desc, scaler = (
+                pipeline.pair_descriptors(sorted(pairs.molecules())) if args.pair_features else (None, None)
+            )
             model, index, hist = pipeline.train_distance(
                 pairs,
                 split,
                 _encoder(args.encoder),
                 MixScentConfig(),
                 DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
+                descriptors=desc,
             )
-            predictor = pipeline.MixScentPredictor(model)
+            predictor = pipeline.MixScentPredictor(model, pair_scaler=scaler)
             metrics = pipeline.evaluate_on_split(predictor, pairs, split)
             metrics["best_epoch"] = hist["best_epoch"]
             if args.cmd == "train":
@@ -212,12 +221,12 @@ def main(argv: list[str] | None = None) -> int:
         print(trend)
         return 0
     if args.cmd == "bench":
-        from .bench import ENSEMBLES, VARIANTS, merge_results, run_bench
+        from .bench import ENSEMBLES, STACKS, VARIANTS, merge_results, run_bench
 
         if args.merge:
             merge_results([Path(d) for d in args.merge.split(",")], Path(args.out))
             return 0
-        known = {**VARIANTS, **ENSEMBLES}
+        known = {**VARIANTS, **ENSEMBLES, **STACKS}
         variants = tuple(v.strip() for v in args.variants.split(",")) if args.variants else tuple(known)
         unknown = [v for v in variants if v not in known]
         if unknown:

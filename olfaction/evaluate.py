@@ -27,6 +27,35 @@ def pair_metrics(y: np.ndarray, pred: np.ndarray, self_pair: np.ndarray) -> dict
     return out
 
 
+def convex_blend_weights(preds: np.ndarray, y: np.ndarray, step: float = 0.05) -> np.ndarray:
+    """Weights ``w (k,)`` on the simplex grid (``w_j`` multiples of ``step``, ``sum w = 1``) that
+    minimise the RMSE of ``preds (n, k) @ w`` against ``y (n,)``. Meant for validation rows only:
+    the caller passes the components' validation predictions, never test rows. Ties go to the
+    first grid point, which puts weight on the earlier components."""
+    preds, y = np.asarray(preds, np.float64), np.asarray(y, np.float64)
+    if preds.ndim != 2 or preds.shape[0] != len(y):
+        raise ValueError(f"preds must be (n, k) with n = len(y) = {len(y)}, got {preds.shape}")
+    n_steps = int(round(1.0 / step))
+    k = preds.shape[1]
+    best_w, best = None, np.inf
+    for combo in _simplex(k, n_steps):
+        w = np.asarray(combo, np.float64) / n_steps
+        rmse = float(np.sqrt(np.mean((preds @ w - y) ** 2)))
+        if rmse < best - 1e-12:
+            best_w, best = w, rmse
+    return best_w
+
+
+def _simplex(k: int, n: int):
+    """All ``k``-tuples of non-negative integers summing to ``n``, largest first entry first."""
+    if k == 1:
+        yield (n,)
+        return
+    for first in range(n, -1, -1):
+        for rest in _simplex(k - 1, n - first):
+            yield (first, *rest)
+
+
 def bootstrap_ci(
     y: np.ndarray, pred: np.ndarray, n_boot: int = 1000, seed: int = 0, alpha: float = 0.05
 ) -> dict[str, tuple[float, float]]:

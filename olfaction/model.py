@@ -89,7 +89,9 @@ def fully_connected_edges(comp_batch: torch.Tensor) -> torch.Tensor:
 @dataclass
 class MixScentConfig:
     """``in_dim``: molecule feature size fed to the mixture level; ``conv``: ``gatv2`` | ``gat``
-    | ``none`` (no mixture graph); ``readout``: ``attention`` | ``mean``."""
+    | ``none`` (no mixture graph); ``readout``: ``attention`` | ``mean``; ``desc_dim`` > 0: the
+    distance head also reads the symmetric pair features of mixture-mean molecule descriptors
+    (``desc (U, desc_dim)``, e.g. the RF baseline's standardised RDKit + Morgan vectors)."""
 
     in_dim: int = 128
     hidden: int = 64
@@ -102,6 +104,7 @@ class MixScentConfig:
     label_experts: int = 0  # > 0: label head is a routed mixture of expert MLPs (MoELabelHead)
     label_top_k: int = 2
     n_datasets: int = 0
+    desc_dim: int = 0
     mol_encoder: dict | None = None  # MolEncoderConfig fields when the GNN is part of the model
     extra: dict = field(default_factory=dict)
 
@@ -186,7 +189,10 @@ class MixScentNet(nn.Module):
     ``mol_x (U, in_dim)``.
 
     Distance (symmetric by construction): ``d(a, b) = sigmoid(MLP([|z_a - z_b| ; z_a * z_b ;
-    z_a + z_b ; onehot(dataset)]))``, so ``d(a, b) == d(b, a)`` exactly."""
+    z_a + z_b ; onehot(dataset)]))``, so ``d(a, b) == d(b, a)`` exactly. With ``cfg.desc_dim``
+    the head input also gets ``P([|m_a - m_b| ; m_a + m_b])``, ``m = mean_{i in mix} desc_i``
+    (the RF baseline's pair features, ``P`` = dropout -> linear -> ReLU to ``hidden``), so the
+    learned mixture embedding and the pooled-descriptor signal meet in one head."""
 
     def __init__(self, cfg: MixScentConfig):
         super().__init__()
@@ -194,9 +200,13 @@ class MixScentNet(nn.Module):
         self.mol_encoder = MolEncoder(MolEncoderConfig(**cfg.mol_encoder)) if cfg.mol_encoder else None
         self.mixture = MixtureEncoder(cfg)
         h = cfg.hidden
-        self.dist = nn.Sequential(
-            nn.Linear(3 * h + cfg.n_datasets, h), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(h, 1)
+        self.desc_proj = (
+            nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(2 * cfg.desc_dim, h), nn.ReLU())
+            if cfg.desc_dim
+            else None
         )
+        n_in = 3 * h + cfg.n_datasets + (h if cfg.desc_dim else 0)
+        self.dist = nn.Sequential(nn.Linear(n_in, h), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(h, 1))
         if cfg.n_labels and cfg.label_experts:
             self.labels = MoELabelHead(h, cfg.n_labels, cfg.label_experts, cfg.label_top_k, cfg.dropout)
         else:
@@ -214,20 +224,44 @@ class MixScentNet(nn.Module):
         return self.mixture(x, comp_batch, n_mix)
 
     def distance_from_embeddings(
-        self, za: torch.Tensor, zb: torch.Tensor, dataset_onehot: torch.Tensor | None = None
+        self,
+        za: torch.Tensor,
+        zb: torch.Tensor,
+        dataset_onehot: torch.Tensor | None = None,
+        ma: torch.Tensor | None = None,
+        mb: torch.Tensor | None = None,
     ):
-        """``za, zb (P, hidden)`` -> ``(P,)`` distances in (0, 1)."""
+        """``za, zb (P, hidden)`` (and, with ``cfg.desc_dim``, the mixture-mean descriptors
+        ``ma, mb (P, desc_dim)``) -> ``(P,)`` distances in (0, 1)."""
         feats = [torch.abs(za - zb), za * zb, za + zb]
         if self.cfg.n_datasets:
             if dataset_onehot is None:
                 dataset_onehot = torch.zeros(za.shape[0], self.cfg.n_datasets, dtype=za.dtype)
             feats.append(dataset_onehot)
+        if self.desc_proj is not None:
+            if ma is None or mb is None:
+                raise ValueError("this model's distance head needs mixture descriptors (desc_dim > 0)")
+            feats.append(self.desc_proj(torch.cat([torch.abs(ma - mb), ma + mb], dim=-1)))
         return torch.sigmoid(self.dist(torch.cat(feats, dim=-1))).squeeze(-1)
 
-    def forward(self, mols, comp, comp_batch, n_mix, pair_a, pair_b, dataset_onehot=None):
-        """Distances ``(P,)`` for mixture index pairs ``pair_a, pair_b (P,)`` into the M mixtures."""
+    @staticmethod
+    def mixture_descriptors(desc: torch.Tensor, comp: torch.Tensor, comp_batch: torch.Tensor, n_mix: int):
+        """Mean molecule descriptor of each mixture: ``desc (U, D)`` -> ``(M, D)``."""
+        counts = torch.bincount(comp_batch, minlength=n_mix).clamp(min=1).to(desc.dtype)
+        total = torch.zeros(n_mix, desc.shape[1], dtype=desc.dtype, device=desc.device)
+        return total.index_add(0, comp_batch, desc[comp]) / counts[:, None]
+
+    def forward(self, mols, comp, comp_batch, n_mix, pair_a, pair_b, dataset_onehot=None, desc=None):
+        """Distances ``(P,)`` for mixture index pairs ``pair_a, pair_b (P,)`` into the M mixtures;
+        ``desc (U, desc_dim)``: per-molecule descriptors, needed when ``cfg.desc_dim > 0``."""
         z, _ = self.embed(mols, comp, comp_batch, n_mix)
-        return self.distance_from_embeddings(z[pair_a], z[pair_b], dataset_onehot)
+        ma = mb = None
+        if self.cfg.desc_dim:
+            if desc is None:
+                raise ValueError("this model needs per-molecule descriptors desc (U, desc_dim)")
+            m = self.mixture_descriptors(desc, comp, comp_batch, n_mix)
+            ma, mb = m[pair_a], m[pair_b]
+        return self.distance_from_embeddings(z[pair_a], z[pair_b], dataset_onehot, ma, mb)
 
     def label_logits(self, mols, comp, comp_batch, n_mix) -> torch.Tensor:
         """Multi-label logits ``(M, n_labels)``."""

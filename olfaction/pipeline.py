@@ -14,6 +14,7 @@ from torch_geometric.data import Batch
 from common.checkpoint import load_checkpoint, load_into, save_checkpoint
 from common.errors import CheckpointError, DataError, InputError
 
+from .baselines import molecule_table, scaled_molecule_table
 from .data import PairData, Split, blend_molecules, load_gslf, load_pairs, validate_mixture
 from .evaluate import pair_metrics
 from .features import (
@@ -99,6 +100,20 @@ def molecule_features(
     return {s: x[i] for i, s in enumerate(smiles)}
 
 
+def pair_descriptors(
+    smiles: Sequence[str], scaler: DescriptorScaler | None = None
+) -> tuple[dict[str, np.ndarray], DescriptorScaler]:
+    """``{smiles: (D,)}`` inputs of the distance head's descriptor pair path: the RF baseline's
+    RDKit + Morgan vectors, cleaned and scaled by ``scaler`` (fitted here on exactly ``smiles``
+    when None; label-free). Fast enough (RDKit only) to run on the fly at prediction time."""
+    smiles = list(dict.fromkeys(smiles))
+    raw = molecule_table(smiles)
+    if scaler is None:
+        return scaled_molecule_table(raw)
+    x = scaler.transform(np.stack([raw[s] for s in smiles]))
+    return {s: x[i] for i, s in enumerate(smiles)}, scaler
+
+
 # ----------------------------------------------------------------------------- encoder
 
 
@@ -166,21 +181,26 @@ def train_distance(
     mcfg: MixScentConfig,
     tcfg: DistanceTrainConfig,
     features: str = "embedding",
+    descriptors: dict[str, np.ndarray] | None = None,
 ) -> tuple[MixScentNet, MixtureIndex, dict]:
     """Fit a MixScentNet on ``split.training``, selecting the epoch on ``split.validation``.
+
+    ``descriptors`` (``{smiles: (D,)}``, e.g. :func:`olfaction.baselines.scaled_molecule_table`)
+    turn on the distance head's descriptor pair path (``MixScentConfig.desc_dim = D``).
 
     ``features="embedding"``: the frozen ``encoder`` is the model's molecule level (the model
     then works on any SMILES, see :class:`MixScentPredictor`); other :data:`FEATURE_KINDS` feed
     precomputed molecule vectors (e.g. embedding ++ cleaned Mordred) to the mixture level, a
     benchmark variant that predicts through the returned index only."""
     feats = molecule_features(sorted(pairs.molecules()), features, encoder)
-    index = MixtureIndex(pairs.mixtures, feats)
+    index = MixtureIndex(pairs.mixtures, feats, descriptors)
     torch.manual_seed(tcfg.seed)
     with_encoder = features == "embedding"
     mcfg = MixScentConfig(
         **{
             **asdict(mcfg),
             "in_dim": index.x.shape[1],
+            "desc_dim": 0 if index.desc is None else index.desc.shape[1],
             "mol_encoder": asdict(encoder.cfg) if with_encoder else None,
         }
     )
@@ -207,10 +227,16 @@ def test_predictions(model: MixScentNet, index: MixtureIndex, pairs: PairData, r
 
 class MixScentPredictor:
     """A trained MixScentNet usable on any mixtures: components are encoded on the fly by its
-    molecule encoder (no descriptor cache needed)."""
+    molecule encoder (no descriptor cache needed). A hybrid model (``cfg.desc_dim > 0``) also
+    needs ``pair_scaler``, the scaler of its descriptor pair path (:func:`pair_descriptors`); it
+    is saved in the checkpoint's config, so a loaded predictor reproduces the outputs exactly."""
 
     def __init__(
-        self, model: MixScentNet, label_model: MixScentNet | None = None, label_names: list[str] | None = None
+        self,
+        model: MixScentNet,
+        label_model: MixScentNet | None = None,
+        label_names: list[str] | None = None,
+        pair_scaler: DescriptorScaler | None = None,
     ):
         for net in (model, label_model):
             if net is not None and net.mol_encoder is None:
@@ -218,12 +244,23 @@ class MixScentPredictor:
                     "MixScentPredictor needs a model with its molecule encoder (trained with "
                     "features='embedding'); this one reads precomputed molecule features"
                 )
+        if model.cfg.desc_dim and pair_scaler is None:
+            raise InputError("a model with a descriptor pair path (desc_dim > 0) needs its pair_scaler")
+        if pair_scaler is not None and len(pair_scaler.keep) != model.cfg.desc_dim:
+            raise InputError(
+                f"pair_scaler keeps {len(pair_scaler.keep)} columns, the model expects {model.cfg.desc_dim}"
+            )
         self.model = model.eval()
         self.label_model = label_model.eval() if label_model is not None else None
         self.label_names = label_names or []
+        self.pair_scaler = pair_scaler
 
     def save(self, path: Path, extra: dict | None = None) -> None:
-        save_checkpoint(path, self.model.state_dict(), self.model.config_dict(), extra or {})
+        """Checkpoint directory (each file replaced atomically, :func:`common.checkpoint.save_checkpoint`)."""
+        extra = dict(extra or {})
+        if self.pair_scaler is not None:
+            extra["pair_scaler"] = self.pair_scaler.to_dict()
+        save_checkpoint(path, self.model.state_dict(), self.model.config_dict(), extra)
         if self.label_model is not None:
             save_checkpoint(
                 Path(path) / "labels",
@@ -235,11 +272,13 @@ class MixScentPredictor:
     @classmethod
     def load(cls, path: Path) -> MixScentPredictor:
         model = _load_net(Path(path))
+        extra = load_checkpoint(Path(path))[2]
+        scaler = DescriptorScaler.from_dict(extra["pair_scaler"]) if "pair_scaler" in extra else None
         label_model, names = None, None
         if (Path(path) / "labels" / "config.json").is_file():
             label_model = _load_net(Path(path) / "labels")
             names = load_checkpoint(Path(path) / "labels")[2].get("labels")
-        return cls(model, label_model, names)
+        return cls(model, label_model, names, scaler)
 
     @torch.no_grad()
     def _embed(self, net: MixScentNet, mixtures: list[tuple[str, ...]]):
@@ -263,12 +302,22 @@ class MixScentPredictor:
     @torch.no_grad()
     def distances(self, mixes_a, mixes_b, datasets=None) -> np.ndarray:
         """Vectorised :meth:`distance` over validated canonical component tuples."""
-        z, _, _ = self._embed(self.model, list(mixes_a) + list(mixes_b))
+        mixtures = list(mixes_a) + list(mixes_b)
+        z, _, comp_batch = self._embed(self.model, mixtures)
         n = len(mixes_a)
         from .train import dataset_onehot
 
         oh = dataset_onehot(datasets or [""] * n) if self.model.cfg.n_datasets else None
-        return self.model.distance_from_embeddings(z[:n], z[n:], oh).numpy()
+        ma = mb = None
+        if self.pair_scaler is not None:
+            mols = sorted({s for m in mixtures for s in m})
+            table, _ = pair_descriptors(mols, self.pair_scaler)
+            desc = torch.as_tensor(np.stack([table[s] for s in mols]))
+            pos = {s: i for i, s in enumerate(mols)}
+            comp = torch.tensor([pos[s] for m in mixtures for s in m])
+            m = self.model.mixture_descriptors(desc, comp, comp_batch, len(mixtures))
+            ma, mb = m[:n], m[n:]
+        return self.model.distance_from_embeddings(z[:n], z[n:], oh, ma, mb).numpy()
 
     @torch.no_grad()
     def attention(self, mix: Sequence[str]) -> dict[str, float]:

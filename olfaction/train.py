@@ -155,15 +155,27 @@ class MixtureIndex:
     """Mixtures as index lists into ``U`` unique molecules with features ``x (U, d)``.
 
     ``mixtures``: ``{key: components}``; ``features``: ``{smiles: (d,)}`` (a frozen encoder's
-    embeddings or descriptors). Keys may be any hashable (dataset/label tuples or ad-hoc)."""
+    embeddings or descriptors); ``descriptors``: optional ``{smiles: (D,)}`` for a model with a
+    descriptor pair path (``desc (U, D)``). Keys may be any hashable (dataset/label tuples or
+    ad-hoc)."""
 
-    def __init__(self, mixtures: dict, features: dict[str, np.ndarray]):
+    def __init__(
+        self,
+        mixtures: dict,
+        features: dict[str, np.ndarray],
+        descriptors: dict[str, np.ndarray] | None = None,
+    ):
         self.keys = list(mixtures)
         self.pos = {k: i for i, k in enumerate(self.keys)}
         mols = sorted({s for comps in mixtures.values() for s in comps})
         self.mol_index = {s: i for i, s in enumerate(mols)}
         self.smiles = mols
         self.x = torch.as_tensor(np.stack([features[s] for s in mols]), dtype=torch.float32)
+        self.desc = (
+            torch.as_tensor(np.stack([descriptors[s] for s in mols]), dtype=torch.float32)
+            if descriptors is not None
+            else None
+        )
         self.comps = [
             torch.tensor([self.mol_index[s] for s in mixtures[k]], dtype=torch.long) for k in self.keys
         ]
@@ -194,7 +206,7 @@ def _pair_forward(model: MixScentNet, index: MixtureIndex, ka, kb, datasets):
     pa = torch.tensor([local[m] for m in ids_a])
     pb = torch.tensor([local[m] for m in ids_b])
     oh = dataset_onehot(datasets) if model.cfg.n_datasets else None
-    return model(index.x, comp, comp_batch, len(uniq), pa, pb, oh)
+    return model(index.x, comp, comp_batch, len(uniq), pa, pb, oh, index.desc)
 
 
 @torch.no_grad()

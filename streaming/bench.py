@@ -36,8 +36,12 @@ def _limit_threads() -> None:
     threadpool_limits(1)
 
 
-def run_trial(config: str, drift: str, seed: int, quick: bool = False, methods=METHODS, keep_curves: bool = False) -> tuple[list[dict], dict]:
-    """One stream, every method. Returns tidy rows and (if ``keep_curves``) per-sample errors."""
+def run_trial(
+    config: str, drift: str, seed: int, quick: bool = False, methods=METHODS, keep_curves: bool = False,
+    obs_frac: float | None = None,
+) -> tuple[list[dict], dict]:
+    """One stream, every method. Returns tidy rows and (if ``keep_curves``) per-sample errors.
+    ``obs_frac`` overrides the config's observed fraction (``OBS_FRAC``, else 0.4)."""
     from streaming.baselines import (
         Grouse,
         Petrels,
@@ -54,8 +58,8 @@ def run_trial(config: str, drift: str, seed: int, quick: bool = False, methods=M
     _limit_threads()
     n, r, K = STANDARD_CONFIGS[config]
     spe = (100 if quick else 200) * K
-    cfg = StreamConfig(n=n, r=r, K=K, obs_frac=OBS_FRAC.get(config, 0.4), drift=drift, epochs=4,
-                       samples_per_epoch=spe, seed=1000 + seed)
+    frac = obs_frac if obs_frac is not None else OBS_FRAC.get(config, 0.4)
+    cfg = StreamConfig(n=n, r=r, K=K, obs_frac=frac, drift=drift, epochs=4, samples_per_epoch=spe, seed=1000 + seed)
     stream = generate_stream(cfg)
     every = max(spe // 10, 1)
     rows, curves = [], {}
@@ -222,7 +226,7 @@ def plot_curves(curves: dict, title: str, path: Path, window: int = 100) -> None
 
 def run_bench(
     out: Path, seeds: int = 10, quick: bool = False, configs=None, drifts=None, workers: int = 1,
-    fashion: bool = True, large: bool = False,
+    fashion: bool = True, large: bool = False, obs_frac: float | None = None,
 ) -> dict:
     """Run the benchmark, print the table, write CSV/markdown/JSON and plots into ``out``."""
     from streaming.data import STANDARD_CONFIGS
@@ -231,7 +235,7 @@ def run_bench(
     out.mkdir(parents=True, exist_ok=True)
     configs = list(configs or STANDARD_CONFIGS)
     drifts = list(drifts or ("rotation", "abrupt"))
-    jobs = [(c, d, s, quick, METHODS, s == 0) for c in configs for d in drifts for s in range(seeds)]
+    jobs = [(c, d, s, quick, METHODS, s == 0, obs_frac) for c in configs for d in drifts for s in range(seeds)]
     t0 = time.perf_counter()
     if workers > 1:
         with ProcessPoolExecutor(workers) as ex:

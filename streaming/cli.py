@@ -121,7 +121,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
         throughput_bench(Path(a.out), configs=a.configs, samples=a.samples, repeats=a.repeats, large=a.large)
         return 0
     run_bench(Path(a.out), seeds=a.seeds, quick=a.quick, configs=a.configs, drifts=a.drifts,
-              workers=a.workers, fashion=not a.no_fashion, large=a.large)
+              workers=a.workers, fashion=not a.no_fashion, large=a.large, obs_frac=a.obs_frac)
     return 0
 
 
@@ -184,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--drifts", nargs="*", default=None)
     s.add_argument("--workers", type=int, default=1)
     s.add_argument("--no-fashion", action="store_true")
+    s.add_argument("--obs-frac", type=float, default=None,
+                   help="observed fraction of every config (default: 0.4, 0.5 for 25-5-5)")
     s.add_argument("--large", action="store_true", help="also run the (10000, 10, 20) memory-scaling config")
     s.add_argument("--throughput", action="store_true",
                    help="time per sample of MoSAIC vs GROUSE instead (table + throughput.csv/json)")

@@ -18,6 +18,7 @@ except ImportError:  # pragma: no cover - other NumPy layouts
     def _solve1(G: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.linalg.solve(G, b[..., None])[..., 0]
 
+_TINY_F = 1e-300
 RIDGE = 1e-10  # keeps the normal equations solvable when |Ω| <= r; negligible otherwise
 _EYE: dict[int, np.ndarray] = {}
 
@@ -132,6 +133,91 @@ def als_subspace(
         U_new[seen] = np.linalg.solve(A[seen], rhs[seen][..., None])[..., 0]
         U = orthonormalize(U_new)
     return U
+
+
+def soft_impute(
+    X0: np.ndarray, M: np.ndarray, lam: float, iters: int = 200, tol: float = 1e-4
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nuclear-norm regularised completion of a small masked matrix (Soft-Impute; Mazumder,
+    Hastie & Tibshirani 2010): minimises ``½||P_Ω(X - Z)||²_F + lam ||Z||_*`` by iterating
+    ``Z ← S_lam(P_Ω(X) + P_Ω⊥(Z))`` (``S_lam`` soft-thresholds the singular values).
+
+    ``X0 (N, n)`` zero-filled values, ``M (N, n)`` bool mask -> ``V (n, q)`` right singular vectors
+    of the completed ``Z`` with nonzero singular values, those values ``sv (q,)`` and ``Z (N, n)``.
+    Cost O(iters · N n min(N, n)); meant for buffers of tens of rows.
+    """
+    Z = np.zeros_like(X0)
+    norm_x = max(float(np.linalg.norm(X0)), 1e-300)
+    for _ in range(iters):
+        U, sv, Vt = np.linalg.svd(np.where(M, X0, Z), full_matrices=False)
+        sv = np.maximum(sv - lam, 0.0)
+        keep = sv > 0
+        Z_new = (U[:, keep] * sv[keep]) @ Vt[keep]
+        done = float(np.linalg.norm(Z_new - Z)) < tol * norm_x
+        Z = Z_new
+        if done:
+            break
+    return Vt[keep].T.copy(), sv[keep], Z
+
+
+def mppca_missing(
+    X0: np.ndarray, M: np.ndarray, L0: np.ndarray, v0: float, iters: int = 30, anneal: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mixture of probabilistic PCA with missing values by EM (Tipping & Bishop 1999; missing
+    entries as in Ilin & Raiko 2010): component ``k`` draws ``x = L_k a + e``, ``a ~ N(0, I_q)``,
+    ``e ~ N(0, v_k I)`` on the observed entries Ω.
+
+    ``X0 (N, n)`` zero-filled, ``M (N, n)`` bool, initial loadings ``L0 (K, n, q)``, initial noise
+    ``v0`` -> loadings ``L (K, n, q)``, noise ``v (K,)`` and responsibilities ``R (N, K)``. The
+    M-step uses the scores' posterior second moments ``μμᵀ + Σ`` (unlike ALS, a component fitted
+    to few samples does not fit their noise). ``anneal > 1`` divides the log-likelihoods by a
+    temperature that falls linearly from ``anneal`` to 1 over the first 70 % of the iterations
+    (deterministic annealing), which keeps early assignments soft. Cost O(iters · N K n q²).
+    """
+    Mf = M.astype(float)
+    L = np.array(L0, dtype=float, copy=True)
+    K, n, q = L.shape
+    N = X0.shape[0]
+    m = Mf.sum(1)
+    obs = max(float(m.sum()), 1.0)
+    floor = 1e-6 * float((X0 * X0).sum()) / obs
+    v = np.full(K, float(v0))
+    pi = np.full(K, 1.0 / K)
+    R = np.ones((N, K)) / K
+    eye = np.eye(q)
+    xx = (X0 * X0).sum(1)
+    for it in range(iters):
+        outer = np.einsum("kia,kib->ikab", L, L).reshape(n, K * q * q)
+        Gv = (Mf @ outer).reshape(N, K, q, q) + v[None, :, None, None] * eye  # L_Ωᵀ L_Ω + v I
+        b = np.einsum("ni,kia->nka", X0, L)
+        Ginv = np.linalg.inv(Gv)
+        mu = np.einsum("nkab,nkb->nka", Ginv, b)  # posterior mean of the scores
+        Sig = v[None, :, None, None] * Ginv  # posterior covariance
+        if K > 1:  # responsibilities from the marginal likelihood of x_Ω (Woodbury)
+            quad = (xx[:, None] - (b * mu).sum(-1)) / v[None]
+            logdet = (m[:, None] - q) * np.log(v)[None] + np.linalg.slogdet(Gv)[1]
+            ll = (-0.5 * (quad + logdet) + np.log(pi)[None]) / max(1.0, anneal - (anneal - 1.0) * it / (0.7 * iters))
+            R = np.exp(ll - ll.max(1, keepdims=True))
+            R /= R.sum(1, keepdims=True)
+            pi = np.maximum(R.mean(0), 1e-6)
+        Eaa = np.einsum("nka,nkb->nkab", mu, mu) + Sig
+        for k in range(K):  # the q×q contractions go through matmul (BLAS)
+            Mw = Mf * R[:, k : k + 1]
+            A = (Mw.T @ Eaa[:, k].reshape(N, q * q)).reshape(n, q, q) + 1e-8 * eye
+            L[k] = np.linalg.solve(A, ((X0 * R[:, k : k + 1]).T @ mu[:, k])[..., None])[..., 0]
+            quad_k = Sig[:, k].reshape(N, q * q) @ np.einsum("ia,ib->abi", L[k], L[k]).reshape(q * q, n)
+            resid = np.where(M, (X0 - mu[:, k] @ L[k].T) ** 2 + quad_k, 0.0).sum(1)
+            v[k] = max(float(R[:, k] @ resid) / max(float(R[:, k] @ m), _TINY_F), floor)
+    return L, v, R
+
+
+def ppca_missing(
+    X0: np.ndarray, M: np.ndarray, L0: np.ndarray, v0: float, iters: int = 30
+) -> tuple[np.ndarray, float]:
+    """Probabilistic PCA of masked samples (``mppca_missing`` with one component):
+    ``X0 (N, n)``, ``M (N, n)``, ``L0 (n, q)`` -> loadings ``L (n, q)`` and noise variance ``v``."""
+    L, v, _ = mppca_missing(X0, M, L0[None], v0, iters=iters)
+    return L[0], float(v[0])
 
 
 def grouse_step(

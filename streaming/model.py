@@ -20,8 +20,11 @@ Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``. For a sample ``x``
 4. **Change detection** (abrupt replacement of a subspace): a sample whose best score exceeds
    both ``novelty · (1 - r/m)`` (a fraction of what a random subspace leaves) and
    ``spike_factor ×`` the routed expert's running residual level is *novel*: it updates no
-   expert, its unobserved entries are predicted as 0 (abstention), and it goes to a buffer. Once the buffer holds ``reseed_min`` samples, a rank-r subspace
-   is fitted to it (ALS with trimming); when at least half the buffer fits it, it re-seeds the
+   expert and goes to a change buffer. Its unobserved entries come from a *provisional*
+   probabilistic fit of the buffer (the posterior mean: Soft-Impute directions while a rank-r
+   subspace is still under-determined by the buffer, then probabilistic PCA of rank r), or are
+   predicted as 0 (abstention) while the buffer is too small for any fit. Once the buffer holds
+   ``reseed_min`` samples, a rank-r subspace is fitted to it (ALS with trimming); when at least half the buffer fits it, it re-seeds the
    expert whose recent share of traffic fell most relative to its long-run share (experts
    re-seeded within the last window are protected).
 
@@ -51,7 +54,9 @@ from streaming.linalg import (
     fit_observed,
     grouse_step,
     orthonormalize,
+    ppca_missing,
     random_bases,
+    soft_impute,
 )
 
 _TINY = 1e-300
@@ -75,13 +80,16 @@ class MoSAICConfig:
     drift_factor: float = 4.0
     fit_shrink: float = 0.05  # relative ridge of the ALS fits to the change buffer (see als_subspace)
     provisional: bool = True  # complete novel samples with a growing-rank fit of the change buffer
-    provisional_growth: float = 0.2  # refit it when the buffer has grown by this fraction
-    provisional_rank: float = 1.0  # its rank: this × the identifiable m s / (n + s), at most r
-    provisional_accept: float = 0.9  # use it when its residual < this × what a random subspace leaves
+    provisional_growth: float = 0.05  # refit it when the buffer has grown by this fraction
+    provisional_rank: float = 1.0  # its rank: this × the rank the buffer identifies, at most r
+    provisional_accept: float = 0.9  # ("als" only) use it when its residual < this × a random subspace's
+    provisional_lambda: float = 0.1  # Soft-Impute threshold of the under-determined buffer, × rms(x_Ω) sqrt(m̄)
+    provisional_estimator: str = "posterior"  # or "als" (least-squares completion, shrunk and capped)
     pretrain_restarts: int = 6
     pretrain_passes: int = 2
     pretrain_iters: int = 30
     pretrain_spectral: bool = True
+    pretrain_em: bool = True  # second restart: annealed mixture-of-PPCA EM from the spectral seed
     seed: int = 0
 
     def validate(self) -> None:
@@ -91,6 +99,10 @@ class MoSAICConfig:
             raise InputError(f"n must be >= 2, got {self.n}")
         if not 1 <= self.r < self.n:
             raise InputError(f"rank r must satisfy 1 <= r < n, got r={self.r}, n={self.n}")
+        if self.provisional_lambda <= 0:
+            raise InputError(f"provisional_lambda must be > 0, got {self.provisional_lambda}")
+        if self.provisional_estimator not in ("posterior", "als"):
+            raise InputError(f"provisional_estimator must be 'posterior' or 'als', got {self.provisional_estimator!r}")
         if self.schedule not in ("sublinear", "constant"):
             raise InputError(f"schedule must be 'sublinear' or 'constant', got {self.schedule!r}")
         if not (0 < self.eta0 <= 1 and 0 <= self.eta_min <= self.eta0):
@@ -155,6 +167,8 @@ class MoSAIC:
         self._next_try = 0
         self._prov: np.ndarray | None = None  # provisional basis (n, q) fitted to the buffer
         self._prov_at = 0  # buffer length at its last fit
+        # probabilistic fit behind the provisional completion: (loadings (n, q), noise variance)
+        self._prov_post: tuple[np.ndarray, float] | None = None
         self._last_novel = -(10**12)  # sample count at the last novel sample
         self._reseeded_at = np.full(K, -(10**12), np.int64)
         self.reseeds: list[tuple[int, int]] = []  # (sample index, expert)
@@ -217,7 +231,7 @@ class MoSAIC:
         c = self.config
         result = k_subspaces_missing(
             X0, M, self.K, self.r, restarts=c.pretrain_restarts, online_passes=c.pretrain_passes,
-            iters=c.pretrain_iters, seed=c.seed, spectral=c.pretrain_spectral,
+            iters=c.pretrain_iters, seed=c.seed, spectral=c.pretrain_spectral, em=c.pretrain_em,
         )
         self.bases = result.bases.copy()
         for k in range(self.K):
@@ -348,24 +362,48 @@ class MoSAIC:
 
     def _provisional_fit(self, idx: np.ndarray, xo: np.ndarray, m: int) -> tuple[float, np.ndarray | None]:
         """Fit of a sample under the provisional basis ``(n, q)``: its residual relative to what a
-        random rank-q subspace leaves (``score / (1 - q/m)``), and a completion ``(n,)`` (0 on Ω)
-        when that is below ``provisional_accept`` (else None). The completion is shrunk towards 0
-        by the unexplained fraction, and capped: a fit to few samples can extrapolate wildly, so
-        it never predicts more energy per unobserved entry than twice the sample's per observed
-        entry."""
+        random rank-q subspace leaves (``score / (1 - q/m)``), and a completion ``(n,)`` (0 on Ω).
+
+        ``provisional_estimator="posterior"`` (default): the posterior mean under the fit of the
+        buffer (``_fold_in``), which shrinks what the buffer does not determine. ``"als"`` (the
+        previous estimator, kept for comparison): the least-squares completion shrunk by the
+        unexplained fraction, or None when ``rel >= provisional_accept``. Either is capped at
+        twice the sample's energy per observed entry: a fit to few samples can extrapolate."""
         U = self._prov
         q = U.shape[1]
         w, res = fit_observed(U[None], idx, xo, self.ridge)
         rel = float(res[0]) / max(float(xo @ xo), _TINY) / max(1.0 - q / m, _TINY)
-        if rel >= self.config.provisional_accept:
+        if self._prov_post is not None:
+            completion = self._fold_in(idx, xo)
+        elif rel >= self.config.provisional_accept:
             return rel, None
-        completion = (1.0 - rel) * (U @ w[0])
-        completion[idx] = 0.0
+        else:
+            completion = (1.0 - rel) * (U @ w[0])
+            completion[idx] = 0.0
         cap = 2.0 * float(xo @ xo) / m * (self.n - m)
         energy = float(completion @ completion)
         if energy > cap:
             completion *= math.sqrt(cap / energy)
         return rel, completion
+
+    def _fold_in(self, idx: np.ndarray, xo: np.ndarray) -> np.ndarray:
+        """Posterior-mean completion ``(n,)`` (0 on Ω) of a sample under the probabilistic fit of
+        the buffer: ``x = L a + e`` with ``a ~ N(0, I)``, loadings ``L (n, q)`` and ``e`` of the
+        buffer's unexplained variance ``v`` per entry."""
+        L, v = self._prov_post
+        Lo = L[idx]
+        a = np.linalg.solve(Lo.T @ Lo / v + np.eye(L.shape[1]), Lo.T @ xo / v)
+        completion = L @ a
+        completion[idx] = 0.0
+        return completion
+
+    def _identifiable_rank(self, B: int) -> int:
+        """Largest rank ``q <= r`` whose unknowns, ``q (n - q)`` for the subspace and ``B q`` for the
+        coefficients, the buffer's ``B m̄`` observations can pin down."""
+        q, m = 0, self._mean_m
+        while q < self.r and (q + 1) * (self.n - q - 1) + B * (q + 1) <= B * m:
+            q += 1
+        return q
 
     def _expire_buffer(self) -> None:
         """Forget buffered samples older than two windows: a change is re-acquired within one, so
@@ -384,24 +422,64 @@ class MoSAIC:
         return X0, M
 
     def _maybe_refit_provisional(self) -> None:
-        """Refit the provisional basis to the change buffer once it has grown by
-        ``provisional_growth``: ALS of rank ``q = min(r, ⌊provisional_rank · m̄ s / (n + s)⌋)`` for
-        ``s`` buffered samples (``m̄ s`` observations pin down about ``(n + s) q`` unknowns)."""
+        """Refit the provisional fit of the change buffer once it has grown by ``provisional_growth``.
+
+        With ``q = min(r, ⌊provisional_rank · q_id⌋)``, ``q_id`` the identifiable rank of the ``s``
+        buffered samples (``_identifiable_rank``): while a rank-r subspace is still
+        under-determined (``q_id < r``) the posterior comes from Soft-Impute of the buffer (its
+        directions, coefficient variances ``sv²/s`` and unexplained variance), which uses every
+        direction the data supports, shrunk; once it is determined, from probabilistic PCA of rank r
+        (EM, ``linalg.ppca_missing``, warm-started from the previous fit). The routing basis
+        ``_prov`` is a rank-q ALS fit started at the Soft-Impute directions, then the span of the
+        PPCA loadings."""
         c = self.config
         B = len(self._buffer)
         if not c.provisional or B == 0:
-            self._prov, self._prov_at = None, 0
+            self._prov, self._prov_post, self._prov_at = None, None, 0
             return
         if B < self._prov_at:  # the buffer was trimmed (re-seed or a failed try): start again
-            self._prov, self._prov_at = None, 0
+            self._prov, self._prov_post, self._prov_at = None, None, 0
         if self._prov is not None and B < (1.0 + c.provisional_growth) * self._prov_at:
             return
-        q = min(self.r, int(c.provisional_rank * self._mean_m * B / (self.n + B)))
+        q_id = self._identifiable_rank(B)
+        if c.provisional_estimator == "als":  # its rank: the q (n + s) <= m̄ s count of earlier versions
+            q_id = int(self._mean_m * B / (self.n + B))
+        q = min(self.r, int(c.provisional_rank * q_id))
         if q < 1:
             return
         X0, M = self._buffer_arrays()
-        self._prov = als_subspace(X0, M, q, iters=10, shrink=self.config.fit_shrink)
         self._prov_at = B
+        if c.provisional_estimator == "als":
+            self._prov = als_subspace(X0, M, q, iters=10, shrink=c.fit_shrink)
+            return
+        obs = max(int(M.sum()), 1)
+        energy = float((X0 * X0).sum()) / obs
+        # a fit to few samples also fits their noise: never trust an unexplained variance below
+        # what the other experts leave on their samples
+        floor = float(np.median(self.level)) * energy / max(1.0 - self.r / self._mean_m, _TINY)
+        if q_id < self.r or self._prov_post is None or self._prov_post[0].shape[1] != self.r:
+            V, sv, Z = soft_impute(X0, M, c.provisional_lambda * math.sqrt(energy * obs / B))
+            v_si = max(energy - float((Z * Z).mean()), floor, 1e-6 * energy)
+            L_si = V * (sv / math.sqrt(B))  # loadings of unit-variance scores
+        if q_id < self.r:
+            self._prov_post = (L_si, v_si) if sv.size else None
+            warm = V[:, :q] if V.shape[1] >= q else None
+            self._prov = als_subspace(X0, M, q, U0=warm, iters=10, shrink=c.fit_shrink)
+            return
+        if self._prov_post is not None and self._prov_post[0].shape[1] == self.r:
+            # warm start from the previous span, at the scale of the current buffer's energy
+            L0, v0, iters = self._prov * math.sqrt(self.n * energy / self.r), self._prov_post[1], 15
+        else:
+            L0 = np.zeros((self.n, self.r))
+            k = min(self.r, L_si.shape[1])
+            L0[:, :k] = L_si[:, :k]
+            if k < self.r:  # directions Soft-Impute shrank away start small and random
+                noise = np.random.default_rng(self.n_seen).standard_normal((self.n, self.r - k))
+                L0[:, k:] = 1e-3 * math.sqrt(energy) * noise
+            v0, iters = v_si, 30
+        L, v = ppca_missing(X0, M, L0, v0, iters=iters)
+        self._prov_post = (L, max(v, floor, 1e-6 * energy))
+        self._prov = orthonormalize(L)
 
     def _maybe_reseed(self) -> None:
         need = self.reseed_min()
@@ -494,11 +572,14 @@ class MoSAIC:
             tensors[f"buffer_val_{j}"] = torch.from_numpy(xo)
         if self._prov is not None:
             tensors["provisional"] = torch.from_numpy(np.ascontiguousarray(self._prov))
+        if self._prov_post is not None:
+            tensors["provisional_loadings"] = torch.from_numpy(np.ascontiguousarray(self._prov_post[0]))
         extra = {
             "n_seen": self.n_seen, "epoch": self.epoch, "mean_m": self._mean_m, "next_try": self._next_try,
             "buffer_len": len(self._buffer), "buffer_t": [t for _, _, t in self._buffer], "reseeds": self.reseeds, "pretrained": self.pretrained,
             "rng": self._rng.bit_generator.state, "ridge": self.ridge,
             "provisional_at": self._prov_at, "last_novel": self._last_novel,
+            "provisional_noise": None if self._prov_post is None else self._prov_post[1],
         }
         return save_checkpoint(path_dir, tensors, {"model": "MoSAIC", **asdict(self.config)}, extra)
 
@@ -527,6 +608,8 @@ class MoSAIC:
             model.ridge = float(extra["ridge"])
             model._prov = arr.get("provisional")
             model._prov_at = int(extra.get("provisional_at", 0))
+            if "provisional_loadings" in arr:
+                model._prov_post = (arr["provisional_loadings"], float(extra["provisional_noise"]))
             model._last_novel = int(extra.get("last_novel", -(10**12)))
             model._rng.bit_generator.state = extra["rng"]
         except (KeyError, TypeError, ValueError) as exc:

@@ -25,6 +25,12 @@ def test_cli_end_to_end(tmp_path, capsys):
                  "--out", str(tmp_path / "e.json")]) == 0
     res = json.loads((tmp_path / "e.json").read_text())
     assert {"cd", "fscore", "part_fscore", "coverage", "mmd", "1nna", "part_count_acc", "pen_gen"} <= set(res)
+    assert main(["train", "--data-dir", str(data), "--ae", str(ae), "--out", str(tmp_path / "run2"), "--steps", "1",
+                 "--max-parts", "40", "--d-model", "32", "--layers", "1", "--threads", "1", "--proportional",
+                 "--route-on-compressed", "--learned-comp-bias"]) == 0
+    assert main(["flow-loss", "--ckpt", str(tmp_path / "run2"), "--data-dir", str(data), "--out", str(tmp_path / "f.json")]) == 0
+    assert "held-out flow loss" in capsys.readouterr().out
+    assert json.loads((tmp_path / "f.json").read_text())["loss"] > 0
     # bad input: one-line error, exit 2, nothing written
     for argv, msg in [
         (["sample", "--ckpt", str(run), "--category", "sofa", "--out", str(tmp_path / "y.glb")], "unknown category"),
