@@ -35,7 +35,7 @@ from common.report import markdown_table  # noqa: E402
 from streaming.baselines import oracle_completion  # noqa: E402
 from streaming.data import STANDARD_CONFIGS, StreamConfig, generate_stream  # noqa: E402
 from streaming.evaluate import nrmse_unobserved  # noqa: E402
-from streaming.model import MoSAIC  # noqa: E402
+from streaming.model import MoSAIC, identifiable_rank  # noqa: E402
 from streaming.train import run_online  # noqa: E402
 
 CONFIGS = ("50-5-10", "100-10-10")
@@ -58,14 +58,6 @@ def _stream(config: str, s: int, obs_frac: float = 0.4):
 def _mosaic(stream, cfg, s: int, **overrides) -> np.ndarray:
     model = MoSAIC(cfg.n, cfg.r, cfg.K, seed=100 + s, **overrides).fit(stream.source_values)
     return run_online(model, stream.values, stream.epoch, snapshot_every=10**9, name="mosaic").completed
-
-
-def identifiable_rank(n: int, r: int, m: float, s: int) -> int:
-    """Largest ``q <= r`` with ``q (n - q) + s q <= s m``."""
-    q = 0
-    while q < r and (q + 1) * (n - q - 1) + s * (q + 1) <= s * m:
-        q += 1
-    return q
 
 
 def breakdown(config: str, obs_frac: float = 0.4) -> dict:

@@ -181,7 +181,7 @@ def heldout_flow_loss(pipe, ds, levels: tuple[float, ...] = FLOW_LEVELS, batch_s
     mean per part) at fixed noise levels ``s`` with fixed noise (``seed``), category and text kept.
     Returns ``{"loss": z + box, "z", "box", "z_by_level", "box_by_level", "levels", "n_shapes"}``."""
     from generation3d.text import shape_descriptions
-    from generation3d.train import collate, encode_parts
+    from generation3d.train import collate, encode_parts, flow_errors
 
     gen = pipe.gen.eval()
     ids = np.array([i for i in range(len(ds)) if ds.n_parts(i) <= gen.config.max_parts], dtype=np.int64)
@@ -195,15 +195,13 @@ def heldout_flow_loss(pipe, ds, levels: tuple[float, ...] = FLOW_LEVELS, batch_s
     n_parts = {s: 0.0 for s in levels}
     for start in range(0, len(ids), batch_size):
         batch = collate(ds, latents, ids[start : start + batch_size], pipe.stats, text)
-        z0, box0, valid = batch["z"], batch["box"], batch["valid"]
-        m = valid.float()
+        z0, box0 = batch["z"], batch["box"]
+        m = batch["valid"].float()
         for s in levels:
             ez, eb = torch.randn(z0.shape, generator=g), torch.randn(box0.shape, generator=g)
-            t = torch.full((len(z0),), 1000.0 * s)
-            vz, vb = gen((1 - s) * z0 + s * ez, (1 - s) * box0 + s * eb, t, batch["category"], batch["n_parts"], valid,
-                         batch["text"])
-            err["z", s] += float((((vz - (ez - z0)) ** 2).mean((2, 3)) * m).sum())
-            err["box", s] += float((((vb - (eb - box0)) ** 2).mean(2) * m).sum())
+            err_z, err_b = flow_errors(gen, batch, torch.full((len(z0),), s), ez, eb, batch["category"])
+            err["z", s] += float((err_z * m).sum())
+            err["box", s] += float((err_b * m).sum())
             n_parts[s] += float(m.sum())
     z_by = [err["z", s] / n_parts[s] for s in levels]
     box_by = [err["box", s] / n_parts[s] for s in levels]

@@ -104,6 +104,19 @@ def latent_stats(ds: PartDataset, latents: torch.Tensor) -> dict:
     }
 
 
+def flow_errors(
+    model: PartFlowTransformer, batch: dict, s: torch.Tensor, ez: torch.Tensor, eb: torch.Tensor,
+    cat: torch.Tensor, text_keep: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-part squared velocity errors ``(B, P)`` of latents and boxes at noise levels ``s (B,)``
+    with noise ``ez, eb``: ``x_s = (1 - s) x_0 + s eps`` and target ``eps - x_0`` (rectified flow)."""
+    z0, box0 = batch["z"], batch["box"]
+    zs = (1 - s[:, None, None, None]) * z0 + s[:, None, None, None] * ez
+    bs = (1 - s[:, None, None]) * box0 + s[:, None, None] * eb
+    vz, vb = model(zs, bs, s * 1000, cat, batch["n_parts"], batch["valid"], batch.get("text"), text_keep)
+    return ((vz - (ez - z0)) ** 2).mean((2, 3)), ((vb - (eb - box0)) ** 2).mean(2)
+
+
 def flow_matching_loss(model: PartFlowTransformer, batch: dict, gen: torch.Generator, null_prob: float = 0.1) -> torch.Tensor:
     """Rectified-flow loss ``|| v_theta(x_s, s) - (eps - x_0) ||^2`` over valid parts,
     ``x_s = (1 - s) x_0 + s eps``, ``s ~ logit-normal`` (as in SD3). Category and text are each
@@ -112,16 +125,12 @@ def flow_matching_loss(model: PartFlowTransformer, batch: dict, gen: torch.Gener
     b = z0.shape[0]
     s = torch.sigmoid(torch.randn(b, generator=gen))
     ez, eb = torch.randn(z0.shape, generator=gen), torch.randn(box0.shape, generator=gen)
-    zs = (1 - s[:, None, None, None]) * z0 + s[:, None, None, None] * ez
-    bs = (1 - s[:, None, None]) * box0 + s[:, None, None] * eb
     cat = batch["category"].clone()
     drop = torch.rand(b, generator=gen) < null_prob
     cat[drop] = model.config.n_categories
     text_keep = torch.rand(b, generator=gen) >= null_prob
-    vz, vb = model(zs, bs, s * 1000, cat, batch["n_parts"], valid, batch.get("text"), text_keep)
+    err_z, err_b = flow_errors(model, batch, s, ez, eb, cat, text_keep)
     m = valid.float()
-    err_z = ((vz - (ez - z0)) ** 2).mean((2, 3))
-    err_b = ((vb - (eb - box0)) ** 2).mean(2)
     return ((err_z + err_b) * m).sum() / m.sum()
 
 

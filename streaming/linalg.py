@@ -147,7 +147,7 @@ def soft_impute(
     Cost O(iters · N n min(N, n)); meant for buffers of tens of rows.
     """
     Z = np.zeros_like(X0)
-    norm_x = max(float(np.linalg.norm(X0)), 1e-300)
+    norm_x = max(float(np.linalg.norm(X0)), _TINY_F)
     for _ in range(iters):
         U, sv, Vt = np.linalg.svd(np.where(M, X0, Z), full_matrices=False)
         sv = np.maximum(sv - lam, 0.0)

@@ -139,6 +139,15 @@ def as_observed(x: np.ndarray, mask: np.ndarray | None, n: int) -> tuple[np.ndar
     return np.where(M, x, 0.0), M
 
 
+def identifiable_rank(n: int, r: int, m: float, s: int) -> int:
+    """Largest rank ``q <= r`` whose unknowns, ``q (n - q)`` for an ``(n, q)`` subspace and ``s q``
+    for the coefficients, ``s`` samples of ``m`` observed entries each can pin down."""
+    q = 0
+    while q < r and (q + 1) * (n - q - 1) + s * (q + 1) <= s * m:
+        q += 1
+    return q
+
+
 class MoSAIC:
     """Mixture of subspace experts (see the module docstring for the algorithm).
 
@@ -397,14 +406,6 @@ class MoSAIC:
         completion[idx] = 0.0
         return completion
 
-    def _identifiable_rank(self, B: int) -> int:
-        """Largest rank ``q <= r`` whose unknowns, ``q (n - q)`` for the subspace and ``B q`` for the
-        coefficients, the buffer's ``B m̄`` observations can pin down."""
-        q, m = 0, self._mean_m
-        while q < self.r and (q + 1) * (self.n - q - 1) + B * (q + 1) <= B * m:
-            q += 1
-        return q
-
     def _expire_buffer(self) -> None:
         """Forget buffered samples older than two windows: a change is re-acquired within one, so
         older novel samples are outliers or a change already handled, and would bias the fits."""
@@ -425,7 +426,7 @@ class MoSAIC:
         """Refit the provisional fit of the change buffer once it has grown by ``provisional_growth``.
 
         With ``q = min(r, ⌊provisional_rank · q_id⌋)``, ``q_id`` the identifiable rank of the ``s``
-        buffered samples (``_identifiable_rank``): while a rank-r subspace is still
+        buffered samples (``identifiable_rank``): while a rank-r subspace is still
         under-determined (``q_id < r``) the posterior comes from Soft-Impute of the buffer (its
         directions, coefficient variances ``sv²/s`` and unexplained variance), which uses every
         direction the data supports, shrunk; once it is determined, from probabilistic PCA of rank r
@@ -441,9 +442,10 @@ class MoSAIC:
             self._prov, self._prov_post, self._prov_at = None, None, 0
         if self._prov is not None and B < (1.0 + c.provisional_growth) * self._prov_at:
             return
-        q_id = self._identifiable_rank(B)
         if c.provisional_estimator == "als":  # its rank: the q (n + s) <= m̄ s count of earlier versions
             q_id = int(self._mean_m * B / (self.n + B))
+        else:
+            q_id = identifiable_rank(self.n, self.r, self._mean_m, B)
         q = min(self.r, int(c.provisional_rank * q_id))
         if q < 1:
             return
@@ -457,19 +459,19 @@ class MoSAIC:
         # a fit to few samples also fits their noise: never trust an unexplained variance below
         # what the other experts leave on their samples
         floor = float(np.median(self.level)) * energy / max(1.0 - self.r / self._mean_m, _TINY)
-        if q_id < self.r or self._prov_post is None or self._prov_post[0].shape[1] != self.r:
-            V, sv, Z = soft_impute(X0, M, c.provisional_lambda * math.sqrt(energy * obs / B))
-            v_si = max(energy - float((Z * Z).mean()), floor, 1e-6 * energy)
-            L_si = V * (sv / math.sqrt(B))  # loadings of unit-variance scores
-        if q_id < self.r:
-            self._prov_post = (L_si, v_si) if sv.size else None
-            warm = V[:, :q] if V.shape[1] >= q else None
-            self._prov = als_subspace(X0, M, q, U0=warm, iters=10, shrink=c.fit_shrink)
-            return
-        if self._prov_post is not None and self._prov_post[0].shape[1] == self.r:
+        warm_ppca = q_id >= self.r and self._prov_post is not None and self._prov_post[0].shape[1] == self.r
+        if warm_ppca:
             # warm start from the previous span, at the scale of the current buffer's energy
             L0, v0, iters = self._prov * math.sqrt(self.n * energy / self.r), self._prov_post[1], 15
         else:
+            V, sv, Z = soft_impute(X0, M, c.provisional_lambda * math.sqrt(energy * obs / B))
+            v_si = max(energy - float((Z * Z).mean()), floor, 1e-6 * energy)
+            L_si = V * (sv / math.sqrt(B))  # loadings of unit-variance scores
+            if q_id < self.r:
+                self._prov_post = (L_si, v_si) if sv.size else None
+                warm = V[:, :q] if V.shape[1] >= q else None
+                self._prov = als_subspace(X0, M, q, U0=warm, iters=10, shrink=c.fit_shrink)
+                return
             L0 = np.zeros((self.n, self.r))
             k = min(self.r, L_si.shape[1])
             L0[:, :k] = L_si[:, :k]

@@ -199,9 +199,11 @@ def k_subspaces_missing(
 
     ``X0 (S, n)`` zero-filled samples, ``M (S, n)`` bool mask. The first restart is seeded by
     spectral clustering of co-observed affinities (``spectral_seed``, when ``spectral``); the
-    second (when ``em`` and the first is not clean) by annealed mixture-of-PPCA EM started at
-    that spectral seed (``mppca_seed``); the others by random orthonormal bases ->
-    ``online_passes`` k-GROUSE passes in a random order.
+    later ones (when ``em`` and the first is not clean) by annealed mixture-of-PPCA EM
+    (``mppca_seed``) started at that spectral seed (second restart), then alternately at the best
+    solution so far (it keeps improving a partly separated one) and at a fresh spectral seed
+    (another k-means draw). Without ``spectral`` or ``em``, restarts start from random
+    orthonormal bases -> ``online_passes`` k-GROUSE passes in a random order.
     Each is then refined by batch k-subspaces (hard assignment + per-cluster ALS). The restart with the lowest total normalised residual wins.
     """
     S, n = X0.shape
@@ -215,9 +217,13 @@ def k_subspaces_missing(
         if rs == 0 and spectral:
             U = spectral_U = spectral_seed(X0, M, K, r, rng)
         elif em and spectral_U is not None:
-            # EM alternately from the best solution so far (it keeps improving a partly separated
-            # one) and from a fresh spectral seed (another k-means draw)
-            U = mppca_seed(spectral_U if rs == 1 else best.bases if rs % 2 == 0 else spectral_seed(X0, M, K, r, rng), X0, M, rng)
+            if rs == 1:
+                start = spectral_U
+            elif rs % 2 == 0:
+                start = best.bases
+            else:
+                start = spectral_seed(X0, M, K, r, rng)
+            U = mppca_seed(start, X0, M, rng)
         else:
             U = random_bases(rng, K, n, r)
             if online_passes > 0:

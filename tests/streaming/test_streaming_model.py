@@ -249,7 +249,9 @@ def _replaced_class_error(cfg, **overrides):
     s = generate_stream(cfg)
     m = MoSAIC(cfg.n, cfg.r, cfg.K, pretrain_restarts=2, seed=0, **overrides).fit(s.source_values)
     completed, _ = m.process(s.values, epoch=s.epoch)
-    k = int(np.flatnonzero([not np.allclose(s.bases[1, j], s.bases[0, j]) for j in range(cfg.K)])[0])
+    from streaming.evaluate import changed_classes
+
+    k = int(changed_classes(s.bases, 1)[0])
     idx = np.flatnonzero((s.epoch == 1) & (s.labels == k))[:40]
     unobs = np.isnan(s.values[idx])
     err = np.where(unobs, completed[idx] - s.full[idx], 0.0)
