@@ -41,6 +41,7 @@ from streaming.train import run_online  # noqa: E402
 CONFIGS = ("50-5-10", "100-10-10")
 VARIANTS = {
     "default": {},
+    "posterior at every m/r": {"provisional_estimator": "posterior"},
     "previous estimator (ALS, growth 0.2)": {"provisional_estimator": "als", "provisional_growth": 0.2},
     "provisional_growth 0.2": {"provisional_growth": 0.2},
     "provisional_lambda 0.05": {"provisional_lambda": 0.05},

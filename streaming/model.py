@@ -22,7 +22,8 @@ Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``. For a sample ``x``
    ``spike_factor ×`` the routed expert's running residual level is *novel*: it updates no
    expert and goes to a change buffer. Its unobserved entries come from a *provisional*
    probabilistic fit of the buffer (the posterior mean: Soft-Impute directions while a rank-r
-   subspace is still under-determined by the buffer, then probabilistic PCA of rank r), or are
+   subspace is still under-determined by the buffer, then probabilistic PCA of rank r; where the
+   mean observed count is below 2.25 r, a shrunk rank-q least-squares fit instead), or are
    predicted as 0 (abstention) while the buffer is too small for any fit. Once the buffer holds
    ``reseed_min`` samples, a rank-r subspace is fitted to it (ALS with trimming); when at least half the buffer fits it, it re-seeds the
    expert whose recent share of traffic fell most relative to its long-run share (experts
@@ -60,6 +61,7 @@ from streaming.linalg import (
 )
 
 _TINY = 1e-300
+ROUTED_CAP = 10.0  # energy cap of a routed expert's completion (see ``cap_completion``)
 
 
 @dataclass
@@ -80,11 +82,13 @@ class MoSAICConfig:
     drift_factor: float = 4.0
     fit_shrink: float = 0.05  # relative ridge of the ALS fits to the change buffer (see als_subspace)
     provisional: bool = True  # complete novel samples with a growing-rank fit of the change buffer
-    provisional_growth: float = 0.05  # refit it when the buffer has grown by this fraction
+    provisional_growth: float = 0.0  # refit it when the buffer has grown by this fraction (0 = auto: 0.05 posterior, 0.2 als)
     provisional_rank: float = 1.0  # its rank: this × the rank the buffer identifies, at most r
     provisional_accept: float = 0.9  # ("als" only) use it when its residual < this × a random subspace's
     provisional_lambda: float = 0.1  # Soft-Impute threshold of the under-determined buffer, × rms(x_Ω) sqrt(m̄)
-    provisional_estimator: str = "posterior"  # or "als" (least-squares completion, shrunk and capped)
+    provisional_estimator: str = "auto"  # "posterior", "als" (least-squares completion, shrunk and capped) or
+    # "auto": posterior when the mean observed count m̄ >= provisional_min_ratio × r, else als
+    provisional_min_ratio: float = 2.25
     pretrain_restarts: int = 6
     pretrain_passes: int = 2
     pretrain_iters: int = 30
@@ -101,8 +105,11 @@ class MoSAICConfig:
             raise InputError(f"rank r must satisfy 1 <= r < n, got r={self.r}, n={self.n}")
         if self.provisional_lambda <= 0:
             raise InputError(f"provisional_lambda must be > 0, got {self.provisional_lambda}")
-        if self.provisional_estimator not in ("posterior", "als"):
-            raise InputError(f"provisional_estimator must be 'posterior' or 'als', got {self.provisional_estimator!r}")
+        if self.provisional_estimator not in ("auto", "posterior", "als"):
+            raise InputError(
+                f"provisional_estimator must be 'auto', 'posterior' or 'als', got {self.provisional_estimator!r}")
+        if self.provisional_growth < 0:
+            raise InputError(f"provisional_growth must be >= 0 (0 = auto), got {self.provisional_growth}")
         if self.schedule not in ("sublinear", "constant"):
             raise InputError(f"schedule must be 'sublinear' or 'constant', got {self.schedule!r}")
         if not (0 < self.eta0 <= 1 and 0 <= self.eta_min <= self.eta0):
@@ -148,6 +155,20 @@ def identifiable_rank(n: int, r: int, m: float, s: int) -> int:
     return q
 
 
+def cap_completion(completion: np.ndarray, xo: np.ndarray, n: int, factor: float, typical: float = 0.0) -> np.ndarray:
+    """Scale the unobserved part of ``completion (n,)`` (0 on Ω, modified in place and returned)
+    down to at most ``factor`` × the energy that ``n - m`` entries would have at the larger of
+    the ``m`` observed values' mean square and ``typical`` (a running per-entry energy). A fit
+    through an ill-conditioned ``U_Ω`` (few observations, or an expert that is wrong for the
+    sample) can extrapolate to hundreds of times the sample's energy."""
+    m = xo.size
+    cap = factor * max(float(xo @ xo) / m, typical) * (n - m)
+    energy = float(completion @ completion)
+    if energy > cap:
+        completion *= math.sqrt(cap / energy)
+    return completion
+
+
 class MoSAIC:
     """Mixture of subspace experts (see the module docstring for the algorithm).
 
@@ -171,6 +192,7 @@ class MoSAIC:
         self.n_seen = 0
         self.epoch = 0
         self._mean_m = float(n)
+        self._entry_energy = 0.0  # running mean square of an observed entry (the completion cap)
         self._last_update = np.zeros(K, np.int64)  # sample count at each expert's last update
         self._buffer: list[tuple[np.ndarray, np.ndarray, int]] = []  # (idx, values, arrival count)
         self._next_try = 0
@@ -251,6 +273,7 @@ class MoSAIC:
             self.long_counts[k] = s.size
         self.mature[:] = True
         self._mean_m = float(M.sum(1).mean())
+        self._entry_energy = float((X0 * X0).sum() / max(int(M.sum()), 1))
         # Wiener / MAP ridge for x = U w + ε: λ = σ̂² / var(w), with the noise variance per entry
         # estimated from the residuals (dof m - r) and var(w) from the fitted coefficients;
         # λ = 0 (up to RIDGE) for noise-free data, so exact recovery stays exact.
@@ -324,10 +347,16 @@ class MoSAIC:
         c = self.config
         p = self.bases[k] @ w[k]
         completion = p.copy()
+        completion[idx] = 0.0
+        # against the larger of the sample's own and the running entry energy, and 10× (not the
+        # 2× of the provisional fits): a correct fit's unobserved part can carry far more energy
+        # than its observed part at small n (the noiseless exact-recovery test has 4.3×)
+        completion = cap_completion(completion, xo, self.n, ROUTED_CAP, self._entry_energy)
         completion[idx] = xo
         m = idx.size
         self.n_seen += 1
         self._mean_m += (m - self._mean_m) * 0.01
+        self._entry_energy += (float(xo @ xo) / m - self._entry_energy) * 0.01
         if m <= self.r:  # the fit is exact whatever the subspace: nothing to learn
             return completion
         s = float(score[k])
@@ -373,9 +402,9 @@ class MoSAIC:
         """Fit of a sample under the provisional basis ``(n, q)``: its residual relative to what a
         random rank-q subspace leaves (``score / (1 - q/m)``), and a completion ``(n,)`` (0 on Ω).
 
-        ``provisional_estimator="posterior"`` (default): the posterior mean under the fit of the
-        buffer (``_fold_in``), which shrinks what the buffer does not determine. ``"als"`` (the
-        previous estimator, kept for comparison): the least-squares completion shrunk by the
+        ``"posterior"`` (what ``"auto"`` uses where m̄ >= 2.25 r): the posterior mean under the fit
+        of the buffer (``_fold_in``), which shrinks what the buffer does not determine. ``"als"``
+        (the previous estimator; ``"auto"`` below 2.25 r): the least-squares completion shrunk by the
         unexplained fraction, or None when ``rel >= provisional_accept``. Either is capped at
         twice the sample's energy per observed entry: a fit to few samples can extrapolate."""
         U = self._prov
@@ -389,11 +418,7 @@ class MoSAIC:
         else:
             completion = (1.0 - rel) * (U @ w[0])
             completion[idx] = 0.0
-        cap = 2.0 * float(xo @ xo) / m * (self.n - m)
-        energy = float(completion @ completion)
-        if energy > cap:
-            completion *= math.sqrt(cap / energy)
-        return rel, completion
+        return rel, cap_completion(completion, xo, self.n, 2.0)
 
     def _fold_in(self, idx: np.ndarray, xo: np.ndarray) -> np.ndarray:
         """Posterior-mean completion ``(n,)`` (0 on Ω) of a sample under the probabilistic fit of
@@ -422,6 +447,16 @@ class MoSAIC:
             M[j, idx] = True
         return X0, M
 
+    def provisional_estimator(self) -> str:
+        """The provisional estimator in use: ``config.provisional_estimator``, with ``"auto"``
+        resolved by the running mean observed count ``m̄``. The posterior (Soft-Impute, then rank-r
+        PPCA) needs observations to spare beyond the rank: with ``m̄ < 2.25 r`` (e.g. (100,25,5) at
+        40 %, m̄/r = 1.6) it was both worse and ~10× slower than ALS on the tuning seeds."""
+        c = self.config
+        if c.provisional_estimator != "auto":
+            return c.provisional_estimator
+        return "posterior" if self._mean_m >= c.provisional_min_ratio * self.r else "als"
+
     def _maybe_refit_provisional(self) -> None:
         """Refit the provisional fit of the change buffer once it has grown by ``provisional_growth``.
 
@@ -440,9 +475,11 @@ class MoSAIC:
             return
         if B < self._prov_at:  # the buffer was trimmed (re-seed or a failed try): start again
             self._prov, self._prov_post, self._prov_at = None, None, 0
-        if self._prov is not None and B < (1.0 + c.provisional_growth) * self._prov_at:
+        estimator = self.provisional_estimator()
+        growth = c.provisional_growth or (0.2 if estimator == "als" else 0.05)
+        if self._prov is not None and B < (1.0 + growth) * self._prov_at:
             return
-        if c.provisional_estimator == "als":  # its rank: the q (n + s) <= m̄ s count of earlier versions
+        if estimator == "als":  # its rank: the q (n + s) <= m̄ s count of earlier versions
             q_id = int(self._mean_m * B / (self.n + B))
         else:
             q_id = identifiable_rank(self.n, self.r, self._mean_m, B)
@@ -451,8 +488,8 @@ class MoSAIC:
             return
         X0, M = self._buffer_arrays()
         self._prov_at = B
-        if c.provisional_estimator == "als":
-            self._prov = als_subspace(X0, M, q, iters=10, shrink=c.fit_shrink)
+        if estimator == "als":
+            self._prov, self._prov_post = als_subspace(X0, M, q, iters=10, shrink=c.fit_shrink), None
             return
         obs = max(int(M.sum()), 1)
         energy = float((X0 * X0).sum()) / obs
@@ -553,7 +590,9 @@ class MoSAIC:
         W, res = batch_fit(self.bases, X0, M, ridge=self.ridge)
         score = res / np.maximum((X0 * X0).sum(1), _TINY)[:, None]
         k = route_by_score(torch.from_numpy(score)).indices[:, 0].numpy()
-        est = np.einsum("bnr,br->bn", self.bases[k], W[np.arange(len(k)), k])
+        est = np.where(M, 0.0, np.einsum("bnr,br->bn", self.bases[k], W[np.arange(len(k)), k]))
+        for b in range(len(est)):
+            cap_completion(est[b], X0[b, M[b]], self.n, ROUTED_CAP, self._entry_energy)
         return np.where(M, X0, est)
 
     def subspaces(self) -> np.ndarray:
@@ -577,7 +616,7 @@ class MoSAIC:
         if self._prov_post is not None:
             tensors["provisional_loadings"] = torch.from_numpy(np.ascontiguousarray(self._prov_post[0]))
         extra = {
-            "n_seen": self.n_seen, "epoch": self.epoch, "mean_m": self._mean_m, "next_try": self._next_try,
+            "n_seen": self.n_seen, "epoch": self.epoch, "mean_m": self._mean_m, "entry_energy": self._entry_energy, "next_try": self._next_try,
             "buffer_len": len(self._buffer), "buffer_t": [t for _, _, t in self._buffer], "reseeds": self.reseeds, "pretrained": self.pretrained,
             "rng": self._rng.bit_generator.state, "ridge": self.ridge,
             "provisional_at": self._prov_at, "last_novel": self._last_novel,
@@ -605,6 +644,7 @@ class MoSAIC:
                              for j in range(extra["buffer_len"])]
             model.n_seen, model.epoch = int(extra["n_seen"]), int(extra["epoch"])
             model._mean_m, model._next_try = float(extra["mean_m"]), int(extra["next_try"])
+            model._entry_energy = float(extra.get("entry_energy", 0.0))  # older checkpoints: no floor
             model.reseeds = [tuple(x) for x in extra["reseeds"]]
             model.pretrained = bool(extra["pretrained"])
             model.ridge = float(extra["ridge"])

@@ -270,3 +270,42 @@ def test_posterior_provisional_completion_beats_abstaining_and_the_least_squares
             errs[est].append(_replaced_class_error(cfg, provisional_estimator=est))
     assert max(errs["posterior"]) < 0.9  # abstaining gives 1
     assert np.mean(errs["posterior"]) < np.mean(errs["als"])
+
+
+def test_auto_provisional_estimator_follows_the_observed_count_per_rank():
+    # m̄ = 40 of n = 100: rank 10 leaves observations to spare (posterior), rank 25 does not (ALS)
+    for r, expected in ((10, "posterior"), (25, "als")):
+        m = MoSAIC(100, r, 2, seed=0)
+        m._mean_m = 40.0
+        assert m.provisional_estimator() == expected
+        assert MoSAIC(100, r, 2, provisional_estimator="als").provisional_estimator() == "als"
+    with pytest.raises(InputError, match="provisional_estimator"):
+        MoSAIC(10, 2, 2, provisional_estimator="ppca")
+    with pytest.raises(InputError, match="provisional_growth"):
+        MoSAIC(10, 2, 2, provisional_growth=-1.0)
+
+
+def test_an_ill_conditioned_routed_fit_cannot_blow_up_the_completion():
+    from streaming.model import ROUTED_CAP, cap_completion
+
+    n, r = 20, 2
+    obs = np.arange(6)
+    U = np.zeros((n, r))
+    U[obs, 0], U[obs, 1] = 1e-3, np.linspace(-1e-3, 1e-3, obs.size)  # U_Ω nearly zero
+    U[10, 0], U[11, 1] = 1.0, 1.0
+    model = MoSAIC(n, r, 1, seed=0, detect=False)
+    model.bases[0] = orthonormalize(U)
+    x = np.full(n, np.nan)
+    x[obs] = np.linspace(0.5, 1.5, obs.size)
+    model._entry_energy = 0.01  # below the sample's own mean square: the cap follows the sample
+    budget = ROUTED_CAP * float(np.nansum(x**2)) / obs.size * (n - obs.size)
+    uncapped = model.bases[0] @ fit_observed(model.bases[:1], obs, x[obs], model.ridge)[0][0]
+    assert float((np.delete(uncapped, obs) ** 2).sum()) > 100 * budget  # the fit extrapolates
+    done = model.complete(x[None])[0]
+    streamed, _ = model.process(x[None])
+    for c in (done, streamed[0]):
+        np.testing.assert_array_equal(c[obs], x[obs])
+        assert float((np.delete(c, obs) ** 2).sum()) == pytest.approx(budget, rel=1e-9)
+    np.testing.assert_allclose(done, streamed[0], rtol=1e-12)
+    small = np.array([0.0, 0.1, 0.0])
+    np.testing.assert_array_equal(cap_completion(small.copy(), np.array([1.0]), 3, 4.0), small)  # under the cap: unchanged
