@@ -46,6 +46,7 @@ VARIANTS = {
     "provisional_growth 0.2": {"provisional_growth": 0.2},
     "provisional_lambda 0.05": {"provisional_lambda": 0.05},
     "provisional_lambda 0.2": {"provisional_lambda": 0.2},
+    "no completion cap": {"completion_cap": 0.0},
 }
 POSITIONS = ((0, 10), (10, 20), (20, 40), (40, 80), (80, None))
 

@@ -61,7 +61,6 @@ from streaming.linalg import (
 )
 
 _TINY = 1e-300
-ROUTED_CAP = 10.0  # energy cap of a routed expert's completion (see ``cap_completion``)
 
 
 @dataclass
@@ -89,6 +88,7 @@ class MoSAICConfig:
     provisional_estimator: str = "auto"  # "posterior", "als" (least-squares completion, shrunk and capped) or
     # "auto": posterior when the mean observed count m̄ >= provisional_min_ratio × r, else als
     provisional_min_ratio: float = 2.25
+    completion_cap: float = 10.0  # energy cap of a routed expert's completion (``cap_completion``); 0 = off
     pretrain_restarts: int = 6
     pretrain_passes: int = 2
     pretrain_iters: int = 30
@@ -108,6 +108,8 @@ class MoSAICConfig:
         if self.provisional_estimator not in ("auto", "posterior", "als"):
             raise InputError(
                 f"provisional_estimator must be 'auto', 'posterior' or 'als', got {self.provisional_estimator!r}")
+        if self.completion_cap < 0:
+            raise InputError(f"completion_cap must be >= 0 (0 = off), got {self.completion_cap}")
         if self.provisional_growth < 0:
             raise InputError(f"provisional_growth must be >= 0 (0 = auto), got {self.provisional_growth}")
         if self.schedule not in ("sublinear", "constant"):
@@ -347,11 +349,12 @@ class MoSAIC:
         c = self.config
         p = self.bases[k] @ w[k]
         completion = p.copy()
-        completion[idx] = 0.0
-        # against the larger of the sample's own and the running entry energy, and 10× (not the
-        # 2× of the provisional fits): a correct fit's unobserved part can carry far more energy
-        # than its observed part at small n (the noiseless exact-recovery test has 4.3×)
-        completion = cap_completion(completion, xo, self.n, ROUTED_CAP, self._entry_energy)
+        if c.completion_cap:
+            # against the larger of the sample's own and the running entry energy, and 10× (not
+            # the 2× of the provisional fits): a correct fit's unobserved part can carry far more
+            # energy than its observed part at small n (the noiseless exact-recovery test has 4.3×)
+            completion[idx] = 0.0
+            cap_completion(completion, xo, self.n, c.completion_cap, self._entry_energy)
         completion[idx] = xo
         m = idx.size
         self.n_seen += 1
@@ -591,8 +594,8 @@ class MoSAIC:
         score = res / np.maximum((X0 * X0).sum(1), _TINY)[:, None]
         k = route_by_score(torch.from_numpy(score)).indices[:, 0].numpy()
         est = np.where(M, 0.0, np.einsum("bnr,br->bn", self.bases[k], W[np.arange(len(k)), k]))
-        for b in range(len(est)):
-            cap_completion(est[b], X0[b, M[b]], self.n, ROUTED_CAP, self._entry_energy)
+        for b in range(len(est) if self.config.completion_cap else 0):
+            cap_completion(est[b], X0[b, M[b]], self.n, self.config.completion_cap, self._entry_energy)
         return np.where(M, X0, est)
 
     def subspaces(self) -> np.ndarray:

@@ -286,7 +286,7 @@ def test_auto_provisional_estimator_follows_the_observed_count_per_rank():
 
 
 def test_an_ill_conditioned_routed_fit_cannot_blow_up_the_completion():
-    from streaming.model import ROUTED_CAP, cap_completion
+    from streaming.model import cap_completion
 
     n, r = 20, 2
     obs = np.arange(6)
@@ -298,7 +298,7 @@ def test_an_ill_conditioned_routed_fit_cannot_blow_up_the_completion():
     x = np.full(n, np.nan)
     x[obs] = np.linspace(0.5, 1.5, obs.size)
     model._entry_energy = 0.01  # below the sample's own mean square: the cap follows the sample
-    budget = ROUTED_CAP * float(np.nansum(x**2)) / obs.size * (n - obs.size)
+    budget = model.config.completion_cap * float(np.nansum(x**2)) / obs.size * (n - obs.size)
     uncapped = model.bases[0] @ fit_observed(model.bases[:1], obs, x[obs], model.ridge)[0][0]
     assert float((np.delete(uncapped, obs) ** 2).sum()) > 100 * budget  # the fit extrapolates
     done = model.complete(x[None])[0]
@@ -307,5 +307,9 @@ def test_an_ill_conditioned_routed_fit_cannot_blow_up_the_completion():
         np.testing.assert_array_equal(c[obs], x[obs])
         assert float((np.delete(c, obs) ** 2).sum()) == pytest.approx(budget, rel=1e-9)
     np.testing.assert_allclose(done, streamed[0], rtol=1e-12)
+    model.config.completion_cap = 0.0  # off: the extrapolated fit comes through
+    np.testing.assert_allclose(np.delete(model.complete(x[None])[0], obs), np.delete(uncapped, obs), rtol=1e-12)
+    with pytest.raises(InputError, match="completion_cap"):
+        MoSAIC(10, 2, 2, completion_cap=-1.0)
     small = np.array([0.0, 0.1, 0.0])
     np.testing.assert_array_equal(cap_completion(small.copy(), np.array([1.0]), 3, 4.0), small)  # under the cap: unchanged
