@@ -25,6 +25,11 @@ The router's top-k choice is not differentiable; in training the selected compon
 multiplied by ``g / stopgrad(g)`` with ``g = sigmoid(s)``: the forward value is exactly 1, and the
 gradient tells the router which selected components the output depends on (straight-through).
 
+Training recipe (DeepSeek-V3.2 sparse attention; the MoCA default, see ``MoCAAttention``): a dense
+warm-up with k = P (``full_attention``) and a router distillation loss towards the part-level
+attention mass of full attention (``component_attention_mass``, ``router_distill_target``,
+``router_kl``).
+
 Three opt-in variants (ablations; none improved held-out quality, see the README):
 ``proportional`` adds ``log(T/C)`` to the compressed keys' logits (ToMe's proportional attention:
 C keys then carry the mass of T equal keys); ``learned_comp_bias`` adds a learned per-head logit
@@ -146,12 +151,8 @@ class ComponentAttention(nn.Module):
         q = F.linear(x, w[:d], bias[:d]) if queries else None
         return q, F.linear(x, w[d : 2 * d], bias[d : 2 * d]), F.linear(x, w[2 * d :], bias[2 * d :])
 
-
-
-class FullAttention(ComponentAttention):
-    """Global attention over all P*T tokens (fused SDPA); the reference and the main baseline."""
-
-    def forward(self, x: Tensor, boxes: Tensor | None = None, valid: Tensor | None = None) -> Tensor:
+    def full_attention(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
+        """Global attention of this layer over all P*T tokens (fused SDPA), ``(B, P, T, d)``."""
         b, p, t, d = x.shape
         q, k, v = (rearrange(z, "b n (h e) -> b h n e", h=self.n_heads) for z in self.project(x.reshape(b, p * t, d)))
         mask = None
@@ -159,6 +160,13 @@ class FullAttention(ComponentAttention):
             mask = valid.repeat_interleave(t, dim=1)[:, None, None, :]  # (B, 1, 1, P*T)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.out(rearrange(o, "b h (p t) e -> b p t (h e)", p=p))
+
+
+class FullAttention(ComponentAttention):
+    """Global attention over all P*T tokens (fused SDPA); the reference and the main baseline."""
+
+    def forward(self, x: Tensor, boxes: Tensor | None = None, valid: Tensor | None = None) -> Tensor:
+        return self.full_attention(x, valid)
 
 
 def _chunks(p: int, step: int):
@@ -433,17 +441,110 @@ class SparseComponentAttention(ComponentAttention):
         return self.out(o.reshape(b, p, t, d))
 
 
+@torch.no_grad()
+def component_attention_mass(q: Tensor, k: Tensor, p: int, n_heads: int, valid: Tensor | None = None) -> Tensor:
+    """Part-level attention of full attention: ``q, k (B, P*T, d)`` (one layer's queries and keys
+    of all full-resolution tokens) -> ``(B, P, P)``, entry ``(p, j)`` = the softmax mass (over all
+    valid keys) that the queries of component p put on the tokens of component j, averaged over
+    p's tokens and the heads. Rows sum to 1 over the valid key components; no gradient."""
+    b, n, d = q.shape
+    t, e = n // p, d // n_heads
+    kh = _heads(k, n_heads)
+    key_ok = None if valid is None else valid.repeat_interleave(t, dim=1)[:, None, None, :]
+    out = q.new_empty(b, p, p)
+    # query components in chunks whose logits (B, H, G*T, P*T) stay within twice the size of K:
+    # memory linear in P*T (the target is O((P*T)^2) in time only)
+    for a, z in _chunks(p, max(1, 2 * d // (n_heads * t))):
+        logits = _heads(q[:, a * t : z * t], n_heads) @ kh.transpose(-1, -2) / math.sqrt(e)
+        if key_ok is not None:
+            logits = logits.masked_fill(~key_ok, float("-inf"))
+        out[:, a:z] = logits.softmax(-1).view(b, n_heads, z - a, t, p, t).sum(-1).mean((1, 3))
+    return out
+
+
+def router_distill_target(mass: Tensor, valid: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Distillation target of the router from ``component_attention_mass`` ``(B, P, P)``: the own
+    component (always selected, so not the router's choice) and invalid ones are dropped and each
+    row is renormalised over the remaining valid key components. Returns ``(target (B, P, P),
+    rows (B, P) bool)``; ``rows`` marks the valid query components with at least one valid other
+    component (the rows the loss is taken over; the others are all zero)."""
+    b, p, _ = mass.shape
+    allowed = ~torch.eye(p, dtype=torch.bool, device=mass.device).expand(b, p, p)
+    if valid is not None:
+        allowed = allowed & valid[:, None, :] & valid[:, :, None]
+    target = torch.where(allowed, mass, 0.0)
+    total = target.sum(-1, keepdim=True)
+    rows = (total[..., 0] > 0) & allowed.any(-1)
+    return torch.where(rows[..., None], target / total.clamp(min=1e-30), 0.0), rows
+
+
+def router_kl(scores: Tensor, target: Tensor, rows: Tensor) -> Tensor:
+    """``mean over rows of KL(target || softmax(scores))`` over the key components where the
+    target can be non-zero (the own component and ``-inf`` scores are excluded)."""
+    p = scores.shape[-1]
+    allowed = ~torch.eye(p, dtype=torch.bool, device=scores.device) & torch.isfinite(scores)
+    logits = scores.masked_fill(~allowed, float("-inf"))
+    logits = torch.where(rows[..., None], logits, 0.0)  # rows without a target: any finite value
+    logp = logits.log_softmax(-1)
+    pos = target > 0
+    terms = torch.where(pos, target * (target.clamp(min=1e-30).log() - torch.where(pos, logp, 0.0)), 0.0)
+    return terms.sum(-1)[rows].sum() / rows.sum().clamp(min=1)
+
+
 class MoCAAttention(SparseComponentAttention):
     """MoCA: router-selected top-k components at full resolution + compressed tokens of the rest.
 
     ``top_k`` components per query component (own included), ``n_compressed`` = C tokens for
-    each other component (0 turns compression off, giving the top-k-only baseline)."""
+    each other component (0 turns compression off, giving the top-k-only baseline).
+
+    Two training-only switches (DeepSeek-V3.2 sparse-attention recipe; set by the training loop
+    through ``PartFlowTransformer.set_sparse_training``, both off by default and in eval mode):
+    ``distill``: store ``distill_loss`` = KL(target || softmax(router scores)), target = the
+    part-level attention mass of this layer's own queries under full attention
+    (``component_attention_mass``, own part dropped, ``router_distill_target``), detached, and the
+    router scored from detached pooled features, so the loss trains the router only;
+    ``dense``: attend with k = P (computed as full attention, ``full_attention``; no routing, no
+    compression) for a dense warm-up."""
 
     def __init__(self, d_model: int, n_heads: int, top_k: int = 4, n_compressed: int = 2, d_router: int = 32,
                  route_on_compressed: bool = False, **kw):
         super().__init__(d_model, n_heads, top_k, n_compressed, **kw)
         self.router = ComponentRouter(d_model, d_router)
         self.route_on_compressed = route_on_compressed
+        self.distill, self.dense = False, False
+        self.distill_loss: Tensor | None = None
+
+    def router_inputs(self, x: Tensor, boxes: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """Pooled component features (+ box encoding) and box centres the router scores."""
+        pooled = x.mean(2)
+        centers = None
+        if boxes is not None:
+            pooled = pooled + self.box_pe(boxes)
+            centers = boxes[..., :3]
+        return pooled, centers
+
+    def router_distill_loss(self, x: Tensor, boxes: Tensor | None, valid: Tensor | None) -> Tensor:
+        """KL(full-attention part mass || router distribution), mean over query components; the
+        gradient reaches the router's own parameters only (the route_on_compressed term is not
+        part of the distilled score)."""
+        b, p, t, d = x.shape
+        with torch.no_grad():
+            q, k, _ = self.project(x.detach().reshape(b, p * t, d))
+            target, rows = router_distill_target(component_attention_mass(q, k, p, self.n_heads, valid), valid)
+        pooled, centers = self.router_inputs(x, boxes)
+        scores = self.router(pooled.detach(), None if centers is None else centers.detach(), valid)
+        return router_kl(scores, target, rows)
+
+    def forward(self, x: Tensor, boxes: Tensor | None = None, valid: Tensor | None = None) -> Tensor:
+        self.distill_loss = None
+        if self.distill and self.training and torch.is_grad_enabled():
+            self.distill_loss = self.router_distill_loss(x, boxes, valid)
+        if self.dense and self.training:
+            b, p = x.shape[:2]
+            every = torch.ones(b, p, p, dtype=torch.bool, device=x.device)
+            self.last_selection = {"indices": torch.arange(p, device=x.device).expand(b, p, p), "mask": every}
+            return self.full_attention(x, valid)
+        return super().forward(x, boxes, valid)
 
     def compressed_importance(self, x: Tensor, kc: Tensor, valid: Tensor | None) -> Tensor:
         """``log sum_h sum_c softmax_{(j,c)}(<qbar_p, k_{j,c}> / sqrt(d_h))``: ``(B, P, P)``, the
@@ -464,11 +565,7 @@ class MoCAAttention(SparseComponentAttention):
             return mass.clamp(min=1e-12).log()
 
     def choose(self, x: Tensor, boxes: Tensor | None, valid: Tensor | None, k: int, kc: Tensor | None = None):
-        pooled = x.mean(2)
-        centers = None
-        if boxes is not None:
-            pooled = pooled + self.box_pe(boxes)
-            centers = boxes[..., :3]
+        pooled, centers = self.router_inputs(x, boxes)
         scores = self.router(pooled, centers, valid)
         if self.route_on_compressed and kc is not None:
             scores = scores + self.compressed_importance(x, kc, valid)

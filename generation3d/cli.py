@@ -89,7 +89,8 @@ def _train(a) -> int:
     cfg = GenConfig(n_latents=ae.config.n_latents, d_latent=ae.config.d_latent, max_parts=_positive("max-parts", a.max_parts),
                     d_model=a.d_model, n_layers=a.layers, attention=a.attention, top_k=_positive("top-k", a.top_k),
                     n_compressed=a.compressed, proportional_attention=a.proportional,
-                    route_on_compressed=a.route_on_compressed, learned_comp_bias=a.learned_comp_bias)
+                    route_on_compressed=a.route_on_compressed, learned_comp_bias=a.learned_comp_bias,
+                    router_distill=a.router_distill, dense_warmup=a.dense_warmup)
     gen, stats, hist = train_generator(ds, ae, cfg, steps=_positive("steps", a.steps), batch_size=a.batch_size,
                                        lr=a.lr, seed=a.seed, progress=True)
     out = Path(a.out or f"runs/{a.attention}")
@@ -227,6 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MoCA ablation: add the compressed keys' attention mass to the router score")
     p.add_argument("--learned-comp-bias", action="store_true",
                    help="MoCA ablation: learned per-head logit bias of the compressed keys")
+    p.add_argument("--router-distill", type=float, default=None, metavar="W",
+                   help="weight of the router distillation loss KL(full-attention part mass || router); "
+                        "default 0.5 for moca, 0 (off) otherwise")
+    p.add_argument("--dense-warmup", type=float, default=None, metavar="FRAC",
+                   help="train the first FRAC of the steps densely (k = P, = full attention); "
+                        "default 0.25 for moca, 0 (off) otherwise")
     p.add_argument("--threads", type=int, default=2)
     p.set_defaults(fn=_train)
 

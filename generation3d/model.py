@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from common.errors import InputError
-from generation3d.attention import ATTENTION_KINDS, build_attention
+from generation3d.attention import ATTENTION_KINDS, MoCAAttention, build_attention
 from generation3d.data import CATEGORIES
 from generation3d.text import TEXT_DIM
 
@@ -83,6 +83,10 @@ class PartAutoencoder(nn.Module):
         return self.decode(self.encode(points))
 
 
+MOCA_ROUTER_DISTILL = 0.5  # default router distillation weight of MoCA
+MOCA_DENSE_WARMUP = 0.25  # default dense warm-up fraction of MoCA
+
+
 @dataclass
 class GenConfig:
     n_latents: int = 8
@@ -99,17 +103,38 @@ class GenConfig:
     proportional_attention: bool = False  # compressed keys get + log(T / C) (ToMe proportional attention)
     route_on_compressed: bool = False  # add the compressed keys' attention mass to the router score
     learned_comp_bias: bool = False  # learned per-head logit bias of the compressed keys
+    # DeepSeek-V3.2 sparse-attention training recipe (training only, learned routers: moca / topk):
+    # weight of the router distillation loss KL(full-attention part mass || router) and the fraction
+    # of steps trained densely (k = P) first. None = the default: on for MoCA (README "Router
+    # distillation + dense warm-up"), off (0) otherwise; checkpoints saved before the fields
+    # existed load with 0 (``from_dict``), as they were trained
+    router_distill: float | None = None
+    dense_warmup: float | None = None
     n_categories: int = len(CATEGORIES)  # + 1 null class for unconditional generation
     d_text: int = TEXT_DIM
 
     def __post_init__(self):
         if self.attention not in ATTENTION_KINDS:
             raise InputError(f"unknown attention {self.attention!r}; choose from {', '.join(ATTENTION_KINDS)}")
+        moca = self.attention == "moca"
+        if self.router_distill is None:
+            self.router_distill = MOCA_ROUTER_DISTILL if moca else 0.0
+        if self.dense_warmup is None:
+            self.dense_warmup = MOCA_DENSE_WARMUP if moca else 0.0
         if self.d_model % self.n_heads:
             raise InputError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.top_k < 1 or self.n_compressed < 0 or self.max_parts < 1 or self.n_layers < 1:
             raise InputError(f"need top_k >= 1, n_compressed >= 0, max_parts >= 1 and n_layers >= 1, got {self.top_k}, "
                              f"{self.n_compressed}, {self.max_parts}, {self.n_layers}")
+        if self.router_distill < 0 or not 0 <= self.dense_warmup < 1:
+            raise InputError(f"need router_distill >= 0 and 0 <= dense_warmup < 1, got {self.router_distill}, {self.dense_warmup}")
+        if (self.router_distill or self.dense_warmup) and self.attention not in ("moca", "topk"):
+            raise InputError(f"router distillation and dense warm-up need a learned router (moca, topk), not {self.attention!r}")
+
+    @classmethod
+    def from_dict(cls, config: dict) -> GenConfig:
+        """Config of a saved generator; the training-recipe fields it lacks (older checkpoints) are off."""
+        return cls(**{"router_distill": 0.0, "dense_warmup": 0.0, **config})
 
 
 def timestep_embedding(t: Tensor, dim: int) -> Tensor:
@@ -198,6 +223,17 @@ class PartFlowTransformer(nn.Module):
         shift, scale = (m[:, None, None] for m in self.ada_out(F.silu(cond)).chunk(2, -1))
         h = self.norm_out(x) * (1 + scale) + shift
         return self.z_out(h), self.box_out(h.mean(2))
+
+    def set_sparse_training(self, distill: bool = False, dense: bool = False) -> None:
+        """Training-only switches of every routed attention (``MoCAAttention.distill`` / ``.dense``)."""
+        for blk in self.blocks:
+            if isinstance(blk.attn, MoCAAttention):
+                blk.attn.distill, blk.attn.dense = distill, dense
+
+    def router_distill_loss(self) -> Tensor | None:
+        """Mean over layers of the router distillation losses of the last forward (None if none)."""
+        losses = [blk.attn.distill_loss for blk in self.blocks if getattr(blk.attn, "distill_loss", None) is not None]
+        return torch.stack(losses).mean() if losses else None
 
     def routing(self) -> list[dict]:
         """Router choices of the last forward, one dict per layer (``indices (B,P,k)``, ``scores``)."""

@@ -87,7 +87,7 @@ class MoCAPipeline:
         ae = load_autoencoder(path / "ae")
         state, config, extra = load_checkpoint(path / "generator")
         try:
-            gen = PartFlowTransformer(GenConfig(**config))
+            gen = PartFlowTransformer(GenConfig.from_dict(config))
             stats = extra["stats"]
         except (TypeError, KeyError) as exc:
             raise CheckpointError(f"{path / 'generator'} is not a MoCA generator checkpoint: {exc}") from exc

@@ -154,22 +154,31 @@ def train_generator(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = warmup_cosine(opt, steps)
     history, step, t0 = [], 0, time.perf_counter()
+    # DeepSeek-V3.2 recipe (off by default): dense (k = P) for the first n_dense steps, router
+    # distillation loss with weight config.router_distill throughout
+    distill, n_dense = config.router_distill > 0, int(round(config.dense_warmup * steps))
     model.train()
     pbar = tqdm(total=steps, disable=not progress, desc=f"train-{config.attention}")
     while step < steps:
         for ids_b in shape_batches(ds, ids, batch_size, rng, max_tokens):
             if step >= steps:
                 break
+            if distill or n_dense:
+                model.set_sparse_training(distill=distill, dense=step < n_dense)
             loss = flow_matching_loss(model, collate(ds, latents, ids_b, stats, text), gen)
+            aux = model.router_distill_loss() if distill else None
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss if aux is None else loss + config.router_distill * aux).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
             if step % 50 == 0 or step == steps - 1:
-                history.append({"step": step, "loss": float(loss.detach()), "time_s": time.perf_counter() - t0})
+                history.append({"step": step, "loss": float(loss.detach()), "time_s": time.perf_counter() - t0,
+                                **({} if aux is None else {"router_distill": float(aux.detach())})})
             step += 1
             pbar.update(1)
     pbar.close()
+    if distill or n_dense:
+        model.set_sparse_training(False, False)
     model.eval()
     return model, {k: v.tolist() for k, v in stats.items()}, history
