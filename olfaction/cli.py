@@ -85,8 +85,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--gslf-features",
         default="embedding,embedding+mordred",
-        help="comma-separated feature kinds (embedding, mordred, embedding+mordred), each optionally + /moe",
+        help="comma-separated GS-LF label models: a feature kind (embedding, mordred, embedding+mordred),"
+        " optionally + /moe, optionally + *N (N seeds averaged); rf (random forest on Mordred ++ Morgan);"
+        " ensemble[:rank|:prob]=member[:weight]&member... (fixed weights, rest shared equally)",
     )
+    s.add_argument("--rf-trees", type=int, default=None, help="trees of the GS-LF rf model (default 100)")
     s.add_argument("--blend-features", default="embedding+mordred")
     s.add_argument("--blend-splits", default="moldisjoint,authors")
     s.add_argument("--max-train", type=int, default=None, help="subsample training blend pairs")
@@ -261,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             blend_kinds=_list(args.blend_features),
             blend_splits=_list(args.blend_splits),
             epochs=args.epochs,
+            rf_trees=args.rf_trees,
         )
         return 0
     if args.cmd == "corpus-curve":
