@@ -170,6 +170,36 @@ def ensemble_scores(
     return np.tensordot(w, np.stack(parts), axes=1)
 
 
+def _resolve_specs(
+    feature_kinds: Sequence[str], models: dict[str, str], defaults: Sequence[str]
+) -> tuple[dict, dict[str, tuple[str, int, int]], list[str]]:
+    """Split a task's label specs into ``(ensembles {spec: parse_ensemble}, networks {spec:
+    parse_seeded}, non-network model keys)``: ``feature_kinds``, then ``defaults`` (the task's
+    baselines), then the ensembles' members, each once, in that order."""
+    ensembles = {spec: parse_ensemble(spec, models) for spec in feature_kinds if spec.startswith("ensemble")}
+    wanted = [s for s in feature_kinds if s not in ensembles] + list(defaults)
+    wanted += [m for members, _ in ensembles.values() for m, _ in members]
+    wanted = list(dict.fromkeys(wanted))
+    nets = {spec: parse_seeded(spec) for spec in wanted if spec not in models}
+    return ensembles, nets, [spec for spec in wanted if spec in models]
+
+
+def _seed_averaged(
+    nets: dict[str, tuple[str, int, int]], seed: int, fit_predict
+) -> dict[str, tuple[np.ndarray, int | None]]:
+    """``{spec: (test scores averaged over the spec's seeds, best epoch or None for several seeds)}``;
+    ``fit_predict(kind, experts, s) -> (scores, best_epoch)`` runs once per (kind, experts, seed)."""
+    single: dict[tuple, tuple[np.ndarray, int]] = {}
+    out = {}
+    for spec, (kind, experts, n_seeds) in nets.items():
+        for s in range(seed, seed + n_seeds):
+            if (kind, experts, s) not in single:
+                single[kind, experts, s] = fit_predict(kind, experts, s)
+        members = [single[kind, experts, s] for s in range(seed, seed + n_seeds)]
+        out[spec] = np.mean([p for p, _ in members], axis=0), members[0][1] if n_seeds == 1 else None
+    return out
+
+
 class LabelForest:
     """Multi-output random forest label model (sklearn's native multi-label trees: one tree set
     for all labels, ``sqrt`` features per split). Labels without both classes in training get
@@ -256,13 +286,8 @@ def gslf_cv(
     gs = load_gslf(data_dir)
     y = gs.y
     test_folds = multilabel_stratified_kfold(y, folds, seed)
-    ensembles = {spec: parse_ensemble(spec) for spec in feature_kinds if spec.startswith("ensemble")}
-    wanted = [s for s in feature_kinds if s not in ensembles]
-    wanted += [b for b in GSLF_BASELINES if baselines and b != "rf"]
-    wanted += [m for members, _ in ensembles.values() for m, _ in members]
-    wanted = list(dict.fromkeys(wanted))
-    nets = {spec: parse_seeded(spec) for spec in wanted if spec not in GSLF_BASELINES}
-    others = [spec for spec in wanted if spec in GSLF_BASELINES]
+    defaults = [b for b in GSLF_BASELINES if baselines and b != "rf"]
+    ensembles, nets, others = _resolve_specs(feature_kinds, GSLF_BASELINES, defaults)
     indexes = {
         kind: MixtureIndex({s: (s,) for s in gs.smiles}, molecule_features(gs.smiles, kind, encoder))
         for kind in dict.fromkeys(k for k, _, _ in nets.values())
@@ -282,18 +307,15 @@ def gslf_cv(
         tr = rng.permutation(np.setdiff1d(np.arange(len(y)), te))
         n_val = len(tr) // 9
         val, fit_rows = tr[:n_val], tr[n_val:]
-        single: dict[tuple, tuple[np.ndarray, int]] = {}  # (kind, experts, seed) -> (test probs, epoch)
+        def fit_predict(kind, experts, s, fit_rows=fit_rows, val=val, te=te):
+            net, hist = _fit_net(indexes[kind], y, fit_rows, val, cfg, s, experts)
+            return predict_labels(net, indexes[kind], te), hist["best_epoch"]
+
         preds: dict[str, np.ndarray] = {}
         fold_rows = []
-        for spec, (kind, experts, n_seeds) in nets.items():
-            for s in range(seed, seed + n_seeds):
-                if (kind, experts, s) not in single:
-                    net, hist = _fit_net(indexes[kind], y, fit_rows, val, cfg, s, experts)
-                    single[kind, experts, s] = predict_labels(net, indexes[kind], te), hist["best_epoch"]
-            members = [single[kind, experts, s] for s in range(seed, seed + n_seeds)]
-            preds[spec] = np.mean([p for p, _ in members], axis=0)
-            epoch = members[0][1] if n_seeds == 1 else None
-            fold_rows.append(_row("gslf", k, variant_name(spec), macro_roc_auc(y[te], preds[spec]), epoch))
+        for spec, (p, epoch) in _seed_averaged(nets, seed, fit_predict).items():
+            preds[spec] = p
+            fold_rows.append(_row("gslf", k, variant_name(spec), macro_roc_auc(y[te], p), epoch))
         for spec in others:
             if spec == "rf":
                 model = LabelForest(cfg.rf_trees, seed=seed).fit(base_x["rf"][tr], y[tr])
@@ -348,15 +370,7 @@ def blend_bench(
     y = blends.y
     mols = sorted({m for p in blends.smiles for m in p})
     mixtures = dict(enumerate(blends.smiles))
-    ensembles = {
-        spec: parse_ensemble(spec, BLEND_BASELINES) for spec in feature_kinds if spec.startswith("ensemble")
-    }
-    wanted = [s for s in feature_kinds if s not in ensembles]
-    wanted += ["logreg-morgan"] if baselines else []
-    wanted += [m for members, _ in ensembles.values() for m, _ in members]
-    wanted = list(dict.fromkeys(wanted))
-    nets = {spec: parse_seeded(spec) for spec in wanted if spec not in BLEND_BASELINES}
-    others = [spec for spec in wanted if spec in BLEND_BASELINES]
+    ensembles, nets, others = _resolve_specs(feature_kinds, BLEND_BASELINES, ["logreg-morgan"] if baselines else [])
     indexes = {
         kind: MixtureIndex(mixtures, molecule_features(mols, kind, encoder))
         for kind in dict.fromkeys(k for k, _, _ in nets.values())
@@ -397,18 +411,14 @@ def blend_bench(
             "n_test": len(test),
             "n_labels": len(labels),
         }
+        def fit_predict(kind, experts, s, train=train, val=val, test=test, labels=labels):
+            net, hist = _fit_net(indexes[kind], y, train, val, cfg, s, experts)
+            return predict_labels(net, indexes[kind], test)[:, labels], hist["best_epoch"]
+
         preds: dict[str, np.ndarray] = {}  # (n_test, len(labels)) scores per spec
-        single: dict[tuple, tuple[np.ndarray, int]] = {}
-        for spec, (kind, experts, n_seeds) in nets.items():
-            for s in range(seed, seed + n_seeds):
-                if (kind, experts, s) not in single:
-                    net, hist = _fit_net(indexes[kind], y, train, val, cfg, s, experts)
-                    p = predict_labels(net, indexes[kind], test)[:, labels]
-                    single[kind, experts, s] = p, hist["best_epoch"]
-            members = [single[kind, experts, s] for s in range(seed, seed + n_seeds)]
-            preds[spec] = np.mean([p for p, _ in members], axis=0)
-            epoch = members[0][1] if n_seeds == 1 else None
-            auc = macro_roc_auc(y[test][:, labels], preds[spec])
+        for spec, (p, epoch) in _seed_averaged(nets, seed, fit_predict).items():
+            preds[spec] = p
+            auc = macro_roc_auc(y[test][:, labels], p)
             rows.append({**_row("blends", split_id, variant_name(spec, BLEND_BASELINES), auc, epoch), **info})
         for spec in others:
             X = pair_x[spec]

@@ -594,8 +594,9 @@ class MoSAIC:
         score = res / np.maximum((X0 * X0).sum(1), _TINY)[:, None]
         k = route_by_score(torch.from_numpy(score)).indices[:, 0].numpy()
         est = np.where(M, 0.0, np.einsum("bnr,br->bn", self.bases[k], W[np.arange(len(k)), k]))
-        for b in range(len(est) if self.config.completion_cap else 0):
-            cap_completion(est[b], X0[b, M[b]], self.n, self.config.completion_cap, self._entry_energy)
+        if self.config.completion_cap:
+            for b in range(len(est)):
+                cap_completion(est[b], X0[b, M[b]], self.n, self.config.completion_cap, self._entry_energy)
         return np.where(M, X0, est)
 
     def subspaces(self) -> np.ndarray:
