@@ -100,7 +100,9 @@ def als_subspace(
 
     Minimises sum_j weights_j ||x_{j,Ω_j} - (U w_j)_{Ω_j}||² over ``U (n, r)`` and ``w_j``.
     ``X0 (N, n)`` zero-filled, ``M (N, n)`` bool. Initialised by ``U0`` or by the top-r left
-    singular vectors of the zero-filled, column-rescaled data. Returns an orthonormal ``(n, r)``.
+    singular vectors of the zero-filled, column-rescaled data; a ``U0 (n, r0)`` with ``r0 < r``
+    (orthonormal) is extended by the leading such directions orthogonal to it. Returns an
+    orthonormal ``(n, r)``.
     Rows of ``U`` observed fewer than ``r`` times keep their previous value. ``shrink > 0`` adds
     a relative ridge to both least-squares steps (``shrink ×`` the mean diagonal of each normal
     matrix): with few samples it keeps one direction from concentrating on a few coordinates
@@ -109,15 +111,20 @@ def als_subspace(
     N, n = X0.shape
     Mf = M.astype(float)
     wts = np.ones(N) if weights is None else np.asarray(weights, dtype=float)
-    if U0 is None:
+    r0 = 0 if U0 is None else U0.shape[1]
+    if r0 > r:
+        raise ValueError(f"U0 has {r0} columns, more than the rank {r}")
+    if r0 < r:
         frac = np.maximum(Mf.mean(0), 1e-12)
         Y = (X0 * np.sqrt(wts)[:, None]) / frac
+        if r0:  # a warm start of lower rank: extend it by the leading directions it misses
+            Y = Y - (Y @ U0) @ U0.T
         _, _, Vt = np.linalg.svd(Y, full_matrices=False)
-        U = Vt[:r].T
-        if U.shape[1] < r:  # fewer samples than the rank: pad with random directions
-            extra = np.random.default_rng(0).standard_normal((n, r - U.shape[1]))
+        U = Vt[: r - r0].T
+        if U.shape[1] < r - r0:  # fewer samples than the rank: pad with random directions
+            extra = np.random.default_rng(0).standard_normal((n, r - r0 - U.shape[1]))
             U = np.concatenate([U, extra], 1)
-        U = orthonormalize(U)
+        U = orthonormalize(U if U0 is None else np.concatenate([U0, U], 1))
     else:
         U = U0.copy()
     for _ in range(iters):

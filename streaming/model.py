@@ -80,6 +80,7 @@ class MoSAICConfig:
     reseed_min: int = 0  # 0 = auto from n, r and the observed count
     drift_factor: float = 4.0
     fit_shrink: float = 0.05  # relative ridge of the ALS fits to the change buffer (see als_subspace)
+    warm_iters: int = 5  # ALS iterations of a change-buffer fit warm-started from the previous one (cold: 10-15)
     provisional: bool = True  # complete novel samples with a growing-rank fit of the change buffer
     provisional_growth: float = 0.0  # refit it when the buffer has grown by this fraction (0 = auto: 0.05 posterior, 0.2 als)
     provisional_rank: float = 1.0  # its rank: this × the rank the buffer identifies, at most r
@@ -110,6 +111,8 @@ class MoSAICConfig:
                 f"provisional_estimator must be 'auto', 'posterior' or 'als', got {self.provisional_estimator!r}")
         if self.completion_cap < 0:
             raise InputError(f"completion_cap must be >= 0 (0 = off), got {self.completion_cap}")
+        if self.warm_iters < 1:
+            raise InputError(f"warm_iters must be >= 1, got {self.warm_iters}")
         if self.provisional_growth < 0:
             raise InputError(f"provisional_growth must be >= 0 (0 = auto), got {self.provisional_growth}")
         if self.schedule not in ("sublinear", "constant"):
@@ -492,7 +495,10 @@ class MoSAIC:
         X0, M = self._buffer_arrays()
         self._prov_at = B
         if estimator == "als":
-            self._prov, self._prov_post = als_subspace(X0, M, q, iters=10, shrink=c.fit_shrink), None
+            # warm-started from the previous fit (extended to rank q): the buffer grew by a fifth
+            warm = self._prov if self._prov is not None and self._prov.shape[1] <= q else None
+            iters = 10 if warm is None else c.warm_iters
+            self._prov, self._prov_post = als_subspace(X0, M, q, U0=warm, iters=iters, shrink=c.fit_shrink), None
             return
         obs = max(int(M.sum()), 1)
         energy = float((X0 * X0).sum()) / obs
@@ -533,7 +539,7 @@ class MoSAIC:
         energy = np.maximum((X0 * X0).sum(1), _TINY)
         base = 1.0 - self.r / M.sum(1)
         warm = self._prov if self._prov is not None and self._prov.shape[1] == self.r else None
-        U = als_subspace(X0, M, self.r, U0=warm, iters=15, shrink=c.fit_shrink)
+        U = als_subspace(X0, M, self.r, U0=warm, iters=15 if warm is None else c.warm_iters, shrink=c.fit_shrink)
 
         def fit_scores(U):
             _, res = batch_fit(U[None], X0, M)
@@ -545,11 +551,11 @@ class MoSAIC:
             if inlier.mean() >= 0.9:
                 break
             keep = score <= np.quantile(score, 0.6)
-            U = als_subspace(X0[keep], M[keep], self.r, U0=U, iters=10, shrink=c.fit_shrink)
+            U = als_subspace(X0[keep], M[keep], self.r, U0=U, iters=c.warm_iters, shrink=c.fit_shrink)
             score, inlier = fit_scores(U)
         # refit on all inliers: a trimmed subset may leave rows of U seen too rarely to be determined
         if inlier.sum() > self.r and not inlier.all():
-            U = als_subspace(X0[inlier], M[inlier], self.r, U0=U, iters=10, shrink=c.fit_shrink)
+            U = als_subspace(X0[inlier], M[inlier], self.r, U0=U, iters=c.warm_iters, shrink=c.fit_shrink)
             score, inlier = fit_scores(U)
         if inlier.mean() >= 0.5:
             # the victim is the expert that has missed the most of its expected traffic since its

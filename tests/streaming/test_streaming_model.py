@@ -52,6 +52,21 @@ def test_als_recovers_a_low_rank_subspace_from_missing_data():
     assert projection_distance(U, V) < 1e-6
 
 
+def test_als_extends_a_lower_rank_warm_start_to_the_full_subspace():
+    rng = np.random.default_rng(3)
+    V = orthonormalize(rng.standard_normal((30, 4)))
+    X = rng.standard_normal((200, 4)) @ V.T
+    M = rng.random(X.shape) < 0.5
+    X0 = np.where(M, X, 0.0)
+    U0 = als_subspace(X0, M, 2, iters=20)  # a rank-2 fit: the warm start of a growing buffer
+    U = als_subspace(X0, M, 4, U0=U0, iters=40)
+    assert U.shape == (30, 4)
+    np.testing.assert_allclose(U.T @ U, np.eye(4), atol=1e-10)
+    assert projection_distance(U, V) < 1e-6
+    with pytest.raises(ValueError, match="more than the rank"):
+        als_subspace(X0, M, 1, U0=U0)
+
+
 def test_exact_recovery_noiseless_full_observation():
     cfg = StreamConfig(n=20, r=3, K=3, obs_frac=1.0, noise_std=0.0, epochs=1, samples_per_epoch=90,
                        drift="none", source_per_class=30, seed=4)
@@ -283,6 +298,8 @@ def test_auto_provisional_estimator_follows_the_observed_count_per_rank():
         MoSAIC(10, 2, 2, provisional_estimator="ppca")
     with pytest.raises(InputError, match="provisional_growth"):
         MoSAIC(10, 2, 2, provisional_growth=-1.0)
+    with pytest.raises(InputError, match="warm_iters"):
+        MoSAIC(10, 2, 2, warm_iters=0)
 
 
 def test_an_ill_conditioned_routed_fit_cannot_blow_up_the_completion():
