@@ -118,7 +118,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
     _threads()
     if a.throughput:
-        throughput_bench(Path(a.out), configs=a.configs, samples=a.samples, repeats=a.repeats, large=a.large)
+        throughput_bench(Path(a.out), configs=a.configs, samples=a.samples, repeats=a.repeats, large=a.large,
+                         drift=a.throughput_drift)
         return 0
     run_bench(Path(a.out), seeds=a.seeds, quick=a.quick, configs=a.configs, drifts=a.drifts,
               workers=a.workers, fashion=not a.no_fashion, large=a.large, obs_frac=a.obs_frac)
@@ -190,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--throughput", action="store_true",
                    help="time per sample of MoSAIC vs GROUSE instead (table + throughput.csv/json)")
     s.add_argument("--samples", type=int, default=4000, help="stream length per config for --throughput")
+    s.add_argument("--throughput-drift", choices=("abrupt", "none"), default="abrupt",
+                   help="--throughput stream: one abrupt replacement at mid-stream (change buffer timed) or none (steady state)")
     s.add_argument("--repeats", type=int, default=3, help="timed runs per method for --throughput (best is kept)")
     s.set_defaults(fn=cmd_bench)
     return p

@@ -156,8 +156,10 @@ def test_save_load_round_trip_continues_identically(tmp_path):
     s = generate_stream(cfg)
     m = MoSAIC(20, 2, 3, pretrain_restarts=2, seed=1).fit(s.source_values)
     m.process(s.values[:150], epoch=s.epoch[:150])
+    assert m._si_warm is not None  # the change buffer's Soft-Impute warm start travels too
     m.save(tmp_path / "ckpt")
     m2 = MoSAIC.load(tmp_path / "ckpt")
+    np.testing.assert_array_equal(m2._si_warm[1], m._si_warm[1])
     c1, r1 = m.process(s.values[150:], epoch=s.epoch[150:])
     c2, r2 = m2.process(s.values[150:], epoch=s.epoch[150:])
     np.testing.assert_array_equal(c1, c2)
@@ -245,6 +247,58 @@ def test_soft_impute_completes_a_low_rank_matrix_and_thresholds_it_away():
     np.testing.assert_allclose(V.T @ V, np.eye(sv.size), atol=1e-8)
     V, sv, Z = soft_impute(np.where(M, X, 0.0), M, lam=1e6)
     assert sv.size == 0 and not Z.any()
+
+
+def test_soft_impute_warm_start_reaches_the_same_optimum_in_fewer_iterations():
+    from streaming.linalg import soft_impute
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((30, 3)) @ rng.standard_normal((3, 20))
+    M = rng.random(X.shape) < 0.5
+    X0 = np.where(M, X, 0.0)
+    _, _, Z = soft_impute(X0, M, lam=0.05, iters=5000, tol=1e-10)
+    # the buffer grows by two rows: warm start = the old rows' solution, zeros for the new ones
+    X1 = np.where(M[:28], X[:28], 0.0)
+    _, _, Z_old = soft_impute(X1, M[:28], lam=0.05, iters=5000, tol=1e-10)
+    Z0 = np.vstack([Z_old, np.zeros((2, 20))])
+    _, _, Z_warm = soft_impute(X0, M, lam=0.05, iters=5000, tol=1e-10, Z0=Z0)
+    np.testing.assert_allclose(Z_warm, Z, atol=1e-6)
+    # from that start a 20-iteration budget gets much closer than from zeros
+    _, _, Z20_warm = soft_impute(X0, M, lam=0.05, iters=20, tol=0.0, Z0=Z0)
+    _, _, Z20_cold = soft_impute(X0, M, lam=0.05, iters=20, tol=0.0)
+    assert np.linalg.norm(Z20_warm - Z) < 0.5 * np.linalg.norm(Z20_cold - Z)
+
+
+@pytest.mark.parametrize("shape", [(30, 80), (80, 30)])
+def test_singular_value_threshold_matches_the_svd_reference(shape):
+    from streaming.linalg import singular_value_threshold
+
+    rng = np.random.default_rng(3)
+    Y = rng.standard_normal((shape[0], 6)) @ rng.standard_normal((6, shape[1])) + 0.05 * rng.standard_normal(shape)
+    U, s, Vt = np.linalg.svd(Y, full_matrices=False)
+    lam = 1.0
+    keep = s > lam
+    Z_ref = (U[:, keep] * (s[keep] - lam)) @ Vt[keep]
+    Z, V, sv = singular_value_threshold(Y, lam)
+    np.testing.assert_allclose(Z, Z_ref, atol=1e-10)
+    np.testing.assert_allclose(sv, s[keep] - lam, atol=1e-10)
+    np.testing.assert_allclose(np.abs((V.T @ Vt[keep].T).diagonal()), 1.0, atol=1e-10)
+    assert not singular_value_threshold(Y, 10 * s[0])[0].any()  # everything thresholded away
+
+
+def test_accelerated_soft_impute_reaches_the_plain_optimum_faster():
+    from streaming.linalg import soft_impute
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((40, 3)) @ rng.standard_normal((3, 100))
+    M = rng.random(X.shape) < 0.4
+    X0 = np.where(M, X, 0.0)
+    _, _, Z_plain = soft_impute(X0, M, lam=0.5, iters=20000, tol=1e-12, accelerate=False)
+    _, _, Z_fast = soft_impute(X0, M, lam=0.5, iters=20000, tol=1e-12, accelerate=True)
+    np.testing.assert_allclose(Z_fast, Z_plain, atol=1e-7)
+    err = {acc: np.linalg.norm(soft_impute(X0, M, lam=0.5, iters=60, tol=0.0, accelerate=acc)[2] - Z_plain)
+           for acc in (False, True)}
+    assert err[True] < 0.5 * err[False]
 
 
 def test_ppca_missing_recovers_the_span_and_the_noise_variance():
