@@ -12,11 +12,18 @@ import math
 
 import numpy as np
 
-try:  # the batched LAPACK gesv gufunc behind np.linalg.solve, without the wrapper's ~10 µs of checks
+try:  # the LAPACK gufuncs behind np.linalg.solve / eigh, without the wrappers' ~10 µs of checks
+    from numpy.linalg._umath_linalg import eigh_lo as _eigh_lo
     from numpy.linalg._umath_linalg import solve1 as _solve1
+
+    def _eigh(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _eigh_lo(A, signature="d->dd")
 except ImportError:  # pragma: no cover - other NumPy layouts
     def _solve1(G: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.linalg.solve(G, b[..., None])[..., 0]
+
+    def _eigh(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.linalg.eigh(A)
 
 _TINY_F = 1e-300
 RIDGE = 1e-10  # keeps the normal equations solvable when |Ω| <= r; negligible otherwise
@@ -60,6 +67,17 @@ def fit_observed(
     w = _solve1(G, b)
     res = float(x_obs @ x_obs) - (b * w).sum(1)
     return w, np.maximum(res, 0.0)
+
+
+def posterior_mean(L: np.ndarray, v: float, idx: np.ndarray, x_obs: np.ndarray) -> np.ndarray:
+    """Posterior-mean completion ``(n,)`` of one sample under ``x = L a + e``, ``a ~ N(0, I_q)``,
+    ``e ~ N(0, v I)``: loadings ``L (n, q)``, observed ``idx (m,)`` / ``x_obs (m,)``. Observed
+    entries are set to 0 (the caller writes ``x_obs`` there). Cost O(m q² + n q)."""
+    Lo = L[idx]
+    a = _solve1(Lo.T @ Lo / v + _eye(L.shape[1]), Lo.T @ x_obs / v)
+    completion = L @ a
+    completion[idx] = 0.0
+    return completion
 
 
 def batch_fit(
@@ -187,7 +205,7 @@ def singular_value_threshold(Y: np.ndarray, lam: float) -> tuple[np.ndarray, np.
     below the largest, and those are the ones the threshold removes.
     """
     wide = Y.shape[0] <= Y.shape[1]
-    w, E = np.linalg.eigh(Y @ Y.T if wide else Y.T @ Y)  # ascending
+    w, E = _eigh(Y @ Y.T if wide else Y.T @ Y)  # ascending
     sigma = np.sqrt(np.maximum(w, 0.0))
     keep = sigma > lam
     sigma, E = sigma[keep][::-1], E[:, keep][:, ::-1]

@@ -55,6 +55,7 @@ from streaming.linalg import (
     fit_observed,
     grouse_step,
     orthonormalize,
+    posterior_mean,
     ppca_missing,
     random_bases,
     soft_impute,
@@ -435,11 +436,7 @@ class MoSAIC:
         the buffer: ``x = L a + e`` with ``a ~ N(0, I)``, loadings ``L (n, q)`` and ``e`` of the
         buffer's unexplained variance ``v`` per entry."""
         L, v = self._prov_post
-        Lo = L[idx]
-        a = np.linalg.solve(Lo.T @ Lo / v + np.eye(L.shape[1]), Lo.T @ xo / v)
-        completion = L @ a
-        completion[idx] = 0.0
-        return completion
+        return posterior_mean(L, v, idx, xo)
 
     def _expire_buffer(self) -> None:
         """Forget buffered samples older than two windows: a change is re-acquired within one, so

@@ -41,8 +41,10 @@ def _train(a) -> int:
     if res.checkpoint is not None:  # rank 0 (the only one under torchrun that writes)
         print(f"trained {a.model} for {res.steps} steps: final loss {res.final_loss:.4f}, "
               f"{res.time_per_step_s:.3f} s/step; checkpoint {res.checkpoint}")
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    if torch.distributed.is_initialized():  # under torchrun: every rank has finished writing
+        from common.trainer import exit_distributed
+
+        exit_distributed(0)
     return 0
 
 

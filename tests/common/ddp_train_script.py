@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from common.trainer import Trainer, shard_indices
+from common.trainer import Trainer, exit_distributed, shard_indices
 
 out = Path(sys.argv[1])
 torch.manual_seed(0)
@@ -30,4 +30,4 @@ gathered = [torch.zeros_like(w) for _ in range(dist.get_world_size())]
 dist.all_gather(gathered, w)
 if dist.get_rank() == 0:
     torch.save({"weights": gathered, "loss": result.history[-1]["train_loss"]}, out / "result.pt")
-dist.destroy_process_group()
+exit_distributed(0)  # barrier, destroy, os._exit: see its docstring for the gloo teardown race
