@@ -39,6 +39,7 @@ from .data import LabelData, load_blends, load_gslf, molecule_disjoint_blend_spl
 from .evaluate import macro_roc_auc, multilabel_stratified_kfold
 from .features import morgan_counts
 from .model import MixScentConfig, MixScentNet, MolEncoder
+from .odour_transfer import odour_profiles, pair_profiles, transfer_inputs
 from .pipeline import FEATURE_KINDS, molecule_features
 from .train import LabelTrainConfig, MixtureIndex, fit_labels, predict_labels
 
@@ -112,6 +113,7 @@ GSLF_BASELINES = {
 BLEND_BASELINES = {
     "logreg-morgan": "logreg (summed Morgan counts)",
     "logreg-mordred": "logreg (Mordred sum ++ |diff|)",
+    "logreg-odour": "logreg (GS-LF odour-transfer logits sum ++ |diff|)",
 }
 
 
@@ -307,6 +309,7 @@ def gslf_cv(
         tr = rng.permutation(np.setdiff1d(np.arange(len(y)), te))
         n_val = len(tr) // 9
         val, fit_rows = tr[:n_val], tr[n_val:]
+
         def fit_predict(kind, experts, s, fit_rows=fit_rows, val=val, te=te):
             net, hist = _fit_net(indexes[kind], y, fit_rows, val, cfg, s, experts)
             return predict_labels(net, indexes[kind], te), hist["best_epoch"]
@@ -363,14 +366,18 @@ def blend_bench(
     As for GS-LF, ``feature_kinds`` may hold ``kind[/moe]*N`` and ``ensemble=...`` specs whose
     members are networks or :data:`BLEND_BASELINES` keys (``logreg-morgan``: summed Morgan
     counts; ``logreg-mordred``: symmetric pair features ``[a + b ; |a - b|]`` of the cleaned
-    Mordred vectors); the logistic regressions are fitted on the training pairs only."""
+    Mordred vectors; ``logreg-odour``: the same pair features of GS-LF odour-transfer logits,
+    :mod:`olfaction.odour_transfer`, with the split's test molecules excluded from every GS-LF
+    fit); the logistic regressions are fitted on the training pairs only."""
     cfg = cfg or LabelBenchConfig(batch_size=256, patience=5, epochs=40)
     if blends is None:
         blends, authors_split, _ = load_blends(data_dir)
     y = blends.y
     mols = sorted({m for p in blends.smiles for m in p})
     mixtures = dict(enumerate(blends.smiles))
-    ensembles, nets, others = _resolve_specs(feature_kinds, BLEND_BASELINES, ["logreg-morgan"] if baselines else [])
+    ensembles, nets, others = _resolve_specs(
+        feature_kinds, BLEND_BASELINES, ["logreg-morgan"] if baselines else []
+    )
     indexes = {
         kind: MixtureIndex(mixtures, molecule_features(mols, kind, encoder))
         for kind in dict.fromkeys(k for k, _, _ in nets.values())
@@ -383,6 +390,9 @@ def blend_bench(
         pair_x["logreg-mordred"] = np.stack(
             [np.concatenate([mord[a] + mord[b], np.abs(mord[a] - mord[b])]) for a, b in blends.smiles]
         )
+    if "logreg-odour" in others:
+        gslf = load_gslf(data_dir)
+        transfer_x = transfer_inputs(list(gslf.smiles) + mols)
     rng = np.random.default_rng(seed)
     rows = []
     for name in splits:
@@ -411,6 +421,7 @@ def blend_bench(
             "n_test": len(test),
             "n_labels": len(labels),
         }
+
         def fit_predict(kind, experts, s, train=train, val=val, test=test, labels=labels):
             net, hist = _fit_net(indexes[kind], y, train, val, cfg, s, experts)
             return predict_labels(net, indexes[kind], test)[:, labels], hist["best_epoch"]
@@ -420,6 +431,10 @@ def blend_bench(
             preds[spec] = p
             auc = macro_roc_auc(y[test][:, labels], p)
             rows.append({**_row("blends", split_id, variant_name(spec, BLEND_BASELINES), auc, epoch), **info})
+        if "logreg-odour" in others:  # per split: the split's test molecules never enter the GS-LF fits
+            test_mols = {m for i in test for m in blends.smiles[i]}
+            profiles = odour_profiles(gslf, mols, test_mols, transfer_x, seed=seed, C=cfg.logreg_c)
+            pair_x["logreg-odour"] = pair_profiles(blends.smiles, profiles)
         for spec in others:
             X = pair_x[spec]
             lr = MultiLabelLogReg(C=cfg.logreg_c, log1p=spec == "logreg-morgan").fit(
