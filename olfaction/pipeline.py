@@ -182,8 +182,15 @@ def train_distance(
     tcfg: DistanceTrainConfig,
     features: str = "embedding",
     descriptors: dict[str, np.ndarray] | None = None,
+    mol_features: dict[str, np.ndarray] | None = None,
+    mixture_init: dict | None = None,
 ) -> tuple[MixScentNet, MixtureIndex, dict]:
     """Fit a MixScentNet on ``split.training``, selecting the epoch on ``split.validation``.
+
+    ``mol_features`` (``{smiles: (d,)}``) replace the ``features`` computed here (e.g. vectors
+    whose Mordred scaler was fitted on a larger molecule set); ``mixture_init`` is a mixture-level
+    state dict to start from (:func:`olfaction.blend_pretrain.pretrain_mixture_level`), fine-tuned
+    with the rest.
 
     ``descriptors`` (``{smiles: (D,)}``, e.g. :func:`olfaction.baselines.scaled_molecule_table`)
     turn on the distance head's descriptor pair path (``MixScentConfig.desc_dim = D``).
@@ -192,7 +199,11 @@ def train_distance(
     then works on any SMILES, see :class:`MixScentPredictor`); other :data:`FEATURE_KINDS` feed
     precomputed molecule vectors (e.g. embedding ++ cleaned Mordred) to the mixture level, a
     benchmark variant that predicts through the returned index only."""
-    feats = molecule_features(sorted(pairs.molecules()), features, encoder)
+    feats = (
+        mol_features
+        if mol_features is not None
+        else molecule_features(sorted(pairs.molecules()), features, encoder)
+    )
     index = MixtureIndex(pairs.mixtures, feats, descriptors)
     torch.manual_seed(tcfg.seed)
     with_encoder = features == "embedding"
@@ -209,6 +220,13 @@ def train_distance(
         model.mol_encoder.load_state_dict(encoder.state_dict())
         for p in model.mol_encoder.parameters():
             p.requires_grad_(False)
+    if mixture_init is not None:
+        try:
+            model.mixture.load_state_dict(mixture_init)
+        except RuntimeError as exc:
+            raise InputError(
+                f"mixture_init does not fit this model's mixture level: {str(exc).splitlines()[0]}"
+            ) from None
     hist = fit_distance(model, index, pairs, split.training, split.validation, tcfg)
     return model, index, hist
 
