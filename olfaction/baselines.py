@@ -48,6 +48,12 @@ def pair_features(
     return np.concatenate([np.abs(ma - mb), ma + mb], axis=1)
 
 
+def sum_absdiff_pairs(pairs, vectors: dict[str, np.ndarray]) -> np.ndarray:
+    """``(N, 2D)`` symmetric features ``[a + b ; |a - b|]`` of two-molecule pairs ``(a, b)`` from
+    per-molecule vectors ``{smiles: (D,)}`` (blend pairs: Mordred or odour-profile logits)."""
+    return np.stack([np.concatenate([vectors[a] + vectors[b], np.abs(vectors[a] - vectors[b])]) for a, b in pairs])
+
+
 class PairForest:
     """Random forest regressor on :func:`pair_features` (scikit-learn estimator API)."""
 

@@ -15,7 +15,7 @@ blend labels of its own.
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +80,7 @@ def pretrain_mixture_level(
         y,
         train,
         val,
-        replace(LabelTrainConfig(), epochs=epochs, batch_size=256, patience=5, seed=seed),
+        LabelTrainConfig(epochs=epochs, batch_size=256, patience=5, seed=seed),
     )
     state = {k: v.detach().clone() for k, v in net.mixture.state_dict().items()}
     return state, {**hist, "n_pairs": len(ids)}

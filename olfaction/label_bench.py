@@ -34,12 +34,12 @@ from common.errors import InputError
 from common.io import write_csv, write_json
 from common.report import markdown_table
 
-from .baselines import MultiLabelLogReg, blend_fingerprints
+from .baselines import MultiLabelLogReg, blend_fingerprints, sum_absdiff_pairs
 from .data import LabelData, load_blends, load_gslf, molecule_disjoint_blend_split
 from .evaluate import macro_roc_auc, multilabel_stratified_kfold
 from .features import morgan_counts
 from .model import MixScentConfig, MixScentNet, MolEncoder
-from .odour_transfer import odour_profiles, pair_profiles, transfer_inputs
+from .odour_transfer import odour_profiles, transfer_inputs
 from .pipeline import FEATURE_KINDS, molecule_features
 from .train import LabelTrainConfig, MixtureIndex, fit_labels, predict_labels
 
@@ -387,9 +387,7 @@ def blend_bench(
         pair_x["logreg-morgan"] = blend_fingerprints(blends.smiles, {s: morgan_counts(s, 2048) for s in mols})
     if "logreg-mordred" in others:
         mord = molecule_features(mols, "mordred")
-        pair_x["logreg-mordred"] = np.stack(
-            [np.concatenate([mord[a] + mord[b], np.abs(mord[a] - mord[b])]) for a, b in blends.smiles]
-        )
+        pair_x["logreg-mordred"] = sum_absdiff_pairs(blends.smiles, mord)
     if "logreg-odour" in others:
         gslf = load_gslf(data_dir)
         transfer_x = transfer_inputs(list(gslf.smiles) + mols)
@@ -434,7 +432,7 @@ def blend_bench(
         if "logreg-odour" in others:  # per split: the split's test molecules never enter the GS-LF fits
             test_mols = {m for i in test for m in blends.smiles[i]}
             profiles = odour_profiles(gslf, mols, test_mols, transfer_x, seed=seed, C=cfg.logreg_c)
-            pair_x["logreg-odour"] = pair_profiles(blends.smiles, profiles)
+            pair_x["logreg-odour"] = sum_absdiff_pairs(blends.smiles, profiles)
         for spec in others:
             X = pair_x[spec]
             lr = MultiLabelLogReg(C=cfg.logreg_c, log1p=spec == "logreg-morgan").fit(

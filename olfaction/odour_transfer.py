@@ -59,7 +59,8 @@ def odour_profiles(
     if folds < 2:
         raise InputError(f"odour transfer needs folds >= 2, got {folds}")
     banned = {stereo_free(s) for s in exclude}
-    pool = [i for i, s in enumerate(gslf.smiles) if stereo_free(s) not in banned]
+    free = [stereo_free(s) for s in gslf.smiles]
+    pool = [i for i, f in enumerate(free) if f not in banned]
     if len(pool) < folds:
         raise InputError(f"odour transfer: only {len(pool)} GS-LF molecules left after the exclusion")
     missing = [s for s in list(molecules) + [gslf.smiles[i] for i in pool] if s not in inputs]
@@ -70,7 +71,7 @@ def odour_profiles(
     fold_of[rng.permutation(len(pool))] = np.arange(len(pool)) % folds
     X_pool = np.stack([inputs[gslf.smiles[i]] for i in pool])
     Y_pool = gslf.y[pool]
-    own = {stereo_free(gslf.smiles[i]): k for i, k in zip(pool, fold_of, strict=True)}
+    own = {free[i]: k for i, k in zip(pool, fold_of, strict=True)}
     targets = list(dict.fromkeys(molecules))
     X_t = np.stack([inputs[s] for s in targets])
     fold_preds = []
@@ -87,9 +88,3 @@ def odour_profiles(
         out[s] = np.log(p / (1 - p)).astype(np.float32)
     return out
 
-
-def pair_profiles(pairs: Sequence[tuple[str, str]], profiles: dict[str, np.ndarray]) -> np.ndarray:
-    """``(N, 2 L)`` symmetric pair features ``[a + b ; |a - b|]`` of the molecules' odour logits."""
-    return np.stack(
-        [np.concatenate([profiles[a] + profiles[b], np.abs(profiles[a] - profiles[b])]) for a, b in pairs]
-    )

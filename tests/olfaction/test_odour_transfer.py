@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from common.errors import InputError
+from olfaction.baselines import sum_absdiff_pairs
 from olfaction.data import LabelData
 from olfaction.label_bench import LabelBenchConfig, blend_bench
-from olfaction.odour_transfer import odour_profiles, pair_profiles, stereo_free, transfer_inputs
+from olfaction.odour_transfer import odour_profiles, stereo_free, transfer_inputs
 from tests.olfaction.test_label_ensemble import gslf_dir  # noqa: F401  (the tiny GS-LF fixture)
 from tests.olfaction.test_labels import blend_dir  # noqa: F401  (the tiny blend fixture)
 
@@ -64,10 +65,10 @@ def test_pool_molecule_profile_is_cross_fitted():
     np.testing.assert_array_equal(base["CCCCO"], again["CCCCO"])
 
 
-def test_pair_profiles_symmetric_and_errors():
+def test_pair_features_symmetric_and_errors():
     gs, inputs = _toy()
     prof = odour_profiles(gs, _MOLS, set(), inputs, folds=3)
-    x = pair_profiles([("CCO", "CCCO"), ("CCCO", "CCO")], prof)
+    x = sum_absdiff_pairs([("CCO", "CCCO"), ("CCCO", "CCO")], prof)
     assert x.shape == (2, 6)
     np.testing.assert_array_equal(x[0], x[1])
     assert stereo_free("C[C@H](N)O") == stereo_free("CC(N)O")
