@@ -14,9 +14,14 @@ Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``. For a sample ``x``
 
        η_t = max(η_min, η_0 / sqrt(1 + t_k / τ)),
 
-   where ``t_k`` counts the updates of expert ``k`` since the start of the current epoch (epoch
-   changes are given by the caller, or detected when the expert's fast residual average exceeds
-   ``drift_factor`` × its slow average), since its last re-seed, or since pretraining.
+   where ``t_k`` counts the updates of expert ``k`` since its schedule last restarted: at its
+   last re-seed, at pretraining, when its fast residual average exceeds ``drift_factor`` × its
+   slow average, or at the start of an epoch (epoch changes are given by the caller) *if the
+   expert moved*: with ``epoch_reset="detect"`` (default) an expert restarts only when the mean
+   normalised residual of its first ``reset_check`` accepted samples of the new epoch exceeds
+   ``reset_factor`` × its slow average, so experts whose subspace did not change (the others of an
+   abrupt replacement) keep their small steps (``"always"``: every expert restarts, the pre-session-11
+   rule; ``"never"``).
 4. **Change detection** (abrupt replacement of a subspace): a sample whose best score exceeds
    both ``novelty · (1 - r/m)`` (a fraction of what a random subspace leaves) and
    ``spike_factor ×`` the routed expert's running residual level is *novel*: it updates no
@@ -71,7 +76,7 @@ class MoSAICConfig:
     n: int
     r: int
     K: int
-    eta0: float = 0.5
+    eta0: float = 1.0  # session 11 (was 0.5): with epoch_reset="detect", chosen on tuning seeds 1100-1101
     eta_min: float = 0.05
     tau: float = 0.0  # 0 = auto: 2 r
     schedule: str = "sublinear"  # or "constant" (η = eta0 always, k-GROUSE style)
@@ -80,6 +85,14 @@ class MoSAICConfig:
     spike_factor: float = 8.0
     reseed_min: int = 0  # 0 = auto from n, r and the observed count
     drift_factor: float = 4.0
+    # an expert whose residual level exceeds this × the median level of all experts is defective (e.g. a
+    # direction pretraining got wrong, which GROUSE steps at m ~ 3r do not correct): it abstains and
+    # collects its samples until a cold rank-r fit of them replaces it (``_repair``); only where the mean
+    # observed count m̄ >= provisional_min_ratio × r (a cold fit needs observations to spare); 0 = off
+    repair_factor: float = 5.0
+    epoch_reset: str = "detect"  # restart the schedule at an epoch start: "detect" (only experts that moved), "always", "never"
+    reset_check: int = 5  # "detect": accepted samples of the new epoch that decide it
+    reset_factor: float = 2.0  # "detect": restart when their mean residual > this × the slow level
     fit_shrink: float = 0.05  # relative ridge of the ALS fits to the change buffer (see als_subspace)
     # iterations of a change-buffer fit that has a start (the previous fit, or Soft-Impute's directions
     # for the rank-q ALS basis): ALS and the warm PPCA refits (cold: 10-30)
@@ -118,6 +131,12 @@ class MoSAICConfig:
             raise InputError(f"warm_iters must be >= 1, got {self.warm_iters}")
         if self.provisional_growth < 0:
             raise InputError(f"provisional_growth must be >= 0 (0 = auto), got {self.provisional_growth}")
+        if self.epoch_reset not in ("detect", "always", "never"):
+            raise InputError(f"epoch_reset must be 'detect', 'always' or 'never', got {self.epoch_reset!r}")
+        if self.repair_factor < 0 or 0 < self.repair_factor <= 1:
+            raise InputError(f"repair_factor must be 0 (off) or > 1, got {self.repair_factor}")
+        if self.reset_check < 1 or self.reset_factor <= 0:
+            raise InputError(f"reset_check must be >= 1 and reset_factor > 0, got {self.reset_check}, {self.reset_factor}")
         if self.schedule not in ("sublinear", "constant"):
             raise InputError(f"schedule must be 'sublinear' or 'constant', got {self.schedule!r}")
         if not (0 < self.eta0 <= 1 and 0 <= self.eta_min <= self.eta0):
@@ -191,9 +210,16 @@ class MoSAIC:
         self.config.validate()
         self._rng = np.random.default_rng(self.config.seed)
         self.bases = random_bases(self._rng, K, n, r)
-        self.t = np.zeros(K)  # updates since epoch start / re-seed (drives the schedule)
+        self.t = np.zeros(K)  # updates since the schedule's last restart (drives the step size)
+        # epoch_reset="detect": experts still to decide whether a new epoch moved them, with the sum
+        # and count of their normalised residuals in the new epoch so far
+        self._reset_pending = np.zeros(K, bool)
+        self._reset_sum = np.zeros(K)
+        self._reset_count = np.zeros(K, np.int64)
         self.level = np.ones(K)  # EWMA of normalised residual of accepted samples
         self.level_slow = np.ones(K)
+        self._level_median: float | None = None  # median of ``level``, refreshed every 64 samples (repair)
+        self._repair: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # defective expert -> its samples
         self.mature = np.zeros(K, bool)
         self.n_updates = np.zeros(K, np.int64)
         self.long_counts = np.zeros(K)
@@ -213,6 +239,7 @@ class MoSAIC:
         self._last_novel = -(10**12)  # sample count at the last novel sample
         self._reseeded_at = np.full(K, -(10**12), np.int64)
         self.reseeds: list[tuple[int, int]] = []  # (sample index, expert)
+        self.repairs: list[tuple[int, int]] = []  # (sample index, expert) of defective experts replaced
         self.pretrained = False
         self.ridge = RIDGE  # λ of the least-squares fits; set to σ̂²/var(w) by ``fit``
 
@@ -253,8 +280,10 @@ class MoSAIC:
         return w, res / max(float(xo @ xo), _TINY)
 
     def memory_bytes(self) -> int:
-        """Bytes held by the model state (bases + per-expert counters + change buffer)."""
+        """Bytes held by the model state (bases + per-expert counters + change buffer + the samples a
+        defective expert collects, at most ``reseed_min`` each: O(n r) per expert for m > 1.5 r)."""
         buf = sum(i.nbytes + v.nbytes for i, v, _ in self._buffer)
+        buf += sum(i.nbytes + v.nbytes for b in self._repair.values() for i, v in b)
         buf += 0 if self._prov is None else self._prov.nbytes
         per_k = self.t.nbytes + self.level.nbytes + self.level_slow.nbytes + self.mature.nbytes
         return int(self.bases.nbytes + per_k + self.n_updates.nbytes + self.long_counts.nbytes + self._last_update.nbytes + buf)
@@ -350,7 +379,61 @@ class MoSAIC:
     def _set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
             self.epoch = epoch
-            self.t[:] = 0.0
+            if self.config.epoch_reset == "always":
+                self.t[:] = 0.0
+            elif self.config.epoch_reset == "detect":
+                self._reset_pending[:] = True
+                self._reset_sum[:] = 0.0
+                self._reset_count[:] = 0
+
+    def _defective(self, k: int, level: float) -> bool:
+        """Expert ``k`` (fast residual level ``level``) is defective: mature, outside the window that
+        follows its last re-seed or repair (or failed repair), and its level above both ``repair_factor`` × the median
+        level (refreshed every 64 samples) and ``0.01 · novelty``. Needs K >= 3 to ever trigger."""
+        if k in self._repair:
+            return True
+        if self._level_median is None or self.n_seen % 64 == 0:
+            self._level_median = float(np.median(self.level))
+        c = self.config  # and above 1 % of the novelty threshold: near-noiseless experts never are
+        return bool(self.mature[k] and level > max(c.repair_factor * self._level_median, 0.01 * c.novelty)
+                    and self.n_seen - self._reseeded_at[k] > self._window_len())
+
+    def _repair_step(self, k: int, idx: np.ndarray, xo: np.ndarray) -> None:
+        """Collect a sample of defective expert ``k``; at ``reseed_min`` samples replace its basis by a
+        cold rank-r fit of them (``_reseed_fit``) when at least half fit it; else give up for a window."""
+        buf = self._repair.setdefault(k, [])
+        buf.append((idx.copy(), xo.copy()))
+        if len(buf) < self.reseed_min():
+            return
+        X0 = np.zeros((len(buf), self.n))
+        M = np.zeros((len(buf), self.n), bool)
+        for j, (i, v) in enumerate(buf):
+            X0[j, i], M[j, i] = v, True
+        energy = np.maximum((X0 * X0).sum(1), _TINY)
+        U, score, inlier = self._reseed_fit(X0, M, energy, 1.0 - self.r / M.sum(1), None)
+        del self._repair[k]
+        if inlier.mean() < 0.5:  # no clean fit: give up, resume as before, and wait a window to retry
+            self._reseeded_at[k] = self.n_seen
+            return
+        self.bases[k] = U
+        self.t[k] = 0.0
+        self._reset_pending[k] = False
+        self._reseeded_at[k] = self.n_seen
+        self.level[k] = self.level_slow[k] = max(float(np.median(score[inlier])), 1e-6)
+        self._last_update[k] = self.n_seen
+        self.repairs.append((self.n_seen - 1, k))
+
+    def _check_epoch_reset(self, k: int, s: float) -> None:
+        """``epoch_reset="detect"``: after expert ``k``'s first ``reset_check`` accepted samples of a
+        new epoch, restart its schedule if their mean residual ``s`` is ``reset_factor`` × its slow
+        level (the subspace moved at the epoch change; a rotation of 0.1 rad raises it ~4×)."""
+        c = self.config
+        self._reset_sum[k] += s
+        self._reset_count[k] += 1
+        if self._reset_count[k] >= c.reset_check:
+            if self._reset_sum[k] / self._reset_count[k] > c.reset_factor * self.level_slow[k]:
+                self.t[k] = 0.0
+            self._reset_pending[k] = False
 
     def _complete_and_update(self, idx: np.ndarray, xo: np.ndarray, w: np.ndarray, score: np.ndarray, k: int) -> np.ndarray:
         """Completion ``(n,)`` of a sample routed to expert ``k``, then the update / change detection."""
@@ -392,6 +475,15 @@ class MoSAIC:
             self._maybe_reseed()
             self._maybe_refit_provisional()
             return completion
+        if c.detect and c.repair_factor > 0 and self._mean_m >= c.provisional_min_ratio * self.r and self._defective(k, level):
+            # its fits extrapolate (error 2.5 seen): abstain. Shrinking its completion by the
+            # leave-one-out (PRESS) error of its fit on Ω instead was worse (session 11)
+            completion = np.zeros(self.n)
+            completion[idx] = xo
+            self._repair_step(k, idx, xo)
+            return completion
+        if self._reset_pending[k]:
+            self._check_epoch_reset(k, s)
         grouse_step(self.bases[k], idx, xo, w[k], self.step_size(k), p=p)
         self.t[k] += 1
         self.n_updates[k] += 1
@@ -546,16 +638,13 @@ class MoSAIC:
                 Z0[j] = Z[row[t]]
         return Z0
 
-    def _maybe_reseed(self) -> None:
-        need = self.reseed_min()
-        if len(self._buffer) < max(need, self._next_try):
-            return
+    def _reseed_fit(self, X0, M, energy, base, warm):
+        """Rank-r ALS fit ``(n, r)`` of the change buffer ``X0, M (B, n)`` for a re-seed, from ``warm``
+        (``warm_iters`` iterations) or cold (15), trimmed to its best-fitting 60 % (twice at most)
+        while < 90 % of the buffer are inliers, then refit on all inliers. Returns the basis, each
+        sample's normalised residual ``(B,)`` and the inlier mask (residual < half the novelty
+        threshold)."""
         c = self.config
-        B = len(self._buffer)
-        X0, M = self._buffer_arrays()
-        energy = np.maximum((X0 * X0).sum(1), _TINY)
-        base = 1.0 - self.r / M.sum(1)
-        warm = self._prov if self._prov is not None and self._prov.shape[1] == self.r else None
         U = als_subspace(X0, M, self.r, U0=warm, iters=15 if warm is None else c.warm_iters, shrink=c.fit_shrink)
 
         def fit_scores(U):
@@ -574,6 +663,21 @@ class MoSAIC:
         if inlier.sum() > self.r and not inlier.all():
             U = als_subspace(X0[inlier], M[inlier], self.r, U0=U, iters=c.warm_iters, shrink=c.fit_shrink)
             score, inlier = fit_scores(U)
+        return U, score, inlier
+
+    def _maybe_reseed(self) -> None:
+        need = self.reseed_min()
+        if len(self._buffer) < max(need, self._next_try):
+            return
+        B = len(self._buffer)
+        X0, M = self._buffer_arrays()
+        energy = np.maximum((X0 * X0).sum(1), _TINY)
+        base = 1.0 - self.r / M.sum(1)
+        warm = self._prov if self._prov is not None and self._prov.shape[1] == self.r else None
+        U, score, inlier = self._reseed_fit(X0, M, energy, base, warm)
+        if inlier.mean() < 0.5 and warm is not None:
+            # a poor provisional basis can trap the short warm-started fit (seen at m = 3r): retry cold
+            U, score, inlier = self._reseed_fit(X0, M, energy, base, None)
         if inlier.mean() >= 0.5:
             # the victim is the expert that has missed the most of its expected traffic since its
             # last update: (samples since then) × (its long-run share of the traffic)
@@ -586,6 +690,7 @@ class MoSAIC:
             victim = int(np.argmax(missed))
             self.bases[victim] = U
             self.t[victim] = 0.0
+            self._reset_pending[victim] = False  # its schedule has just restarted
             self._reseeded_at[victim] = self.n_seen
             # a fit to few samples overfits their residuals: never trust a level tighter than the
             # typical level of the other experts
@@ -633,11 +738,16 @@ class MoSAIC:
             "bases": self.bases, "t": self.t, "level": self.level, "level_slow": self.level_slow,
             "mature": self.mature.astype(np.uint8), "n_updates": self.n_updates,
             "long_counts": self.long_counts, "last_update": self._last_update, "reseeded_at": self._reseeded_at,
+            "reset_pending": self._reset_pending.astype(np.uint8), "reset_sum": self._reset_sum, "reset_count": self._reset_count,
         }
         tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}
         for j, (idx, xo, _) in enumerate(self._buffer):
             tensors[f"buffer_idx_{j}"] = torch.from_numpy(idx.astype(np.int64))
             tensors[f"buffer_val_{j}"] = torch.from_numpy(xo)
+        for k, buf in self._repair.items():
+            for j, (idx, xo) in enumerate(buf):
+                tensors[f"repair_{k}_idx_{j}"] = torch.from_numpy(idx.astype(np.int64))
+                tensors[f"repair_{k}_val_{j}"] = torch.from_numpy(xo)
         if self._prov is not None:
             tensors["provisional"] = torch.from_numpy(np.ascontiguousarray(self._prov))
         if self._prov_post is not None:
@@ -648,6 +758,8 @@ class MoSAIC:
         extra = {
             "n_seen": self.n_seen, "epoch": self.epoch, "mean_m": self._mean_m, "entry_energy": self._entry_energy, "next_try": self._next_try,
             "buffer_len": len(self._buffer), "buffer_t": [t for _, _, t in self._buffer], "reseeds": self.reseeds, "pretrained": self.pretrained,
+            "repairs": self.repairs, "repair_len": {str(k): len(b) for k, b in self._repair.items()},
+            "level_median": self._level_median,
             "rng": self._rng.bit_generator.state, "ridge": self.ridge,
             "provisional_at": self._prov_at, "last_novel": self._last_novel,
             "provisional_noise": None if self._prov_post is None else self._prov_post[1],
@@ -670,12 +782,19 @@ class MoSAIC:
             model.level_slow, model.mature = arr["level_slow"], arr["mature"].astype(bool)
             model.n_updates, model.long_counts, model._last_update = arr["n_updates"], arr["long_counts"], arr["last_update"]
             model._reseeded_at = arr["reseeded_at"]
+            if "reset_pending" in arr:  # older checkpoints: no pending epoch-reset decision
+                model._reset_pending = arr["reset_pending"].astype(bool)
+                model._reset_sum, model._reset_count = arr["reset_sum"], arr["reset_count"]
             model._buffer = [(arr[f"buffer_idx_{j}"], arr[f"buffer_val_{j}"], int(extra["buffer_t"][j]))
                              for j in range(extra["buffer_len"])]
             model.n_seen, model.epoch = int(extra["n_seen"]), int(extra["epoch"])
             model._mean_m, model._next_try = float(extra["mean_m"]), int(extra["next_try"])
             model._entry_energy = float(extra.get("entry_energy", 0.0))  # older checkpoints: no floor
             model.reseeds = [tuple(x) for x in extra["reseeds"]]
+            model.repairs = [tuple(x) for x in extra.get("repairs", [])]  # older checkpoints: none
+            model._repair = {int(k): [(arr[f"repair_{k}_idx_{j}"], arr[f"repair_{k}_val_{j}"]) for j in range(n_b)]
+                             for k, n_b in extra.get("repair_len", {}).items()}
+            model._level_median = extra.get("level_median")
             model.pretrained = bool(extra["pretrained"])
             model.ridge = float(extra["ridge"])
             model._prov = arr.get("provisional")

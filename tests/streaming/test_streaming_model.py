@@ -386,3 +386,88 @@ def test_an_ill_conditioned_routed_fit_cannot_blow_up_the_completion():
         MoSAIC(10, 2, 2, completion_cap=-1.0)
     small = np.array([0.0, 0.1, 0.0])
     np.testing.assert_array_equal(cap_completion(small.copy(), np.array([1.0]), 3, 4.0), small)  # under the cap: unchanged
+
+
+@pytest.mark.parametrize("mode", ["detect", "always", "never"])
+def test_epoch_reset_restarts_the_schedule_of_the_experts_that_moved(mode):
+    rng = np.random.default_rng(21)
+    n, r, K = 30, 3, 2
+    U0 = orthonormalize(rng.standard_normal((K, n, r)))
+    U1 = U0.copy()  # epoch 1: expert 0's subspace turns by 0.3 rad, expert 1's stays
+    Q = rng.standard_normal((n, r))
+    Q = orthonormalize(Q - U0[0] @ (U0[0].T @ Q))
+    U1[0] = np.cos(0.3) * U0[0] + np.sin(0.3) * Q
+
+    def draw(U, labels):  # unit-norm coefficients: no near-zero sample whose residual is all noise
+        w = rng.standard_normal((len(labels), r))
+        w /= np.linalg.norm(w, axis=1, keepdims=True)
+        x = np.einsum("nir,nr->ni", U[labels], w) + 0.01 * rng.standard_normal((len(labels), n))
+        return np.where(rng.random(x.shape) < 0.7, x, np.nan)
+
+    m = MoSAIC(n, r, K, epoch_reset=mode, pretrain_restarts=2, seed=0).fit(draw(U0, np.repeat([0, 1], 100)))
+    moved = int(np.argmin([projection_distance(m.bases[k], U0[0]) for k in range(K)]))
+    still = 1 - moved
+    m.process(draw(U0, np.tile([0, 1], 40)), epoch=0)
+    t_before, updates_before = m.t.copy(), m.n_updates.copy()
+    m.process(draw(U1, np.tile([0, 1], 20)), epoch=1)
+    updates = m.n_updates - updates_before
+    assert updates[still] == 20
+    # the expert whose subspace did not move keeps its schedule unless every expert restarts
+    assert m.t[still] == (20 if mode == "always" else t_before[still] + 20)
+    if mode != "never":  # the moved one restarts at the epoch change, before its 5th update at the latest
+        assert m.t[moved] <= updates[moved] < t_before[moved]
+        assert not m._reset_pending.any()
+
+
+def test_epoch_reset_rejects_unknown_modes():
+    with pytest.raises(InputError, match="epoch_reset"):
+        MoSAIC(10, 2, 2, epoch_reset="sometimes")
+
+
+def test_a_defective_expert_abstains_and_is_repaired_by_a_cold_fit_of_its_samples():
+    cfg = StreamConfig(n=30, r=3, K=4, obs_frac=0.6, noise_std=0.01, epochs=1, samples_per_epoch=1200,
+                       drift="none", source_per_class=60, seed=12)
+    s = generate_stream(cfg)
+    m = MoSAIC(30, 3, 4, pretrain_restarts=2, seed=0).fit(s.source_values)
+    healthy = MoSAIC(30, 3, 4, pretrain_restarts=2, seed=0).fit(s.source_values)
+    healthy.process(s.values)
+    assert healthy.repairs == []  # a healthy stream never triggers it
+    true = s.bases[0]
+    k = 0
+    c = int(np.argmin([projection_distance(m.bases[k], true[j]) for j in range(4)]))
+    # break one of expert k's directions (as a pretraining that got one wrong would) and mark it
+    rng = np.random.default_rng(0)
+    v = rng.standard_normal(30)
+    v -= true[c] @ (true[c].T @ v)
+    m.bases[k][:, 2] = v
+    m.bases[k] = orthonormalize(m.bases[k])
+    m.level[k] = m.level_slow[k] = 0.05
+    completed, _ = m.process(s.values)
+    assert [e for _, e in m.repairs] == [k]
+    at = m.repairs[0][0]
+    assert projection_distance(m.bases[k], true[c]) < 0.05
+    # until the repair, its class's samples were abstained on (0 off Ω), afterwards completed again
+    own = np.flatnonzero(s.labels == c)
+    before, after = own[own < at][:5], own[own > at][:5]
+    unobs = np.isnan(s.values)
+    assert np.all(completed[before][unobs[before]] == 0.0)
+    err = np.where(unobs[after], completed[after] - s.full[after], 0.0)
+    assert np.sqrt((err**2).sum() / np.where(unobs[after], s.full[after] ** 2, 0.0).sum()) < 0.1
+
+
+def test_the_repair_collection_survives_save_load(tmp_path):
+    cfg = StreamConfig(n=30, r=3, K=4, obs_frac=0.6, noise_std=0.01, epochs=1, samples_per_epoch=300,
+                       drift="none", source_per_class=60, seed=12)
+    s = generate_stream(cfg)
+    m = MoSAIC(30, 3, 4, pretrain_restarts=2, seed=0).fit(s.source_values)
+    m.bases[0][:, 2] = np.roll(m.bases[0][:, 2], 7)
+    m.bases[0] = orthonormalize(m.bases[0])
+    m.level[0] = m.level_slow[0] = 0.05
+    m.process(s.values[:100])
+    assert m._repair  # collecting
+    m.save(tmp_path / "ckpt")
+    m2 = MoSAIC.load(tmp_path / "ckpt")
+    c1, _ = m.process(s.values[100:])
+    c2, _ = m2.process(s.values[100:])
+    np.testing.assert_array_equal(c1, c2)
+    assert m.repairs == m2.repairs
