@@ -403,6 +403,8 @@ class MoSAIC:
         cold rank-r fit of them (``_reseed_fit``) when at least half fit it; else give up for a window."""
         buf = self._repair.setdefault(k, [])
         buf.append((idx.copy(), xo.copy()))
+        # it still receives its class's traffic: not a victim for the change buffer's re-seed
+        self._last_update[k] = self.n_seen
         if len(buf) < self.reseed_min():
             return
         X0 = np.zeros((len(buf), self.n))
@@ -691,6 +693,7 @@ class MoSAIC:
             self.bases[victim] = U
             self.t[victim] = 0.0
             self._reset_pending[victim] = False  # its schedule has just restarted
+            self._repair.pop(victim, None)  # a repair's collected samples belong to the old class
             self._reseeded_at[victim] = self.n_seen
             # a fit to few samples overfits their residuals: never trust a level tighter than the
             # typical level of the other experts

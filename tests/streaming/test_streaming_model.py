@@ -435,15 +435,16 @@ def test_a_defective_expert_abstains_and_is_repaired_by_a_cold_fit_of_its_sample
     true = s.bases[0]
     k = 0
     c = int(np.argmin([projection_distance(m.bases[k], true[j]) for j in range(4)]))
-    # break one of expert k's directions (as a pretraining that got one wrong would) and mark it
+    # turn one of expert k's directions 0.6 rad off its class (as a pretraining that got one wrong
+    # would: its samples still fit it better than any other expert, and below the novelty level)
     rng = np.random.default_rng(0)
     v = rng.standard_normal(30)
     v -= true[c] @ (true[c].T @ v)
-    m.bases[k][:, 2] = v
+    m.bases[k][:, 2] = np.cos(0.6) * m.bases[k][:, 2] + np.sin(0.6) * v / np.linalg.norm(v)
     m.bases[k] = orthonormalize(m.bases[k])
     m.level[k] = m.level_slow[k] = 0.05
     completed, _ = m.process(s.values)
-    assert [e for _, e in m.repairs] == [k]
+    assert [e for _, e in m.repairs] == [k] and m.reseeds == []
     at = m.repairs[0][0]
     assert projection_distance(m.bases[k], true[c]) < 0.05
     # until the repair, its class's samples were abstained on (0 off Ω), afterwards completed again
