@@ -407,12 +407,8 @@ class MoSAIC:
         self._last_update[k] = self.n_seen
         if len(buf) < self.reseed_min():
             return
-        X0 = np.zeros((len(buf), self.n))
-        M = np.zeros((len(buf), self.n), bool)
-        for j, (i, v) in enumerate(buf):
-            X0[j, i], M[j, i] = v, True
-        energy = np.maximum((X0 * X0).sum(1), _TINY)
-        U, score, inlier = self._reseed_fit(X0, M, energy, 1.0 - self.r / M.sum(1), None)
+        X0, M = self._stack(buf)
+        U, score, inlier = self._reseed_fit(X0, M, None)
         del self._repair[k]
         if inlier.mean() < 0.5:  # no clean fit: give up, resume as before, and wait a window to retry
             self._reseeded_at[k] = self.n_seen
@@ -422,7 +418,6 @@ class MoSAIC:
         self._reset_pending[k] = False
         self._reseeded_at[k] = self.n_seen
         self.level[k] = self.level_slow[k] = max(float(np.median(score[inlier])), 1e-6)
-        self._last_update[k] = self.n_seen
         self.repairs.append((self.n_seen - 1, k))
 
     def _check_epoch_reset(self, k: int, s: float) -> None:
@@ -539,14 +534,17 @@ class MoSAIC:
         if self._buffer and self._buffer[0][2] < oldest:
             self._buffer = [b for b in self._buffer if b[2] >= oldest]
 
-    def _buffer_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        B = len(self._buffer)
-        X0 = np.zeros((B, self.n))
-        M = np.zeros((B, self.n), bool)
-        for j, (idx, xo, _) in enumerate(self._buffer):
+    def _stack(self, samples) -> tuple[np.ndarray, np.ndarray]:
+        """Zero-filled values ``X0 (B, n)`` and mask ``M (B, n)`` of samples ``(idx, values, ...)``."""
+        X0 = np.zeros((len(samples), self.n))
+        M = np.zeros((len(samples), self.n), bool)
+        for j, (idx, xo, *_) in enumerate(samples):
             X0[j, idx] = xo
             M[j, idx] = True
         return X0, M
+
+    def _buffer_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._stack(self._buffer)
 
     def provisional_estimator(self) -> str:
         """The provisional estimator in use: ``config.provisional_estimator``, with ``"auto"``
@@ -640,13 +638,15 @@ class MoSAIC:
                 Z0[j] = Z[row[t]]
         return Z0
 
-    def _reseed_fit(self, X0, M, energy, base, warm):
-        """Rank-r ALS fit ``(n, r)`` of the change buffer ``X0, M (B, n)`` for a re-seed, from ``warm``
+    def _reseed_fit(self, X0, M, warm):
+        """Rank-r ALS fit ``(n, r)`` of buffered samples ``X0, M (B, n)`` (a re-seed or a repair), from ``warm``
         (``warm_iters`` iterations) or cold (15), trimmed to its best-fitting 60 % (twice at most)
         while < 90 % of the buffer are inliers, then refit on all inliers. Returns the basis, each
         sample's normalised residual ``(B,)`` and the inlier mask (residual < half the novelty
         threshold)."""
         c = self.config
+        energy = np.maximum((X0 * X0).sum(1), _TINY)
+        base = 1.0 - self.r / M.sum(1)
         U = als_subspace(X0, M, self.r, U0=warm, iters=15 if warm is None else c.warm_iters, shrink=c.fit_shrink)
 
         def fit_scores(U):
@@ -673,13 +673,11 @@ class MoSAIC:
             return
         B = len(self._buffer)
         X0, M = self._buffer_arrays()
-        energy = np.maximum((X0 * X0).sum(1), _TINY)
-        base = 1.0 - self.r / M.sum(1)
         warm = self._prov if self._prov is not None and self._prov.shape[1] == self.r else None
-        U, score, inlier = self._reseed_fit(X0, M, energy, base, warm)
+        U, score, inlier = self._reseed_fit(X0, M, warm)
         if inlier.mean() < 0.5 and warm is not None:
             # a poor provisional basis can trap the short warm-started fit (seen at m = 3r): retry cold
-            U, score, inlier = self._reseed_fit(X0, M, energy, base, None)
+            U, score, inlier = self._reseed_fit(X0, M, None)
         if inlier.mean() >= 0.5:
             # the victim is the expert that has missed the most of its expected traffic since its
             # last update: (samples since then) × (its long-run share of the traffic)
