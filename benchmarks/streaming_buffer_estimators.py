@@ -1,5 +1,5 @@
 """How well can *any* estimator complete the first samples of a new subspace? A bound for the
-abrupt-drift NRMSE of MoSAIC on (100,10,10) at 40 % observed.
+abrupt-drift NRMSE of MoSAIC (default: (100,10,10) at 40 % observed; ``--config``, ``--obs``).
 
 After an abrupt replacement, the new class's ``(s+1)``-th sample can only be completed from the
 ``s`` samples of that class seen before it (a fresh random subspace: nothing else carries
@@ -22,6 +22,8 @@ model seed 100), the replaced class's error at each position ``p < 80`` by the b
 estimators at ``s = p`` (measured every ``--step`` sizes, interpolated between) and prints the stream NRMSE that would give. Run:
 
     python benchmarks/streaming_buffer_estimators.py --out results/streaming_buffer_estimators
+    python benchmarks/streaming_buffer_estimators.py --obs 0.3 --max-s 119 --out results/streaming_buffer_estimators_100_30
+    python benchmarks/streaming_buffer_estimators.py --config 50-5-10 --obs 0.3 --out results/streaming_buffer_estimators_50_30
 """
 
 from __future__ import annotations
@@ -135,12 +137,12 @@ def estimator_curve(n, r, p, sigma, sizes, trials, test):
     return rows
 
 
-def implied_stream_nrmse(curve):
+def implied_stream_nrmse(curve, config="100-10-10", obs=0.4):
     """MoSAIC's per-sample errors on the tuning stream, with the replaced class's first samples
     given the best estimator's expected relative squared error at their position."""
     from benchmarks.streaming_drift_breakdown import _mosaic, _stream
 
-    stream, cfg = _stream("100-10-10", 0)
+    stream, cfg = _stream(config, 0, obs)
     completed = _mosaic(stream, cfg, 0)
     unobs = np.isnan(stream.values)
     den = np.where(unobs, stream.full**2, 0).sum(1)
@@ -176,13 +178,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--test", type=int, default=60, help="fresh samples per trial")
     ap.add_argument("--max-s", type=int, default=79)
     ap.add_argument("--step", type=int, default=4, help="buffer sizes 1, 1+step, ..., max-s (interpolated between)")
+    ap.add_argument("--config", default="100-10-10", help="a standard (n-r-K) config")
+    ap.add_argument("--obs", type=float, default=0.4, help="observed fraction")
     a = ap.parse_args(argv)
-    curve = estimator_curve(100, 10, 0.4, 0.05, sorted(set(range(1, a.max_s + 1, a.step)) | {a.max_s}), a.trials, a.test)
+    from streaming.data import STANDARD_CONFIGS
+
+    n, r, _ = STANDARD_CONFIGS[a.config]
+    curve = estimator_curve(n, r, a.obs, 0.05, sorted(set(range(1, a.max_s + 1, a.step)) | {a.max_s}), a.trials, a.test)
     curve = [{"s": 0, "soft-impute": 1.0, "ppca": 1.0, "bayes": 1.0, "oracle": float("nan"), "best": 1.0}] + curve
-    stream = implied_stream_nrmse(curve)
+    stream = implied_stream_nrmse(curve, a.config, a.obs)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "buffer_estimators.json", {"curve": curve, "stream": stream, "trials": a.trials, "test": a.test})
+    write_json(out / "buffer_estimators.json", {"config": a.config, "obs": a.obs, "curve": curve, "stream": stream,
+                                                "trials": a.trials, "test": a.test})
     table = [{"s": r["s"], **{k: round(math.sqrt(r[k]), 3) for k in ("soft-impute", "ppca", "bayes", "oracle") if r["s"] > 0}}
              for r in curve if r["s"] > 0]
     print(markdown_table(table))

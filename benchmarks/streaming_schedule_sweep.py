@@ -1,4 +1,4 @@
-"""The tuning-seed comparisons behind MoSAIC's session-11 defaults (step size, epoch reset, repair).
+"""The tuning-seed comparisons behind MoSAIC's session-11/12 defaults (step size, epoch reset, repair).
 
 Streams of the standard configs (4 epochs of 200·K samples, σ = 0.05) with stream seeds 1100+s and
 model seeds 100+s, s < ``--seeds``: outside the ``mosaic bench`` seeds (1000+s), so nothing here
@@ -9,6 +9,10 @@ pre-declared selection criterion).
     python benchmarks/streaming_schedule_sweep.py --out results/streaming_schedule_sweep
     python benchmarks/streaming_schedule_sweep.py --configs 25-5-5 100-25-5 --obs 0.4 0.5 --out results/streaming_schedule_sweep_hard
     python benchmarks/streaming_schedule_sweep.py --grid --seeds 2 --out results/streaming_schedule_grid
+    python benchmarks/streaming_schedule_sweep.py --pretrain --configs 25-5-5 50-5-10 100-10-10 100-25-5 \
+        --seeds 5 --out results/streaming_pretrain_repair
+    python benchmarks/streaming_schedule_sweep.py --predict --configs 25-5-5 50-5-10 100-10-10 --out results/streaming_predict
+    python benchmarks/streaming_schedule_sweep.py --predict --configs 100-25-5 --obs 0.4 0.5 --out results/streaming_predict_hard
 """
 
 from __future__ import annotations
@@ -35,6 +39,12 @@ VARIANTS = {
     "repair 8": {"repair_factor": 8.0},
     "repair 12": {"repair_factor": 12.0},
 }
+# ``--pretrain``: the robust refit of a badly fitting cluster in pretraining (session 12)
+PRETRAIN = {"6 restarts, no pretraining repair": {"pretrain_restarts": 6, "pretrain_repair": 0},
+            "6 restarts, repair": {"pretrain_restarts": 6},
+            "16 restarts, repair": {"pretrain_restarts": 16}}
+# ``--predict``: the geodesic drift prediction at epoch starts (session 12)
+PREDICT = {"no drift prediction": {"drift_predict": False}, "default (drift prediction)": {}}
 # ``--grid``: step sizes with the old every-expert epoch reset and no repair
 GRID = {f"eta0 {a}, tau {t or '2r'}, eta_min {e}": {**OLD, "eta0": a, "tau": float(t), "eta_min": e}
         for a in (0.5, 0.75, 1.0) for t in (0, 60, 200) for e in (0.05, 0.15)}
@@ -68,8 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--grid", action="store_true", help="the step-size grid (old reset, no repair) instead")
+    ap.add_argument("--pretrain", action="store_true", help="with / without the pretraining repair instead")
+    ap.add_argument("--predict", action="store_true", help="with / without the drift prediction instead")
     a = ap.parse_args(argv)
-    variants = GRID if a.grid else VARIANTS
+    variants = GRID if a.grid else PRETRAIN if a.pretrain else PREDICT if a.predict else VARIANTS
     jobs = [(c, d, o, s, variants) for c in a.configs for d in a.drifts for o in a.obs for s in range(a.seeds)]
     with ProcessPoolExecutor(a.workers) as pool:
         rows = [r for part in pool.map(_scenario, jobs) for r in part]

@@ -75,7 +75,7 @@ def run_trial(
             completed, routes, _ = offline_kss(stream.values, K, r, seed=seed, restarts=2)
         else:
             if method == "mosaic":
-                model = MoSAIC(n, r, K, seed=seed, pretrain_restarts=3 if quick else 6).fit(stream.source_values)
+                model = MoSAIC(n, r, K, seed=seed, pretrain_restarts=3 if quick else 16).fit(stream.source_values)
             elif method == "mosaic-nopretrain":
                 model = mosaic_no_pretrain(n, r, K, seed=seed)
             elif method == "k-grouse":

@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--input", required=True)
     s.add_argument("--K", type=int, required=True)
     s.add_argument("--r", type=int, required=True)
-    s.add_argument("--restarts", type=int, default=6)
+    s.add_argument("--restarts", type=int, default=16)
     s.add_argument("--n-source", type=int, default=0, help="without source_values: pretrain on the first N samples")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", required=True, help="checkpoint directory")

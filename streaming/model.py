@@ -21,7 +21,9 @@ Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``. For a sample ``x``
    normalised residual of its first ``reset_check`` accepted samples of the new epoch exceeds
    ``reset_factor`` × its slow average, so experts whose subspace did not change (the others of an
    abrupt replacement) keep their small steps (``"always"``: every expert restarts, the pre-session-11
-   rule; ``"never"``).
+   rule; ``"never"``). With ``drift_predict`` an epoch start also moves each expert on along the
+   geodesic of its move over the previous epoch (constant-velocity drift); the unmoved basis
+   competes on the expert's first ``predict_check`` samples and the better fit stays.
 4. **Change detection** (abrupt replacement of a subspace): a sample whose best score exceeds
    both ``novelty · (1 - r/m)`` (a fraction of what a random subspace leaves) and
    ``spike_factor ×`` the routed expert's running residual level is *novel*: it updates no
@@ -36,8 +38,8 @@ Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``. For a sample ``x``
 
 Per-sample cost: O(K m r²) for routing, O(n r) for the update. State is O(K n r).
 Pretraining (``fit``) is batch k-subspaces with missing data, seeded by spectral clustering of
-co-observed affinities, then by online passes from random bases on further restarts
-(``streaming.train.k_subspaces_missing``).
+co-observed affinities, then by annealed mixture-of-PPCA EM on further restarts, with a robust
+refit of any cluster that fits far worse than the others (``streaming.train.k_subspaces_missing``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from streaming.linalg import (
     als_subspace,
     batch_fit,
     fit_observed,
+    geodesic_extrapolate,
     grouse_step,
     orthonormalize,
     posterior_mean,
@@ -93,6 +96,13 @@ class MoSAICConfig:
     epoch_reset: str = "detect"  # restart the schedule at an epoch start: "detect" (only experts that moved), "always", "never"
     reset_check: int = 5  # "detect": accepted samples of the new epoch that decide it
     reset_factor: float = 2.0  # "detect": restart when their mean residual > this × the slow level
+    # at an epoch start, move each expert on along the Grassmann geodesic from its basis at the previous
+    # epoch start to its current one (constant-velocity drift; session 12); kept only if it fits the
+    # expert's first ``predict_check`` accepted samples of the new epoch better than the unmoved basis,
+    # and only for moves of at most ``predict_max_angle`` rad (a re-seed is a jump, not a drift)
+    drift_predict: bool = True
+    predict_check: int = 10
+    predict_max_angle: float = 0.5
     fit_shrink: float = 0.05  # relative ridge of the ALS fits to the change buffer (see als_subspace)
     # iterations of a change-buffer fit that has a start (the previous fit, or Soft-Impute's directions
     # for the rank-q ALS basis): ALS and the warm PPCA refits (cold: 10-30)
@@ -106,11 +116,14 @@ class MoSAICConfig:
     # "auto": posterior when the mean observed count m̄ >= provisional_min_ratio × r, else als
     provisional_min_ratio: float = 2.25
     completion_cap: float = 10.0  # energy cap of a routed expert's completion (``cap_completion``); 0 = off
-    pretrain_restarts: int = 6
+    pretrain_restarts: int = 16  # session 12 (was 6): restarts stop at the first clean solution, so only hard cases pay
     pretrain_passes: int = 2
     pretrain_iters: int = 30
     pretrain_spectral: bool = True
     pretrain_em: bool = True  # second restart: annealed mixture-of-PPCA EM from the spectral seed
+    # rounds of the robust refit of a cluster that fits far worse than the others (train.repair_clusters;
+    # session 12: fixes the pretraining defects the stream repair otherwise needs ~500 samples for); 0 = off
+    pretrain_repair: int = 2
     seed: int = 0
 
     def validate(self) -> None:
@@ -137,6 +150,10 @@ class MoSAICConfig:
             raise InputError(f"repair_factor must be 0 (off) or > 1, got {self.repair_factor}")
         if self.reset_check < 1 or self.reset_factor <= 0:
             raise InputError(f"reset_check must be >= 1 and reset_factor > 0, got {self.reset_check}, {self.reset_factor}")
+        if self.predict_check < 1 or not 0 < self.predict_max_angle < math.pi / 2:
+            raise InputError(f"predict_check must be >= 1 and 0 < predict_max_angle < pi/2, got {self.predict_check}, {self.predict_max_angle}")
+        if self.pretrain_repair < 0:
+            raise InputError(f"pretrain_repair must be >= 0 (0 = off), got {self.pretrain_repair}")
         if self.schedule not in ("sublinear", "constant"):
             raise InputError(f"schedule must be 'sublinear' or 'constant', got {self.schedule!r}")
         if not (0 < self.eta0 <= 1 and 0 <= self.eta_min <= self.eta0):
@@ -216,6 +233,12 @@ class MoSAIC:
         self._reset_pending = np.zeros(K, bool)
         self._reset_sum = np.zeros(K)
         self._reset_count = np.zeros(K, np.int64)
+        # drift prediction: each expert's basis at the last epoch start (before its prediction), and
+        # per expert on trial the unmoved basis with the summed residuals of both candidates and their count
+        self._anchor: np.ndarray | None = None
+        self._alt: dict[int, np.ndarray] = {}
+        self._alt_stats = np.zeros((K, 3))  # (sum of predicted's residuals, sum of unmoved's, count)
+        self._anchor_at = 0  # sample count when the anchor was taken
         self.level = np.ones(K)  # EWMA of normalised residual of accepted samples
         self.level_slow = np.ones(K)
         self._level_median: float | None = None  # median of ``level``, refreshed every 64 samples (repair)
@@ -281,10 +304,13 @@ class MoSAIC:
 
     def memory_bytes(self) -> int:
         """Bytes held by the model state (bases + per-expert counters + change buffer + the samples a
-        defective expert collects, at most ``reseed_min`` each: O(n r) per expert for m > 1.5 r)."""
+        defective expert collects, at most ``reseed_min`` each: O(n r) per expert for m > 1.5 r; the
+        drift prediction's float32 anchor, K n r / 2, and, during an expert's first ``predict_check``
+        samples of an epoch, its float32 alternative)."""
         buf = sum(i.nbytes + v.nbytes for i, v, _ in self._buffer)
         buf += sum(i.nbytes + v.nbytes for b in self._repair.values() for i, v in b)
         buf += 0 if self._prov is None else self._prov.nbytes
+        buf += (0 if self._anchor is None else self._anchor.nbytes) + sum(a.nbytes for a in self._alt.values())
         per_k = self.t.nbytes + self.level.nbytes + self.level_slow.nbytes + self.mature.nbytes
         return int(self.bases.nbytes + per_k + self.n_updates.nbytes + self.long_counts.nbytes + self._last_update.nbytes + buf)
 
@@ -302,6 +328,7 @@ class MoSAIC:
         result = k_subspaces_missing(
             X0, M, self.K, self.r, restarts=c.pretrain_restarts, online_passes=c.pretrain_passes,
             iters=c.pretrain_iters, seed=c.seed, spectral=c.pretrain_spectral, em=c.pretrain_em,
+            repair_rounds=c.pretrain_repair,
         )
         self.bases = result.bases.copy()
         for k in range(self.K):
@@ -325,6 +352,8 @@ class MoSAIC:
             w_var = float(np.mean(W[rows, result.labels][ok] ** 2))
             self.ridge = max(RIDGE, noise_var / max(w_var, _TINY))
         self._last_update[:] = self.n_seen
+        self._anchor, self._anchor_at = None, self.n_seen  # a refit starts a new drift history
+        self._alt.clear()
         self.pretrained = True
         return self
 
@@ -379,12 +408,51 @@ class MoSAIC:
     def _set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
             self.epoch = epoch
+            if self.config.drift_predict:
+                self._predict_drift()
             if self.config.epoch_reset == "always":
                 self.t[:] = 0.0
             elif self.config.epoch_reset == "detect":
                 self._reset_pending[:] = True
                 self._reset_sum[:] = 0.0
                 self._reset_count[:] = 0
+
+    def _predict_drift(self) -> None:
+        """At an epoch start: put each expert at the geodesic continuation of its move since the
+        previous epoch start (``linalg.geodesic_extrapolate``, t = 2) and keep the unmoved basis as
+        the alternative that ``_check_prediction`` compares on the expert's next samples. Experts
+        re-seeded or repaired since then, or whose move exceeds ``predict_max_angle``, stay put."""
+        current = self.bases.astype(np.float32)  # only the move's direction matters: half the memory
+        anchor, since = self._anchor, self._anchor_at
+        self._anchor, self._anchor_at = current, self.n_seen
+        self._alt.clear()
+        self._alt_stats[:] = 0.0
+        if anchor is None:
+            return
+        for k in range(self.K):
+            if k in self._repair or self._reseeded_at[k] >= since:
+                continue
+            moved, angle = geodesic_extrapolate(anchor[k].astype(float), self.bases[k])
+            if angle <= self.config.predict_max_angle:
+                self._alt[k] = current[k].copy()  # updated in place on trial: not a view of the anchor
+                self.bases[k] = moved
+
+    def _check_prediction(self, k: int, idx: np.ndarray, xo: np.ndarray, s: float, eta: float) -> bool:
+        """Expert ``k`` on trial accepted a sample with residual ``s`` under its predicted basis: score
+        and update the unmoved alternative too, and after ``predict_check`` samples keep the better.
+        Returns whether the alternative (updated with this sample) replaced the prediction."""
+        alt = self._alt[k]
+        w, res = fit_observed(alt[None], idx, xo, self.ridge)
+        stats = self._alt_stats[k]
+        stats += (s, float(res[0]) / max(float(xo @ xo), _TINY), 1.0)
+        grouse_step(alt, idx, xo, w[0], eta)
+        if stats[2] < self.config.predict_check:
+            return False
+        del self._alt[k]
+        if stats[1] < stats[0]:
+            self.bases[k] = orthonormalize(alt.astype(float))
+            return True
+        return False
 
     def _defective(self, k: int, level: float) -> bool:
         """Expert ``k`` (fast residual level ``level``) is defective: mature, outside the window that
@@ -414,6 +482,7 @@ class MoSAIC:
             self._reseeded_at[k] = self.n_seen
             return
         self.bases[k] = U
+        self._alt.pop(k, None)  # a prediction on trial belonged to the old basis
         self.t[k] = 0.0
         self._reset_pending[k] = False
         self._reseeded_at[k] = self.n_seen
@@ -481,7 +550,10 @@ class MoSAIC:
             return completion
         if self._reset_pending[k]:
             self._check_epoch_reset(k, s)
-        grouse_step(self.bases[k], idx, xo, w[k], self.step_size(k), p=p)
+        eta = self.step_size(k)
+        # (an unmoved alternative that wins its trial was updated with this sample already)
+        if not (k in self._alt and self._check_prediction(k, idx, xo, s, eta)):
+            grouse_step(self.bases[k], idx, xo, w[k], eta, p=p)
         self.t[k] += 1
         self.n_updates[k] += 1
         self.long_counts[k] += 1
@@ -689,6 +761,7 @@ class MoSAIC:
                 missed[protected] = -np.inf
             victim = int(np.argmax(missed))
             self.bases[victim] = U
+            self._alt.pop(victim, None)
             self.t[victim] = 0.0
             self._reset_pending[victim] = False  # its schedule has just restarted
             self._repair.pop(victim, None)  # a repair's collected samples belong to the old class
@@ -740,7 +813,12 @@ class MoSAIC:
             "mature": self.mature.astype(np.uint8), "n_updates": self.n_updates,
             "long_counts": self.long_counts, "last_update": self._last_update, "reseeded_at": self._reseeded_at,
             "reset_pending": self._reset_pending.astype(np.uint8), "reset_sum": self._reset_sum, "reset_count": self._reset_count,
+            "alt_stats": self._alt_stats,
         }
+        if self._anchor is not None:
+            state["anchor"] = self._anchor
+        for k, alt in self._alt.items():
+            state[f"alt_{k}"] = alt
         tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}
         for j, (idx, xo, _) in enumerate(self._buffer):
             tensors[f"buffer_idx_{j}"] = torch.from_numpy(idx.astype(np.int64))
@@ -760,7 +838,7 @@ class MoSAIC:
             "n_seen": self.n_seen, "epoch": self.epoch, "mean_m": self._mean_m, "entry_energy": self._entry_energy, "next_try": self._next_try,
             "buffer_len": len(self._buffer), "buffer_t": [t for _, _, t in self._buffer], "reseeds": self.reseeds, "pretrained": self.pretrained,
             "repairs": self.repairs, "repair_len": {str(k): len(b) for k, b in self._repair.items()},
-            "level_median": self._level_median,
+            "level_median": self._level_median, "anchor_at": self._anchor_at, "alt": sorted(self._alt),
             "rng": self._rng.bit_generator.state, "ridge": self.ridge,
             "provisional_at": self._prov_at, "last_novel": self._last_novel,
             "provisional_noise": None if self._prov_post is None else self._prov_post[1],
@@ -796,6 +874,12 @@ class MoSAIC:
             model._repair = {int(k): [(arr[f"repair_{k}_idx_{j}"], arr[f"repair_{k}_val_{j}"]) for j in range(n_b)]
                              for k, n_b in extra.get("repair_len", {}).items()}
             model._level_median = extra.get("level_median")
+            # older checkpoints: no drift prediction under way
+            model._anchor = arr.get("anchor")
+            model._anchor_at = int(extra.get("anchor_at", 0))
+            model._alt = {int(k): arr[f"alt_{k}"] for k in extra.get("alt", [])}
+            if "alt_stats" in arr:
+                model._alt_stats = arr["alt_stats"]
             model.pretrained = bool(extra["pretrained"])
             model.ridge = float(extra["ridge"])
             model._prov = arr.get("provisional")

@@ -13,9 +13,9 @@ from streaming.evaluate import (
     subspace_error,
     summarize,
 )
-from streaming.linalg import random_bases
+from streaming.linalg import als_subspace, batch_fit, orthonormalize, projection_distance, random_bases
 from streaming.model import MoSAIC
-from streaming.train import k_subspaces_missing, run_online
+from streaming.train import k_subspaces_missing, refine, repair_clusters, run_online
 
 
 def test_subspace_error_is_permutation_invariant_and_reports_the_match():
@@ -72,6 +72,38 @@ def test_k_subspaces_missing_recovers_separated_subspaces():
     res = k_subspaces_missing(np.where(M, s.source_values, 0.0), M, 4, 3, restarts=2, seed=0)
     assert subspace_error(res.bases, s.bases[0])[0] < 0.05
     assert routing_accuracy(res.labels, s.source_labels) > 0.98
+
+
+def test_repair_clusters_refits_a_cluster_pulled_by_a_few_foreign_samples():
+    cfg = StreamConfig(n=30, r=3, K=3, obs_frac=0.35, noise_std=0.01, epochs=1, samples_per_epoch=10,
+                       source_per_class=80, seed=0)
+    s = generate_stream(cfg)
+    M = ~np.isnan(s.source_values)
+    X0 = np.where(M, s.source_values, 0.0)
+    energy = (X0 * X0).sum(1)
+    B = s.bases[0]
+    labels = s.source_labels.copy()
+    foreign = np.flatnonzero(labels == 1)[:3]
+    labels[foreign] = 0  # three class-1 samples sit in cluster 0
+    # the self-consistent defect: one of cluster 0's directions fitted to the foreign samples, and
+    # ALS of the contaminated cluster from there stays put
+    F = als_subspace(X0[foreign], M[foreign], 1, iters=10)
+    U = B.copy()
+    U[0] = als_subspace(X0[labels == 0], M[labels == 0], 3, U0=orthonormalize(np.concatenate([B[0][:, :2], F], 1)), iters=30)
+    assert projection_distance(U[0], B[0]) > 0.3
+    _, res = batch_fit(U, X0, M)
+    score = res[np.arange(len(labels)), labels] / energy
+    V, replaced = repair_clusters(U, X0, M, energy, labels, score, np.random.default_rng(0))
+    assert replaced == [0]
+    assert projection_distance(V[0], B[0]) < 0.05
+    np.testing.assert_array_equal(V[1:], U[1:])
+    V, new_labels, _ = refine(V, X0, M, energy, 10)
+    assert (new_labels[foreign] == 1).all() and projection_distance(V[0], B[0]) < 0.02
+    # a clean clustering is left alone
+    _, res = batch_fit(B, X0, M)
+    true = s.source_labels
+    W, replaced = repair_clusters(B, X0, M, energy, true, res[np.arange(len(true)), true] / energy, np.random.default_rng(0))
+    assert replaced == [] and np.array_equal(W, B)
 
 
 def test_online_seeding_only_restarts_also_work_on_an_easy_case():
