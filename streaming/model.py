@@ -466,6 +466,17 @@ class MoSAIC:
         return bool(self.mature[k] and level > max(c.repair_factor * self._level_median, 0.01 * c.novelty)
                     and self.n_seen - self._reseeded_at[k] > self._window_len())
 
+    def _install_basis(self, k: int, U: np.ndarray) -> None:
+        """Replace expert ``k``'s basis by a fresh fit ``U (n, r)`` (a repair or a re-seed): its schedule
+        restarts, and what belonged to the old basis goes (a pending epoch-reset decision, a drift
+        prediction on trial, a repair's collected samples of the old class)."""
+        self.bases[k] = U
+        self.t[k] = 0.0
+        self._reset_pending[k] = False
+        self._alt.pop(k, None)
+        self._repair.pop(k, None)
+        self._reseeded_at[k] = self.n_seen
+
     def _repair_step(self, k: int, idx: np.ndarray, xo: np.ndarray) -> None:
         """Collect a sample of defective expert ``k``; at ``reseed_min`` samples replace its basis by a
         cold rank-r fit of them (``_reseed_fit``) when at least half fit it; else give up for a window."""
@@ -481,11 +492,7 @@ class MoSAIC:
         if inlier.mean() < 0.5:  # no clean fit: give up, resume as before, and wait a window to retry
             self._reseeded_at[k] = self.n_seen
             return
-        self.bases[k] = U
-        self._alt.pop(k, None)  # a prediction on trial belonged to the old basis
-        self.t[k] = 0.0
-        self._reset_pending[k] = False
-        self._reseeded_at[k] = self.n_seen
+        self._install_basis(k, U)
         self.level[k] = self.level_slow[k] = max(float(np.median(score[inlier])), 1e-6)
         self.repairs.append((self.n_seen - 1, k))
 
@@ -760,12 +767,7 @@ class MoSAIC:
             if not protected.all():
                 missed[protected] = -np.inf
             victim = int(np.argmax(missed))
-            self.bases[victim] = U
-            self._alt.pop(victim, None)
-            self.t[victim] = 0.0
-            self._reset_pending[victim] = False  # its schedule has just restarted
-            self._repair.pop(victim, None)  # a repair's collected samples belong to the old class
-            self._reseeded_at[victim] = self.n_seen
+            self._install_basis(victim, U)
             # a fit to few samples overfits their residuals: never trust a level tighter than the
             # typical level of the other experts
             typical = float(np.median(np.delete(self.level, victim))) if self.K > 1 else 0.0

@@ -247,8 +247,9 @@ def k_subspaces_missing(
     Each is refined by batch k-subspaces (hard assignment + per-cluster ALS). Restarts stop at the
     first clean solution (almost every sample explained far better than by a random subspace), so
     a generous ``restarts`` costs only where the clusters are hard to separate. The restart with
-    the lowest total normalised residual wins; then, up to ``repair_rounds`` times, an expert whose cluster fits far worse than the others is refitted
-    robustly (``repair_clusters``) and the refinement rerun, kept if it lowers the total.
+    the lowest total normalised residual wins; then, up to ``repair_rounds`` times, an expert whose
+    cluster fits far worse than the others is refitted robustly (``repair_clusters``) and the
+    refinement rerun, kept if it lowers the total.
     """
     S, n = X0.shape
     rng = np.random.default_rng(seed)

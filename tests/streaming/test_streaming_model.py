@@ -396,6 +396,16 @@ def test_an_ill_conditioned_routed_fit_cannot_blow_up_the_completion():
     np.testing.assert_array_equal(cap_completion(small.copy(), np.array([1.0]), 3, 4.0), small)  # under the cap: unchanged
 
 
+def _draw_unit(rng, U, labels):
+    """Samples of the classes ``labels`` from bases ``U (K, n, r)`` with unit-norm coefficients (no
+    near-zero sample whose residual is all noise), noise 0.01, 70 % observed (NaN elsewhere)."""
+    n, r = U.shape[1:]
+    w = rng.standard_normal((len(labels), r))
+    w /= np.linalg.norm(w, axis=1, keepdims=True)
+    x = np.einsum("nir,nr->ni", U[labels], w) + 0.01 * rng.standard_normal((len(labels), n))
+    return np.where(rng.random(x.shape) < 0.7, x, np.nan)
+
+
 @pytest.mark.parametrize("mode", ["detect", "always", "never"])
 def test_epoch_reset_restarts_the_schedule_of_the_experts_that_moved(mode):
     rng = np.random.default_rng(21)
@@ -406,11 +416,8 @@ def test_epoch_reset_restarts_the_schedule_of_the_experts_that_moved(mode):
     Q = orthonormalize(Q - U0[0] @ (U0[0].T @ Q))
     U1[0] = np.cos(0.3) * U0[0] + np.sin(0.3) * Q
 
-    def draw(U, labels):  # unit-norm coefficients: no near-zero sample whose residual is all noise
-        w = rng.standard_normal((len(labels), r))
-        w /= np.linalg.norm(w, axis=1, keepdims=True)
-        x = np.einsum("nir,nr->ni", U[labels], w) + 0.01 * rng.standard_normal((len(labels), n))
-        return np.where(rng.random(x.shape) < 0.7, x, np.nan)
+    def draw(U, labels):
+        return _draw_unit(rng, U, labels)
 
     m = MoSAIC(n, r, K, epoch_reset=mode, pretrain_restarts=2, seed=0).fit(draw(U0, np.repeat([0, 1], 100)))
     moved = int(np.argmin([projection_distance(m.bases[k], U0[0]) for k in range(K)]))
@@ -512,10 +519,7 @@ def test_drift_prediction_moves_a_rotating_expert_ahead_and_drops_a_wrong_guess(
         return B
 
     def draw(U, labels):
-        w = rng.standard_normal((len(labels), r))
-        w /= np.linalg.norm(w, axis=1, keepdims=True)
-        x = np.einsum("nir,nr->ni", U[labels], w) + 0.01 * rng.standard_normal((len(labels), n))
-        return np.where(rng.random(x.shape) < 0.7, x, np.nan)
+        return _draw_unit(rng, U, labels)
 
     def run(predict):
         m = MoSAIC(n, r, K, pretrain_restarts=2, seed=0, drift_predict=predict).fit(draw(bases(0), np.repeat([0, 1], 100)))
