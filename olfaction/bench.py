@@ -1,6 +1,7 @@
 """Mixture-distance benchmark: MixScentNet variants vs RF on symmetric pair features vs the Snitz
-angle distance, on the POMMix split families (``random_cv0-4``, ``lso_molecules0-4``) and a
-strict leave-molecules-out family, in one run. Prints a table, writes CSV/JSON and a scatter plot.
+angle distance vs regressors on set-level pair features (:mod:`olfaction.set_features`), on the
+POMMix split families (``random_cv0-4``, ``lso_molecules0-4``) and a strict leave-molecules-out
+family, in one run. Prints a table, writes CSV/JSON and a scatter plot.
 
 Every metric is reported on all test pairs and without self-pairs; the epoch of each network is
 chosen on the split's validation rows only (baselines train on training + validation rows).
@@ -40,7 +41,9 @@ from .pipeline import (
     test_predictions,
     train_distance,
 )
-from .train import DistanceTrainConfig
+from .set_features import MoleculeSpaces, pair_set_features
+from .set_models import fit_predict_rows
+from .train import DATASETS, DistanceTrainConfig
 
 VARIANTS = {
     "MixScentNet": {},
@@ -58,11 +61,39 @@ VARIANTS = {
     # hybrid: the distance head also reads the RF's pair features (standardised RDKit + Morgan)
     "MixScentNet (+pair features)": {"pair_features": True},
     "MixScentNet (+pair features) x3 seeds": {"pair_features": True, "seeds": 3},
+    # the distance head also reads the set-level pair features (olfaction.set_features) and the
+    # dataset one-hot, as the set-feature regressors do
+    "MixScentNet (+Mordred +set features)": {"features": "embedding+mordred", "set_features": True},
+    "MixScentNet (+Mordred +set features) x5 seeds": {
+        "features": "embedding+mordred",
+        "set_features": True,
+        "seeds": 5,
+    },
 }
 # fixed-weight (0.5 / 0.5, chosen a priori, not on test rows) average of a network variant and RF
 ENSEMBLES = {"MixScentNet (+Mordred) x5 seeds + RF": "MixScentNet (+Mordred) x5 seeds"}
 RF_NAME = "RF pair features (RDKit+Morgan)"
 HGB_NAME = "HGB pair features (RDKit+Morgan)"
+# regressors on set-level pair features (olfaction.set_features: overlap, set distances in three
+# molecule spaces, dataset, out-of-fold target encodings); fitted like RF on training + validation rows
+SET_TREES_NAME = "ExtraTrees pair + set features"
+SET_RIDGE_NAME = "Ridge set features x dataset"
+SET_KINDS = {SET_TREES_NAME: "trees", SET_RIDGE_NAME: "ridge"}
+# equal-weight means, fixed a priori (no weights fitted): the set-feature regressors alone, and with
+# a network variant (olfaction/README.md, session 13, says how the headline one was chosen)
+EQUAL_MEANS = {
+    "Set trees + ridge (equal)": (SET_TREES_NAME, SET_RIDGE_NAME),
+    "MixScentNet (+Mordred) x5 seeds + set trees + ridge (equal)": (
+        "MixScentNet (+Mordred) x5 seeds",
+        SET_TREES_NAME,
+        SET_RIDGE_NAME,
+    ),
+    "MixScentNet (+Mordred +set features) x5 seeds + set trees + ridge (equal)": (
+        "MixScentNet (+Mordred +set features) x5 seeds",
+        SET_TREES_NAME,
+        SET_RIDGE_NAME,
+    ),
+}
 # convex blends whose weights are chosen per fold on the split's validation rows only
 # (:func:`stack_predictions`); RF/HGB are refitted on training rows for their validation predictions
 STACKS = {
@@ -73,6 +104,16 @@ STACKS = {
         "MixScentNet (+pair features) x3 seeds",
         RF_NAME,
         HGB_NAME,
+    ),
+    "MixScentNet (+Mordred) x5 seeds + set trees + ridge (val-weighted)": (
+        "MixScentNet (+Mordred) x5 seeds",
+        SET_TREES_NAME,
+        SET_RIDGE_NAME,
+    ),
+    "MixScentNet (+Mordred +set features) x5 seeds + set trees + ridge (val-weighted)": (
+        "MixScentNet (+Mordred +set features) x5 seeds",
+        SET_TREES_NAME,
+        SET_RIDGE_NAME,
     ),
 }
 FAMILIES = ("random_cv", "lso_molecules", "strict_lmo")
@@ -105,7 +146,7 @@ def run_bench(
     out_dir: Path,
     families=FAMILIES,
     folds: int = 5,
-    variants=tuple(VARIANTS) + tuple(ENSEMBLES) + tuple(STACKS),
+    variants=tuple(VARIANTS) + tuple(ENSEMBLES) + tuple(EQUAL_MEANS) + tuple(STACKS),
     seed: int = 0,
     mcfg: MixScentConfig | None = None,
     tcfg: DistanceTrainConfig | None = None,
@@ -128,6 +169,14 @@ def run_bench(
     raw = np.stack([mordred[s] for s in mols])
     scaler = DescriptorScaler.fit(raw, [str(i) for i in range(raw.shape[1])])
     snitz_table = dict(zip(mols, scaler.transform(raw), strict=False))
+    X_set = pair_set_features(mix_a, mix_b, MoleculeSpaces(mols, mordred=mordred))
+    vocabulary = sorted(set(pairs.dataset))
+    pair_set = {(ka, kb): X_set[i] for i, (ka, kb) in enumerate(zip(pairs.keys_a, pairs.keys_b, strict=True))}
+
+    def set_regressor(kind: str, fit_rows: np.ndarray, pred_rows: np.ndarray) -> np.ndarray:
+        return fit_predict_rows(
+            kind, X_rf, X_set, pairs.dataset, mix_a, mix_b, pairs.y, fit_rows, pred_rows, vocabulary, seed
+        )
     mcfg = mcfg or MixScentConfig()
     tcfg = tcfg or DistanceTrainConfig(seed=seed)
     enc_dir = Path(encoder_dir) if encoder_dir else default_encoder_dir()
@@ -188,6 +237,9 @@ def run_bench(
                 split.testing,
                 sn.predict([mix_a[i] for i in split.testing], [mix_b[i] for i in split.testing]),
             )
+            set_test = {name: set_regressor(kind, trval, split.testing) for name, kind in SET_KINDS.items()}
+            for name, pred in set_test.items():
+                _add(preds, family, name, pairs, split.testing, pred)
             net_preds, val_preds = {}, {}
             fitted: dict[tuple, tuple] = {}  # (pretrained, features, pair, opts, seed) -> run, shared
             for name in [v for v in variants if v in VARIANTS]:
@@ -197,6 +249,9 @@ def run_bench(
                 use_pair = opts.pop("pair_features", False)
                 n_seeds = opts.pop("seeds", 1)
                 blend = opts.pop("blend_pretrain", False)
+                use_set = opts.pop("set_features", False)
+                if use_set:
+                    opts["n_datasets"] = len(DATASETS)
                 runs = []
                 for k in range(n_seeds):
                     key = (use_pretrained, features, use_pair, blend, tuple(sorted(opts.items())), seed + k)
@@ -215,6 +270,7 @@ def run_bench(
                             descriptors=desc_table if use_pair else None,
                             mol_features=feats,
                             mixture_init=init,
+                            pair_set=pair_set if use_set else None,
                         )
                         val = hist["history"][hist["best_epoch"]] if hist["history"] else {}
                         tp = test_predictions(model, index, pairs, split.testing)
@@ -243,6 +299,12 @@ def run_bench(
                 if ENSEMBLES[name] not in net_preds:
                     raise InputError(f"ensemble {name!r} needs variant {ENSEMBLES[name]!r} in the same run")
                 _add(preds, family, name, pairs, split.testing, 0.5 * (net_preds[ENSEMBLES[name]] + rf_pred))
+            test_of = {RF_NAME: rf_pred, HGB_NAME: hgb_pred, **set_test, **net_preds}
+            for name in [v for v in variants if v in EQUAL_MEANS]:
+                missing = [c for c in EQUAL_MEANS[name] if c not in test_of]
+                if missing:
+                    raise InputError(f"mean {name!r} needs variant {missing[0]!r} in the same run")
+                _add(preds, family, name, pairs, split.testing, np.mean([test_of[c] for c in EQUAL_MEANS[name]], 0))
             stacks = [v for v in variants if v in STACKS]
             if stacks:
                 # tree baselines refitted on training rows only: their validation predictions
@@ -255,7 +317,8 @@ def run_bench(
                 val_preds[HGB_NAME] = (
                     PairBoosting(seed=seed).fit(X_rf[tr], pairs.y[tr]).predict(X_rf[split.validation])
                 )
-            test_of = {RF_NAME: rf_pred, HGB_NAME: hgb_pred, **net_preds}
+                for name, kind in SET_KINDS.items():
+                    val_preds[name] = set_regressor(kind, tr, split.validation)
             for name in stacks:
                 missing = [c for c in STACKS[name] if c not in test_of]
                 if missing:

@@ -224,12 +224,12 @@ def main(argv: list[str] | None = None) -> int:
         print(trend)
         return 0
     if args.cmd == "bench":
-        from .bench import ENSEMBLES, STACKS, VARIANTS, merge_results, run_bench
+        from .bench import ENSEMBLES, EQUAL_MEANS, STACKS, VARIANTS, merge_results, run_bench
 
         if args.merge:
             merge_results([Path(d) for d in args.merge.split(",")], Path(args.out))
             return 0
-        known = {**VARIANTS, **ENSEMBLES, **STACKS}
+        known = {**VARIANTS, **ENSEMBLES, **EQUAL_MEANS, **STACKS}
         variants = tuple(v.strip() for v in args.variants.split(",")) if args.variants else tuple(known)
         unknown = [v for v in variants if v not in known]
         if unknown:

@@ -105,6 +105,7 @@ class MixScentConfig:
     label_top_k: int = 2
     n_datasets: int = 0
     desc_dim: int = 0
+    set_dim: int = 0  # > 0: the distance head also reads K set-level pair features (set_features.py)
     mol_encoder: dict | None = None  # MolEncoderConfig fields when the GNN is part of the model
     extra: dict = field(default_factory=dict)
 
@@ -192,7 +193,10 @@ class MixScentNet(nn.Module):
     z_a + z_b ; onehot(dataset)]))``, so ``d(a, b) == d(b, a)`` exactly. With ``cfg.desc_dim``
     the head input also gets ``P([|m_a - m_b| ; m_a + m_b])``, ``m = mean_{i in mix} desc_i``
     (the RF baseline's pair features, ``P`` = dropout -> linear -> ReLU to ``hidden``), so the
-    learned mixture embedding and the pooled-descriptor signal meet in one head."""
+    learned mixture embedding and the pooled-descriptor signal meet in one head. With
+    ``cfg.set_dim`` it also gets ``Q((s - mu) / sigma)`` of the pair's set-level features
+    ``s (P, set_dim)`` (overlap, set distances; symmetric by construction), standardised by the
+    buffers ``set_mean``/``set_std`` that training fits on its training pairs."""
 
     def __init__(self, cfg: MixScentConfig):
         super().__init__()
@@ -205,7 +209,13 @@ class MixScentNet(nn.Module):
             if cfg.desc_dim
             else None
         )
-        n_in = 3 * h + cfg.n_datasets + (h if cfg.desc_dim else 0)
+        self.set_proj = (
+            nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(cfg.set_dim, h), nn.ReLU()) if cfg.set_dim else None
+        )
+        if cfg.set_dim:
+            self.register_buffer("set_mean", torch.zeros(cfg.set_dim))
+            self.register_buffer("set_std", torch.ones(cfg.set_dim))
+        n_in = 3 * h + cfg.n_datasets + (h if cfg.desc_dim else 0) + (h if cfg.set_dim else 0)
         self.dist = nn.Sequential(nn.Linear(n_in, h), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(h, 1))
         if cfg.n_labels and cfg.label_experts:
             self.labels = MoELabelHead(h, cfg.n_labels, cfg.label_experts, cfg.label_top_k, cfg.dropout)
@@ -230,9 +240,11 @@ class MixScentNet(nn.Module):
         dataset_onehot: torch.Tensor | None = None,
         ma: torch.Tensor | None = None,
         mb: torch.Tensor | None = None,
+        pair_set: torch.Tensor | None = None,
     ):
         """``za, zb (P, hidden)`` (and, with ``cfg.desc_dim``, the mixture-mean descriptors
-        ``ma, mb (P, desc_dim)``) -> ``(P,)`` distances in (0, 1)."""
+        ``ma, mb (P, desc_dim)``; with ``cfg.set_dim``, the raw set features ``pair_set (P,
+        set_dim)``) -> ``(P,)`` distances in (0, 1)."""
         feats = [torch.abs(za - zb), za * zb, za + zb]
         if self.cfg.n_datasets:
             if dataset_onehot is None:
@@ -242,6 +254,10 @@ class MixScentNet(nn.Module):
             if ma is None or mb is None:
                 raise ValueError("this model's distance head needs mixture descriptors (desc_dim > 0)")
             feats.append(self.desc_proj(torch.cat([torch.abs(ma - mb), ma + mb], dim=-1)))
+        if self.set_proj is not None:
+            if pair_set is None:
+                raise ValueError("this model's distance head needs set features (set_dim > 0)")
+            feats.append(self.set_proj((pair_set.to(za.dtype) - self.set_mean) / self.set_std))
         return torch.sigmoid(self.dist(torch.cat(feats, dim=-1))).squeeze(-1)
 
     @staticmethod
@@ -251,9 +267,10 @@ class MixScentNet(nn.Module):
         total = torch.zeros(n_mix, desc.shape[1], dtype=desc.dtype, device=desc.device)
         return total.index_add(0, comp_batch, desc[comp]) / counts[:, None]
 
-    def forward(self, mols, comp, comp_batch, n_mix, pair_a, pair_b, dataset_onehot=None, desc=None):
+    def forward(self, mols, comp, comp_batch, n_mix, pair_a, pair_b, dataset_onehot=None, desc=None, pair_set=None):
         """Distances ``(P,)`` for mixture index pairs ``pair_a, pair_b (P,)`` into the M mixtures;
-        ``desc (U, desc_dim)``: per-molecule descriptors, needed when ``cfg.desc_dim > 0``."""
+        ``desc (U, desc_dim)``: per-molecule descriptors, needed when ``cfg.desc_dim > 0``;
+        ``pair_set (P, set_dim)``: set-level pair features, needed when ``cfg.set_dim > 0``."""
         z, _ = self.embed(mols, comp, comp_batch, n_mix)
         ma = mb = None
         if self.cfg.desc_dim:
@@ -261,7 +278,7 @@ class MixScentNet(nn.Module):
                 raise ValueError("this model needs per-molecule descriptors desc (U, desc_dim)")
             m = self.mixture_descriptors(desc, comp, comp_batch, n_mix)
             ma, mb = m[pair_a], m[pair_b]
-        return self.distance_from_embeddings(z[pair_a], z[pair_b], dataset_onehot, ma, mb)
+        return self.distance_from_embeddings(z[pair_a], z[pair_b], dataset_onehot, ma, mb, pair_set)
 
     def label_logits(self, mols, comp, comp_batch, n_mix) -> torch.Tensor:
         """Multi-label logits ``(M, n_labels)``."""

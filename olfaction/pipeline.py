@@ -184,6 +184,7 @@ def train_distance(
     descriptors: dict[str, np.ndarray] | None = None,
     mol_features: dict[str, np.ndarray] | None = None,
     mixture_init: dict | None = None,
+    pair_set: dict[tuple, np.ndarray] | None = None,
 ) -> tuple[MixScentNet, MixtureIndex, dict]:
     """Fit a MixScentNet on ``split.training``, selecting the epoch on ``split.validation``.
 
@@ -194,6 +195,9 @@ def train_distance(
 
     ``descriptors`` (``{smiles: (D,)}``, e.g. :func:`olfaction.baselines.scaled_molecule_table`)
     turn on the distance head's descriptor pair path (``MixScentConfig.desc_dim = D``).
+    ``pair_set`` (``{(key_a, key_b): (K,)}`` for the pairs' mixture keys, e.g. rows of
+    :func:`olfaction.set_features.pair_set_features`) turns on its set-feature path
+    (``set_dim = K``), standardised with the mean / std of the training pairs' features.
 
     ``features="embedding"``: the frozen ``encoder`` is the model's molecule level (the model
     then works on any SMILES, see :class:`MixScentPredictor`); other :data:`FEATURE_KINDS` feed
@@ -204,7 +208,7 @@ def train_distance(
         if mol_features is not None
         else molecule_features(sorted(pairs.molecules()), features, encoder)
     )
-    index = MixtureIndex(pairs.mixtures, feats, descriptors)
+    index = MixtureIndex(pairs.mixtures, feats, descriptors, pair_set)
     torch.manual_seed(tcfg.seed)
     with_encoder = features == "embedding"
     mcfg = MixScentConfig(
@@ -212,10 +216,15 @@ def train_distance(
             **asdict(mcfg),
             "in_dim": index.x.shape[1],
             "desc_dim": 0 if index.desc is None else index.desc.shape[1],
+            "set_dim": 0 if pair_set is None else len(next(iter(pair_set.values()))),
             "mol_encoder": asdict(encoder.cfg) if with_encoder else None,
         }
     )
     model = MixScentNet(mcfg)
+    if pair_set is not None:
+        tr = index.set_features([pairs.keys_a[i] for i in split.training], [pairs.keys_b[i] for i in split.training])
+        model.set_mean.copy_(tr.mean(0))
+        model.set_std.copy_(tr.std(0).clamp(min=1e-6))
     if with_encoder:
         model.mol_encoder.load_state_dict(encoder.state_dict())
         for p in model.mol_encoder.parameters():
@@ -262,6 +271,11 @@ class MixScentPredictor:
                     "MixScentPredictor needs a model with its molecule encoder (trained with "
                     "features='embedding'); this one reads precomputed molecule features"
                 )
+        if model.cfg.set_dim:
+            raise InputError(
+                "MixScentPredictor cannot run a model with set-level pair features (set_dim > 0): "
+                "it predicts through its training index only (a benchmark variant)"
+            )
         if model.cfg.desc_dim and pair_scaler is None:
             raise InputError("a model with a descriptor pair path (desc_dim > 0) needs its pair_scaler")
         if pair_scaler is not None and len(pair_scaler.keep) != model.cfg.desc_dim:

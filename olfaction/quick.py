@@ -2,7 +2,8 @@
 
 Pretrains a small encoder on the Mordred vectors of the mixture molecules plus a slice of GS-LF,
 trains MixScentNet on ``random_cv0`` (epoch chosen on its validation rows), compares it with the
-RF pair-feature baseline and the Snitz angle distance on the same test rows, writes
+RF pair-feature baseline, the set-feature regressors (trees + ridge, equal mean) and the Snitz
+angle distance on the same test rows, writes
 ``out_dir/olfaction.csv`` and a scatter plot, and saves the model (``out_dir/olfaction_model``)
 for the demo tab.
 """
@@ -23,6 +24,8 @@ from .evaluate import regression_metrics
 from .features import DescriptorScaler, cache_dir, compute_mordred
 from .model import MixScentConfig, MolEncoderConfig
 from .pipeline import MixScentPredictor, test_predictions, train_distance
+from .set_features import MoleculeSpaces, pair_set_features
+from .set_models import KINDS, fit_predict_rows
 from .train import DistanceTrainConfig, PretrainConfig, pretrain_descriptors
 
 
@@ -69,6 +72,14 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
         .fit([mix_a[i] for i in trval], [mix_b[i] for i in trval], pairs.y[trval])
         .predict([mix_a[i] for i in te], [mix_b[i] for i in te])
     )
+    X_set = pair_set_features(mix_a, mix_b, MoleculeSpaces(mix_mols, mordred=table))
+    set_pred = np.mean(
+        [
+            fit_predict_rows(kind, Xrf, X_set, pairs.dataset, mix_a, mix_b, pairs.y, trval, te, seed=seed)
+            for kind in KINDS
+        ],
+        axis=0,
+    )
     rows = [
         {
             "app": "olfaction",
@@ -95,6 +106,7 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
     for method, pred in (
         ("MixScentNet (tiny)", tp["pred"]),
         ("RF pair features", rf_pred),
+        ("Set trees + ridge (equal)", set_pred),
         ("Snitz angle", sn_pred),
     ):
         for tag, keep in (("", np.ones(len(te), bool)), ("_noself", ~sp)):

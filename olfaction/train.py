@@ -164,7 +164,9 @@ class MixtureIndex:
         mixtures: dict,
         features: dict[str, np.ndarray],
         descriptors: dict[str, np.ndarray] | None = None,
+        pair_set: dict[tuple, np.ndarray] | None = None,
     ):
+        self.pair_set = pair_set
         self.keys = list(mixtures)
         self.pos = {k: i for i, k in enumerate(self.keys)}
         mols = sorted({s for comps in mixtures.values() for s in comps})
@@ -179,6 +181,21 @@ class MixtureIndex:
         self.comps = [
             torch.tensor([self.mol_index[s] for s in mixtures[k]], dtype=torch.long) for k in self.keys
         ]
+
+    def set_features(self, keys_a: Sequence, keys_b: Sequence) -> torch.Tensor:
+        """``(P, K)`` set-level features of the pairs ``(keys_a[i], keys_b[i])`` from
+        ``pair_set`` (``{(key_a, key_b): (K,)}``; looked up in either order, the features being
+        symmetric)."""
+        if self.pair_set is None:
+            raise ValueError("this mixture index has no set-level pair features")
+        rows = []
+        for a, b in zip(keys_a, keys_b, strict=True):
+            row = self.pair_set.get((a, b))
+            row = self.pair_set.get((b, a)) if row is None else row
+            if row is None:
+                raise KeyError(f"no set-level features for the pair {a!r}, {b!r}")
+            rows.append(row)
+        return torch.as_tensor(np.stack(rows), dtype=torch.float32)
 
     def batch(self, mix_ids: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """``comp (C,)`` molecule indices and ``comp_batch (C,)`` local mixture ids 0..len-1."""
@@ -206,7 +223,8 @@ def _pair_forward(model: MixScentNet, index: MixtureIndex, ka, kb, datasets):
     pa = torch.tensor([local[m] for m in ids_a])
     pb = torch.tensor([local[m] for m in ids_b])
     oh = dataset_onehot(datasets) if model.cfg.n_datasets else None
-    return model(index.x, comp, comp_batch, len(uniq), pa, pb, oh, index.desc)
+    ps = index.set_features(ka, kb) if model.cfg.set_dim else None
+    return model(index.x, comp, comp_batch, len(uniq), pa, pb, oh, index.desc, ps)
 
 
 @torch.no_grad()

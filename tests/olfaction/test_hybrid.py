@@ -44,10 +44,10 @@ def test_stack_weight_is_chosen_on_validation_rows_not_test_rows():
 
 
 def test_stack_components_are_bench_methods():
-    from olfaction.bench import HGB_NAME, RF_NAME
+    from olfaction.bench import EQUAL_MEANS, HGB_NAME, RF_NAME, SET_KINDS
 
-    for name, parts in STACKS.items():
-        assert all(p in VARIANTS or p in (RF_NAME, HGB_NAME) for p in parts), name
+    for name, parts in {**STACKS, **EQUAL_MEANS}.items():
+        assert all(p in VARIANTS or p in (RF_NAME, HGB_NAME, *SET_KINDS) for p in parts), name
 
 
 def test_hybrid_symmetric_save_load_identical(tmp_path):

@@ -1,0 +1,92 @@
+"""Validation-row scores of the distance bench's equal-weight means: the choice of the headline
+MixScentNet ensemble in olfaction/README.md (session 13), made on validation rows only.
+
+Reads the per-fold predictions that ``mixscent bench`` dumps (``olfaction_bench_predictions.json``:
+each component's predictions on the split's validation rows, from models fitted on the training
+rows only, and on its test rows). For every mean of :data:`olfaction.bench.EQUAL_MEANS` whose
+components are all in the dump it prints Pearson r and RMSE on the validation rows (mean over
+folds), and names the mean with the lowest validation RMSE per family. Test rows are never read.
+The networks' validation rows are also the rows their epoch was chosen on, so their validation
+scores are optimistic; the README says so.
+
+    python benchmarks/olfaction_validation_choice.py results/olfaction_set_s13_random_cv \
+        results/olfaction_set_s13_lso_molecules --out results/olfaction_validation_choice_s13
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from common.data_dir import resolve_data_dir  # noqa: E402
+from common.io import read_json, write_csv  # noqa: E402
+from common.report import markdown_table  # noqa: E402
+from olfaction.bench import EQUAL_MEANS  # noqa: E402
+from olfaction.data import load_pairs  # noqa: E402
+from olfaction.evaluate import regression_metrics  # noqa: E402
+
+
+def validation_rows(run_dirs: list[Path], y: np.ndarray) -> list[dict]:
+    """One row per (family, candidate): the components alone and every complete equal mean."""
+    scores: dict[tuple[str, str], list[dict]] = {}
+    for run in run_dirs:
+        for fold in read_json(Path(run) / "olfaction_bench_predictions.json"):
+            val = {k: np.asarray(v) for k, v in fold["val_pred"].items()}
+            y_val = y[np.asarray(fold["validation"])]
+            candidates = dict(val)
+            for name, parts in EQUAL_MEANS.items():
+                if all(p in val for p in parts):
+                    candidates[name] = np.mean([val[p] for p in parts], axis=0)
+            for name, pred in candidates.items():
+                scores.setdefault((fold["family"], name), []).append(regression_metrics(y_val, pred))
+    rows = []
+    for (family, name), folds in scores.items():
+        rows.append(
+            {
+                "family": family,
+                "method": name,
+                "folds": len(folds),
+                "val_pearson": float(np.mean([f["pearson"] for f in folds])),
+                "val_rmse": float(np.mean([f["rmse"] for f in folds])),
+                "equal_mean": name in EQUAL_MEANS,
+            }
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="mixscent bench output directories")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--out", default=None, help="directory for validation_choice.csv")
+    args = ap.parse_args(argv)
+    y = load_pairs(resolve_data_dir(args.data_dir)).y
+    rows = validation_rows([Path(r) for r in args.runs], y)
+    print(
+        markdown_table(
+            [
+                {**r, "val_pearson": f"{r['val_pearson']:.3f}", "val_rmse": f"{r['val_rmse']:.4f}"}
+                for r in rows
+            ]
+        )
+    )
+    for family in dict.fromkeys(r["family"] for r in rows):
+        means = [r for r in rows if r["family"] == family and r["equal_mean"]]
+        if means:
+            best = min(means, key=lambda r: r["val_rmse"])
+            print(f"{family}: lowest validation RMSE among the equal means: {best['method']}")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        write_csv(Path(args.out) / "validation_choice.csv", rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,239 @@
+"""Set-level pair features for the mixture-distance task.
+
+The RF baseline sees two mixtures only through their mean descriptor vectors, so it cannot tell
+how many components the mixtures share, nor how far apart the components that differ are. Those
+are what the psychophysics varies (Bushdid 2014: overlap of 10/20/30-component mixtures; Snitz
+2013: angle between summed descriptor vectors). This module computes, for a pair ``(A, B)`` of
+component sets, all symmetric in ``A <-> B``:
+
+- overlap: shared count, Jaccard, shared / min size, min / max size, size gap, size sum;
+- set distances in several molecule spaces (scaled RDKit 2D and cleaned Mordred with Euclidean
+  cost, binary Morgan 2048 with Tanimoto cost): chamfer distance, optimal one-to-one matching
+  cost (``scipy.optimize.linear_sum_assignment``), distance of the mean vectors, angle distance
+  of the summed vectors (Snitz) and mean pairwise cost;
+- the same set distances between the components that differ (``A \\ B`` vs ``B \\ A``), plus the
+  number and fractions of differing components;
+- the dataset as a one-hot (the experiments differ in protocol and scale; the DREAM submission
+  format names it);
+- target encodings (:class:`TargetEncoder`): smoothed mean distance of the *training* pairs a
+  mixture / its molecules occur in, out-of-fold for training rows.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from common.errors import InputError
+
+from .baselines import scaled_molecule_table
+from .features import DescriptorScaler, compute_mordred, morgan_counts, rdkit_descriptors
+
+Mixture = tuple[str, ...]
+SET_DISTANCES = ("chamfer", "matching", "mean_gap", "angle", "mean_pairwise")
+OVERLAP = ("shared", "jaccard", "shared_over_min", "n_min", "n_max", "n_gap", "n_sum")
+DIFFERENCE = ("n_differ", "frac_differ", "max_frac_differ")
+
+
+def cost_matrix(Xa: np.ndarray, Xb: np.ndarray, metric: str) -> np.ndarray:
+    """``(na, nb)`` costs between molecule rows: ``euclidean`` or ``tanimoto`` (binary rows)."""
+    if metric == "tanimoto":
+        inter = Xa @ Xb.T
+        union = Xa.sum(1)[:, None] + Xb.sum(1)[None, :] - inter
+        return 1.0 - inter / np.maximum(union, 1e-9)
+    if metric == "euclidean":
+        return np.sqrt(np.maximum(((Xa[:, None, :] - Xb[None, :, :]) ** 2).sum(-1), 0.0))
+    raise ValueError(f"unknown metric {metric!r}")
+
+
+def set_distances(Xa: np.ndarray, Xb: np.ndarray, metric: str) -> list[float]:
+    """:data:`SET_DISTANCES` between two sets of molecule rows ``Xa (na, D)``, ``Xb (nb, D)``."""
+    cost = cost_matrix(Xa, Xb, metric)
+    rows, cols = linear_sum_assignment(cost)
+    sa, sb = Xa.sum(0), Xb.sum(0)
+    cos = float(sa @ sb / (np.linalg.norm(sa) * np.linalg.norm(sb) + 1e-12))
+    return [
+        0.5 * float(cost.min(1).mean() + cost.min(0).mean()),
+        float(cost[rows, cols].mean()),
+        float(np.linalg.norm(Xa.mean(0) - Xb.mean(0))),
+        1.0 - cos,
+        float(cost.mean()),
+    ]
+
+
+def overlap_features(a: Mixture, b: Mixture) -> list[float]:
+    """:data:`OVERLAP` of two component sets."""
+    sa, sb = set(a), set(b)
+    if not sa or not sb:
+        raise InputError("set features: empty mixture")
+    shared, na, nb = len(sa & sb), len(sa), len(sb)
+    return [
+        shared,
+        shared / len(sa | sb),
+        shared / min(na, nb),
+        min(na, nb),
+        max(na, nb),
+        abs(na - nb),
+        na + nb,
+    ]
+
+
+class MoleculeSpaces:
+    """Per-molecule tables of the spaces the set distances use, fitted label-free on exactly the
+    molecules given: ``rdkit`` (cleaned, robust-scaled RDKit 2D; Euclidean), ``morgan`` (binary
+    Morgan 2048; Tanimoto), ``mordred`` (cleaned, scaled Mordred 2D; Euclidean; from the cache)."""
+
+    METRICS = {"rdkit": "euclidean", "morgan": "tanimoto", "mordred": "euclidean"}
+
+    def __init__(
+        self, smiles: Sequence[str], mordred: dict[str, np.ndarray] | None = None, progress: bool = False
+    ):
+        smiles = sorted(set(smiles))
+        self.tables: dict[str, dict[str, np.ndarray]] = {}
+        self.tables["rdkit"], _ = scaled_molecule_table({s: rdkit_descriptors(s) for s in smiles})
+        self.tables["morgan"] = {s: (morgan_counts(s, 2048) > 0).astype(np.float64) for s in smiles}
+        mordred = mordred if mordred is not None else compute_mordred(smiles, progress=progress)
+        raw = np.stack([mordred[s] for s in smiles])
+        scaler = DescriptorScaler.fit(raw, [str(i) for i in range(raw.shape[1])])
+        self.tables["mordred"] = dict(zip(smiles, scaler.transform(raw).astype(np.float64), strict=True))
+
+    def rows(self, space: str, mixture: Sequence[str]) -> np.ndarray:
+        table = self.tables[space]
+        missing = [s for s in mixture if s not in table]
+        if missing:
+            raise InputError(f"set features: no descriptors for molecule {missing[0]!r}")
+        return np.stack([table[s] for s in mixture])
+
+
+def set_feature_names() -> list[str]:
+    names = list(OVERLAP)
+    for space in MoleculeSpaces.METRICS:
+        names += [f"{space}_{d}" for d in SET_DISTANCES]
+    names += list(DIFFERENCE)
+    for space in MoleculeSpaces.METRICS:
+        names += [f"{space}_differ_{d}" for d in SET_DISTANCES]
+    return names
+
+
+def pair_set_features(
+    mix_a: Sequence[Mixture], mix_b: Sequence[Mixture], spaces: MoleculeSpaces
+) -> np.ndarray:
+    """``(P, K)`` symmetric set features (:func:`set_feature_names`) of ``P`` mixture pairs.
+    Differing-component distances are 0 when one side has no component the other lacks. Each
+    side's components are sorted and the two sides put in a fixed order first, so the features are
+    exactly (bitwise) invariant to component order and to swapping the sides."""
+    out = []
+    for a_in, b_in in zip(mix_a, mix_b, strict=True):
+        a, b = sorted([tuple(sorted(set(a_in))), tuple(sorted(set(b_in)))])
+        row = overlap_features(a, b)
+        for space, metric in MoleculeSpaces.METRICS.items():
+            row += set_distances(spaces.rows(space, a), spaces.rows(space, b), metric)
+        only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+        na, nb = len(set(a)), len(set(b))
+        row += [
+            len(only_a) + len(only_b),
+            (len(only_a) + len(only_b)) / (na + nb),
+            max(len(only_a) / na, len(only_b) / nb),
+        ]
+        for space, metric in MoleculeSpaces.METRICS.items():
+            if only_a and only_b:
+                row += set_distances(spaces.rows(space, only_a), spaces.rows(space, only_b), metric)
+            else:
+                row += [0.0] * len(SET_DISTANCES)
+        out.append(row)
+    return np.asarray(out, dtype=np.float64)
+
+
+def dataset_one_hot(datasets: Sequence[str], vocabulary: Sequence[str]) -> np.ndarray:
+    """``(P, V)`` one-hot of each pair's dataset; InputError names an unknown dataset."""
+    index = {d: i for i, d in enumerate(vocabulary)}
+    unknown = [d for d in datasets if d not in index]
+    if unknown:
+        raise InputError(f"unknown dataset {unknown[0]!r} (known: {', '.join(vocabulary)})")
+    out = np.zeros((len(datasets), len(vocabulary)))
+    out[np.arange(len(datasets)), [index[d] for d in datasets]] = 1.0
+    return out
+
+
+class TargetEncoder:
+    """Smoothed target encodings of mixtures and molecules from training pairs.
+
+    ``enc(mixture) = (sum of y over training pairs containing it + m * mean y) / (count + m)``,
+    keyed by the set of components; a molecule's encoding is the same over the pairs whose either
+    side contains it, and a mixture's molecule encoding is the mean over its components. Features
+    of a pair ``(A, B)``, symmetric: ``[e_A + e_B, |e_A - e_B|, min(count_A, count_B),
+    mol_A + mol_B, |mol_A - mol_B|]``. Training rows are encoded out-of-fold (``folds`` seeded
+    folds of the training rows), so a row's own label never enters its features."""
+
+    N_FEATURES = 5
+
+    def __init__(self, smoothing: float = 2.0, folds: int = 5, seed: int = 0):
+        if folds < 2:
+            raise InputError(f"target encoding needs folds >= 2, got {folds}")
+        self.smoothing, self.folds, self.seed = smoothing, folds, seed
+
+    @staticmethod
+    def _sums(mix_a, mix_b, y):
+        mix_sum, mix_n = defaultdict(float), defaultdict(int)
+        mol_sum, mol_n = defaultdict(float), defaultdict(int)
+        for a, b, t in zip(mix_a, mix_b, y, strict=True):
+            for key in {frozenset(a), frozenset(b)}:
+                mix_sum[key] += t
+                mix_n[key] += 1
+            for m in set(a) | set(b):
+                mol_sum[m] += t
+                mol_n[m] += 1
+        return mix_sum, mix_n, mol_sum, mol_n
+
+    def _encode(self, stats, prior: float, mix_a, mix_b) -> np.ndarray:
+        mix_sum, mix_n, mol_sum, mol_n = stats
+        m = self.smoothing
+
+        def mix(x):
+            k = frozenset(x)
+            return (mix_sum.get(k, 0.0) + m * prior) / (mix_n.get(k, 0) + m), mix_n.get(k, 0)
+
+        def mol(x):
+            return float(np.mean([(mol_sum.get(s, 0.0) + m * prior) / (mol_n.get(s, 0) + m) for s in x]))
+
+        out = []
+        for a, b in zip(mix_a, mix_b, strict=True):
+            (ea, ca), (eb, cb) = mix(a), mix(b)
+            ma, mb = mol(a), mol(b)
+            out.append([ea + eb, abs(ea - eb), min(ca, cb), ma + mb, abs(ma - mb)])
+        return np.asarray(out, dtype=np.float64).reshape(-1, self.N_FEATURES)
+
+    def fit(self, mix_a: Sequence[Mixture], mix_b: Sequence[Mixture], y: np.ndarray) -> TargetEncoder:
+        """Remember the training pairs ``(mix_a[i], mix_b[i], y[i])``."""
+        y = np.asarray(y, dtype=np.float64)
+        if len(y) < self.folds:
+            raise InputError(f"target encoding needs at least {self.folds} training pairs, got {len(y)}")
+        if not np.all(np.isfinite(y)):
+            raise InputError("target encoding: non-finite training distance")
+        self.mix_a_, self.mix_b_, self.y_ = list(mix_a), list(mix_b), y
+        self.prior_ = float(y.mean())
+        self.stats_ = self._sums(self.mix_a_, self.mix_b_, y)
+        return self
+
+    def transform(self, mix_a: Sequence[Mixture], mix_b: Sequence[Mixture]) -> np.ndarray:
+        """``(P, 5)`` encodings of new pairs from all training pairs."""
+        return self._encode(self.stats_, self.prior_, mix_a, mix_b)
+
+    def fit_transform(self, mix_a: Sequence[Mixture], mix_b: Sequence[Mixture], y: np.ndarray) -> np.ndarray:
+        """Fit, then ``(N, 5)`` out-of-fold encodings of the training pairs themselves."""
+        self.fit(mix_a, mix_b, y)
+        n = len(self.y_)
+        fold_of = np.empty(n, dtype=np.int64)
+        fold_of[np.random.default_rng(self.seed).permutation(n)] = np.arange(n) % self.folds
+        out = np.zeros((n, self.N_FEATURES))
+        for k in range(self.folds):
+            inside, rest = np.flatnonzero(fold_of == k), np.flatnonzero(fold_of != k)
+            stats = self._sums([self.mix_a_[i] for i in rest], [self.mix_b_[i] for i in rest], self.y_[rest])
+            prior = float(self.y_[rest].mean())
+            out[inside] = self._encode(
+                stats, prior, [self.mix_a_[i] for i in inside], [self.mix_b_[i] for i in inside]
+            )
+        return out

@@ -1,0 +1,110 @@
+"""Distance regressors on set-level pair features (:mod:`olfaction.set_features`).
+
+- ``kind="trees"``: extremely randomised trees (scikit-learn ``ExtraTreesRegressor``) on the RF's
+  pair features ``[|m_a - m_b| ; m_a + m_b]`` ++ set features ++ dataset one-hot ++ target
+  encodings;
+- ``kind="ridge"``: standardised ridge regression (``RidgeCV``, alpha by its efficient
+  leave-one-out on the training rows) on set features, dataset one-hot, their products (a slope per
+  dataset) and target encodings.
+
+Both are fitted on the rows they are given; the target encodings of those rows are out-of-fold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.ensemble import ExtraTreesRegressor
+from sklearn.linear_model import RidgeCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from common.errors import InputError
+
+from .set_features import Mixture, TargetEncoder, dataset_one_hot
+
+KINDS = ("trees", "ridge")
+
+
+class SetFeatureRegressor:
+    """Mixture-distance regressor on set-level pair features.
+
+    ``fit(pair_X (P, 2D) | None, set_X (P, K), datasets (P,), mix_a, mix_b, y (P,))``;
+    ``predict`` takes the same inputs without ``y`` and returns ``(P,)`` distances."""
+
+    def __init__(
+        self, kind: str = "trees", datasets: Sequence[str] = (), seed: int = 0, n_estimators: int = 300
+    ):
+        if kind not in KINDS:
+            raise InputError(f"unknown set-feature regressor {kind!r} (choose from {', '.join(KINDS)})")
+        self.kind, self.vocabulary, self.seed = kind, list(datasets), seed
+        self.n_estimators = n_estimators
+
+    def _design(self, pair_X, set_X, datasets, te: np.ndarray) -> np.ndarray:
+        set_X = np.asarray(set_X, dtype=np.float64)
+        if set_X.ndim != 2 or len(set_X) != len(te):
+            raise InputError(f"set features must be (P, K) with P = {len(te)}, got {set_X.shape}")
+        onehot = dataset_one_hot(list(datasets), self.vocabulary)
+        if self.kind == "ridge":
+            per_dataset = [set_X * onehot[:, [j]] for j in range(onehot.shape[1])]
+            return np.hstack([set_X, onehot, *per_dataset, te])
+        if pair_X is None:
+            raise InputError("the trees regressor needs the RF pair features")
+        return np.hstack([np.asarray(pair_X, dtype=np.float64), set_X, onehot, te])
+
+    def fit(
+        self, pair_X, set_X, datasets, mix_a: Sequence[Mixture], mix_b: Sequence[Mixture], y
+    ) -> SetFeatureRegressor:
+        y = np.asarray(y, dtype=np.float64)
+        if not np.all(np.isfinite(y)):
+            raise InputError("set-feature regressor: non-finite training distance")
+        if not self.vocabulary:
+            self.vocabulary = sorted(set(datasets))
+        self.encoder_ = TargetEncoder(seed=self.seed)
+        X = self._design(pair_X, set_X, datasets, self.encoder_.fit_transform(mix_a, mix_b, y))
+        if not np.all(np.isfinite(X)):
+            raise InputError("set-feature regressor: non-finite feature")
+        if self.kind == "ridge":
+            self.model_ = make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-2, 3, 12)))
+        else:
+            self.model_ = ExtraTreesRegressor(
+                n_estimators=self.n_estimators,
+                max_features=0.33,
+                min_samples_leaf=2,
+                random_state=self.seed,
+                n_jobs=1,
+            )
+        self.model_.fit(X, y)
+        return self
+
+    def predict(
+        self, pair_X, set_X, datasets, mix_a: Sequence[Mixture], mix_b: Sequence[Mixture]
+    ) -> np.ndarray:
+        X = self._design(pair_X, set_X, datasets, self.encoder_.transform(mix_a, mix_b))
+        return self.model_.predict(X)
+
+
+def fit_predict_rows(
+    kind: str,
+    pair_X: np.ndarray,
+    set_X: np.ndarray,
+    datasets: Sequence[str],
+    mix_a: Sequence[Mixture],
+    mix_b: Sequence[Mixture],
+    y: np.ndarray,
+    fit_rows: np.ndarray,
+    pred_rows: np.ndarray,
+    vocabulary: Sequence[str] = (),
+    seed: int = 0,
+) -> np.ndarray:
+    """Fit a :class:`SetFeatureRegressor` on the pairs ``fit_rows`` of the full-length inputs
+    (``P`` pairs each) and return its ``(len(pred_rows),)`` predictions for ``pred_rows``."""
+
+    def take(rows):
+        return [datasets[i] for i in rows], [mix_a[i] for i in rows], [mix_b[i] for i in rows]
+
+    model = SetFeatureRegressor(kind, vocabulary, seed=seed).fit(
+        pair_X[fit_rows], set_X[fit_rows], *take(fit_rows), np.asarray(y)[fit_rows]
+    )
+    return model.predict(pair_X[pred_rows], set_X[pred_rows], *take(pred_rows))
