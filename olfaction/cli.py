@@ -48,6 +48,13 @@ def _parser() -> argparse.ArgumentParser:
             action="store_true",
             help="hybrid: the distance head also reads RDKit+Morgan pair features (the RF's)",
         )
+        if name == "eval":
+            s.add_argument(
+                "--set-regressors",
+                action="store_true",
+                help="also fit the set-feature regressors (trees, ridge) on training + validation rows and "
+                "report them, their equal mean and the equal mean with the network",
+            )
 
     s = sub.add_parser("predict", help="distance between two mixtures, or a DREAM-format CSV")
     add_common_args(s)
@@ -177,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
             predictor = pipeline.MixScentPredictor(model, pair_scaler=scaler)
             metrics = pipeline.evaluate_on_split(predictor, pairs, split)
             metrics["best_epoch"] = hist["best_epoch"]
+        if args.cmd == "eval" and args.set_regressors:
+            from .set_models import evaluate_set_regressors
+
+            network = predictor if not args.model else pipeline.MixScentPredictor.load(Path(args.model))
+            net_pred = pipeline.predict_rows(network, pairs, split.testing)
+            metrics.update(evaluate_set_regressors(pairs, split, args.seed, {"network": net_pred}))
             if args.cmd == "train":
                 predictor.save(Path(args.out), {"split": split.identifier, "metrics": metrics})
         metrics["split"] = split.identifier

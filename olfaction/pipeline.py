@@ -380,14 +380,19 @@ def _load_net(path: Path) -> MixScentNet:
     return net.eval()
 
 
-def evaluate_on_split(predictor: MixScentPredictor, pairs: PairData, split: Split) -> dict:
-    """Metrics of a saved predictor on a split's test rows (all pairs and without self-pairs)."""
-    rows = split.testing
-    pred = predictor.distances(
+def predict_rows(predictor: MixScentPredictor, pairs: PairData, rows) -> np.ndarray:
+    """``(len(rows),)`` distances a predictor gives the pairs ``rows`` of ``pairs``."""
+    return predictor.distances(
         [pairs.mixtures[pairs.keys_a[i]] for i in rows],
         [pairs.mixtures[pairs.keys_b[i]] for i in rows],
         [pairs.dataset[i] for i in rows],
     )
+
+
+def evaluate_on_split(predictor: MixScentPredictor, pairs: PairData, split: Split) -> dict:
+    """Metrics of a saved predictor on a split's test rows (all pairs and without self-pairs)."""
+    rows = split.testing
+    pred = predict_rows(predictor, pairs, rows)
     out = pair_metrics(pairs.y[rows], pred, pairs.self_pair[rows])
     out["n_test"] = int(len(rows))
     return out

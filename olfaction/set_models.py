@@ -108,3 +108,41 @@ def fit_predict_rows(
         pair_X[fit_rows], set_X[fit_rows], *take(fit_rows), np.asarray(y)[fit_rows]
     )
     return model.predict(pair_X[pred_rows], set_X[pred_rows], *take(pred_rows))
+
+
+def evaluate_set_regressors(
+    pairs, split, seed: int = 0, others: dict[str, np.ndarray] | None = None, progress: bool = False
+) -> dict[str, float]:
+    """Fit both set-feature regressors on ``split``'s training + validation rows (as the bench
+    does for its baselines) and score them, their equal mean and, for each ``others[name]`` (test
+    predictions of another model, e.g. the network), the equal mean of all three on the test rows.
+    Returns ``{"<method>/<metric>": value}`` with :func:`olfaction.evaluate.pair_metrics` keys."""
+    from .baselines import molecule_table, pair_features
+    from .evaluate import pair_metrics
+    from .features import compute_mordred
+    from .set_features import MoleculeSpaces, pair_set_features
+
+    mols = sorted(pairs.molecules())
+    mix_a = [pairs.mixtures[k] for k in pairs.keys_a]
+    mix_b = [pairs.mixtures[k] for k in pairs.keys_b]
+    pair_X = pair_features(mix_a, mix_b, molecule_table(mols))
+    set_X = pair_set_features(
+        mix_a, mix_b, MoleculeSpaces(mols, mordred=compute_mordred(mols, progress=progress))
+    )
+    fit_rows = np.concatenate([split.training, split.validation])
+    te = split.testing
+    vocabulary = sorted(set(pairs.dataset))
+    preds = {
+        kind: fit_predict_rows(
+            kind, pair_X, set_X, pairs.dataset, mix_a, mix_b, pairs.y, fit_rows, te, vocabulary, seed
+        )
+        for kind in KINDS
+    }
+    preds["set_mean"] = np.mean([preds[k] for k in KINDS], axis=0)
+    for name, pred in (others or {}).items():
+        preds[f"{name}+set_mean"] = np.mean([preds[k] for k in KINDS] + [np.asarray(pred)], axis=0)
+    out = {}
+    for name, pred in preds.items():
+        for key, value in pair_metrics(pairs.y[te], pred, pairs.self_pair[te]).items():
+            out[f"{name}/{key}"] = value
+    return out

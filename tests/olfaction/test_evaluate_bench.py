@@ -136,3 +136,23 @@ def test_bench_set_feature_rows_on_real_data(tmp_path):
     y_test = load_pairs(DATA).y.astype(np.float64)[np.asarray(dump["testing"])]
     mean_rmse = float(np.sqrt(np.mean((0.5 * (trees + ridge) - y_test) ** 2)))
     assert fold_rmse[mean_name] == pytest.approx(mean_rmse, rel=1e-5)
+
+
+@pytest.mark.skipif(not (DATA / "olfaction" / "mixture_pairs.csv").is_file(), reason="no data")
+def test_evaluate_set_regressors_on_a_split(tmp_path):
+    """`mixscent eval --set-regressors` path: both regressors, their mean and the mean with another
+    model's test predictions, scored on the split's test rows only."""
+    from olfaction.data import Split, load_pairs
+    from olfaction.set_models import evaluate_set_regressors
+
+    pairs = load_pairs(DATA)
+    rng = np.random.default_rng(0)
+    rows = rng.permutation(len(pairs))
+    split = Split("mine", rows[:500], rows[500:600], rows[600:700])
+    oracle = pairs.y[split.testing].astype(np.float64)
+    out = evaluate_set_regressors(pairs, split, seed=0, others={"oracle": oracle})
+    for name in ("trees", "ridge", "set_mean", "oracle+set_mean"):
+        assert f"{name}/all_pearson" in out and f"{name}/noself_rmse" in out
+    assert out["set_mean/all_pearson"] > 0.6
+    # (trees + ridge + y) / 3 - y = 2/3 (set_mean - y): the blend's RMSE is 2/3 of the pair's
+    assert out["oracle+set_mean/all_rmse"] == pytest.approx(2 / 3 * out["set_mean/all_rmse"], rel=1e-9)
