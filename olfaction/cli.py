@@ -184,14 +184,14 @@ def main(argv: list[str] | None = None) -> int:
             predictor = pipeline.MixScentPredictor(model, pair_scaler=scaler)
             metrics = pipeline.evaluate_on_split(predictor, pairs, split)
             metrics["best_epoch"] = hist["best_epoch"]
+            if args.cmd == "train":
+                predictor.save(Path(args.out), {"split": split.identifier, "metrics": metrics})
         if args.cmd == "eval" and args.set_regressors:
             from .set_models import evaluate_set_regressors
 
             network = predictor if not args.model else pipeline.MixScentPredictor.load(Path(args.model))
             net_pred = pipeline.predict_rows(network, pairs, split.testing)
             metrics.update(evaluate_set_regressors(pairs, split, args.seed, {"network": net_pred}))
-            if args.cmd == "train":
-                predictor.save(Path(args.out), {"split": split.identifier, "metrics": metrics})
         metrics["split"] = split.identifier
         for k, v in metrics.items():
             print(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}")

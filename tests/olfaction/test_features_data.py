@@ -174,3 +174,28 @@ def test_cli_eval_rejects_bad_split(tmp_path, capsys):
     out = tmp_path / "model"
     assert main(["train", "--split", "random_cv0", "--data-dir", str(DATA)]) == 2
     assert "needs --out" in capsys.readouterr().err and not out.exists()
+
+
+@needs_data
+def test_cli_train_saves_and_eval_reports_set_regressors(tmp_path, capsys):
+    """`mixscent train --out` writes a loadable model; `mixscent eval --model ... --set-regressors`
+    adds the set-feature rows and the equal mean with that model."""
+    from dataclasses import asdict
+
+    from common.checkpoint import save_checkpoint
+    from olfaction.cli import main
+    from olfaction.model import MolEncoderConfig
+    from olfaction.pipeline import random_encoder
+
+    enc = random_encoder(MolEncoderConfig(hidden=16, layers=2, emb_dim=16), seed=0)
+    save_checkpoint(tmp_path / "enc", enc.state_dict(), asdict(enc.cfg))
+    model = tmp_path / "model"
+    common = ["--split", "random_cv0", "--data-dir", str(DATA)]
+    assert main(["train", *common, "--encoder", str(tmp_path / "enc"), "--epochs", "1", "--out", str(model)]) == 0
+    assert (model / "config.json").is_file() and (model / "model.safetensors").is_file()
+    out = tmp_path / "metrics.json"
+    assert main(["eval", *common, "--model", str(model), "--set-regressors", "--out", str(out)]) == 0
+    metrics = json.loads(out.read_text())
+    for key in ("all_pearson", "set_mean/all_pearson", "trees/noself_rmse", "network+set_mean/all_rmse"):
+        assert key in metrics, key
+    assert "set_mean/all_pearson" in capsys.readouterr().out
