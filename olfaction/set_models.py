@@ -146,3 +146,43 @@ def evaluate_set_regressors(
         for key, value in pair_metrics(pairs.y[te], pred, pairs.self_pair[te]).items():
             out[f"{name}/{key}"] = value
     return out
+
+
+def fit_predict_new_pairs(
+    pairs, mix_a: Sequence[Mixture], mix_b: Sequence[Mixture], datasets: Sequence[str], seed: int = 0
+) -> np.ndarray:
+    """Both set-feature regressors fitted on every labelled pair of ``pairs`` (a few seconds, so no
+    sklearn model is serialised), then the ``(Q,)`` equal mean of their predictions for the query
+    pairs ``(mix_a[q], mix_b[q])`` of experiment ``datasets[q]``. The label-free descriptor scalers
+    are fitted on the labelled and query molecules together; a query mixture that no labelled pair
+    contains gets the prior target encoding."""
+    from .baselines import molecule_table, pair_features
+    from .features import compute_mordred
+    from .set_features import MoleculeSpaces, pair_set_features
+
+    if not len(mix_a) or len(mix_a) != len(mix_b) or len(mix_a) != len(datasets):
+        raise InputError(
+            "set-feature prediction needs equally many first mixtures, second mixtures and datasets (>= 1)"
+        )
+    vocabulary = sorted(set(pairs.dataset))
+    dataset_one_hot(list(datasets), vocabulary)  # one-line error for an unknown dataset, before any work
+    train_a = [pairs.mixtures[k] for k in pairs.keys_a]
+    train_b = [pairs.mixtures[k] for k in pairs.keys_b]
+    all_a, all_b = train_a + list(mix_a), train_b + list(mix_b)
+    mols = sorted({s for m in all_a + all_b for s in m})
+    pair_X = pair_features(all_a, all_b, molecule_table(mols))
+    set_X = pair_set_features(
+        all_a, all_b, MoleculeSpaces(mols, mordred=compute_mordred(mols, progress=False))
+    )
+    fit_rows, query_rows = np.arange(len(train_a)), np.arange(len(train_a), len(all_a))
+    all_ds = list(pairs.dataset) + list(datasets)
+    y = np.concatenate([pairs.y, np.zeros(len(mix_a))])  # query rows are never fitted
+    return np.mean(
+        [
+            fit_predict_rows(
+                kind, pair_X, set_X, all_ds, all_a, all_b, y, fit_rows, query_rows, vocabulary, seed
+            )
+            for kind in KINDS
+        ],
+        axis=0,
+    )

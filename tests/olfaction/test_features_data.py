@@ -199,3 +199,30 @@ def test_cli_train_saves_and_eval_reports_set_regressors(tmp_path, capsys):
     for key in ("all_pearson", "set_mean/all_pearson", "trees/noself_rmse", "network+set_mean/all_rmse"):
         assert key in metrics, key
     assert "set_mean/all_pearson" in capsys.readouterr().out
+
+
+@needs_data
+def test_cli_predict_with_set_regressors(tmp_path, capsys):
+    """`mixscent predict --set-regressors` on a DREAM-format CSV and on two SMILES mixtures
+    (symmetric in the two mixtures), and its one-line errors."""
+    from olfaction.cli import main
+
+    csv_in = tmp_path / "pairs.csv"
+    csv_in.write_text("Dataset,Mixture_1,Mixture_2\nBushdid,1,2\nBushdid,2,1\n")
+    out = tmp_path / "pred.csv"
+    base = ["--data-dir", str(DATA), "--set-regressors"]
+    assert main(["predict", "--csv", str(csv_in), "--out", str(out), *base]) == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == "Dataset,Mixture_1,Mixture_2,Predicted_Experimental_Values"
+    p12, p21 = (float(line.split(",")[-1]) for line in lines[1:])
+    assert p12 == p21 and 0.0 < p12 < 1.0
+    capsys.readouterr()
+    mixes = ["--mix1", "CCO;CC(=O)O", "--mix2", "c1ccccc1"]
+    assert main(["predict", *mixes, "--dataset", "Snitz 1", *base]) == 0
+    assert 0.0 < float(capsys.readouterr().out.strip()) < 1.0
+    assert main(["predict", *mixes, *base]) == 2
+    assert "needs --dataset" in capsys.readouterr().err
+    assert main(["predict", *mixes, "--dataset", "Nope", *base]) == 2
+    assert "unknown dataset 'Nope'" in capsys.readouterr().err
+    assert main(["predict", *mixes, "--data-dir", str(DATA)]) == 2
+    assert "needs --model DIR, --set-regressors" in capsys.readouterr().err
