@@ -8,6 +8,9 @@
   dataset) and target encodings.
 
 Both are fitted on the rows they are given; the target encodings of those rows are out-of-fold.
+Helpers: :func:`regressor_inputs` (both feature matrices), :func:`fit_predict_rows` (bench,
+quick), :func:`evaluate_set_regressors` (``mixscent eval --set-regressors``) and
+:func:`fit_predict_new_pairs` (``mixscent predict --set-regressors``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from sklearn.preprocessing import StandardScaler
 
 from common.errors import InputError
 
-from .set_features import Mixture, TargetEncoder, dataset_one_hot
+from .baselines import molecule_table, pair_features
+from .evaluate import pair_metrics
+from .features import compute_mordred
+from .set_features import Mixture, MoleculeSpaces, TargetEncoder, dataset_one_hot, pair_set_features
 
 KINDS = ("trees", "ridge")
 
@@ -85,6 +91,17 @@ class SetFeatureRegressor:
         return self.model_.predict(X)
 
 
+def regressor_inputs(
+    mix_a: Sequence[Mixture], mix_b: Sequence[Mixture], progress: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(pair_X (P, 2D), set_X (P, K))`` of ``P`` pairs: the RF's pair features and the set
+    features, with the label-free descriptor scalers fitted on exactly these pairs' molecules
+    (Mordred from the cache, computed where missing)."""
+    mols = sorted({s for m in list(mix_a) + list(mix_b) for s in m})
+    spaces = MoleculeSpaces(mols, mordred=compute_mordred(mols, progress=progress))
+    return pair_features(mix_a, mix_b, molecule_table(mols)), pair_set_features(mix_a, mix_b, spaces)
+
+
 def fit_predict_rows(
     kind: str,
     pair_X: np.ndarray,
@@ -117,18 +134,9 @@ def evaluate_set_regressors(
     does for its baselines) and score them, their equal mean and, for each ``others[name]`` (test
     predictions of another model, e.g. the network), the equal mean of all three on the test rows.
     Returns ``{"<method>/<metric>": value}`` with :func:`olfaction.evaluate.pair_metrics` keys."""
-    from .baselines import molecule_table, pair_features
-    from .evaluate import pair_metrics
-    from .features import compute_mordred
-    from .set_features import MoleculeSpaces, pair_set_features
-
-    mols = sorted(pairs.molecules())
     mix_a = [pairs.mixtures[k] for k in pairs.keys_a]
     mix_b = [pairs.mixtures[k] for k in pairs.keys_b]
-    pair_X = pair_features(mix_a, mix_b, molecule_table(mols))
-    set_X = pair_set_features(
-        mix_a, mix_b, MoleculeSpaces(mols, mordred=compute_mordred(mols, progress=progress))
-    )
+    pair_X, set_X = regressor_inputs(mix_a, mix_b, progress)
     fit_rows = np.concatenate([split.training, split.validation])
     te = split.testing
     vocabulary = sorted(set(pairs.dataset))
@@ -156,10 +164,6 @@ def fit_predict_new_pairs(
     pairs ``(mix_a[q], mix_b[q])`` of experiment ``datasets[q]``. The label-free descriptor scalers
     are fitted on the labelled and query molecules together; a query mixture that no labelled pair
     contains gets the prior target encoding."""
-    from .baselines import molecule_table, pair_features
-    from .features import compute_mordred
-    from .set_features import MoleculeSpaces, pair_set_features
-
     if not len(mix_a) or len(mix_a) != len(mix_b) or len(mix_a) != len(datasets):
         raise InputError(
             "set-feature prediction needs equally many first mixtures, second mixtures and datasets (>= 1)"
@@ -169,11 +173,7 @@ def fit_predict_new_pairs(
     train_a = [pairs.mixtures[k] for k in pairs.keys_a]
     train_b = [pairs.mixtures[k] for k in pairs.keys_b]
     all_a, all_b = train_a + list(mix_a), train_b + list(mix_b)
-    mols = sorted({s for m in all_a + all_b for s in m})
-    pair_X = pair_features(all_a, all_b, molecule_table(mols))
-    set_X = pair_set_features(
-        all_a, all_b, MoleculeSpaces(mols, mordred=compute_mordred(mols, progress=False))
-    )
+    pair_X, set_X = regressor_inputs(all_a, all_b)
     fit_rows, query_rows = np.arange(len(train_a)), np.arange(len(train_a), len(all_a))
     all_ds = list(pairs.dataset) + list(datasets)
     y = np.concatenate([pairs.y, np.zeros(len(mix_a))])  # query rows are never fitted
