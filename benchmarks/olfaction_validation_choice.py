@@ -3,7 +3,9 @@ MixScentNet ensemble in olfaction/README.md (session 13), made on validation row
 
 Reads the per-fold predictions that ``mixscent bench`` dumps (``olfaction_bench_predictions.json``:
 each component's predictions on the split's validation rows, from models fitted on the training
-rows only, and on its test rows). For every mean of :data:`olfaction.bench.EQUAL_MEANS` whose
+rows only, and on its test rows). Several runs on the same splits are merged fold by fold (the
+components of a mean may come from different runs; a component in two runs must agree, and the
+validation rows must be the same). For every mean of :data:`olfaction.bench.EQUAL_MEANS` whose
 components are all in the dump it prints Pearson r and RMSE on the validation rows (mean over
 folds), and names the mean with the lowest validation RMSE per family. Test rows are never read.
 The networks' validation rows are also the rows their epoch was chosen on, so their validation
@@ -33,19 +35,35 @@ from olfaction.data import load_pairs  # noqa: E402
 from olfaction.evaluate import regression_metrics  # noqa: E402
 
 
+def merged_folds(run_dirs: list[Path]) -> dict[tuple[str, str], dict]:
+    """``(family, split) -> {"validation": rows, "val_pred": {component: predictions}}`` over all
+    runs; refuses runs whose validation rows or shared components disagree."""
+    folds: dict[tuple[str, str], dict] = {}
+    for run in run_dirs:
+        for fold in read_json(Path(run) / "olfaction_bench_predictions.json"):
+            key = (fold["family"], fold["split"])
+            merged = folds.setdefault(key, {"validation": fold["validation"], "val_pred": {}})
+            if merged["validation"] != fold["validation"]:
+                raise SystemExit(f"{run}: validation rows of {key[1]} differ from an earlier run's")
+            for name, pred in fold["val_pred"].items():
+                if name in merged["val_pred"] and not np.allclose(merged["val_pred"][name], pred):
+                    raise SystemExit(f"{run}: validation predictions of {name!r} on {key[1]} differ from an earlier run's")
+                merged["val_pred"][name] = pred
+    return folds
+
+
 def validation_rows(run_dirs: list[Path], y: np.ndarray) -> list[dict]:
     """One row per (family, candidate): the components alone and every complete equal mean."""
     scores: dict[tuple[str, str], list[dict]] = {}
-    for run in run_dirs:
-        for fold in read_json(Path(run) / "olfaction_bench_predictions.json"):
-            val = {k: np.asarray(v) for k, v in fold["val_pred"].items()}
-            y_val = y[np.asarray(fold["validation"])]
-            candidates = dict(val)
-            for name, parts in EQUAL_MEANS.items():
-                if all(p in val for p in parts):
-                    candidates[name] = np.mean([val[p] for p in parts], axis=0)
-            for name, pred in candidates.items():
-                scores.setdefault((fold["family"], name), []).append(regression_metrics(y_val, pred))
+    for (family, _), fold in merged_folds(run_dirs).items():
+        val = {k: np.asarray(v) for k, v in fold["val_pred"].items()}
+        y_val = y[np.asarray(fold["validation"])]
+        candidates = dict(val)
+        for name, parts in EQUAL_MEANS.items():
+            if all(p in val for p in parts):
+                candidates[name] = np.mean([val[p] for p in parts], axis=0)
+        for name, pred in candidates.items():
+            scores.setdefault((family, name), []).append(regression_metrics(y_val, pred))
     rows = []
     for (family, name), folds in scores.items():
         rows.append(

@@ -69,6 +69,12 @@ VARIANTS = {
         "set_features": True,
         "seeds": 5,
     },
+    # seeds 0-4 are the x5 runs (shared within a bench run), 5-9 are new
+    "MixScentNet (+Mordred +set features) x10 seeds": {
+        "features": "embedding+mordred",
+        "set_features": True,
+        "seeds": 10,
+    },
 }
 # fixed-weight (0.5 / 0.5, chosen a priori, not on test rows) average of a network variant and RF
 ENSEMBLES = {"MixScentNet (+Mordred) x5 seeds + RF": "MixScentNet (+Mordred) x5 seeds"}
@@ -78,7 +84,16 @@ HGB_NAME = "HGB pair features (RDKit+Morgan)"
 # molecule spaces, dataset, out-of-fold target encodings); fitted like RF on training + validation rows
 SET_TREES_NAME = "ExtraTrees pair + set features"
 SET_RIDGE_NAME = "Ridge set features x dataset"
-SET_KINDS = {SET_TREES_NAME: "trees", SET_RIDGE_NAME: "ridge"}
+# the same two with the common-partner features, gated: only pairs whose mixtures share a
+# measured partner go through the partner-aware model (olfaction.set_models, session 14)
+SET_TREES_GATED_NAME = "ExtraTrees pair + set features (gated partners)"
+SET_RIDGE_GATED_NAME = "Ridge set features x dataset (gated partners)"
+SET_KINDS = {
+    SET_TREES_NAME: ("trees", "off"),
+    SET_RIDGE_NAME: ("ridge", "off"),
+    SET_TREES_GATED_NAME: ("trees", "gated"),
+    SET_RIDGE_GATED_NAME: ("ridge", "gated"),
+}
 # equal-weight means, fixed a priori (no weights fitted): the set-feature regressors alone, and with
 # a network variant (olfaction/README.md, session 13, says how the headline one was chosen)
 EQUAL_MEANS = {
@@ -92,6 +107,17 @@ EQUAL_MEANS = {
         "MixScentNet (+Mordred +set features) x5 seeds",
         SET_TREES_NAME,
         SET_RIDGE_NAME,
+    ),
+    "Set trees + ridge with gated partners (equal)": (SET_TREES_GATED_NAME, SET_RIDGE_GATED_NAME),
+    "MixScentNet (+Mordred +set features) x5 seeds + set trees + ridge with gated partners (equal)": (
+        "MixScentNet (+Mordred +set features) x5 seeds",
+        SET_TREES_GATED_NAME,
+        SET_RIDGE_GATED_NAME,
+    ),
+    "MixScentNet (+Mordred +set features) x10 seeds + set trees + ridge with gated partners (equal)": (
+        "MixScentNet (+Mordred +set features) x10 seeds",
+        SET_TREES_GATED_NAME,
+        SET_RIDGE_GATED_NAME,
     ),
 }
 # convex blends whose weights are chosen per fold on the split's validation rows only
@@ -173,9 +199,10 @@ def run_bench(
     vocabulary = sorted(set(pairs.dataset))
     pair_set = {(ka, kb): X_set[i] for i, (ka, kb) in enumerate(zip(pairs.keys_a, pairs.keys_b, strict=True))}
 
-    def set_regressor(kind: str, fit_rows: np.ndarray, pred_rows: np.ndarray) -> np.ndarray:
+    def set_regressor(kind: tuple[str, str], fit_rows: np.ndarray, pred_rows: np.ndarray) -> np.ndarray:
         return fit_predict_rows(
-            kind, X_rf, X_set, pairs.dataset, mix_a, mix_b, pairs.y, fit_rows, pred_rows, vocabulary, seed
+            kind[0], X_rf, X_set, pairs.dataset, mix_a, mix_b, pairs.y, fit_rows, pred_rows, vocabulary, seed,
+            partners=kind[1],
         )
     mcfg = mcfg or MixScentConfig()
     tcfg = tcfg or DistanceTrainConfig(seed=seed)
@@ -306,8 +333,9 @@ def run_bench(
                     raise InputError(f"mean {name!r} needs variant {missing[0]!r} in the same run")
                 _add(preds, family, name, pairs, split.testing, np.mean([test_of[c] for c in EQUAL_MEANS[name]], 0))
             stacks = [v for v in variants if v in STACKS]
-            if stacks:
-                # tree baselines refitted on training rows only: their validation predictions
+            if stacks or any(v in EQUAL_MEANS for v in variants):
+                # tree baselines refitted on training rows only: their validation predictions (for
+                # the stacks' weights and benchmarks/olfaction_validation_choice.py)
                 tr = split.training
                 val_preds[RF_NAME] = (
                     PairForest(n_estimators=rf_trees, seed=seed)

@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
                 help="also fit the set-feature regressors (trees, ridge) on training + validation rows and "
                 "report them, their equal mean and the equal mean with the network",
             )
+            _add_partners_arg(s)
 
     s = sub.add_parser("predict", help="distance between two mixtures, or a DREAM-format CSV")
     add_common_args(s)
@@ -69,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         "averaged with --model when given (equal weights)",
     )
     s.add_argument("--dataset", default=None, help="experiment of --mix1/--mix2 (needed with --set-regressors)")
+    _add_partners_arg(s)
 
     s = sub.add_parser("labels", help="top odour labels of a mixture")
     add_common_args(s)
@@ -143,6 +145,8 @@ def _encoder(value):
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if getattr(args, "partners", None) is not None:
+        _partners(args)  # a bad --partners fails before any training
     from . import pipeline
     from .data import load_pairs
     from .model import MixScentConfig, MolEncoderConfig
@@ -198,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
 
             network = predictor if not args.model else pipeline.MixScentPredictor.load(Path(args.model))
             net_pred = pipeline.predict_rows(network, pairs, split.testing)
-            metrics.update(evaluate_set_regressors(pairs, split, args.seed, {"network": net_pred}))
+            metrics.update(
+                evaluate_set_regressors(pairs, split, args.seed, {"network": net_pred}, partners=_partners(args))
+            )
         metrics["split"] = split.identifier
         for k, v in metrics.items():
             print(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}")
@@ -320,6 +326,26 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def _add_partners_arg(parser) -> None:
+    # no `choices` here: they live in set_models (sklearn), which `mixscent --help` does not import;
+    # an unknown mode gets SetFeatureRegressor's one-line error
+    parser.add_argument(
+        "--partners",
+        default=None,
+        help="common-partner features of the set regressors: off, on, or gated (only pairs whose mixtures "
+        "share a measured partner use them; the default)",
+    )
+
+
+def _partners(args) -> str:
+    from .set_models import DEFAULT_PARTNERS, PARTNER_MODES
+
+    mode = args.partners or DEFAULT_PARTNERS
+    if mode not in PARTNER_MODES:
+        raise InputError(f"unknown partner mode {mode!r} (choose from {', '.join(PARTNER_MODES)})")
+    return mode
+
+
 def _distances(predictor, mix_a, mix_b, datasets, args):
     """The network's distances, the set regressors' (``--set-regressors``), or their equal mean:
     (network + trees + ridge) / 3, the structure of the bench's headline mean."""
@@ -329,7 +355,7 @@ def _distances(predictor, mix_a, mix_b, datasets, args):
     from .set_models import fit_predict_new_pairs
 
     pairs = load_pairs(resolve_data_dir(args.data_dir))
-    set_mean = fit_predict_new_pairs(pairs, mix_a, mix_b, datasets, args.seed)  # (trees + ridge) / 2
+    set_mean = fit_predict_new_pairs(pairs, mix_a, mix_b, datasets, args.seed, _partners(args))  # (trees + ridge) / 2
     if predictor is None:
         return set_mean
     return (2.0 * set_mean + predictor.distances(mix_a, mix_b, datasets)) / 3.0

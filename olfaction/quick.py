@@ -25,7 +25,7 @@ from .features import DescriptorScaler, cache_dir, compute_mordred
 from .model import MixScentConfig, MolEncoderConfig
 from .pipeline import MixScentPredictor, test_predictions, train_distance
 from .set_features import MoleculeSpaces, pair_set_features
-from .set_models import KINDS, fit_predict_rows
+from .set_models import DEFAULT_PARTNERS, KINDS, fit_predict_rows
 from .train import DistanceTrainConfig, PretrainConfig, pretrain_descriptors
 
 
@@ -75,7 +75,9 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
     X_set = pair_set_features(mix_a, mix_b, MoleculeSpaces(mix_mols, mordred=table))
     set_pred = np.mean(
         [
-            fit_predict_rows(kind, Xrf, X_set, pairs.dataset, mix_a, mix_b, pairs.y, trval, te, seed=seed)
+            fit_predict_rows(
+                kind, Xrf, X_set, pairs.dataset, mix_a, mix_b, pairs.y, trval, te, seed=seed, partners=DEFAULT_PARTNERS
+            )
             for kind in KINDS
         ],
         axis=0,
@@ -106,7 +108,7 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
     for method, pred in (
         ("MixScentNet (tiny)", tp["pred"]),
         ("RF pair features", rf_pred),
-        ("Set trees + ridge (equal)", set_pred),
+        ("Set trees + ridge with gated partners (equal)", set_pred),
         ("Snitz angle", sn_pred),
     ):
         for tag, keep in (("", np.ones(len(te), bool)), ("_noself", ~sp)):

@@ -16,7 +16,9 @@ component sets, all symmetric in ``A <-> B``:
 - the dataset as a one-hot (the experiments differ in protocol and scale; the DREAM submission
   format names it);
 - target encodings (:class:`TargetEncoder`): smoothed mean distance of the *training* pairs a
-  mixture / its molecules occur in, out-of-fold for training rows.
+  mixture / its molecules occur in, out-of-fold for training rows; optionally the common-partner
+  features of a pair (a third mixture ``C`` whose distances to both ``A`` and ``B`` were measured
+  bounds ``d(A, B)`` between ``|d(A, C) - d(B, C)|`` and ``d(A, C) + d(B, C)``).
 """
 
 from __future__ import annotations
@@ -165,31 +167,59 @@ class TargetEncoder:
     keyed by the set of components; a molecule's encoding is the same over the pairs whose either
     side contains it, and a mixture's molecule encoding is the mean over its components. Features
     of a pair ``(A, B)``, symmetric: ``[e_A + e_B, |e_A - e_B|, min(count_A, count_B),
-    mol_A + mol_B, |mol_A - mol_B|]``. Training rows are encoded out-of-fold (``folds`` seeded
-    folds of the training rows), so a row's own label never enters its features."""
+    mol_A + mol_B, |mol_A - mol_B|]``.
 
-    N_FEATURES = 5
+    With ``partners=True`` five common-partner features follow (:data:`PARTNER_FEATURES`): over the
+    mixtures ``C`` (other than ``A`` and ``B``) with a training distance to both ``A`` and ``B``
+    (replicates averaged), their count, the mean and max of ``|d(A, C) - d(B, C)|`` (lower bounds of
+    ``d(A, B)`` were it a metric), the min of ``d(A, C) + d(B, C)`` (an upper bound) and an
+    indicator that at least one exists; without one they are ``[0, 0, 0, 2 * mean y, 0]``.
 
-    def __init__(self, smoothing: float = 2.0, folds: int = 5, seed: int = 0):
+    Training rows are encoded out-of-fold (``folds`` seeded folds of the training rows), so a
+    row's own label never enters its features."""
+
+    BASE_FEATURES = 5
+    PARTNER_FEATURES = ("n_partners", "partner_gap_mean", "partner_gap_max", "partner_sum_min", "has_partner")
+
+    def __init__(self, smoothing: float = 2.0, folds: int = 5, seed: int = 0, partners: bool = False):
         if folds < 2:
             raise InputError(f"target encoding needs folds >= 2, got {folds}")
-        self.smoothing, self.folds, self.seed = smoothing, folds, seed
+        self.smoothing, self.folds, self.seed, self.partners = smoothing, folds, seed, partners
+
+    @property
+    def n_features(self) -> int:
+        return self.BASE_FEATURES + (len(self.PARTNER_FEATURES) if self.partners else 0)
 
     @staticmethod
     def _sums(mix_a, mix_b, y):
         mix_sum, mix_n = defaultdict(float), defaultdict(int)
         mol_sum, mol_n = defaultdict(float), defaultdict(int)
+        edges = defaultdict(lambda: defaultdict(list))  # mixture -> partner mixture -> distances
         for a, b, t in zip(mix_a, mix_b, y, strict=True):
-            for key in {frozenset(a), frozenset(b)}:
+            ka, kb = frozenset(a), frozenset(b)
+            for key in {ka, kb}:
                 mix_sum[key] += t
                 mix_n[key] += 1
             for m in set(a) | set(b):
                 mol_sum[m] += t
                 mol_n[m] += 1
-        return mix_sum, mix_n, mol_sum, mol_n
+            if ka != kb:
+                edges[ka][kb].append(t)
+                edges[kb][ka].append(t)
+        return mix_sum, mix_n, mol_sum, mol_n, edges
+
+    def _partner_features(self, edges, prior: float, ka: frozenset, kb: frozenset) -> list[float]:
+        near_a, near_b = edges.get(ka, {}), edges.get(kb, {})
+        common = [c for c in near_a if c in near_b and c != ka and c != kb]
+        if not common:
+            return [0.0, 0.0, 0.0, 2.0 * prior, 0.0]
+        da = np.array([np.mean(near_a[c]) for c in common])
+        db = np.array([np.mean(near_b[c]) for c in common])
+        gap = np.abs(da - db)
+        return [float(len(common)), float(gap.mean()), float(gap.max()), float((da + db).min()), 1.0]
 
     def _encode(self, stats, prior: float, mix_a, mix_b) -> np.ndarray:
-        mix_sum, mix_n, mol_sum, mol_n = stats
+        mix_sum, mix_n, mol_sum, mol_n, edges = stats
         m = self.smoothing
 
         def mix(x):
@@ -203,8 +233,11 @@ class TargetEncoder:
         for a, b in zip(mix_a, mix_b, strict=True):
             (ea, ca), (eb, cb) = mix(a), mix(b)
             ma, mb = mol(a), mol(b)
-            out.append([ea + eb, abs(ea - eb), min(ca, cb), ma + mb, abs(ma - mb)])
-        return np.asarray(out, dtype=np.float64).reshape(-1, self.N_FEATURES)
+            row = [ea + eb, abs(ea - eb), min(ca, cb), ma + mb, abs(ma - mb)]
+            if self.partners:
+                row += self._partner_features(edges, prior, frozenset(a), frozenset(b))
+            out.append(row)
+        return np.asarray(out, dtype=np.float64).reshape(-1, self.n_features)
 
     def fit(self, mix_a: Sequence[Mixture], mix_b: Sequence[Mixture], y: np.ndarray) -> TargetEncoder:
         """Remember the training pairs ``(mix_a[i], mix_b[i], y[i])``."""
@@ -219,16 +252,16 @@ class TargetEncoder:
         return self
 
     def transform(self, mix_a: Sequence[Mixture], mix_b: Sequence[Mixture]) -> np.ndarray:
-        """``(P, 5)`` encodings of new pairs from all training pairs."""
+        """``(P, n_features)`` encodings of new pairs from all training pairs."""
         return self._encode(self.stats_, self.prior_, mix_a, mix_b)
 
     def fit_transform(self, mix_a: Sequence[Mixture], mix_b: Sequence[Mixture], y: np.ndarray) -> np.ndarray:
-        """Fit, then ``(N, 5)`` out-of-fold encodings of the training pairs themselves."""
+        """Fit, then ``(N, n_features)`` out-of-fold encodings of the training pairs themselves."""
         self.fit(mix_a, mix_b, y)
         n = len(self.y_)
         fold_of = np.empty(n, dtype=np.int64)
         fold_of[np.random.default_rng(self.seed).permutation(n)] = np.arange(n) % self.folds
-        out = np.zeros((n, self.N_FEATURES))
+        out = np.zeros((n, self.n_features))
         for k in range(self.folds):
             inside, rest = np.flatnonzero(fold_of == k), np.flatnonzero(fold_of != k)
             stats = self._sums([self.mix_a_[i] for i in rest], [self.mix_b_[i] for i in rest], self.y_[rest])

@@ -8,6 +8,11 @@
   dataset) and target encodings.
 
 Both are fitted on the rows they are given; the target encodings of those rows are out-of-fold.
+``partners`` adds the common-partner features of :class:`olfaction.set_features.TargetEncoder`:
+``"on"`` for every row, ``"gated"`` through a second model that predicts only the pairs whose two
+mixtures have a common training partner (the rest get the plain model's prediction). Gating keeps
+pairs of never-measured mixtures (leave-molecules-out test rows) on the model whose training rows
+looked like them.
 Helpers: :func:`regressor_inputs` (both feature matrices), :func:`fit_predict_rows` (bench,
 quick), :func:`evaluate_set_regressors` (``mixscent eval --set-regressors``) and
 :func:`fit_predict_new_pairs` (``mixscent predict --set-regressors``).
@@ -31,21 +36,33 @@ from .features import compute_mordred
 from .set_features import Mixture, MoleculeSpaces, TargetEncoder, dataset_one_hot, pair_set_features
 
 KINDS = ("trees", "ridge")
+PARTNER_MODES = ("off", "on", "gated")
+# the mode of `mixscent eval/predict --set-regressors` and `mixscent quick`: chosen on validation
+# rows (olfaction/README.md, session 14), where gated beat off on both split families
+DEFAULT_PARTNERS = "gated"
 
 
 class SetFeatureRegressor:
     """Mixture-distance regressor on set-level pair features.
 
     ``fit(pair_X (P, 2D) | None, set_X (P, K), datasets (P,), mix_a, mix_b, y (P,))``;
-    ``predict`` takes the same inputs without ``y`` and returns ``(P,)`` distances."""
+    ``predict`` takes the same inputs without ``y`` and returns ``(P,)`` distances. ``partners``:
+    one of :data:`PARTNER_MODES` (module docstring)."""
 
     def __init__(
-        self, kind: str = "trees", datasets: Sequence[str] = (), seed: int = 0, n_estimators: int = 300
+        self,
+        kind: str = "trees",
+        datasets: Sequence[str] = (),
+        seed: int = 0,
+        n_estimators: int = 300,
+        partners: str = "off",
     ):
         if kind not in KINDS:
             raise InputError(f"unknown set-feature regressor {kind!r} (choose from {', '.join(KINDS)})")
+        if partners not in PARTNER_MODES:
+            raise InputError(f"unknown partner mode {partners!r} (choose from {', '.join(PARTNER_MODES)})")
         self.kind, self.vocabulary, self.seed = kind, list(datasets), seed
-        self.n_estimators = n_estimators
+        self.n_estimators, self.partners = n_estimators, partners
 
     def _design(self, pair_X, set_X, datasets, te: np.ndarray) -> np.ndarray:
         set_X = np.asarray(set_X, dtype=np.float64)
@@ -67,28 +84,42 @@ class SetFeatureRegressor:
             raise InputError("set-feature regressor: non-finite training distance")
         if not self.vocabulary:
             self.vocabulary = sorted(set(datasets))
-        self.encoder_ = TargetEncoder(seed=self.seed)
-        X = self._design(pair_X, set_X, datasets, self.encoder_.fit_transform(mix_a, mix_b, y))
+        self.encoder_ = TargetEncoder(seed=self.seed, partners=self.partners != "off")
+        te = self.encoder_.fit_transform(mix_a, mix_b, y)
+        base = TargetEncoder.BASE_FEATURES
+        X = self._design(pair_X, set_X, datasets, te if self.partners == "on" else te[:, :base])
         if not np.all(np.isfinite(X)):
             raise InputError("set-feature regressor: non-finite feature")
-        if self.kind == "ridge":
-            self.model_ = make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-2, 3, 12)))
-        else:
-            self.model_ = ExtraTreesRegressor(
-                n_estimators=self.n_estimators,
-                max_features=0.33,
-                min_samples_leaf=2,
-                random_state=self.seed,
-                n_jobs=1,
-            )
-        self.model_.fit(X, y)
+        self.model_ = self._new_model().fit(X, y)
+        if self.partners == "gated":
+            self.partner_model_ = self._new_model().fit(self._design(pair_X, set_X, datasets, te), y)
         return self
+
+    def _new_model(self):
+        if self.kind == "ridge":
+            return make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-2, 3, 12)))
+        return ExtraTreesRegressor(
+            n_estimators=self.n_estimators,
+            max_features=0.33,
+            min_samples_leaf=2,
+            random_state=self.seed,
+            n_jobs=1,
+        )
 
     def predict(
         self, pair_X, set_X, datasets, mix_a: Sequence[Mixture], mix_b: Sequence[Mixture]
     ) -> np.ndarray:
-        X = self._design(pair_X, set_X, datasets, self.encoder_.transform(mix_a, mix_b))
-        return self.model_.predict(X)
+        te = self.encoder_.transform(mix_a, mix_b)
+        base = TargetEncoder.BASE_FEATURES
+        pred = self.model_.predict(
+            self._design(pair_X, set_X, datasets, te if self.partners == "on" else te[:, :base])
+        )
+        if self.partners == "gated":
+            gate = te[:, -1] > 0  # has_partner
+            if gate.any():
+                full = self.partner_model_.predict(self._design(pair_X, set_X, datasets, te))
+                pred = np.where(gate, full, pred)
+        return pred
 
 
 def regressor_inputs(
@@ -114,6 +145,7 @@ def fit_predict_rows(
     pred_rows: np.ndarray,
     vocabulary: Sequence[str] = (),
     seed: int = 0,
+    partners: str = "off",
 ) -> np.ndarray:
     """Fit a :class:`SetFeatureRegressor` on the pairs ``fit_rows`` of the full-length inputs
     (``P`` pairs each) and return its ``(len(pred_rows),)`` predictions for ``pred_rows``."""
@@ -121,14 +153,19 @@ def fit_predict_rows(
     def take(rows):
         return [datasets[i] for i in rows], [mix_a[i] for i in rows], [mix_b[i] for i in rows]
 
-    model = SetFeatureRegressor(kind, vocabulary, seed=seed).fit(
+    model = SetFeatureRegressor(kind, vocabulary, seed=seed, partners=partners).fit(
         pair_X[fit_rows], set_X[fit_rows], *take(fit_rows), np.asarray(y)[fit_rows]
     )
     return model.predict(pair_X[pred_rows], set_X[pred_rows], *take(pred_rows))
 
 
 def evaluate_set_regressors(
-    pairs, split, seed: int = 0, others: dict[str, np.ndarray] | None = None, progress: bool = False
+    pairs,
+    split,
+    seed: int = 0,
+    others: dict[str, np.ndarray] | None = None,
+    progress: bool = False,
+    partners: str = DEFAULT_PARTNERS,
 ) -> dict[str, float]:
     """Fit both set-feature regressors on ``split``'s training + validation rows (as the bench
     does for its baselines) and score them, their equal mean and, for each ``others[name]`` (test
@@ -142,7 +179,7 @@ def evaluate_set_regressors(
     vocabulary = sorted(set(pairs.dataset))
     preds = {
         kind: fit_predict_rows(
-            kind, pair_X, set_X, pairs.dataset, mix_a, mix_b, pairs.y, fit_rows, te, vocabulary, seed
+            kind, pair_X, set_X, pairs.dataset, mix_a, mix_b, pairs.y, fit_rows, te, vocabulary, seed, partners
         )
         for kind in KINDS
     }
@@ -157,13 +194,19 @@ def evaluate_set_regressors(
 
 
 def fit_predict_new_pairs(
-    pairs, mix_a: Sequence[Mixture], mix_b: Sequence[Mixture], datasets: Sequence[str], seed: int = 0
+    pairs,
+    mix_a: Sequence[Mixture],
+    mix_b: Sequence[Mixture],
+    datasets: Sequence[str],
+    seed: int = 0,
+    partners: str = DEFAULT_PARTNERS,
 ) -> np.ndarray:
     """Both set-feature regressors fitted on every labelled pair of ``pairs`` (a few seconds, so no
     sklearn model is serialised), then the ``(Q,)`` equal mean of their predictions for the query
     pairs ``(mix_a[q], mix_b[q])`` of experiment ``datasets[q]``. The label-free descriptor scalers
     are fitted on the labelled and query molecules together; a query mixture that no labelled pair
-    contains gets the prior target encoding."""
+    contains gets the prior target encoding, and a query pair whose mixtures were both measured
+    against a common third one goes through the partner-aware models (``partners``)."""
     if not len(mix_a) or len(mix_a) != len(mix_b) or len(mix_a) != len(datasets):
         raise InputError(
             "set-feature prediction needs equally many first mixtures, second mixtures and datasets (>= 1)"
@@ -180,7 +223,7 @@ def fit_predict_new_pairs(
     return np.mean(
         [
             fit_predict_rows(
-                kind, pair_X, set_X, all_ds, all_a, all_b, y, fit_rows, query_rows, vocabulary, seed
+                kind, pair_X, set_X, all_ds, all_a, all_b, y, fit_rows, query_rows, vocabulary, seed, partners
             )
             for kind in KINDS
         ],

@@ -132,6 +132,9 @@ def test_bench_set_feature_rows_on_real_data(tmp_path):
     with open(tmp_path / "out" / "olfaction_bench_folds.csv", newline="") as f:
         fold_rmse = {r["method"]: float(r["all_rmse"]) for r in csv.DictReader(f)}
     dump = json.loads((tmp_path / "out" / "olfaction_bench_predictions.json").read_text())[0]
+    # an equal mean alone (no stack) still dumps its components' validation predictions
+    for name in (SET_TREES_NAME, SET_RIDGE_NAME):
+        assert len(dump["val_pred"][name]) == len(dump["validation"]), name
     trees, ridge = (np.asarray(dump["test_pred"][k]) for k in (SET_TREES_NAME, SET_RIDGE_NAME))
     y_test = load_pairs(DATA).y.astype(np.float64)[np.asarray(dump["testing"])]
     mean_rmse = float(np.sqrt(np.mean((0.5 * (trees + ridge) - y_test) ** 2)))
@@ -156,3 +159,7 @@ def test_evaluate_set_regressors_on_a_split(tmp_path):
     assert out["set_mean/all_pearson"] > 0.6
     # (trees + ridge + y) / 3 - y = 2/3 (set_mean - y): the blend's RMSE is 2/3 of the pair's
     assert out["oracle+set_mean/all_rmse"] == pytest.approx(2 / 3 * out["set_mean/all_rmse"], rel=1e-9)
+    # gated partners are the default; on a random split some test pairs have a common partner,
+    # so switching them off changes the scores (the gate itself is tested in test_set_features)
+    off = evaluate_set_regressors(pairs, split, seed=0, partners="off")
+    assert off["set_mean/all_pearson"] > 0.6 and off["set_mean/all_rmse"] != out["set_mean/all_rmse"]

@@ -216,6 +216,11 @@ def test_cli_predict_with_set_regressors(tmp_path, capsys):
     assert lines[0] == "Dataset,Mixture_1,Mixture_2,Predicted_Experimental_Values"
     p12, p21 = (float(line.split(",")[-1]) for line in lines[1:])
     assert p12 == p21 and 0.0 < p12 < 1.0
+    assert main(["predict", "--csv", str(csv_in), "--out", str(out), "--partners", "off", *base]) == 0
+    assert len(out.read_text().splitlines()) == 3
+    assert main(["predict", "--csv", str(csv_in), "--out", str(out), "--partners", "always", *base]) == 2
+    assert "unknown partner mode 'always'" in capsys.readouterr().err
+    assert len(out.read_text().splitlines()) == 3  # the earlier result is not overwritten
     capsys.readouterr()
     mixes = ["--mix1", "CCO;CC(=O)O", "--mix2", "c1ccccc1"]
     assert main(["predict", *mixes, "--dataset", "Snitz 1", *base]) == 0

@@ -48,6 +48,7 @@ def test_stack_components_are_bench_methods():
 
     for name, parts in {**STACKS, **EQUAL_MEANS}.items():
         assert all(p in VARIANTS or p in (RF_NAME, HGB_NAME, *SET_KINDS) for p in parts), name
+        assert "," not in name, f"`mixscent bench --variants` splits on commas: {name}"
 
 
 def test_hybrid_symmetric_save_load_identical(tmp_path):

@@ -103,6 +103,38 @@ def test_target_encoding_by_hand_and_out_of_fold():
         TargetEncoder().fit(ma, mb, np.full(40, np.nan))
 
 
+def test_partner_features_by_hand_symmetric_and_out_of_fold():
+    A, B, C, D, E, F = (("a",), ("b",), ("c",), ("d",), ("e",), ("f",))
+    # C and D are measured against both A and B (A-C twice: replicates are averaged); the A-B pair
+    # itself never makes A or B a partner of its own pair
+    mix_a = [A, C, B, A, B, A, E, A]
+    mix_b = [C, A, C, D, D, B, F, F]
+    y = np.array([0.2, 0.4, 0.5, 0.3, 0.35, 0.9, 0.6, 0.1])
+    enc = TargetEncoder(folds=2, partners=True).fit(mix_a, mix_b, y)
+    assert enc.n_features == 10
+    d_ac, d_bc, d_ad, d_bd = 0.3, 0.5, 0.3, 0.35
+    gaps, sums = [abs(d_ac - d_bc), abs(d_ad - d_bd)], [d_ac + d_bc, d_ad + d_bd]
+    row = enc.transform([A], [B])[0]
+    np.testing.assert_allclose(row[5:], [2, np.mean(gaps), max(gaps), min(sums), 1])
+    np.testing.assert_array_equal(enc.transform([B[::-1]], [A])[0], row)
+    # E's only partner is F; A's partners do not include F's other partners -> no common partner
+    np.testing.assert_allclose(enc.transform([E], [B])[0][5:], [0, 0, 0, 2 * y.mean(), 0])
+    # the first five columns are the plain encodings
+    np.testing.assert_array_equal(row[:5], TargetEncoder(folds=2).fit(mix_a, mix_b, y).transform([A], [B])[0])
+    # out of fold, partners included
+    rng = np.random.default_rng(0)
+    mixes = [tuple(MOLS[i : i + 2]) for i in range(0, 8, 2)]
+    ma = [mixes[i] for i in rng.integers(0, 4, 60)]
+    mb = [mixes[i] for i in rng.integers(0, 4, 60)]
+    yy = rng.random(60)
+    base = TargetEncoder(seed=2, partners=True).fit_transform(ma, mb, yy)
+    assert base[:, -1].any()
+    for r in (0, 31, 59):
+        y2 = yy.copy()
+        y2[r] += 5.0
+        np.testing.assert_array_equal(TargetEncoder(seed=2, partners=True).fit_transform(ma, mb, y2)[r], base[r])
+
+
 def _overlap_task(n_pairs: int = 120, seed: int = 0):
     """Random pairs of 1-4 component mixtures; distance falls with the Jaccard overlap."""
     rng = np.random.default_rng(seed)
@@ -146,9 +178,39 @@ def test_set_regressor_learns_overlap_symmetric_deterministic(kind):
         model.predict(pair_X[te], S_ab[te], ["d9"] * len(te), take(mix_a, te), take(mix_b, te))
 
 
+@pytest.mark.parametrize("kind", ["trees", "ridge"])
+def test_gated_partner_regressor_routes_only_pairs_with_a_common_partner(kind):
+    spaces = _spaces()
+    mix_a, mix_b, y = _overlap_task(160, seed=1)
+    S_ab, S_ba = pair_set_features(mix_a, mix_b, spaces), pair_set_features(mix_b, mix_a, spaces)
+    pair_X = np.zeros((len(y), 4))
+    ds = ["d"] * len(y)
+    tr, te = np.arange(120), np.arange(120, 160)
+
+    def take(lst, rows):
+        return [lst[i] for i in rows]
+
+    def fit(mode):
+        return SetFeatureRegressor(kind, seed=3, n_estimators=50, partners=mode).fit(
+            pair_X[tr], S_ab[tr], ds[:120], take(mix_a, tr), take(mix_b, tr), y[tr]
+        )
+
+    args = (pair_X[te], S_ab[te], ds[120:], take(mix_a, te), take(mix_b, te))
+    plain, gated, full = fit("off").predict(*args), fit("gated").predict(*args), fit("on").predict(*args)
+    gate = fit("gated").encoder_.transform(take(mix_a, te), take(mix_b, te))[:, -1] > 0
+    assert gate.any() and not gate.all()
+    np.testing.assert_array_equal(gated[~gate], plain[~gate])
+    np.testing.assert_array_equal(gated[gate], full[gate])
+    assert not np.array_equal(gated[gate], plain[gate])
+    swapped = fit("gated").predict(pair_X[te], S_ba[te], ds[120:], take(mix_b, te), take(mix_a, te))
+    np.testing.assert_array_equal(swapped, gated)
+
+
 def test_set_regressor_errors():
     with pytest.raises(InputError, match="unknown set-feature regressor"):
         SetFeatureRegressor("forest")
+    with pytest.raises(InputError, match="unknown partner mode"):
+        SetFeatureRegressor("trees", partners="always")
     spaces = _spaces()
     mix_a, mix_b, y = _overlap_task(20)
     S = pair_set_features(mix_a, mix_b, spaces)
