@@ -200,9 +200,9 @@ def run_bench(
     pair_set = {(ka, kb): X_set[i] for i, (ka, kb) in enumerate(zip(pairs.keys_a, pairs.keys_b, strict=True))}
 
     def set_regressor(kind: tuple[str, str], fit_rows: np.ndarray, pred_rows: np.ndarray) -> np.ndarray:
+        model, partners = kind
         return fit_predict_rows(
-            kind[0], X_rf, X_set, pairs.dataset, mix_a, mix_b, pairs.y, fit_rows, pred_rows, vocabulary, seed,
-            partners=kind[1],
+            model, X_rf, X_set, pairs.dataset, mix_a, mix_b, pairs.y, fit_rows, pred_rows, vocabulary, seed, partners
         )
     mcfg = mcfg or MixScentConfig()
     tcfg = tcfg or DistanceTrainConfig(seed=seed)

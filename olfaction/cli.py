@@ -145,8 +145,10 @@ def _encoder(value):
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if getattr(args, "partners", None) is not None:
-        _partners(args)  # a bad --partners fails before any training
+    if hasattr(args, "partners"):
+        from .set_models import DEFAULT_PARTNERS, partner_mode
+
+        args.partners = partner_mode(args.partners or DEFAULT_PARTNERS)  # fails before any training
     from . import pipeline
     from .data import load_pairs
     from .model import MixScentConfig, MolEncoderConfig
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             network = predictor if not args.model else pipeline.MixScentPredictor.load(Path(args.model))
             net_pred = pipeline.predict_rows(network, pairs, split.testing)
             metrics.update(
-                evaluate_set_regressors(pairs, split, args.seed, {"network": net_pred}, partners=_partners(args))
+                evaluate_set_regressors(pairs, split, args.seed, {"network": net_pred}, partners=args.partners)
             )
         metrics["split"] = split.identifier
         for k, v in metrics.items():
@@ -328,22 +330,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _add_partners_arg(parser) -> None:
     # no `choices` here: they live in set_models (sklearn), which `mixscent --help` does not import;
-    # an unknown mode gets SetFeatureRegressor's one-line error
+    # main() checks the value with set_models.partner_mode
     parser.add_argument(
         "--partners",
         default=None,
         help="common-partner features of the set regressors: off, on, or gated (only pairs whose mixtures "
         "share a measured partner use them; the default)",
     )
-
-
-def _partners(args) -> str:
-    from .set_models import DEFAULT_PARTNERS, PARTNER_MODES
-
-    mode = args.partners or DEFAULT_PARTNERS
-    if mode not in PARTNER_MODES:
-        raise InputError(f"unknown partner mode {mode!r} (choose from {', '.join(PARTNER_MODES)})")
-    return mode
 
 
 def _distances(predictor, mix_a, mix_b, datasets, args):
@@ -355,7 +348,7 @@ def _distances(predictor, mix_a, mix_b, datasets, args):
     from .set_models import fit_predict_new_pairs
 
     pairs = load_pairs(resolve_data_dir(args.data_dir))
-    set_mean = fit_predict_new_pairs(pairs, mix_a, mix_b, datasets, args.seed, _partners(args))  # (trees + ridge) / 2
+    set_mean = fit_predict_new_pairs(pairs, mix_a, mix_b, datasets, args.seed, args.partners)  # (trees + ridge) / 2
     if predictor is None:
         return set_mean
     return (2.0 * set_mean + predictor.distances(mix_a, mix_b, datasets)) / 3.0

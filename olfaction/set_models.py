@@ -42,6 +42,13 @@ PARTNER_MODES = ("off", "on", "gated")
 DEFAULT_PARTNERS = "gated"
 
 
+def partner_mode(mode: str) -> str:
+    """``mode``, checked against :data:`PARTNER_MODES` (one-line error otherwise)."""
+    if mode not in PARTNER_MODES:
+        raise InputError(f"unknown partner mode {mode!r} (choose from {', '.join(PARTNER_MODES)})")
+    return mode
+
+
 class SetFeatureRegressor:
     """Mixture-distance regressor on set-level pair features.
 
@@ -59,10 +66,8 @@ class SetFeatureRegressor:
     ):
         if kind not in KINDS:
             raise InputError(f"unknown set-feature regressor {kind!r} (choose from {', '.join(KINDS)})")
-        if partners not in PARTNER_MODES:
-            raise InputError(f"unknown partner mode {partners!r} (choose from {', '.join(PARTNER_MODES)})")
         self.kind, self.vocabulary, self.seed = kind, list(datasets), seed
-        self.n_estimators, self.partners = n_estimators, partners
+        self.n_estimators, self.partners = n_estimators, partner_mode(partners)
 
     def _design(self, pair_X, set_X, datasets, te: np.ndarray) -> np.ndarray:
         set_X = np.asarray(set_X, dtype=np.float64)
@@ -86,14 +91,18 @@ class SetFeatureRegressor:
             self.vocabulary = sorted(set(datasets))
         self.encoder_ = TargetEncoder(seed=self.seed, partners=self.partners != "off")
         te = self.encoder_.fit_transform(mix_a, mix_b, y)
-        base = TargetEncoder.BASE_FEATURES
-        X = self._design(pair_X, set_X, datasets, te if self.partners == "on" else te[:, :base])
+        X = self._design(pair_X, set_X, datasets, self._main_encodings(te))
         if not np.all(np.isfinite(X)):
             raise InputError("set-feature regressor: non-finite feature")
         self.model_ = self._new_model().fit(X, y)
         if self.partners == "gated":
             self.partner_model_ = self._new_model().fit(self._design(pair_X, set_X, datasets, te), y)
         return self
+
+    def _main_encodings(self, te: np.ndarray) -> np.ndarray:
+        """The encodings ``model_`` reads: all of them with ``partners="on"``, else the plain five
+        (with ``"gated"`` the partner columns go to ``partner_model_`` only)."""
+        return te if self.partners == "on" else te[:, : TargetEncoder.BASE_FEATURES]
 
     def _new_model(self):
         if self.kind == "ridge":
@@ -110,10 +119,7 @@ class SetFeatureRegressor:
         self, pair_X, set_X, datasets, mix_a: Sequence[Mixture], mix_b: Sequence[Mixture]
     ) -> np.ndarray:
         te = self.encoder_.transform(mix_a, mix_b)
-        base = TargetEncoder.BASE_FEATURES
-        pred = self.model_.predict(
-            self._design(pair_X, set_X, datasets, te if self.partners == "on" else te[:, :base])
-        )
+        pred = self.model_.predict(self._design(pair_X, set_X, datasets, self._main_encodings(te)))
         if self.partners == "gated":
             gate = te[:, -1] > 0  # has_partner
             if gate.any():
