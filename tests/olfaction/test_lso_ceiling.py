@@ -1,0 +1,68 @@
+"""benchmarks/olfaction_lso_ceiling.py: the Bushdid design summary, the molecule-identity residual
+CV and the bounded predictions, on data the test builds."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("lso_ceiling", ROOT / "benchmarks" / "olfaction_lso_ceiling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _design(rng, n_pairs=240, pool=40, size=10):
+    """Pairs of equal-size mixtures from ``pool`` molecules sharing 0, 3 or 6 components."""
+    mols = [f"m{j}" for j in range(pool)]
+    mix_a, mix_b = [], []
+    for i in range(n_pairs):
+        shared = (0, 3, 6)[i % 3]
+        pick = rng.choice(pool, 2 * size - shared, replace=False)
+        mix_a.append(tuple(mols[j] for j in pick[:size]))
+        mix_b.append(tuple(mols[j] for j in pick[size - shared :]))
+    return mix_a, mix_b
+
+
+def test_conditions_and_condition_means():
+    lc = _script()
+    cond = lc.conditions([("a", "b"), ("a", "b"), ("c", "d")], [("a", "c"), ("b", "a"), ("e", "f")])
+    assert cond == [(2, 1), (2, 2), (2, 0)]
+    cond = [(2, 1), (2, 1), (2, 0)]
+    y = np.array([0.2, 0.4, 0.9])
+    np.testing.assert_allclose(lc.condition_means(cond, y), [0.3, 0.3, 0.9])
+    np.testing.assert_allclose(lc.condition_means(cond, y, rows=np.array([0, 2])), [0.2, 0.2, 0.9])
+    summary = lc.design_summary(cond, y)
+    assert summary["conditions"] == 2 and summary["within_condition_var"] == pytest.approx(0.01 * 2 / 3)
+
+
+def test_identity_cv_finds_a_planted_molecule_effect_and_not_noise():
+    lc = _script()
+    rng = np.random.default_rng(0)
+    mix_a, mix_b = _design(rng)
+    cond = lc.conditions(mix_a, mix_b)
+    X = lc.symdiff_design(mix_a, mix_b)
+    np.testing.assert_allclose(X.sum(1), 1.0)  # 1 / |A xor B| on each differing molecule
+    base = np.array([{0: 0.7, 3: 0.6, 6: 0.5}[s] for _, s in cond])
+    salience = rng.normal(0, 1, X.shape[1])
+    planted = base + 0.3 * (X @ salience) + rng.normal(0, 0.01, len(base))
+    noise = base + rng.normal(0, 0.1, len(base))
+    assert lc.identity_residual_cv(X, cond, planted, seed=0) > 0.8
+    assert abs(lc.identity_residual_cv(X, cond, noise, seed=0)) < 0.3
+
+
+def test_bounded_predictions_replace_bushdid_and_shrink_snitz_residuals():
+    lc = _script()
+    datasets = ["Bushdid", "Snitz 1", "Ravia 1", "Snitz 1"]
+    y = np.array([0.5, 0.4, 0.3, 0.2])
+    oracle = np.array([0.55, 0.0, 0.0, 0.0])
+    rows = np.array([0, 1, 2])
+    out = lc.bounded_predictions([0.9, 0.6, 0.1], rows, datasets, y, oracle, snitz_scale=0.5)
+    np.testing.assert_allclose(out, [0.55, 0.5, 0.1])
