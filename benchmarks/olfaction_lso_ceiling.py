@@ -20,7 +20,7 @@ conditions of 20 pairs; every label is a fraction correct of 26 triangle tests (
 
 Test labels enter step 3 on purpose: it bounds, it selects nothing.
 
-    python benchmarks/olfaction_lso_ceiling.py --out results/olfaction_lso_ceiling_s15   # ~3 min
+    python benchmarks/olfaction_lso_ceiling.py --out results/olfaction_lso_ceiling_s15   # ~1.5 min
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from common.io import write_csv, write_json  # noqa: E402
 from common.report import markdown_table  # noqa: E402
 from olfaction.data import load_pairs, load_split, split_path  # noqa: E402
 from olfaction.evaluate import regression_metrics  # noqa: E402
+from olfaction.set_models import fit_predict_set_mean, regressor_inputs  # noqa: E402
 
 RATERS = 26  # triangle tests per Bushdid pair (labels are multiples of 1/26)
 
@@ -118,12 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--folds", type=int, default=5, help="lso_molecules splits 0..folds-1")
     ap.add_argument("--out", default=None, help="directory for lso_ceiling.csv / .json")
     args = ap.parse_args(argv)
-    from olfaction.set_models import KINDS, fit_predict_rows, regressor_inputs
-
     data_dir = resolve_data_dir(args.data_dir)
     pairs = load_pairs(data_dir)
-    mix_a = [pairs.mixtures[k] for k in pairs.keys_a]
-    mix_b = [pairs.mixtures[k] for k in pairs.keys_b]
+    mix_a, mix_b = pairs.sides()
     y, datasets = np.asarray(pairs.y, np.float64), list(pairs.dataset)
 
     bush = np.flatnonzero([d == "Bushdid" for d in datasets])
@@ -148,13 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in range(args.folds):
         split = load_split(split_path(data_dir, f"lso_molecules{k}"), len(y))
         fit, test = np.concatenate([split.training, split.validation]), split.testing
-        pred = np.mean(
-            [
-                fit_predict_rows(kind, pair_X, set_X, datasets, mix_a, mix_b, y, fit, test, vocabulary, 0, "gated")
-                for kind in KINDS
-            ],
-            axis=0,
-        )
+        pred = fit_predict_set_mean(pair_X, set_X, datasets, mix_a, mix_b, y, fit, test, vocabulary, 0, "gated")
         for name, scale in scenarios.items():
             p = pred if scale is None else bounded_predictions(pred, test, datasets, y, oracle, scale)
             per_fold[name].append(regression_metrics(y[test], p))

@@ -186,8 +186,7 @@ def run_bench(
     out_dir.mkdir(parents=True, exist_ok=True)
     pairs = load_pairs(data_dir)
     mols = sorted(pairs.molecules())
-    mix_a = [pairs.mixtures[k] for k in pairs.keys_a]
-    mix_b = [pairs.mixtures[k] for k in pairs.keys_b]
+    mix_a, mix_b = pairs.sides()
     rf_table = molecule_table(mols)
     X_rf = pair_features(mix_a, mix_b, rf_table)
     desc_table, _ = scaled_molecule_table(rf_table)

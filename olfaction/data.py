@@ -115,6 +115,10 @@ class PairData:
             [self.mixtures[a] == self.mixtures[b] for a, b in zip(self.keys_a, self.keys_b, strict=False)]
         )
 
+    def sides(self) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+        """``(mix_a, mix_b)``: the component tuples of every pair's first and second mixture."""
+        return [self.mixtures[k] for k in self.keys_a], [self.mixtures[k] for k in self.keys_b]
+
     def molecules(self, rows: Sequence[int] | None = None) -> set[str]:
         rows = range(len(self)) if rows is None else rows
         out: set[str] = set()

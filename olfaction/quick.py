@@ -25,7 +25,7 @@ from .features import DescriptorScaler, cache_dir, compute_mordred
 from .model import MixScentConfig, MolEncoderConfig
 from .pipeline import MixScentPredictor, test_predictions, train_distance
 from .set_features import MoleculeSpaces, pair_set_features
-from .set_models import DEFAULT_PARTNERS, KINDS, fit_predict_rows
+from .set_models import DEFAULT_PARTNERS, fit_predict_set_mean
 from .train import DistanceTrainConfig, PretrainConfig, pretrain_descriptors
 
 
@@ -60,8 +60,7 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
     if not (cache_dir() / "model" / "config.json").is_file():  # the demo tab's default model
         predictor.save(cache_dir() / "model", {"split": split.identifier, "source": "run_quick"})
 
-    mix_a = [pairs.mixtures[k] for k in pairs.keys_a]
-    mix_b = [pairs.mixtures[k] for k in pairs.keys_b]
+    mix_a, mix_b = pairs.sides()
     trval = np.concatenate([split.training, split.validation])
     te = split.testing
     Xrf = pair_features(mix_a, mix_b, molecule_table(mix_mols))
@@ -73,14 +72,8 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
         .predict([mix_a[i] for i in te], [mix_b[i] for i in te])
     )
     X_set = pair_set_features(mix_a, mix_b, MoleculeSpaces(mix_mols, mordred=table))
-    set_pred = np.mean(
-        [
-            fit_predict_rows(
-                kind, Xrf, X_set, pairs.dataset, mix_a, mix_b, pairs.y, trval, te, seed=seed, partners=DEFAULT_PARTNERS
-            )
-            for kind in KINDS
-        ],
-        axis=0,
+    set_pred = fit_predict_set_mean(
+        Xrf, X_set, pairs.dataset, mix_a, mix_b, pairs.y, trval, te, seed=seed, partners=DEFAULT_PARTNERS
     )
     rows = [
         {

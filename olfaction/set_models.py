@@ -13,8 +13,9 @@ Both are fitted on the rows they are given; the target encodings of those rows a
 mixtures have a common training partner (the rest get the plain model's prediction). Gating keeps
 pairs of never-measured mixtures (leave-molecules-out test rows) on the model whose training rows
 looked like them.
-Helpers: :func:`regressor_inputs` (both feature matrices), :func:`fit_predict_rows` (bench,
-quick), :func:`evaluate_set_regressors` (``mixscent eval --set-regressors``) and
+Helpers: :func:`regressor_inputs` (both feature matrices), :func:`fit_predict_rows` (bench),
+:func:`fit_predict_set_mean` (the equal mean of both kinds: quick, the lso ceiling script),
+:func:`evaluate_set_regressors` (``mixscent eval --set-regressors``) and
 :func:`fit_predict_new_pairs` (``mixscent predict --set-regressors``).
 """
 
@@ -165,6 +166,12 @@ def fit_predict_rows(
     return model.predict(pair_X[pred_rows], set_X[pred_rows], *take(pred_rows))
 
 
+def fit_predict_set_mean(*args, **kwargs) -> np.ndarray:
+    """The equal mean over :data:`KINDS` of :func:`fit_predict_rows` (same arguments after
+    ``kind``): the set trees + ridge member of the bench, quick and ``predict --set-regressors``."""
+    return np.mean([fit_predict_rows(kind, *args, **kwargs) for kind in KINDS], axis=0)
+
+
 def evaluate_set_regressors(
     pairs,
     split,
@@ -177,8 +184,7 @@ def evaluate_set_regressors(
     does for its baselines) and score them, their equal mean and, for each ``others[name]`` (test
     predictions of another model, e.g. the network), the equal mean of all three on the test rows.
     Returns ``{"<method>/<metric>": value}`` with :func:`olfaction.evaluate.pair_metrics` keys."""
-    mix_a = [pairs.mixtures[k] for k in pairs.keys_a]
-    mix_b = [pairs.mixtures[k] for k in pairs.keys_b]
+    mix_a, mix_b = pairs.sides()
     pair_X, set_X = regressor_inputs(mix_a, mix_b, progress)
     fit_rows = np.concatenate([split.training, split.validation])
     te = split.testing
@@ -219,19 +225,12 @@ def fit_predict_new_pairs(
         )
     vocabulary = sorted(set(pairs.dataset))
     dataset_one_hot(list(datasets), vocabulary)  # one-line error for an unknown dataset, before any work
-    train_a = [pairs.mixtures[k] for k in pairs.keys_a]
-    train_b = [pairs.mixtures[k] for k in pairs.keys_b]
+    train_a, train_b = pairs.sides()
     all_a, all_b = train_a + list(mix_a), train_b + list(mix_b)
     pair_X, set_X = regressor_inputs(all_a, all_b)
     fit_rows, query_rows = np.arange(len(train_a)), np.arange(len(train_a), len(all_a))
     all_ds = list(pairs.dataset) + list(datasets)
     y = np.concatenate([pairs.y, np.zeros(len(mix_a))])  # query rows are never fitted
-    return np.mean(
-        [
-            fit_predict_rows(
-                kind, pair_X, set_X, all_ds, all_a, all_b, y, fit_rows, query_rows, vocabulary, seed, partners
-            )
-            for kind in KINDS
-        ],
-        axis=0,
+    return fit_predict_set_mean(
+        pair_X, set_X, all_ds, all_a, all_b, y, fit_rows, query_rows, vocabulary, seed, partners
     )
