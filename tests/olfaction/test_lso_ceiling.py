@@ -66,3 +66,17 @@ def test_bounded_predictions_replace_bushdid_and_shrink_snitz_residuals():
     rows = np.array([0, 1, 2])
     out = lc.bounded_predictions([0.9, 0.6, 0.1], rows, datasets, y, oracle, snitz_scale=0.5)
     np.testing.assert_allclose(out, [0.55, 0.5, 0.1])
+
+
+def test_mixture_reuse_and_per_dataset_rows():
+    lc = _script()
+    reuse = lc.mixture_reuse([("a", "b"), ("c",), ("d",)], [("b", "a"), ("a", "b"), ("d",)])
+    assert reuse == {"mixtures": 3, "mixtures_in_one_pair": 2}  # {a,b} in two pairs; a self-pair counts once
+    folds = [
+        {"dataset": ["X", "X", "X", "Y"], "y": [0.1, 0.2, 0.3, 0.5], "pred": [0.1, 0.3, 0.2, 0.4], "both_seen": [1, 0, 0, 0]},
+        {"dataset": ["X", "Y"], "y": [0.4, 0.6], "pred": [0.5, 0.6], "both_seen": [0, 1]},
+    ]
+    rows = {r["dataset"]: r for r in lc.per_dataset_rows(folds)}
+    assert rows["X"]["test_rows"] == 4 and rows["X"]["both_mixtures_seen"] == 1
+    assert rows["Y"]["test_rows"] == 2 and rows["Y"]["rmse"] == pytest.approx(np.sqrt(0.005))
+    assert np.isnan(rows["Y"]["pearson"])  # fewer than 3 rows
