@@ -80,3 +80,45 @@ def test_mixture_reuse_and_per_dataset_rows():
     assert rows["X"]["test_rows"] == 4 and rows["X"]["both_mixtures_seen"] == 1
     assert rows["Y"]["test_rows"] == 2 and rows["Y"]["rmse"] == pytest.approx(np.sqrt(0.005))
     assert np.isnan(rows["Y"]["pearson"])  # fewer than 3 rows
+
+
+def test_affine_oracle_fits_each_group_and_needed_rmse_balances_the_pool():
+    lc = _script()
+    pred = np.array([0.1, 0.2, 0.3, 0.5, 0.6, 0.7])
+    y = np.array([0.3, 0.5, 0.7, 0.4, 0.4, 0.5])
+    groups = ["A", "A", "A", "B", "B", "B"]
+    out = lc.affine_oracle(pred, y, groups)
+    np.testing.assert_allclose(out[:3], y[:3])  # exactly affine within A (2 * pred + 0.1)
+    line = np.polyfit(pred[3:], y[3:], 1)
+    np.testing.assert_allclose(out[3:], np.polyval(line, pred[3:]))
+    rows = [{"dataset": "A", "test_rows": 10, "rmse": 0.2}, {"dataset": "B", "test_rows": 30, "rmse": 0.1}]
+    need = lc.needed_rmse(rows, "A", 0.12)
+    pooled = np.sqrt((10 * need**2 + 30 * 0.1**2) / 40)
+    assert pooled == pytest.approx(0.12) and need < 0.2
+    assert np.isnan(lc.needed_rmse(rows, "A", 0.05))  # B alone already exceeds 0.05
+
+
+def test_learned_angle_recovers_a_planted_projection_deterministically():
+    lc = _script()
+    rng = np.random.default_rng(0)
+    mix_a, mix_b = _design(rng, n_pairs=300, pool=30, size=6)
+    molecules = sorted({m for mix in mix_a + mix_b for m in mix})
+    inc_a, inc_b = lc.incidence(mix_a, molecules), lc.incidence(mix_b, molecules)
+    assert inc_a.shape == (300, 30) and (inc_a.sum(1) == 6).all()
+    X = rng.normal(size=(30, 12))
+    z = np.log1p(np.exp(X[:, :3] * 2.0))  # only 3 of 12 descriptors matter
+    sa, sb = inc_a @ z, inc_b @ z
+    angle = 1 - (sa * sb).sum(1) / (np.linalg.norm(sa, axis=1) * np.linalg.norm(sb, axis=1))
+    groups = np.arange(300) % 2
+    y = np.where(groups == 0, 0.2, 0.4) + 3.0 * angle
+    overlap = np.zeros((300, 4))  # no overlap terms: only the learned angle can explain y
+    fit, test = np.arange(240), np.arange(240, 300)
+    args = (X, inc_a, inc_b, groups, overlap, y, fit, test)
+    pred = lc.learned_angle_predict(*args, k=8, weight_decay=0.01, steps=400)
+    raw = np.log1p(np.exp(X))  # the same angle on all 12 descriptors, nothing learned: r about 0.5
+    ra, rb = inc_a @ raw, inc_b @ raw
+    raw_angle = 1 - (ra * rb).sum(1) / (np.linalg.norm(ra, axis=1) * np.linalg.norm(rb, axis=1))
+    assert np.corrcoef(pred, y[test])[0, 1] > max(0.8, np.corrcoef(raw_angle[test], y[test])[0, 1] + 0.2)
+    np.testing.assert_array_equal(pred, lc.learned_angle_predict(*args, k=8, weight_decay=0.01, steps=400))
+    shuffled = lc.learned_angle_predict(X, inc_a, inc_b, groups, overlap, rng.permutation(y), fit, test, k=8, steps=400)
+    assert abs(np.corrcoef(shuffled, y[test])[0, 1]) < 0.5
