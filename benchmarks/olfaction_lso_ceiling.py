@@ -32,7 +32,7 @@ conditions of 20 pairs; every label is a fraction correct of 26 triangle tests (
 
 Test labels enter step 3 on purpose: it bounds, it selects nothing.
 
-    python benchmarks/olfaction_lso_ceiling.py --out results/olfaction_lso_ceiling_s16   # ~1.5 min
+    python benchmarks/olfaction_lso_ceiling.py --out results/olfaction_lso_ceiling_s16   # ~1.7 min
 """
 
 from __future__ import annotations
@@ -101,11 +101,16 @@ def mixture_reuse(mix_a, mix_b) -> dict[str, int]:
     return {"mixtures": len(count), "mixtures_in_one_pair": sum(n == 1 for n in count.values())}
 
 
+def concat_folds(folds: list[dict], keys) -> dict[str, np.ndarray]:
+    """``{key: the folds' ``key`` arrays concatenated in fold order}``."""
+    return {key: np.concatenate([np.asarray(f[key]) for f in folds]) for key in keys}
+
+
 def per_dataset_rows(folds: list[dict]) -> list[dict]:
     """Pooled over folds (a row counted once per fold whose test set holds it): for each dataset
     the test rows, those whose two mixtures both occur in a fitted pair, and Pearson r / RMSE.
     ``folds``: ``[{"dataset": (n,), "y": (n,), "pred": (n,), "both_seen": (n,) bool}]``."""
-    cat = {key: np.concatenate([np.asarray(f[key]) for f in folds]) for key in ("dataset", "y", "pred", "both_seen")}
+    cat = concat_folds(folds, ("dataset", "y", "pred", "both_seen"))
     rows = []
     for name in sorted(set(cat["dataset"])):
         keep = cat["dataset"] == name
@@ -297,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, scale in scenarios.items():
             p = pred if scale is None else bounded_predictions(pred, test, datasets, y, oracle, scale)
             per_fold[name].append(regression_metrics(y[test], p))
-    cat = {key: np.concatenate([np.asarray(f[key]) for f in pooled]) for key in ("dataset", "y", "pred")}
+    cat = concat_folds(pooled, ("dataset", "y", "pred"))
     recalibrated = affine_oracle(cat["pred"], cat["y"], cat["dataset"])
     ends = np.cumsum([len(f["y"]) for f in pooled])
     for fold, p in zip(pooled, np.split(recalibrated, ends[:-1]), strict=True):

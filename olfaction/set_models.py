@@ -168,7 +168,8 @@ def fit_predict_rows(
 
 def fit_predict_set_mean(*args, **kwargs) -> np.ndarray:
     """The equal mean over :data:`KINDS` of :func:`fit_predict_rows` (same arguments after
-    ``kind``): the set trees + ridge member of the bench, quick and ``predict --set-regressors``."""
+    ``kind``): the bench's "Set trees + ridge (equal)" row (which the bench forms from its per-kind
+    predictions), as quick, ``predict --set-regressors`` and the lso ceiling script fit it."""
     return np.mean([fit_predict_rows(kind, *args, **kwargs) for kind in KINDS], axis=0)
 
 

@@ -106,18 +106,19 @@ def test_learned_angle_recovers_a_planted_projection_deterministically():
     inc_a, inc_b = lc.incidence(mix_a, molecules), lc.incidence(mix_b, molecules)
     assert inc_a.shape == (300, 30) and (inc_a.sum(1) == 6).all()
     X = rng.normal(size=(30, 12))
-    z = np.log1p(np.exp(X[:, :3] * 2.0))  # only 3 of 12 descriptors matter
-    sa, sb = inc_a @ z, inc_b @ z
-    angle = 1 - (sa * sb).sum(1) / (np.linalg.norm(sa, axis=1) * np.linalg.norm(sb, axis=1))
+
+    def summed_angle(z):  # 1 - cos of the summed molecule rows of each pair's two mixtures
+        sa, sb = inc_a @ z, inc_b @ z
+        return 1 - (sa * sb).sum(1) / (np.linalg.norm(sa, axis=1) * np.linalg.norm(sb, axis=1))
+
+    angle = summed_angle(np.log1p(np.exp(X[:, :3] * 2.0)))  # only 3 of 12 descriptors matter
     groups = np.arange(300) % 2
     y = np.where(groups == 0, 0.2, 0.4) + 3.0 * angle
     overlap = np.zeros((300, 4))  # no overlap terms: only the learned angle can explain y
     fit, test = np.arange(240), np.arange(240, 300)
     args = (X, inc_a, inc_b, groups, overlap, y, fit, test)
     pred = lc.learned_angle_predict(*args, k=8, weight_decay=0.01, steps=400)
-    raw = np.log1p(np.exp(X))  # the same angle on all 12 descriptors, nothing learned: r about 0.5
-    ra, rb = inc_a @ raw, inc_b @ raw
-    raw_angle = 1 - (ra * rb).sum(1) / (np.linalg.norm(ra, axis=1) * np.linalg.norm(rb, axis=1))
+    raw_angle = summed_angle(np.log1p(np.exp(X)))  # all 12 descriptors, nothing learned: r about 0.5
     assert np.corrcoef(pred, y[test])[0, 1] > max(0.8, np.corrcoef(raw_angle[test], y[test])[0, 1] + 0.2)
     np.testing.assert_array_equal(pred, lc.learned_angle_predict(*args, k=8, weight_decay=0.01, steps=400))
     shuffled = lc.learned_angle_predict(X, inc_a, inc_b, groups, overlap, rng.permutation(y), fit, test, k=8, steps=400)
