@@ -19,7 +19,7 @@ bench: setup
 	@.venv/bin/python benchmarks/moe_dispatch.py --out results/bench
 
 lint: setup
-	@.venv/bin/ruff check moe common apps benchmarks tests
+	@.venv/bin/ruff check .   # product packages, benchmarks/, experiments/, tests/, scripts/
 
 clean:
 	rm -rf results .cache

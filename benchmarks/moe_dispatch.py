@@ -9,11 +9,19 @@ CUDA it is ``torch.cuda.max_memory_allocated``. Linux only.
 
     python benchmarks/moe_dispatch.py --out results/bench            # full grid (tokens to 64k)
     python benchmarks/moe_dispatch.py --quick --out results/bench    # small grid
+    python benchmarks/moe_dispatch.py --json docs/results/moe/dispatch.json --overwrite  # README table
+
+``--json PATH`` also writes the results file the top README's table is read from: the settings,
+the command, the machine (CPU count, torch threads, versions) and one row per cell.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import os
+import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -27,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from common.cli import cli_main  # noqa: E402
+from common.errors import InputError  # noqa: E402
 from common.io import write_csv, write_json  # noqa: E402
 from common.report import markdown_table  # noqa: E402
 from moe import dispatch_combine, dispatch_combine_einsum, dispatch_combine_loop, route_topk  # noqa: E402
@@ -135,36 +145,82 @@ def run(token_grid, expert_grid, k_grid, device: str, repeats: int, skip_loop_ab
     return rows
 
 
+TABLE_COLUMNS = [
+    "tokens",
+    "experts",
+    "k",
+    "fast_time_s",
+    "loop/fast_time",
+    "einsum/fast_time",
+    "fast_peak_mb",
+    "loop/fast_mem",
+    "einsum/fast_mem",
+]
+
+
+def machine_info(device: str) -> dict:
+    """What the numbers were measured on (the README's table names it)."""
+    info = {
+        "device": device,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    if device == "cuda":
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+@cli_main
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", default="results/bench", help="output directory for CSV/JSON")
+    parser.add_argument(
+        "--json", default=None, metavar="PATH", help="also write the results file a README table is read from"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
     parser.add_argument("--quick", action="store_true", help="small grid (tokens 1k and 4k)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        raise InputError(f"--repeats must be at least 1, got {args.repeats}")
+    json_path = Path(args.json) if args.json else None
+    if json_path is not None:
+        if json_path.is_dir():
+            raise InputError(f"--json {json_path} is a directory; give a file path")
+        if json_path.exists() and not args.overwrite:
+            raise InputError(f"--json {json_path} exists; pass --overwrite to replace it")
     tokens = [1024, 4096] if args.quick else [1024, 4096, 16384, 65536]
-    rows = run(tokens, [8, 64], [1, 2], args.device, args.repeats, skip_loop_above=65536 * 64)
+    experts, ks = [8, 64], [1, 2]
+    rows = run(tokens, experts, ks, args.device, args.repeats, skip_loop_above=65536 * 64)
+    settings = {"d_model": D_MODEL, "d_hidden": D_HIDDEN, "repeats": args.repeats}
     out = Path(args.out)
     write_csv(out / "moe_dispatch.csv", rows)
-    write_json(
-        out / "moe_dispatch.json",
-        {"d_model": D_MODEL, "d_hidden": D_HIDDEN, "repeats": args.repeats, "rows": rows},
-    )
-    cols = [
-        "tokens",
-        "experts",
-        "k",
-        "fast_time_s",
-        "loop/fast_time",
-        "einsum/fast_time",
-        "fast_peak_mb",
-        "loop/fast_mem",
-        "einsum/fast_mem",
-    ]
-    print("\n" + markdown_table(rows, cols))
-    print(f"wrote {out / 'moe_dispatch.csv'}")
+    write_json(out / "moe_dispatch.json", {**settings, "rows": rows})
+    if json_path is not None:
+        command = "python benchmarks/moe_dispatch.py " + shlex.join(
+            argv if argv is not None else sys.argv[1:]
+        )
+        write_json(
+            json_path,
+            {
+                "benchmark": "moe_dispatch",
+                "command": command.strip(),
+                "date": datetime.date.today().isoformat(),
+                "grid": {"tokens": tokens, "experts": experts, "k": ks},
+                **settings,
+                "machine": machine_info(args.device),
+                "columns": TABLE_COLUMNS,
+                "rows": rows,
+            },
+        )
+    print("\n" + markdown_table(rows, TABLE_COLUMNS))
+    print(f"wrote {out / 'moe_dispatch.csv'}" + (f" and {json_path}" if json_path else ""))
     return 0
 
 

@@ -334,7 +334,7 @@ def run_bench(
             stacks = [v for v in variants if v in STACKS]
             if stacks or any(v in EQUAL_MEANS for v in variants):
                 # tree baselines refitted on training rows only: their validation predictions (for
-                # the stacks' weights and benchmarks/olfaction_validation_choice.py)
+                # the stacks' weights and experiments/olfaction/validation_choice.py)
                 tr = split.training
                 val_preds[RF_NAME] = (
                     PairForest(n_estimators=rf_trees, seed=seed)

@@ -11,7 +11,7 @@ folds), and names the mean with the lowest validation RMSE per family. Test rows
 The networks' validation rows are also the rows their epoch was chosen on, so their validation
 scores are optimistic; the README says so.
 
-    python benchmarks/olfaction_validation_choice.py results/olfaction_set_s13_random_cv \
+    python -m experiments.olfaction.validation_choice results/olfaction_set_s13_random_cv \
         results/olfaction_set_s13_lso_molecules --out results/olfaction_validation_choice_s13
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -1,27 +1,19 @@
-"""benchmarks/olfaction_validation_choice.py: equal means scored on validation rows, with the
+"""experiments/olfaction/validation_choice.py: equal means scored on validation rows, with the
 components of a mean merged from several bench runs on the same splits."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from experiments.olfaction import validation_choice as vc
 from olfaction.bench import EQUAL_MEANS, SET_RIDGE_GATED_NAME, SET_TREES_GATED_NAME
 
-ROOT = Path(__file__).resolve().parents[2]
 NET10 = "MixScentNet (+Mordred +set features) x10 seeds"
 MEAN10 = f"{NET10} + set trees + ridge with gated partners (equal)"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("vc", ROOT / "benchmarks" / "olfaction_validation_choice.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _dump(run: Path, val_pred: dict, validation=(0, 1, 2, 3)) -> Path:
@@ -32,7 +24,6 @@ def _dump(run: Path, val_pred: dict, validation=(0, 1, 2, 3)) -> Path:
 
 
 def test_components_from_two_runs_are_merged_into_the_mean(tmp_path):
-    vc = _script()
     assert EQUAL_MEANS[MEAN10] == (NET10, SET_TREES_GATED_NAME, SET_RIDGE_GATED_NAME)
     y = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
     trees, ridge, net = [0.1, 0.2, 0.3, 0.5], [0.1, 0.3, 0.3, 0.4], [0.2, 0.2, 0.3, 0.4]

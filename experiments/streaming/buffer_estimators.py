@@ -17,13 +17,13 @@ size ``s`` under:
   the Bayes-optimal completion when the chain mixes, so an online method should not beat it;
 * ``oracle``: the true subspace.
 
-It then replaces, on the tuning stream of ``streaming_drift_breakdown.py`` (stream seed 1100,
+It then replaces, on the tuning stream of ``drift_breakdown.py`` (stream seed 1100,
 model seed 100), the replaced class's error at each position ``p < 80`` by the best of these
 estimators at ``s = p`` (measured every ``--step`` sizes, interpolated between) and prints the stream NRMSE that would give. Run:
 
-    python benchmarks/streaming_buffer_estimators.py --out results/streaming_buffer_estimators
-    python benchmarks/streaming_buffer_estimators.py --obs 0.3 --max-s 119 --out results/streaming_buffer_estimators_100_30
-    python benchmarks/streaming_buffer_estimators.py --config 50-5-10 --obs 0.3 --out results/streaming_buffer_estimators_50_30
+    python -m experiments.streaming.buffer_estimators --out results/streaming_buffer_estimators
+    python -m experiments.streaming.buffer_estimators --obs 0.3 --max-s 119 --out results/streaming_buffer_estimators_100_30
+    python -m experiments.streaming.buffer_estimators --config 50-5-10 --obs 0.3 --out results/streaming_buffer_estimators_50_30
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -140,7 +140,7 @@ def estimator_curve(n, r, p, sigma, sizes, trials, test):
 def implied_stream_nrmse(curve, config="100-10-10", obs=0.4):
     """MoSAIC's per-sample errors on the tuning stream, with the replaced class's first samples
     given the best estimator's expected relative squared error at their position."""
-    from benchmarks.streaming_drift_breakdown import _mosaic, _stream
+    from experiments.streaming.drift_breakdown import _mosaic, _stream
 
     stream, cfg = _stream(config, 0, obs)
     completed = _mosaic(stream, cfg, 0)

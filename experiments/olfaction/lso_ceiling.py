@@ -32,7 +32,7 @@ conditions of 20 pairs; every label is a fraction correct of 26 triangle tests (
 
 Test labels enter step 3 on purpose: it bounds, it selects nothing.
 
-    python benchmarks/olfaction_lso_ceiling.py --out results/olfaction_lso_ceiling_s16   # ~1.7 min
+    python -m experiments.olfaction.lso_ceiling --out results/olfaction_lso_ceiling_s16   # ~1.7 min
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from scipy.stats import pearsonr
 from sklearn.linear_model import RidgeCV
 from sklearn.model_selection import KFold
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

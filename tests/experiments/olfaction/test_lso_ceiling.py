@@ -1,22 +1,12 @@
-"""benchmarks/olfaction_lso_ceiling.py: the Bushdid design summary, the molecule-identity residual
+"""experiments/olfaction/lso_ceiling.py: the Bushdid design summary, the molecule-identity residual
 CV and the bounded predictions, on data the test builds."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("lso_ceiling", ROOT / "benchmarks" / "olfaction_lso_ceiling.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from experiments.olfaction import lso_ceiling as lc
 
 
 def _design(rng, n_pairs=240, pool=40, size=10):
@@ -32,7 +22,6 @@ def _design(rng, n_pairs=240, pool=40, size=10):
 
 
 def test_conditions_and_condition_means():
-    lc = _script()
     cond = lc.conditions([("a", "b"), ("a", "b"), ("c", "d")], [("a", "c"), ("b", "a"), ("e", "f")])
     assert cond == [(2, 1), (2, 2), (2, 0)]
     cond = [(2, 1), (2, 1), (2, 0)]
@@ -44,7 +33,6 @@ def test_conditions_and_condition_means():
 
 
 def test_identity_cv_finds_a_planted_molecule_effect_and_not_noise():
-    lc = _script()
     rng = np.random.default_rng(0)
     mix_a, mix_b = _design(rng)
     cond = lc.conditions(mix_a, mix_b)
@@ -59,7 +47,6 @@ def test_identity_cv_finds_a_planted_molecule_effect_and_not_noise():
 
 
 def test_bounded_predictions_replace_bushdid_and_shrink_snitz_residuals():
-    lc = _script()
     datasets = ["Bushdid", "Snitz 1", "Ravia 1", "Snitz 1"]
     y = np.array([0.5, 0.4, 0.3, 0.2])
     oracle = np.array([0.55, 0.0, 0.0, 0.0])
@@ -69,7 +56,6 @@ def test_bounded_predictions_replace_bushdid_and_shrink_snitz_residuals():
 
 
 def test_mixture_reuse_and_per_dataset_rows():
-    lc = _script()
     reuse = lc.mixture_reuse([("a", "b"), ("c",), ("d",)], [("b", "a"), ("a", "b"), ("d",)])
     assert reuse == {"mixtures": 3, "mixtures_in_one_pair": 2}  # {a,b} in two pairs; a self-pair counts once
     folds = [
@@ -83,7 +69,6 @@ def test_mixture_reuse_and_per_dataset_rows():
 
 
 def test_affine_oracle_fits_each_group_and_needed_rmse_balances_the_pool():
-    lc = _script()
     pred = np.array([0.1, 0.2, 0.3, 0.5, 0.6, 0.7])
     y = np.array([0.3, 0.5, 0.7, 0.4, 0.4, 0.5])
     groups = ["A", "A", "A", "B", "B", "B"]
@@ -99,7 +84,6 @@ def test_affine_oracle_fits_each_group_and_needed_rmse_balances_the_pool():
 
 
 def test_learned_angle_recovers_a_planted_projection_deterministically():
-    lc = _script()
     rng = np.random.default_rng(0)
     mix_a, mix_b = _design(rng, n_pairs=300, pool=30, size=6)
     molecules = sorted({m for mix in mix_a + mix_b for m in mix})

@@ -15,7 +15,7 @@ nothing is tuned on them):
 * ``sweep``: mean NRMSE over ``--seeds`` streams of the default MoSAIC config and of one-knob
   variants of it, in the same run.
 
-    python benchmarks/streaming_drift_breakdown.py --out results/streaming_drift
+    python -m experiments.streaming.drift_breakdown --out results/streaming_drift
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -6,13 +6,13 @@ is tuned on reported numbers. For every scenario (config × drift × observed fr
 it prints the mean NRMSE over the seeds, then each variant's mean over all scenarios (the
 pre-declared selection criterion).
 
-    python benchmarks/streaming_schedule_sweep.py --out results/streaming_schedule_sweep
-    python benchmarks/streaming_schedule_sweep.py --configs 25-5-5 100-25-5 --obs 0.4 0.5 --out results/streaming_schedule_sweep_hard
-    python benchmarks/streaming_schedule_sweep.py --grid --seeds 2 --out results/streaming_schedule_grid
-    python benchmarks/streaming_schedule_sweep.py --pretrain --configs 25-5-5 50-5-10 100-10-10 100-25-5 \
+    python -m experiments.streaming.schedule_sweep --out results/streaming_schedule_sweep
+    python -m experiments.streaming.schedule_sweep --configs 25-5-5 100-25-5 --obs 0.4 0.5 --out results/streaming_schedule_sweep_hard
+    python -m experiments.streaming.schedule_sweep --grid --seeds 2 --out results/streaming_schedule_grid
+    python -m experiments.streaming.schedule_sweep --pretrain --configs 25-5-5 50-5-10 100-10-10 100-25-5 \
         --seeds 5 --out results/streaming_pretrain_repair
-    python benchmarks/streaming_schedule_sweep.py --predict --configs 25-5-5 50-5-10 100-10-10 --out results/streaming_predict
-    python benchmarks/streaming_schedule_sweep.py --predict --configs 100-25-5 --obs 0.4 0.5 --out results/streaming_predict_hard
+    python -m experiments.streaming.schedule_sweep --predict --configs 25-5-5 50-5-10 100-10-10 --out results/streaming_predict
+    python -m experiments.streaming.schedule_sweep --predict --configs 100-25-5 --obs 0.4 0.5 --out results/streaming_predict_hard
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -1,0 +1,1 @@
+"""Research scripts beside the product: sweeps, bounds, ceilings, validation choices (see README.md)."""

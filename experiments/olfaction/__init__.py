@@ -1,0 +1,1 @@
+"""Olfaction research scripts (MixScentNet): run with ``python -m experiments.olfaction.<name>``."""

@@ -1,0 +1,1 @@
+"""Streaming research scripts (MoSAIC): run with ``python -m experiments.streaming.<name>``."""
