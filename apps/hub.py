@@ -1,7 +1,8 @@
 """``moe-demo``: the Gradio hub, one tab for the routing core and one per landed app.
 
-Requests are served by Gradio's queue, up to ``--concurrency`` at once (handlers run in worker
-threads; torch releases the GIL). Checkpoint paths typed into a tab must lie inside the allowed
+Requests are served by Gradio's queue, up to ``--concurrency`` at once for each tab action (event
+handlers run in worker threads; torch releases the GIL; a model shared by requests is guarded in
+its tab). Checkpoint paths typed into a tab must lie inside the allowed
 roots of ``common.allowlist`` (extend them with ``--allow-root``). On a non-loopback ``--host``
 the hub warns on stderr; ``--auth``/``--auth-file`` turn on Gradio's login.
 """
@@ -28,7 +29,7 @@ DEFAULT_CONCURRENCY = 4
 
 def build_hub(concurrency: int = DEFAULT_CONCURRENCY) -> gr.Blocks:
     """The hub's ``gr.Blocks`` with a tab for the core and each registered app; its queue runs up
-    to ``concurrency`` requests at once (every event shares that default limit)."""
+    to ``concurrency`` requests of each event (button action) at once."""
     with gr.Blocks(title="moe-apps demo hub") as hub:
         gr.Markdown("# moe-apps\nFive research applications on one shared Mixture-of-Experts routing core.")
         with gr.Tabs():
@@ -96,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency",
         type=_positive_int,
         default=DEFAULT_CONCURRENCY,
-        help=f"requests served at once (default {DEFAULT_CONCURRENCY}); the rest wait in the queue",
+        help=f"requests of each tab action served at once (default {DEFAULT_CONCURRENCY}); the rest wait "
+        "in the queue",
     )
     parser.add_argument(
         "--allow-root",
