@@ -113,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="USER:PASSWORD",
-        help="require this login (repeatable); use it whenever --host is not loopback",
+        help="require this login (repeatable; visible in the process list, --auth-file is not); use a "
+        "login whenever --host is not loopback",
     )
     parser.add_argument("--auth-file", metavar="FILE", help="logins, one user:password per line")
     return parser
