@@ -69,10 +69,14 @@ def require_file(data_dir: Path, relpath: str, sha256: str | None = None) -> Pat
     return path
 
 
+def cache_root() -> Path:
+    """The cache root of every app: ``$MOE_APPS_CACHE``, default ``~/.cache/moe-apps``."""
+    return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "moe-apps"))
+
+
 def cache_dir(app: str) -> Path:
     """Per-app cache directory (``$MOE_APPS_CACHE/<app>``, default ``~/.cache/moe-apps/<app>``)."""
-    root = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "moe-apps"))
-    path = root / app
+    path = cache_root() / app
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from pathlib import Path
 
+from common.allowlist import check_allowed_path
+from common.cache import LoaderCache
 from common.errors import MoeAppsError
 
 CKPT_ENV = "MOCA_DEMO_CKPT"
@@ -21,7 +24,22 @@ def default_checkpoint() -> str:
     return str(cache_dir("generation3d") / "demo_model")
 
 
-_CACHE: dict[str, object] = {}
+MAX_PIPELINES = 2
+# (pipeline, lock) per resolved checkpoint path; the lock serialises sampling on one pipeline, whose
+# attention layers keep the last forward's routing that ``generate`` reads back.
+_PIPELINES = LoaderCache(MAX_PIPELINES)
+
+
+def _load_pipeline(ckpt: str):
+    from generation3d.pipeline import MoCAPipeline
+
+    return MoCAPipeline.load(ckpt), threading.Lock()
+
+
+def allowed_checkpoint(ckpt: str) -> Path:
+    """``ckpt`` resolved, if it lies inside the hub's allowed roots (``common.allowlist``) or the
+    operator's ``$MOCA_DEMO_CKPT``; raises ``InputError`` otherwise, before anything is read."""
+    return check_allowed_path(ckpt, "checkpoint directory", extra_roots=[os.environ.get(CKPT_ENV, "")])
 
 
 def generate(ckpt: str, category: str, n_parts: int, seed: int, steps: int, out_dir: str | None = None,
@@ -29,20 +47,19 @@ def generate(ckpt: str, category: str, n_parts: int, seed: int, steps: int, out_
     """Returns ``(glb path, preview png path, status markdown, routing table rows)``; a blank
     ``text`` means no text conditioning."""
     from generation3d.export import export_meshes, shape_meshes
-    from generation3d.pipeline import FAR_TEXT_COSINE, MoCAPipeline
+    from generation3d.pipeline import FAR_TEXT_COSINE
     from generation3d.render import render_preview
 
-    if ckpt not in _CACHE:
-        _CACHE[ckpt] = MoCAPipeline.load(ckpt)
-    pipe = _CACHE[ckpt]
+    pipe, lock = _PIPELINES.get(str(Path(ckpt).resolve()), lambda: _load_pipeline(ckpt))
     text = (text or "").strip() or None
-    g = pipe.sample(category, int(n_parts), seed=int(seed), steps=int(steps), text=text)[0]
+    with lock:
+        g = pipe.sample(category, int(n_parts), seed=int(seed), steps=int(steps), text=text)[0]
+        routing = pipe.gen.routing()
     meshes = shape_meshes(g.points, g.boxes)
     out = Path(out_dir or tempfile.mkdtemp(prefix="moca_"))
     glb = export_meshes(meshes, out / f"{category}_{int(n_parts)}parts_seed{int(seed)}.glb")
     png = out / (glb.stem + ".png")
     renderer = render_preview(meshes, png, title=f"{category}, {int(n_parts)} parts")
-    routing = pipe.gen.routing()
     rows = []
     if routing and "indices" in routing[-1]:
         idx = routing[-1]["indices"][0]
@@ -86,7 +103,7 @@ def build_tab() -> None:
 
     def _go(ck, cat, n, s, st, txt):
         try:
-            glb, png, msg, rows = generate(ck, cat, n, s, st, text=txt)
+            glb, png, msg, rows = generate(str(allowed_checkpoint(ck)), cat, n, s, st, text=txt)
         except MoeAppsError as exc:
             return None, None, None, f"**error:** {exc}", []
         return glb, png, glb, msg, rows

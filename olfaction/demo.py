@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from common.cache import LoaderCache
 from common.errors import MoeAppsError
 
 from .data import parse_mixture_text
@@ -26,16 +27,15 @@ def model_dir() -> Path:
     return Path(os.environ.get("MIXSCENT_MODEL", cache_dir() / "model"))
 
 
-_PREDICTOR = {}
+_PREDICTOR = LoaderCache(2)
 
 
 def get_predictor():
+    """The predictor of :func:`model_dir`, loaded once (thread-safe; at most two paths kept)."""
     from .pipeline import MixScentPredictor
 
     path = model_dir()
-    if path not in _PREDICTOR:
-        _PREDICTOR[path] = MixScentPredictor.load(path)
-    return _PREDICTOR[path]
+    return _PREDICTOR.get(path, lambda: MixScentPredictor.load(path))
 
 
 def draw_mixture(components, attention: dict[str, float] | None = None):

@@ -11,6 +11,7 @@ makes a tiny model + gallery for tests in well under a minute and returns the tw
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import gradio as gr
@@ -67,6 +68,8 @@ class DemoEngine:
 
 
 _ENGINE: DemoEngine | None = None
+# one engine per process: concurrent first requests (or "prepare" clicks) build and load it once
+_ENGINE_LOCK = threading.Lock()
 
 
 def _paths() -> tuple[Path, Path]:
@@ -74,9 +77,12 @@ def _paths() -> tuple[Path, Path]:
 
 
 def get_engine(prepare: bool = False) -> DemoEngine:
+    with _ENGINE_LOCK:
+        return _ENGINE if _ENGINE is not None else _load_engine(prepare)
+
+
+def _load_engine(prepare: bool) -> DemoEngine:
     global _ENGINE
-    if _ENGINE is not None:
-        return _ENGINE
     model_dir, data_root = _paths()
     if not (model_dir / "config.json").is_file():
         if not prepare:

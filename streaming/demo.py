@@ -12,12 +12,11 @@ TABLE_LABEL = "Summary"
 
 
 def _figure(errs: dict, drifts: list[int], T: int):
-    import matplotlib
+    # a bare Figure, not pyplot: concurrent requests must not share pyplot's global figure list
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig = Figure(figsize=(7, 3.5))
+    ax = fig.subplots()
     w = 50
     for name, e in errs.items():
         if len(e) >= w:
@@ -31,7 +30,6 @@ def _figure(errs: dict, drifts: list[int], T: int):
     ax.set_ylabel("NRMSE (rolling mean)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    plt.close(fig)
     return fig
 
 

@@ -4,9 +4,11 @@ representation levels, transform expert and scan depth the router chose at each 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 
+from common.allowlist import check_allowed_path
 from common.errors import MoeAppsError
 
 CKPT_ENV = "MOH_DEMO_CKPT"
@@ -19,6 +21,12 @@ def default_checkpoint() -> str:
     from common.data_dir import cache_dir
 
     return str(cache_dir("vision") / "demo_model")
+
+
+def allowed_checkpoint(ckpt: str) -> Path:
+    """``ckpt`` resolved, if it lies inside the hub's allowed roots (``common.allowlist``) or the
+    operator's ``$MOH_DEMO_CKPT``; raises ``InputError`` otherwise, before anything is read."""
+    return check_allowed_path(ckpt, "checkpoint directory", extra_roots=[os.environ.get(CKPT_ENV, "")])
 
 
 def sample_with_trace(ckpt: str, n: int, steps: int, seed: int):
@@ -42,12 +50,11 @@ def sample_with_trace(ckpt: str, n: int, steps: int, seed: int):
 
 
 def _plot(trace, transforms):
-    import matplotlib
+    # a bare Figure, not pyplot: concurrent requests must not share pyplot's global figure list
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 2.6))
+    fig = Figure(figsize=(6, 2.6))
+    ax = fig.subplots()
     steps = np.arange(1, len(trace) + 1)
     ax.plot(steps, [r["sample_layers"] for r in trace], "s-", label="Mamba blocks run / image")
     if trace and "depth" in trace[0]:
@@ -92,7 +99,7 @@ def build_tab() -> None:
 
     def on_sample(ckpt_v, n_v, steps_v, seed_v):
         try:
-            g, frames, rows, fig = sample_with_trace(ckpt_v, n_v, steps_v, seed_v)
+            g, frames, rows, fig = sample_with_trace(str(allowed_checkpoint(ckpt_v)), n_v, steps_v, seed_v)
         except MoeAppsError as exc:
             return (None, [], None, None, f"**error:** {exc}", gr.update())
         msg = f"sampled {int(n_v)} images in {len(rows)} steps"

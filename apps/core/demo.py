@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import gradio as gr
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from apps.core.routing_demo import ROUTERS, route_batch
 from moe import plot_expert_load
@@ -19,7 +16,9 @@ def _run(router_name: str, num_experts: float, k: float, num_tokens: float, skew
         )
     except ValueError as exc:
         raise gr.Error(str(exc)) from exc
-    fig, ax = plt.subplots(figsize=(6, 3))
+    # a bare Figure, not pyplot: concurrent requests must not share pyplot's global figure list
+    fig = Figure(figsize=(6, 3))
+    ax = fig.subplots()
     plot_expert_load(routing.counts, ax=ax, title=f"{router_name}: assignments per expert")
     fig.tight_layout()
     summary = (
@@ -48,4 +47,6 @@ def build_tab() -> None:
     summary = gr.Textbox(label="Routing summary", elem_id="core-routing-summary")
     plot = gr.Plot(label="Per-expert load")
     table = gr.Dataframe(headers=["expert", "assignments", "fraction"], label="Load table")
-    button.click(_run, [router, num_experts, k, num_tokens, skew, seed], [plot, summary, table])
+    button.click(
+        _run, [router, num_experts, k, num_tokens, skew, seed], [plot, summary, table], api_name="route_batch"
+    )

@@ -101,6 +101,7 @@ def test_demo_tab_in_a_browser(tiny_pipeline, monkeypatch):
     from generation3d.demo import build_tab
 
     monkeypatch.setenv("MOCA_RENDERER", "matplotlib")
+    monkeypatch.setenv("MOE_APPS_DEMO_ROOTS", str(tiny_pipeline))  # the typed path must be an allowed root
     with gr.Blocks() as blocks, gr.Tab("3D"):
         build_tab()
     _, url, _ = blocks.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)

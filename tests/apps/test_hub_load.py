@@ -1,0 +1,123 @@
+"""The hub under load, on 127.0.0.1: 20 concurrent requests are all answered correctly and are
+served concurrently (up to the queue's limit), and a checkpoint path outside the allow-list is
+refused in the tab before anything is read.
+
+Concurrency is proven by overlap, not timings: a recording wrapper around the core tab's work
+counts the requests inside it at once and holds each one until ``CONCURRENCY`` are inside
+together (or gives up after a bound). Served one at a time, at most one is ever inside.
+"""
+
+import threading
+
+import pytest
+import torch
+
+import apps.core.demo as core_demo
+from apps.core.routing_demo import _skewed_tokens
+
+CONCURRENCY = 4
+N_REQUESTS = 20
+GATHER_TIMEOUT_S = 60  # bound only: a serial server gives up here instead of hanging the test
+
+
+class InFlightRecorder:
+    """Wraps a function; records how many calls run at once, holding each call until ``target``
+    calls are inside together (or ``timeout_s`` has passed once, after which nobody waits)."""
+
+    def __init__(self, fn, target: int, timeout_s: float):
+        self.fn, self.target, self.timeout_s = fn, target, timeout_s
+        self.now = self.max = self.calls = 0
+        self.gave_up = False
+        self.cond = threading.Condition()
+
+    def __call__(self, *args, **kwargs):
+        with self.cond:
+            self.calls += 1
+            self.now += 1
+            self.max = max(self.max, self.now)
+            self.cond.notify_all()
+            if not self.cond.wait_for(lambda: self.max >= self.target or self.gave_up, self.timeout_s):
+                self.gave_up = True
+                self.cond.notify_all()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            with self.cond:
+                self.now -= 1
+
+
+@pytest.fixture(scope="module")
+def hub_url(tmp_path_factory):
+    """``build_hub(CONCURRENCY)`` launched in this process on 127.0.0.1 (closed afterwards), its
+    vision tab pointed at a tiny operator checkpoint; yields ``(url, vision checkpoint)``."""
+    from tests.vision.conftest import tiny_moh
+    from vision.pipeline import save_checkpoint
+
+    mp = pytest.MonkeyPatch()
+    root = tmp_path_factory.mktemp("hub_load")
+    mp.setenv("MOE_APPS_CACHE", str(root / "cache"))
+    torch.manual_seed(0)
+    save_checkpoint(tiny_moh(), root / "vision_ckpt")
+    mp.setenv("MOH_DEMO_CKPT", str(root / "vision_ckpt"))
+    from apps.hub import build_hub
+
+    hub = build_hub(CONCURRENCY)
+    _, url, _ = hub.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True)
+    try:
+        yield url, root / "vision_ckpt"
+    finally:
+        hub.close()
+        mp.undo()
+
+
+def _expected_counts(num_experts: int, k: int, num_tokens: int, skew: float, seed: int) -> list[int]:
+    """Assignments per expert of softmax top-k routing, computed directly: top-k of the gate logits
+    (softmax is monotonic) of the demo's synthetic tokens."""
+    x, w = _skewed_tokens(num_tokens, num_experts, skew, torch.Generator().manual_seed(seed))
+    top = torch.topk(x @ w.t(), k, dim=-1).indices
+    return torch.bincount(top.flatten(), minlength=num_experts).tolist()
+
+
+def test_twenty_concurrent_requests_are_served_concurrently_and_correctly(hub_url, monkeypatch):
+    from gradio_client import Client
+
+    url, _ = hub_url
+    recorder = InFlightRecorder(core_demo.route_batch, CONCURRENCY, GATHER_TIMEOUT_S)
+    monkeypatch.setattr(core_demo, "route_batch", recorder)
+    client = Client(url, verbose=False)
+    params = [(4 + i % 5, 1 + i % 3, 16 * (i + 1), 3.0, i) for i in range(N_REQUESTS)]
+    jobs = [client.submit("softmax top-k", *p, api_name="/route_batch") for p in params]
+    results = [job.result(timeout=300) for job in jobs]
+
+    assert recorder.calls == N_REQUESTS
+    assert not recorder.gave_up, f"only {recorder.max} request(s) were ever served at once"
+    # served concurrently, and never more at once than the configured limit
+    assert recorder.max == CONCURRENCY
+    for (num_experts, k, num_tokens, skew, seed), (_, summary, table) in zip(params, results, strict=True):
+        assert f"tokens {num_tokens}" in summary
+        rows = table["data"]
+        assert [r[0] for r in rows] == list(range(num_experts))
+        assert [r[1] for r in rows] == _expected_counts(num_experts, k, num_tokens, skew, seed)
+        assert sum(r[2] for r in rows) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_vision_tab_refuses_paths_outside_the_allow_list_and_reads_nothing(hub_url, monkeypatch, tmp_path):
+    from gradio_client import Client
+
+    import vision.baselines
+
+    url, ckpt = hub_url
+    loaded = []
+    real_load = vision.baselines.load_model
+    monkeypatch.setattr(vision.baselines, "load_model", lambda path: loaded.append(path) or real_load(path))
+    client = Client(url, verbose=False)
+    (tmp_path / "escape").symlink_to("/etc", target_is_directory=True)
+    for path in ("/etc", f"{ckpt}/../..", str(tmp_path / "escape")):
+        status = client.predict(path, 2, 2, 0, api_name="/on_sample")[3]
+        assert status.startswith("**error:** checkpoint directory") and "outside" in status, status
+        assert "Traceback" not in status
+    assert loaded == []
+    # the operator's configured checkpoint ($MOH_DEMO_CKPT) is served
+    status = client.predict(str(ckpt), 2, 2, 0, api_name="/on_sample")[3]
+    assert status == "sampled 2 images in 2 steps"
+    assert [p.resolve() for p in loaded] == [ckpt.resolve()]
