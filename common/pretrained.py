@@ -357,7 +357,8 @@ def checkpoint_info(path_dir: str | os.PathLike) -> CheckpointInfo:
     if not isinstance(extra, dict) or not isinstance(state, dict):
         raise CheckpointError(f"corrupt checkpoint config {path / CONFIG}: 'extra' and 'state' must be objects")
     if fmt == LEGACY_FORMAT_VERSION:
-        return CheckpointInfo(path, fmt, "", "", 0, meta["config"], extra, {}, None)
+        # format 1 kept a model's non-tensor state (MoSAIC's) in "extra"
+        return CheckpointInfo(path, fmt, "", "", 0, meta["config"], extra, extra, None)
     app, model_type = meta.get("app"), meta.get("model_type")
     if not isinstance(app, str) or not isinstance(model_type, str):
         raise CheckpointError(f"corrupt checkpoint config {path / CONFIG}: no app / model_type")
