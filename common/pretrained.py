@@ -226,15 +226,19 @@ class PretrainedMixin:
         return dict(self.state_dict()), {}
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], state: dict[str, Any], source: str) -> None:
-        """Strict load of ``tensors``; CheckpointError naming the first missing/unexpected key."""
-        try:
-            result = self.load_state_dict(tensors, strict=False)
-        except RuntimeError as exc:  # shape mismatch
-            raise CheckpointError(f"{source} does not match the model: {_first_line(exc)}") from exc
-        if result.missing_keys:
-            raise CheckpointError(f"{source} does not match the model: missing key {result.missing_keys[0]!r}")
-        if result.unexpected_keys:
-            raise CheckpointError(f"{source} does not match the model: unexpected key {result.unexpected_keys[0]!r}")
+        """Strict load of ``tensors``; CheckpointError naming the first missing or unexpected key
+        or the first shape mismatch."""
+        own = self.state_dict()
+        problems = [f"missing key {k!r}" for k in own if k not in tensors]
+        problems += [f"unexpected key {k!r}" for k in tensors if k not in own]
+        problems += [
+            f"size mismatch for {k!r}: checkpoint {tuple(tensors[k].shape)}, model {tuple(v.shape)}"
+            for k, v in own.items() if k in tensors and tensors[k].shape != v.shape
+        ]
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise CheckpointError(f"{source} does not match the model: {problems[0]}{more}")
+        self.load_state_dict(tensors, strict=True)
 
     # -- save / load
     def save_pretrained(self, path_dir: str | os.PathLike, extra: dict[str, Any] | None = None) -> Path:
