@@ -138,6 +138,14 @@ def _decode(value: Any, hint: Any) -> Any:
     return dc(**{k: _decode(v, hints.get(k)) for k, v in value.items()})
 
 
+def _init_hints(init) -> dict[str, Any]:
+    """Resolved annotations of a constructor ({} when one cannot be resolved: no dataclass rebuild)."""
+    try:
+        return typing.get_type_hints(init)
+    except Exception:  # a name only imported under TYPE_CHECKING, say
+        return {}
+
+
 def _capture(init):
     """Wrap ``__init__`` so the outermost call records its bound arguments as the config."""
     sig = inspect.signature(init)
@@ -147,7 +155,7 @@ def _capture(init):
 
     @functools.cache
     def dataclass_params() -> dict[str, type]:
-        hints = typing.get_type_hints(init)
+        hints = _init_hints(init)
         return {p.name: dc for p in params if (dc := _dataclass_in(hints.get(p.name))) is not None}
 
     @functools.wraps(init)
@@ -303,7 +311,7 @@ class PretrainedMixin:
             if info.config_version < cls.config_version:
                 config = cls.upgrade_config(config, info.config_version)
         try:
-            hints = typing.get_type_hints(cls.__init__)
+            hints = _init_hints(cls.__init__)
             kwargs = {k: _decode(v, hints.get(k)) for k, v in config.items()}
             model = cls(**kwargs)
         except CheckpointError:
