@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from common.errors import InputError
+from common.pretrained import PretrainedMixin, register_model
 from generation3d.attention import ATTENTION_KINDS, MoCAAttention, build_attention
 from generation3d.data import CATEGORIES
 from generation3d.text import TEXT_DIM
@@ -48,7 +49,8 @@ class AEConfig:
     n_freq: int = 6
 
 
-class PartAutoencoder(nn.Module):
+@register_model("part_autoencoder")
+class PartAutoencoder(PretrainedMixin, nn.Module):
     """Point cloud of one part -> T latent tokens -> point cloud (see module docstring)."""
 
     def __init__(self, config: AEConfig | None = None):
@@ -81,6 +83,18 @@ class PartAutoencoder(nn.Module):
 
     def forward(self, points: Tensor) -> Tensor:
         return self.decode(self.encode(points))
+
+    @classmethod
+    def upgrade_config(cls, config: dict, from_version: int) -> dict:
+        if from_version == 0:  # common.checkpoint wrote the AEConfig fields flat
+            return {"config": config}
+        return super().upgrade_config(config, from_version)
+
+    @classmethod
+    def tiny_example(cls):
+        torch.manual_seed(0)
+        points = torch.rand(2, 20, 3, generator=torch.Generator().manual_seed(0)) * 2 - 1
+        return cls(AEConfig(n_latents=2, d_latent=3, d_model=8, n_heads=2, n_out=16, n_freq=2)), (points,)
 
 
 MOCA_ROUTER_DISTILL = 0.5  # default router distillation weight of MoCA
@@ -168,7 +182,8 @@ class DiTBlock(nn.Module):
         return x + g2 * self.mlp(self.norm2(x) * (1 + sc2) + s2)
 
 
-class PartFlowTransformer(nn.Module):
+@register_model("moca_generator")
+class PartFlowTransformer(PretrainedMixin, nn.Module):
     """Velocity network. ``forward(z (B,P,T,d_z), box (B,P,6), t (B,) in [0,1000], category (B,)
     long (``n_categories`` = null), n_parts (B,) long, valid (B,P) bool | None, text (B,d_text) |
     None, text_keep (B,) bool | None) -> (v_z, v_box)`` with the same shapes as ``z`` and ``box``.
@@ -238,6 +253,28 @@ class PartFlowTransformer(nn.Module):
     def routing(self) -> list[dict]:
         """Router choices of the last forward, one dict per layer (``indices (B,P,k)``, ``scores``)."""
         return [getattr(b.attn, "last_selection", {}) for b in self.blocks]
+
+    @classmethod
+    def upgrade_config(cls, config: dict, from_version: int) -> dict:
+        if from_version == 0:  # common.checkpoint wrote the GenConfig fields flat
+            return {"config": asdict(GenConfig.from_dict(config))}
+        return super().upgrade_config(config, from_version)
+
+    @classmethod
+    def tiny_example(cls):
+        """MoCA generator (zero-initialised heads perturbed so outputs are not all 0) on 2 shapes
+        of 3 parts, the second with 2 valid parts and a text condition."""
+        torch.manual_seed(0)
+        model = cls(GenConfig(n_latents=2, d_latent=3, max_parts=4, d_model=16, n_heads=2, n_layers=1, top_k=2,
+                              n_compressed=1, d_text=6))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        g = torch.Generator().manual_seed(0)
+        inputs = (torch.randn(2, 3, 2, 3, generator=g), torch.randn(2, 3, 6, generator=g), torch.tensor([10.0, 900.0]),
+                  torch.tensor([0, 1]), torch.tensor([3, 2]), torch.tensor([[True] * 3, [True, True, False]]),
+                  torch.randn(2, 6, generator=g), torch.tensor([False, True]))
+        return model, inputs
 
 
 def config_dict(cfg) -> dict:

@@ -14,17 +14,17 @@ free text), and ``nearest_description`` reports how close it is to the training 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 
-from common.checkpoint import load_checkpoint, load_into, save_checkpoint
 from common.errors import CheckpointError, InputError
+from common.pretrained import checkpoint_info
 from generation3d.data import CATEGORIES, box_to_param, check_category, from_canonical, param_to_box
-from generation3d.model import AEConfig, GenConfig, PartAutoencoder, PartFlowTransformer
+from generation3d.model import PartAutoencoder, PartFlowTransformer
 from generation3d.text import check_text, default_encoder
 
 
@@ -41,17 +41,11 @@ class GeneratedShape:
 
 
 def load_autoencoder(path: str | Path) -> PartAutoencoder:
-    state, config, _ = load_checkpoint(path)
-    try:
-        model = PartAutoencoder(AEConfig(**config))
-    except TypeError as exc:
-        raise CheckpointError(f"{path} is not a part-autoencoder checkpoint: {exc}") from exc
-    load_into(model, state, str(path))
-    return model.eval()
+    return PartAutoencoder.from_pretrained(path)
 
 
 def save_autoencoder(model: PartAutoencoder, path: str | Path, extra: dict | None = None) -> Path:
-    return save_checkpoint(path, model.state_dict(), asdict(model.config), extra)
+    return model.save_pretrained(path, extra)
 
 
 BOX_PARAM = "centre+log_size"
@@ -76,25 +70,22 @@ class MoCAPipeline:
     def save(self, path: str | Path, extra: dict | None = None) -> Path:
         path = Path(path)
         save_autoencoder(self.ae, path / "ae")
-        save_checkpoint(path / "generator", self.gen.state_dict(), asdict(self.gen.config),
-                        {"stats": {k: v.tolist() for k, v in self.stats.items()}, "box_param": BOX_PARAM,
-                         "descriptions": self.descriptions, **(extra or {})})
+        self.gen.save_pretrained(path / "generator", {
+            "stats": {k: v.tolist() for k, v in self.stats.items()}, "box_param": BOX_PARAM,
+            "descriptions": self.descriptions, **(extra or {})})
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> MoCAPipeline:
         path = Path(path)
         ae = load_autoencoder(path / "ae")
-        state, config, extra = load_checkpoint(path / "generator")
-        try:
-            gen = PartFlowTransformer(GenConfig.from_dict(config))
-            stats = extra["stats"]
-        except (TypeError, KeyError) as exc:
-            raise CheckpointError(f"{path / 'generator'} is not a MoCA generator checkpoint: {exc}") from exc
+        extra = checkpoint_info(path / "generator").extra
+        if "stats" not in extra:
+            raise CheckpointError(f"{path / 'generator'} is not a MoCA generator checkpoint: no latent statistics")
         if extra.get("box_param") != BOX_PARAM:
             raise CheckpointError(f"{path / 'generator'} was trained with an older box parameterisation; retrain it with `moca train`")
-        load_into(gen, state, str(path / "generator"))
-        return cls(ae, gen, stats, extra.get("descriptions"))
+        gen = PartFlowTransformer.from_pretrained(path / "generator")
+        return cls(ae, gen, extra["stats"], extra.get("descriptions"))
 
     def embed_text(self, text: str) -> torch.Tensor:
         """MiniLM embedding ``(1, 384)`` of a non-empty text (InputError for an empty one)."""

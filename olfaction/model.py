@@ -13,12 +13,21 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch_geometric.data import Batch
 from torch_geometric.nn import GATConv, GATv2Conv, GINEConv, global_max_pool, global_mean_pool
 from torch_geometric.utils import softmax as segment_softmax
 
+from common.pretrained import PretrainedMixin, register_model
 from moe import MoE, TopKRouter
 
-from .features import ATOM_DIM, BOND_DIM
+from .features import ATOM_DIM, BOND_DIM, mol_graph
+
+TINY_SMILES = ("CCO", "c1ccccc1O", "CC(=O)OC")  # molecules of the registry's tiny examples
+
+
+def _tiny_graph():
+    """PyG batch of :data:`TINY_SMILES` (the registry's example input)."""
+    return Batch.from_data_list([mol_graph(s) for s in TINY_SMILES])
 
 
 @dataclass
@@ -29,7 +38,8 @@ class MolEncoderConfig:
     dropout: float = 0.0
 
 
-class MolEncoder(nn.Module):
+@register_model("mol_encoder")
+class MolEncoder(PretrainedMixin, nn.Module):
     """GINE message passing with bond features (Hu et al. 2020):
     ``h_i' = MLP((1 + eps) h_i + sum_j ReLU(h_j + W_e e_ij))``, residual, then
     ``[mean_pool ; max_pool] -> Linear -> emb``.
@@ -64,8 +74,20 @@ class MolEncoder(nn.Module):
         pooled = torch.cat([global_mean_pool(h, graph.batch), global_max_pool(h, graph.batch)], dim=-1)
         return self.out(pooled)
 
+    @classmethod
+    def upgrade_config(cls, config: dict, from_version: int) -> dict:
+        if from_version == 0:
+            return {"cfg": config}
+        return super().upgrade_config(config, from_version)
 
-class DescriptorPretrainer(nn.Module):
+    @classmethod
+    def tiny_example(cls):
+        torch.manual_seed(0)
+        return cls(MolEncoderConfig(hidden=8, layers=2, emb_dim=8)), (_tiny_graph(),)
+
+
+@register_model("descriptor_pretrainer")
+class DescriptorPretrainer(PretrainedMixin, nn.Module):
     """Self-supervised pretraining model: ``MolEncoder`` + linear head predicting the cleaned
     Mordred vector ``(n_mols, n_desc)``."""
 
@@ -76,6 +98,11 @@ class DescriptorPretrainer(nn.Module):
 
     def forward(self, graph) -> torch.Tensor:
         return self.head(self.encoder(graph))
+
+    @classmethod
+    def tiny_example(cls):
+        torch.manual_seed(0)
+        return cls(MolEncoderConfig(hidden=8, layers=1, emb_dim=8), n_desc=5), (_tiny_graph(),)
 
 
 def fully_connected_edges(comp_batch: torch.Tensor) -> torch.Tensor:
@@ -182,7 +209,8 @@ class MoELabelHead(nn.Module):
         return self.shared(z) + routed
 
 
-class MixScentNet(nn.Module):
+@register_model("mixscent")
+class MixScentNet(PretrainedMixin, nn.Module):
     """Molecule features -> mixture embeddings -> symmetric distance / multi-label logits.
 
     Molecule features come either from an internal ``MolEncoder`` (``cfg.mol_encoder`` set; then
@@ -293,3 +321,24 @@ class MixScentNet(nn.Module):
 
     def config_dict(self) -> dict:
         return asdict(self.cfg)
+
+    @classmethod
+    def upgrade_config(cls, config: dict, from_version: int) -> dict:
+        if from_version == 0:
+            return {"cfg": config}
+        return super().upgrade_config(config, from_version)
+
+    @classmethod
+    def tiny_example(cls):
+        """Encoder-backed net with descriptor and set-feature paths and a label head; input: 2 mixtures of the
+        :data:`TINY_SMILES` and the pair (0, 1)."""
+        torch.manual_seed(0)
+        enc = asdict(MolEncoderConfig(hidden=8, layers=1, emb_dim=8))
+        net = cls(MixScentConfig(in_dim=8, hidden=8, heads=2, n_labels=3, n_datasets=2, desc_dim=4, set_dim=2,
+                                 mol_encoder=enc))
+        net.set_mean.copy_(torch.tensor([0.5, -1.0]))  # fitted buffers travel with the weights
+        net.set_std.copy_(torch.tensor([2.0, 0.25]))
+        comp, comp_batch = torch.tensor([0, 1, 1, 2]), torch.tensor([0, 0, 1, 1])
+        desc, pair_set = torch.randn(len(TINY_SMILES), 4), torch.randn(1, 2)
+        onehot = torch.tensor([[1.0, 0.0]])
+        return net, (_tiny_graph(), comp, comp_batch, 2, torch.tensor([0]), torch.tensor([1]), onehot, desc, pair_set)

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch
 
-from common.checkpoint import load_checkpoint, load_into, save_checkpoint
-from common.errors import CheckpointError, DataError, InputError
+from common.errors import DataError, InputError
+from common.pretrained import checkpoint_info
 
 from .baselines import molecule_table, scaled_molecule_table
 from .data import PairData, Split, blend_molecules, load_gslf, load_pairs, validate_mixture
@@ -142,12 +142,7 @@ def pretrain_encoder(
         smi = smi + extra
     model, report = pretrain_descriptors(smi, X, enc_cfg, cfg, progress=progress, n_base=n_base)
     report["n_extra"] = len(extra)
-    save_checkpoint(
-        out_dir,
-        model.encoder.state_dict(),
-        asdict(enc_cfg),
-        {"report": report, "scaler_columns": scaler.columns},
-    )
+    model.encoder.save_pretrained(out_dir, {"report": report, "scaler_columns": scaler.columns})
     return report
 
 
@@ -156,14 +151,7 @@ def default_encoder_dir() -> Path:
 
 
 def load_encoder(path: Path) -> MolEncoder:
-    state, config, _ = load_checkpoint(path)
-    try:
-        enc = MolEncoder(MolEncoderConfig(**config))
-    except TypeError as exc:
-        raise CheckpointError(f"{path} is not a molecule-encoder checkpoint: {exc}") from exc
-    load_into(enc, state, str(path))
-    enc.eval()
-    return enc
+    return MolEncoder.from_pretrained(path)
 
 
 def random_encoder(enc_cfg: MolEncoderConfig, seed: int) -> MolEncoder:
@@ -288,28 +276,24 @@ class MixScentPredictor:
         self.pair_scaler = pair_scaler
 
     def save(self, path: Path, extra: dict | None = None) -> None:
-        """Checkpoint directory (each file replaced atomically, :func:`common.checkpoint.save_checkpoint`)."""
+        """Checkpoint directory: the distance net (``save_pretrained``) and the label net in
+        ``labels/``."""
         extra = dict(extra or {})
         if self.pair_scaler is not None:
             extra["pair_scaler"] = self.pair_scaler.to_dict()
-        save_checkpoint(path, self.model.state_dict(), self.model.config_dict(), extra)
+        self.model.save_pretrained(path, extra)
         if self.label_model is not None:
-            save_checkpoint(
-                Path(path) / "labels",
-                self.label_model.state_dict(),
-                self.label_model.config_dict(),
-                {"labels": self.label_names},
-            )
+            self.label_model.save_pretrained(Path(path) / "labels", {"labels": self.label_names})
 
     @classmethod
     def load(cls, path: Path) -> MixScentPredictor:
-        model = _load_net(Path(path))
-        extra = load_checkpoint(Path(path))[2]
+        model = MixScentNet.from_pretrained(path)
+        extra = checkpoint_info(path).extra
         scaler = DescriptorScaler.from_dict(extra["pair_scaler"]) if "pair_scaler" in extra else None
         label_model, names = None, None
         if (Path(path) / "labels" / "config.json").is_file():
-            label_model = _load_net(Path(path) / "labels")
-            names = load_checkpoint(Path(path) / "labels")[2].get("labels")
+            label_model = MixScentNet.from_pretrained(Path(path) / "labels")
+            names = checkpoint_info(Path(path) / "labels").extra.get("labels")
         return cls(model, label_model, names, scaler)
 
     @torch.no_grad()
@@ -368,16 +352,6 @@ class MixScentPredictor:
         prob = torch.sigmoid(self.label_model.labels(z))[0].numpy()
         order = np.argsort(-prob)[:k]
         return [(self.label_names[i], float(prob[i])) for i in order]
-
-
-def _load_net(path: Path) -> MixScentNet:
-    state, config, _ = load_checkpoint(path)
-    try:
-        net = MixScentNet(MixScentConfig(**config))
-    except TypeError as exc:
-        raise CheckpointError(f"{path} is not a MixScentNet checkpoint: {exc}") from exc
-    load_into(net, state, str(path))
-    return net.eval()
 
 
 def predict_rows(predictor: MixScentPredictor, pairs: PairData, rows) -> np.ndarray:

@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.checkpoint import load_checkpoint, load_into, save_checkpoint
 from common.errors import CheckpointError
+from common.pretrained import PretrainedMixin, register_model
 
 from .data import CIRSplit, Triplet, _change
 from .model import ImageTower
@@ -149,7 +149,8 @@ class RenderEditor:
         )
 
 
-class AttributeClassifier(nn.Module):
+@register_model("attribute_classifier")
+class AttributeClassifier(PretrainedMixin, nn.Module):
     """CNN attribute classifier: (b, 3, 32, 32) -> list of (b, n_values_g) logits, one per group."""
 
     def __init__(self, d: int = 48):
@@ -173,6 +174,20 @@ class AttributeClassifier(nn.Module):
         pred = torch.stack([lg.argmax(-1) for lg in self(x)], 1).numpy()
         pred[pred[:, GROUPS.index("pattern")] == 0, GROUPS.index("scale")] = -1
         return pred
+
+    @classmethod
+    def upgrade_config(cls, config: dict, from_version: int) -> dict:
+        # common.checkpoint wrote {"kind": "attribute_critic", "d", "num_values"}
+        if from_version == 0 and config.get("kind") == "attribute_critic":
+            if list(config.get("num_values", [])) != list(NUM_VALUES):
+                raise CheckpointError("critic attribute vocabulary does not match this version; retrain it")
+            return {"d": int(config["d"])}
+        return super().upgrade_config(config, from_version)
+
+    @classmethod
+    def tiny_example(cls):
+        torch.manual_seed(0)
+        return cls(d=8), (torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0)) * 255,)
 
 
 def train_attribute_classifier(
@@ -214,14 +229,11 @@ def mentioned_values(text: str) -> dict[str, set[str]]:
     return found
 
 
-CRITIC_KIND = "attribute_critic"
-
-
 class AttributeCritic:
     """Accept iff the image changed exactly in the intended group and the text says exactly that.
 
-    ``save(dir)`` / ``AttributeCritic.load(dir)``: the classifier as a ``common.checkpoint``
-    directory (``model.safetensors`` + ``config.json``), like the retrieval models.
+    ``save(dir)`` / ``AttributeCritic.load(dir)``: the classifier's ``save_pretrained`` /
+    ``from_pretrained`` directory (``model.safetensors`` + ``config.json``), like the retrieval models.
     """
 
     # visually checkable groups (fabric is nearly invisible)
@@ -231,21 +243,11 @@ class AttributeCritic:
         self.classifier = classifier
 
     def save(self, path: Path) -> Path:
-        clf = self.classifier
-        config = {"kind": CRITIC_KIND, "d": clf.d, "num_values": [h.out_features for h in clf.heads]}
-        return save_checkpoint(Path(path), clf.state_dict(), config)
+        return self.classifier.save_pretrained(Path(path))
 
     @classmethod
     def load(cls, path: Path) -> AttributeCritic:
-        state, config, _ = load_checkpoint(Path(path))
-        if config.get("kind") != CRITIC_KIND:
-            raise CheckpointError(f"{path}: not an attribute-critic checkpoint (kind {config.get('kind')!r})")
-        if list(config.get("num_values", [])) != list(NUM_VALUES):
-            raise CheckpointError(f"{path}: critic attribute vocabulary does not match this version")
-        clf = AttributeClassifier(int(config["d"]))
-        load_into(clf, state, str(path))
-        clf.eval()
-        return cls(clf)
+        return cls(AttributeClassifier.from_pretrained(Path(path)))
 
     def check(self, ref_image, proposal, ref_attrs) -> Verdict:
         pred = self.classifier.predict(np.stack([ref_image, proposal.image]))

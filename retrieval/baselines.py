@@ -23,7 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import GroupedAttentionPool, ImageTower, TextTower, attribute_loss, info_nce
+from common.pretrained import PretrainedMixin, register_model
+
+from .model import GroupedAttentionPool, ImageTower, TextTower, attribute_loss, info_nce, tiny_cir_batch
 from .render import NUM_VALUES
 
 FUSIONS = ("image", "text", "sum", "combiner")
@@ -61,7 +63,8 @@ class _AttnPool(nn.Module):
         return self.pool(tokens, mask)[0][:, 0]
 
 
-class CombinerCIR(nn.Module):
+@register_model("combiner_cir")
+class CombinerCIR(PretrainedMixin, nn.Module):
     """Global-feature CIR baselines. Same batch format and API as :class:`~retrieval.model.MoA3CIR`:
     ``encode_query(batch) -> (q (b, E), info)``, ``encode_gallery(batch) -> (b, E)``."""
 
@@ -160,3 +163,18 @@ class CombinerCIR(nn.Module):
 
     def get_config(self) -> dict:
         return asdict(self.config)
+
+    @classmethod
+    def upgrade_config(cls, config: dict, from_version: int) -> dict:
+        if from_version == 0 and config.get("kind") in FUSIONS:  # common.checkpoint: {"kind": fusion, ...}
+            return {"config": {"fusion": config["kind"], **{k: v for k, v in config.items() if k != "kind"}}}
+        return super().upgrade_config(config, from_version)
+
+    @classmethod
+    def tiny_example(cls):
+        torch.manual_seed(0)
+        return cls(CombinerConfig(d_model=16, embed_dim=24)), (tiny_cir_batch(),)
+
+    def example_forward(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(query (b, E), gallery (b, E))`` embeddings of a batch."""
+        return self.encode_query(batch)[0], self.encode_gallery(batch)

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from common.pretrained import PretrainedMixin, register_model
 from moe import Routing, route_topk
 
 from .render import GROUPS, NUM_VALUES
@@ -188,7 +189,21 @@ def attribute_loss(logits: list[torch.Tensor], attrs: torch.Tensor | None) -> to
     return torch.stack(losses).mean() if losses else logits[0].new_zeros(())
 
 
-class MoA3CIR(nn.Module):
+def tiny_cir_batch(b: int = 2, seed: int = 0) -> dict:
+    """A random CIR batch (the registry's example input): ``ref_img``/``img (b, 3, 32, 32)`` in
+    [0, 255], descriptions ``(b, 2, 384)`` (second token masked), clause texts ``(b, 3, 384)``."""
+    g = torch.Generator().manual_seed(seed)
+    desc_mask = torch.tensor([[True, False]] * b)
+    return {
+        "ref_img": torch.rand(b, 3, 32, 32, generator=g) * 255, "img": torch.rand(b, 3, 32, 32, generator=g) * 255,
+        "ref_desc": torch.randn(b, 2, TEXT_DIM, generator=g), "ref_desc_mask": desc_mask,
+        "desc": torch.randn(b, 2, TEXT_DIM, generator=g), "desc_mask": desc_mask,
+        "text": torch.randn(b, 3, TEXT_DIM, generator=g), "text_mask": torch.tensor([[True, True, False]] * b),
+    }
+
+
+@register_model("moa3cir")
+class MoA3CIR(PretrainedMixin, nn.Module):
     """Composed retrieval model. See the module docstring for the maths.
 
     ``encode_query(batch)`` -> (q (b, E), info) with ``info["routing"]`` a ``moe.Routing``
@@ -315,6 +330,21 @@ class MoA3CIR(nn.Module):
 
     def get_config(self) -> dict:
         return asdict(self.config)
+
+    @classmethod
+    def upgrade_config(cls, config: dict, from_version: int) -> dict:
+        if from_version == 0 and config.get("kind") == "moa3cir":  # common.checkpoint: {"kind", **fields}
+            return {"config": {k: v for k, v in config.items() if k != "kind"}}
+        return super().upgrade_config(config, from_version)
+
+    @classmethod
+    def tiny_example(cls):
+        torch.manual_seed(0)
+        return cls(MoA3Config(d_model=16, d_slot=8, heads_per_group=1, route_k=2)), (tiny_cir_batch(),)
+
+    def example_forward(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(query (b, E), gallery (b, E))`` embeddings of a batch."""
+        return self.encode_query(batch)[0], self.encode_gallery(batch)
 
 
 def info_nce(

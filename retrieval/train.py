@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common.checkpoint import load_checkpoint, save_checkpoint
 from common.errors import CheckpointError
+from common.pretrained import LEGACY_FORMAT_VERSION, checkpoint_info, load_pretrained
 
 from .baselines import CombinerCIR, CombinerConfig
 from .data import CIRSplit
@@ -135,28 +135,22 @@ def build_model(kind: str, **overrides) -> torch.nn.Module:
 
 
 def save_model(model: torch.nn.Module, path: Path, extra: dict | None = None) -> None:
-    kind = "moa3cir" if isinstance(model, MoA3CIR) else model.config.fusion
-    cfg = model.get_config()
-    if kind != "moa3cir":
-        cfg.pop("fusion")
-    save_checkpoint(Path(path), model.state_dict(), {"kind": kind, **cfg}, extra)
+    """``model.save_pretrained(path, extra)`` (a :func:`common.pretrained` checkpoint)."""
+    model.save_pretrained(Path(path), extra)
 
 
 def load_model(path: Path) -> tuple[torch.nn.Module, dict]:
-    state, config, extra = load_checkpoint(Path(path))
-    config = dict(config)
-    kind = config.pop("kind", None)
-    if kind not in MODEL_KINDS:
-        raise CheckpointError(f"{path}: checkpoint has no valid model kind")
-    try:
-        model = build_model(kind, **config)
-        model.load_state_dict(state)
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise CheckpointError(
-            f"{path}: checkpoint does not match the model ({str(e).splitlines()[0]})"
-        ) from None
-    model.eval()
-    return model, extra or {}
+    """``(model in eval mode, extra)`` of a checkpoint of any of :data:`MODEL_KINDS`;
+    CheckpointError when it is missing, corrupt or holds another model."""
+    info = checkpoint_info(Path(path))
+    if info.format_version == LEGACY_FORMAT_VERSION:  # no model type recorded: the config's kind says it
+        cls = MoA3CIR if info.config.get("kind") == "moa3cir" else CombinerCIR
+        model = cls.from_pretrained(Path(path))
+    else:
+        model = load_pretrained(Path(path))
+    if not isinstance(model, (MoA3CIR, CombinerCIR)):
+        raise CheckpointError(f"{path} holds a {model.app} model '{model.model_type}', not a retrieval model")
+    return model, info.extra
 
 
 # ----------------------------------------------------------------------------- training

@@ -52,8 +52,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common.checkpoint import load_checkpoint, save_checkpoint
 from common.errors import CheckpointError, InputError
+from common.pretrained import PretrainedMixin, register_model
 from moe.routing import route_by_score
 from streaming.linalg import (
     RIDGE,
@@ -213,7 +213,8 @@ def cap_completion(completion: np.ndarray, xo: np.ndarray, n: int, factor: float
     return completion
 
 
-class MoSAIC:
+@register_model("mosaic")
+class MoSAIC(PretrainedMixin):
     """Mixture of subspace experts (see the module docstring for the algorithm).
 
     Shapes: ``n`` ambient dimension, ``r`` rank, ``K`` experts; ``bases`` is ``(K, n, r)``.
@@ -808,90 +809,127 @@ class MoSAIC:
         return self.bases.copy()
 
     # ------------------------------------------------------------------ persistence
+    # the shared format of common.pretrained: config = the full MoSAICConfig (every field, so a
+    # default changed later cannot change a saved model), tensors = arrays, state = the rest
+
+    @property
+    def pretrained_config(self) -> dict:
+        return asdict(self.config)
+
     def save(self, path_dir: str | os.PathLike) -> Path:
         """Save the full state (so a reloaded model continues the stream identically)."""
-        state = {
+        return self.save_pretrained(path_dir)
+
+    @classmethod
+    def load(cls, path_dir: str | os.PathLike) -> MoSAIC:
+        return cls.from_pretrained(path_dir)
+
+    @classmethod
+    def upgrade_config(cls, config: dict, from_version: int) -> dict:
+        if from_version == 0 and config.get("model") == "MoSAIC":  # common.checkpoint: {"model", **fields}
+            return {k: v for k, v in config.items() if k != "model"}
+        return super().upgrade_config(config, from_version)
+
+    def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict]:
+        """``(tensors, state)``: every array of the model, and its scalars, lists and RNG state."""
+        arrays = {
             "bases": self.bases, "t": self.t, "level": self.level, "level_slow": self.level_slow,
             "mature": self.mature.astype(np.uint8), "n_updates": self.n_updates,
             "long_counts": self.long_counts, "last_update": self._last_update, "reseeded_at": self._reseeded_at,
-            "reset_pending": self._reset_pending.astype(np.uint8), "reset_sum": self._reset_sum, "reset_count": self._reset_count,
-            "alt_stats": self._alt_stats,
+            "reset_pending": self._reset_pending.astype(np.uint8), "reset_sum": self._reset_sum,
+            "reset_count": self._reset_count, "alt_stats": self._alt_stats,
         }
         if self._anchor is not None:
-            state["anchor"] = self._anchor
+            arrays["anchor"] = self._anchor
         for k, alt in self._alt.items():
-            state[f"alt_{k}"] = alt
-        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}
+            arrays[f"alt_{k}"] = alt
         for j, (idx, xo, _) in enumerate(self._buffer):
-            tensors[f"buffer_idx_{j}"] = torch.from_numpy(idx.astype(np.int64))
-            tensors[f"buffer_val_{j}"] = torch.from_numpy(xo)
+            arrays[f"buffer_idx_{j}"], arrays[f"buffer_val_{j}"] = idx.astype(np.int64), xo
         for k, buf in self._repair.items():
             for j, (idx, xo) in enumerate(buf):
-                tensors[f"repair_{k}_idx_{j}"] = torch.from_numpy(idx.astype(np.int64))
-                tensors[f"repair_{k}_val_{j}"] = torch.from_numpy(xo)
+                arrays[f"repair_{k}_idx_{j}"], arrays[f"repair_{k}_val_{j}"] = idx.astype(np.int64), xo
         if self._prov is not None:
-            tensors["provisional"] = torch.from_numpy(np.ascontiguousarray(self._prov))
+            arrays["provisional"] = self._prov
         if self._prov_post is not None:
-            tensors["provisional_loadings"] = torch.from_numpy(np.ascontiguousarray(self._prov_post[0]))
+            arrays["provisional_loadings"] = self._prov_post[0]
         if self._si_warm is not None:
-            tensors["soft_impute_stamps"] = torch.from_numpy(self._si_warm[0])
-            tensors["soft_impute_Z"] = torch.from_numpy(np.ascontiguousarray(self._si_warm[1]))
-        extra = {
-            "n_seen": self.n_seen, "epoch": self.epoch, "mean_m": self._mean_m, "entry_energy": self._entry_energy, "next_try": self._next_try,
-            "buffer_len": len(self._buffer), "buffer_t": [t for _, _, t in self._buffer], "reseeds": self.reseeds, "pretrained": self.pretrained,
-            "repairs": self.repairs, "repair_len": {str(k): len(b) for k, b in self._repair.items()},
+            arrays["soft_impute_stamps"], arrays["soft_impute_Z"] = self._si_warm
+        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+        state = {
+            "n_seen": self.n_seen, "epoch": self.epoch, "mean_m": self._mean_m, "entry_energy": self._entry_energy,
+            "next_try": self._next_try, "buffer_t": [t for _, _, t in self._buffer], "reseeds": self.reseeds,
+            "pretrained": self.pretrained, "repairs": self.repairs,
+            "repair_len": {str(k): len(b) for k, b in self._repair.items()},
             "level_median": self._level_median, "anchor_at": self._anchor_at, "alt": sorted(self._alt),
             "rng": self._rng.bit_generator.state, "ridge": self.ridge,
             "provisional_at": self._prov_at, "last_novel": self._last_novel,
             "provisional_noise": None if self._prov_post is None else self._prov_post[1],
         }
-        return save_checkpoint(path_dir, tensors, {"model": "MoSAIC", **asdict(self.config)}, extra)
+        return tensors, state
+
+    def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], state: dict, source: str) -> None:
+        """Inverse of :meth:`checkpoint_state` (also of the ``common.checkpoint`` layout, whose
+        older fields default as they were trained); CheckpointError when something is missing."""
+        try:
+            arr = {k: v.numpy().copy() for k, v in tensors.items()}
+            K, n, r = self.K, self.n, self.r
+            if arr["bases"].shape != (K, n, r):
+                raise CheckpointError(f"bases in {source} have shape {arr['bases'].shape}, expected {(K, n, r)}")
+            self.bases, self.t, self.level = arr["bases"], arr["t"], arr["level"]
+            self.level_slow, self.mature = arr["level_slow"], arr["mature"].astype(bool)
+            self.n_updates, self.long_counts, self._last_update = arr["n_updates"], arr["long_counts"], arr["last_update"]
+            self._reseeded_at = arr["reseeded_at"]
+            if "reset_pending" in arr:  # older checkpoints: no pending epoch-reset decision
+                self._reset_pending = arr["reset_pending"].astype(bool)
+                self._reset_sum, self._reset_count = arr["reset_sum"], arr["reset_count"]
+            buffer_t = state["buffer_t"]
+            self._buffer = [(arr[f"buffer_idx_{j}"], arr[f"buffer_val_{j}"], int(buffer_t[j]))
+                            for j in range(state.get("buffer_len", len(buffer_t)))]
+            self.n_seen, self.epoch = int(state["n_seen"]), int(state["epoch"])
+            self._mean_m, self._next_try = float(state["mean_m"]), int(state["next_try"])
+            self._entry_energy = float(state.get("entry_energy", 0.0))  # older checkpoints: no floor
+            self.reseeds = [tuple(x) for x in state["reseeds"]]
+            self.repairs = [tuple(x) for x in state.get("repairs", [])]  # older checkpoints: none
+            self._repair = {int(k): [(arr[f"repair_{k}_idx_{j}"], arr[f"repair_{k}_val_{j}"]) for j in range(n_b)]
+                            for k, n_b in state.get("repair_len", {}).items()}
+            self._level_median = state.get("level_median")
+            # older checkpoints: no drift prediction under way
+            self._anchor = arr.get("anchor")
+            self._anchor_at = int(state.get("anchor_at", 0))
+            self._alt = {int(k): arr[f"alt_{k}"] for k in state.get("alt", [])}
+            if "alt_stats" in arr:
+                self._alt_stats = arr["alt_stats"]
+            self.pretrained = bool(state["pretrained"])
+            self.ridge = float(state["ridge"])
+            self._prov = arr.get("provisional")
+            self._prov_at = int(state.get("provisional_at", 0))
+            if "provisional_loadings" in arr:
+                self._prov_post = (arr["provisional_loadings"], float(state["provisional_noise"]))
+            if "soft_impute_Z" in arr:
+                self._si_warm = (arr["soft_impute_stamps"], arr["soft_impute_Z"])
+            self._last_novel = int(state.get("last_novel", -(10**12)))
+            self._rng.bit_generator.state = state["rng"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"incomplete MoSAIC checkpoint {source}: {exc}") from exc
 
     @classmethod
-    def load(cls, path_dir: str | os.PathLike) -> MoSAIC:
-        state, config, extra = load_checkpoint(path_dir)
-        if config.get("model") != "MoSAIC":
-            raise CheckpointError(f"{path_dir} is not a MoSAIC checkpoint")
-        config = {k: v for k, v in config.items() if k != "model"}
-        try:
-            model = cls(**config)
-            arr = {k: v.numpy().copy() for k, v in state.items()}
-            K, n, r = model.K, model.n, model.r
-            if arr["bases"].shape != (K, n, r):
-                raise CheckpointError(f"bases in {path_dir} have shape {arr['bases'].shape}, expected {(K, n, r)}")
-            model.bases, model.t, model.level = arr["bases"], arr["t"], arr["level"]
-            model.level_slow, model.mature = arr["level_slow"], arr["mature"].astype(bool)
-            model.n_updates, model.long_counts, model._last_update = arr["n_updates"], arr["long_counts"], arr["last_update"]
-            model._reseeded_at = arr["reseeded_at"]
-            if "reset_pending" in arr:  # older checkpoints: no pending epoch-reset decision
-                model._reset_pending = arr["reset_pending"].astype(bool)
-                model._reset_sum, model._reset_count = arr["reset_sum"], arr["reset_count"]
-            model._buffer = [(arr[f"buffer_idx_{j}"], arr[f"buffer_val_{j}"], int(extra["buffer_t"][j]))
-                             for j in range(extra["buffer_len"])]
-            model.n_seen, model.epoch = int(extra["n_seen"]), int(extra["epoch"])
-            model._mean_m, model._next_try = float(extra["mean_m"]), int(extra["next_try"])
-            model._entry_energy = float(extra.get("entry_energy", 0.0))  # older checkpoints: no floor
-            model.reseeds = [tuple(x) for x in extra["reseeds"]]
-            model.repairs = [tuple(x) for x in extra.get("repairs", [])]  # older checkpoints: none
-            model._repair = {int(k): [(arr[f"repair_{k}_idx_{j}"], arr[f"repair_{k}_val_{j}"]) for j in range(n_b)]
-                             for k, n_b in extra.get("repair_len", {}).items()}
-            model._level_median = extra.get("level_median")
-            # older checkpoints: no drift prediction under way
-            model._anchor = arr.get("anchor")
-            model._anchor_at = int(extra.get("anchor_at", 0))
-            model._alt = {int(k): arr[f"alt_{k}"] for k in extra.get("alt", [])}
-            if "alt_stats" in arr:
-                model._alt_stats = arr["alt_stats"]
-            model.pretrained = bool(extra["pretrained"])
-            model.ridge = float(extra["ridge"])
-            model._prov = arr.get("provisional")
-            model._prov_at = int(extra.get("provisional_at", 0))
-            if "provisional_loadings" in arr:
-                model._prov_post = (arr["provisional_loadings"], float(extra["provisional_noise"]))
-            if "soft_impute_Z" in arr:
-                model._si_warm = (arr["soft_impute_stamps"], arr["soft_impute_Z"])
-            model._last_novel = int(extra.get("last_novel", -(10**12)))
-            model._rng.bit_generator.state = extra["rng"]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"incomplete MoSAIC checkpoint {path_dir}: {exc}") from exc
-        return model
+    def tiny_example(cls):
+        """A pretrained model part-way through an abruptly switching stream, with every piece of
+        state in use (change buffer, provisional fit, Soft-Impute warm start, a defective expert's
+        collection, a drift prediction on trial); input: the next 20 samples and their epochs."""
+        from streaming.data import StreamConfig, generate_stream
+
+        s = generate_stream(StreamConfig(n=20, r=2, K=3, obs_frac=0.6, epochs=2, samples_per_epoch=120,
+                                         drift="abrupt", source_per_class=40, seed=7))
+        m = cls(20, 2, 3, pretrain_restarts=2, seed=1).fit(s.source_values)
+        m.process(s.values[:150], epoch=s.epoch[:150])
+        g = np.random.default_rng(0)
+        m._repair = {1: [(np.array([0, 3, 5]), g.standard_normal(3))]}
+        m._anchor = m.bases.astype(np.float32)
+        m._alt = {2: orthonormalize(g.standard_normal((20, 2))).astype(np.float32)}
+        m._alt_stats[2] = [0.5, 0.7, 3.0]
+        return m, (s.values[150:170], None, s.epoch[150:170])
+
+    def example_forward(self, x: np.ndarray, mask: np.ndarray | None, epoch: np.ndarray):
+        """Continue the stream: ``process`` returns ``(completed (B, n), routes (B,))``."""
+        return self.process(x, mask, epoch)

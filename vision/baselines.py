@@ -7,14 +7,19 @@ import json
 from pathlib import Path
 
 from diffusers import UNet2DModel
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 from common.errors import CheckpointError, InputError
-from vision.models import DiTBackbone, MoHBackbone, PlainMambaBackbone
-from vision.models.layers import count_parameters
+from common.pretrained import CONFIG, load_pretrained
+from vision.models import DiTBackbone, MoHBackbone, PlainMambaBackbone, UNetBaseline
+from vision.models.layers import DiffusionBackbone, count_parameters
 
 MODEL_NAMES = ("moh", "mamba", "dit", "unet")
-CLASSES = {"MoHBackbone": MoHBackbone, "PlainMambaBackbone": PlainMambaBackbone,
-           "DiTBackbone": DiTBackbone, "UNet2DModel": UNet2DModel}
+# classes by the name diffusers' config.json records (checkpoints saved before common.pretrained)
+LEGACY_CLASSES = {"MoHBackbone": MoHBackbone, "PlainMambaBackbone": PlainMambaBackbone,
+                  "DiTBackbone": DiTBackbone, "UNet2DModel": UNetBaseline}
+LEGACY_WEIGHTS = "diffusion_pytorch_model.safetensors"
 
 # Tiny CPU defaults (Fashion-MNIST 32x32, patch 4 -> 8x8 tokens). depth_cost 0.002, not the
 # model's 0.02: at 0.02 the compute penalty was ~10% of the x0 loss and pushed low-noise steps,
@@ -66,21 +71,40 @@ def model_kind(model) -> str:
 
 
 def load_model(path: str | Path):
-    """Load any backbone saved with ``save_pretrained``; CheckpointError when the directory is
-    missing, its config is unreadable or names an unknown class, or the weights are corrupt."""
+    """Load any backbone saved with ``vision.pipeline.save_checkpoint`` (the ``UNet2DModel``
+    unwrapped from its adapter), also one saved by diffusers' ``save_pretrained`` before
+    (format of ``common.pretrained`` 1: config version 0); CheckpointError when the directory is
+    missing, its config is unreadable or names another model, or the weights are corrupt."""
     path = Path(path)
-    cfg_file = path / "config.json"
-    if not cfg_file.is_file():
-        raise CheckpointError(f"no checkpoint at {path} (missing config.json)")
+    legacy = _diffusers_class(path)
+    model = _load_diffusers(path, legacy) if legacy else load_pretrained(path)
+    if not isinstance(model, DiffusionBackbone):
+        raise CheckpointError(f"{path} holds a {model.app} model '{model.model_type}', not a vision backbone")
+    return model.unet if isinstance(model, UNetBaseline) else model
+
+
+def _diffusers_class(path: Path) -> str | None:
+    """The ``_class_name`` of a diffusers-format ``config.json`` (None for any other directory)."""
     try:
-        cls_name = json.loads(cfg_file.read_text(encoding="utf-8"))["_class_name"]
-    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"corrupt checkpoint config {cfg_file}: {exc}") from exc
-    if cls_name not in CLASSES:
+        meta = json.loads((path / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # missing or corrupt: load_pretrained names the problem
+    return meta.get("_class_name") if isinstance(meta, dict) and "config" not in meta else None
+
+
+def _load_diffusers(path: Path, cls_name: str) -> DiffusionBackbone:
+    if cls_name not in LEGACY_CLASSES:
         raise CheckpointError(f"checkpoint {path} holds an unknown model class {cls_name!r}")
+    cls = LEGACY_CLASSES[cls_name]
+    config = cls.upgrade_config(json.loads((path / CONFIG).read_text(encoding="utf-8")), 0)
     try:
-        model = CLASSES[cls_name].from_pretrained(str(path), local_files_only=True)
-    except Exception as exc:  # diffusers/safetensors raise many types for a damaged file
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"cannot load checkpoint {path}: {first}") from exc
+        model = cls(**config)
+        state = load_file(str(path / LEGACY_WEIGHTS))
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"cannot load checkpoint {path}: corrupt or missing {LEGACY_WEIGHTS} ({exc})") from exc
+    except (TypeError, ValueError, InputError) as exc:
+        raise CheckpointError(f"cannot load checkpoint {path}: its config does not fit {cls_name} ({exc})") from exc
+    if cls is UNetBaseline:
+        state = {f"unet.{k}": v for k, v in state.items()}
+    model.load_checkpoint_state(state, {}, str(path))
     return model.eval()

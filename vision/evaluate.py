@@ -25,16 +25,17 @@ import torch.nn.functional as F
 from scipy import linalg
 from torch import Tensor, nn
 
-from common.checkpoint import load_checkpoint, load_into, save_checkpoint
 from common.data_dir import cache_dir
 from common.errors import CheckpointError, InputError
+from common.pretrained import PretrainedMixin, checkpoint_info, register_model
 from common.seed import seed_everything
 
 INCEPTION_ENV = "MOH_INCEPTION_WEIGHTS"
 CLASSIFIER_VERSION = "fmnist_classifier_v3"
 
 
-class FMNISTClassifier(nn.Module):
+@register_model("fmnist_classifier")
+class FMNISTClassifier(PretrainedMixin, nn.Module):
     """Small CNN on ``(b, 1, 32, 32)`` images in [-1, 1]: three conv-BN-ReLU stages (16/32/64
     channels, 2x2 pooling) and global average pooling give ``features (b, 64)``; a linear head
     gives ``logits (b, 10)``."""
@@ -53,6 +54,17 @@ class FMNISTClassifier(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.features(x))
+
+    @classmethod
+    def upgrade_config(cls, config: dict, from_version: int) -> dict:
+        if from_version == 0 and config.get("arch") == "FMNISTClassifier":  # common.checkpoint layout
+            return {}
+        return super().upgrade_config(config, from_version)
+
+    @classmethod
+    def tiny_example(cls):
+        torch.manual_seed(0)
+        return cls(), (torch.rand(2, 1, 32, 32, generator=torch.Generator().manual_seed(0)) * 2 - 1,)
 
 
 def train_classifier(images: Tensor, labels: Tensor, epochs: int = 2, batch_size: int = 64, seed: int = 0,
@@ -88,17 +100,14 @@ def get_classifier(cache: Path | None = None, train_limit: int = 12000, seed: in
     path = Path(cache) if cache else cache_dir("vision") / CLASSIFIER_VERSION
     if (path / "config.json").is_file():
         try:
-            state, _, extra = load_checkpoint(path)
-            model = FMNISTClassifier()
-            load_into(model, state, str(path))
-            return model.eval(), extra
+            return FMNISTClassifier.from_pretrained(path), checkpoint_info(path).extra
         except CheckpointError:
             pass  # a damaged cache is rebuilt below
     x, y = fashion_mnist_images("train", limit=train_limit, seed=seed)
     model = train_classifier(x, y, seed=seed)
     xt, yt = fashion_mnist_images("test")
     info = {"test_accuracy": accuracy(model, xt, yt), "train_images": int(x.shape[0]), "seed": seed}
-    save_checkpoint(path, model.state_dict(), {"arch": "FMNISTClassifier"}, info)
+    model.save_pretrained(path, info)
     return model, info
 
 

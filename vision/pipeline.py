@@ -1,7 +1,8 @@
 """Sampling: a diffusers ``DiffusionPipeline`` over any backbone here, with a per-step trace of
 the router's choices, and DDPM/DDIM scheduler construction.
 
-A checkpoint directory holds the backbone (``config.json`` + safetensors, ``save_pretrained``)
+A checkpoint directory holds the backbone (``config.json`` + ``model.safetensors``,
+``common.pretrained``)
 and the noise schedule it was trained with (``scheduler_config.json``, diffusers
 ``save_config``), so its prediction type (x0 / ε / v) travels with the weights:
 ``save_checkpoint`` writes both, ``load_sampler`` rebuilds the sampler from the saved schedule
@@ -62,10 +63,15 @@ def make_sampler(kind: str = "ddim", base: DDPMScheduler | None = None) -> DDPMS
 
 
 def save_checkpoint(model, path, scheduler: DDPMScheduler | None = None) -> Path:
-    """Write ``model`` (``save_pretrained``, safetensors) and its training ``scheduler``'s config
-    (default ``make_train_scheduler()``) into the directory ``path``; returns it."""
+    """Write ``model`` (``save_pretrained`` of ``common.pretrained``; a diffusers ``UNet2DModel``
+    through its ``UNetBaseline`` adapter) and its training ``scheduler``'s config (default
+    ``make_train_scheduler()``) into the directory ``path``; returns it."""
+    from diffusers import UNet2DModel
+
+    from vision.models import UNetBaseline
+
     path = Path(path)
-    model.save_pretrained(str(path), safe_serialization=True)
+    (UNetBaseline.wrap(model) if isinstance(model, UNet2DModel) else model).save_pretrained(path)
     (scheduler if scheduler is not None else make_train_scheduler()).save_config(str(path))
     return path
 

@@ -22,15 +22,8 @@ def test_generator_shapes_and_save_load_round_trip(attention, tmp_path):
             torch.tensor([[1] * 7, [1] * 5 + [0] * 2], dtype=torch.bool))
     vz, vb = model(*args)
     assert vz.shape == z.shape and vb.shape == box.shape
-    from dataclasses import asdict
-
-    from common.checkpoint import load_checkpoint, save_checkpoint
-
-    save_checkpoint(tmp_path, model.state_dict(), asdict(cfg))
-    state, config, _ = load_checkpoint(tmp_path)
-    clone = PartFlowTransformer(GenConfig(**config))
-    clone.load_state_dict(state)
-    clone.eval()
+    model.save_pretrained(tmp_path)
+    clone = PartFlowTransformer.from_pretrained(tmp_path)
     for a, b in zip(model(*args), clone(*args), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
@@ -141,7 +134,7 @@ def test_checkpoints_of_the_wrong_kind_or_version_are_refused(tiny_pipeline, tmp
     shutil.copytree(tiny_pipeline, swapped)
     shutil.rmtree(swapped / "ae")
     shutil.copytree(tiny_pipeline / "generator", swapped / "ae")  # a generator where the AE should be
-    with pytest.raises(CheckpointError, match="not a part-autoencoder checkpoint"):
+    with pytest.raises(CheckpointError, match="holds a generation3d model 'moca_generator', not generation3d 'part_autoencoder'"):
         MoCAPipeline.load(swapped)
 
 
@@ -160,10 +153,6 @@ def test_training_with_too_small_max_parts_is_a_clear_error(tiny_data, tiny_pipe
 def test_moca_ablation_options_round_trip_and_older_configs_load_with_them_off(tiny_pipeline, tmp_path):
     import json
     import shutil
-    from dataclasses import asdict
-
-    from common.checkpoint import load_checkpoint, save_checkpoint
-
     torch.manual_seed(0)
     cfg = GenConfig(n_latents=4, d_latent=3, max_parts=10, d_model=16, n_heads=2, n_layers=2, top_k=2,
                     proportional_attention=True, route_on_compressed=True, learned_comp_bias=True)
@@ -174,19 +163,19 @@ def test_moca_ablation_options_round_trip_and_older_configs_load_with_them_off(t
     assert model.blocks[0].attn.comp_logit_bias.shape == (2,)
     args = (torch.randn(2, 7, 4, 3), torch.randn(2, 7, 6), torch.tensor([10.0, 900.0]), torch.tensor([0, 5]),
             torch.tensor([7, 5]), torch.tensor([[1] * 7, [1] * 5 + [0] * 2], dtype=torch.bool))
-    save_checkpoint(tmp_path / "new", model.state_dict(), asdict(cfg))
-    state, config, _ = load_checkpoint(tmp_path / "new")
-    clone = PartFlowTransformer(GenConfig(**config))
-    clone.load_state_dict(state)
-    for a, b in zip(model(*args), clone.eval()(*args), strict=True):
+    model.save_pretrained(tmp_path / "new")
+    clone = PartFlowTransformer.from_pretrained(tmp_path / "new")
+    for a, b in zip(model(*args), clone(*args), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
-    # a generator saved before the options existed has none of the keys: it loads with all of them off
+    # a generator saved (by common.checkpoint, format 1) before the options existed has none of the keys:
+    # it loads with all of them off
     old = tmp_path / "old"
     shutil.copytree(tiny_pipeline, old)
     meta = old / "generator" / "config.json"
     d = json.loads(meta.read_text())
+    d = {"format_version": 1, "config": d["config"]["config"], "extra": d["extra"]}
     for key in ("proportional_attention", "route_on_compressed", "learned_comp_bias"):
-        d["config"].pop(key, None)
+        d["config"].pop(key)
     meta.write_text(json.dumps(d))
     c = MoCAPipeline.load(old).gen.config
     assert not (c.proportional_attention or c.route_on_compressed or c.learned_comp_bias)

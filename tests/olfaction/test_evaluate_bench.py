@@ -99,9 +99,6 @@ def test_bench_set_feature_rows_on_real_data(tmp_path):
     """One random-CV fold of the real bench with a tiny random encoder: the set-feature regressors
     and the set-feature network are rows of the table, an equal-weight mean is exactly the mean of
     its components' test predictions, and the set regressors are well above chance."""
-    from dataclasses import asdict
-
-    from common.checkpoint import save_checkpoint
     from olfaction.bench import EQUAL_MEANS, SET_RIDGE_NAME, SET_TREES_NAME, run_bench
     from olfaction.data import load_pairs
     from olfaction.model import MixScentConfig, MolEncoderConfig
@@ -109,7 +106,7 @@ def test_bench_set_feature_rows_on_real_data(tmp_path):
     from olfaction.train import DistanceTrainConfig
 
     enc = random_encoder(MolEncoderConfig(hidden=16, layers=2, emb_dim=16), seed=0)
-    save_checkpoint(tmp_path / "enc", enc.state_dict(), asdict(enc.cfg))
+    enc.save_pretrained(tmp_path / "enc")
     mean_name = "Set trees + ridge (equal)"
     assert EQUAL_MEANS[mean_name] == (SET_TREES_NAME, SET_RIDGE_NAME)
     rows = run_bench(

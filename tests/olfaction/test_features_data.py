@@ -180,15 +180,12 @@ def test_cli_eval_rejects_bad_split(tmp_path, capsys):
 def test_cli_train_saves_and_eval_reports_set_regressors(tmp_path, capsys):
     """`mixscent train --out` writes a loadable model; `mixscent eval --model ... --set-regressors`
     adds the set-feature rows and the equal mean with that model."""
-    from dataclasses import asdict
-
-    from common.checkpoint import save_checkpoint
     from olfaction.cli import main
     from olfaction.model import MolEncoderConfig
     from olfaction.pipeline import random_encoder
 
     enc = random_encoder(MolEncoderConfig(hidden=16, layers=2, emb_dim=16), seed=0)
-    save_checkpoint(tmp_path / "enc", enc.state_dict(), asdict(enc.cfg))
+    enc.save_pretrained(tmp_path / "enc")
     model = tmp_path / "model"
     common = ["--split", "random_cv0", "--data-dir", str(DATA)]
     assert main(["train", *common, "--encoder", str(tmp_path / "enc"), "--epochs", "1", "--out", str(model)]) == 0

@@ -231,7 +231,6 @@ def test_network_set_feature_path_symmetric_fitted_on_training_rows_and_roundtri
     safetensors save/load round trip gives identical outputs; the on-the-fly predictor refuses it."""
     import torch
 
-    from common.checkpoint import load_checkpoint, save_checkpoint
     from olfaction.data import Split
     from olfaction.model import MixScentConfig, MixScentNet, MolEncoder
     from olfaction.pipeline import MixScentPredictor, train_distance
@@ -259,10 +258,8 @@ def test_network_set_feature_path_symmetric_fitted_on_training_rows_and_roundtri
     ka, kb = list(pairs.keys_a), list(pairs.keys_b)
     p_ab = predict_distance(model, index, ka, kb)
     np.testing.assert_allclose(p_ab, predict_distance(model, index, kb, ka), atol=1e-6)
-    save_checkpoint(tmp_path / "m", model.state_dict(), model.config_dict())
-    state, config, _ = load_checkpoint(tmp_path / "m")
-    loaded = MixScentNet(MixScentConfig(**config))
-    loaded.load_state_dict(state)
+    model.save_pretrained(tmp_path / "m")
+    loaded = MixScentNet.from_pretrained(tmp_path / "m")
     np.testing.assert_array_equal(predict_distance(loaded, index, ka, kb), p_ab)
     with pytest.raises(InputError, match="set-level pair features"):
         MixScentPredictor(model)

@@ -7,13 +7,14 @@ Shapes: ``sample (b, c, H, W)``, ``timestep`` scalar or ``(b,)`` -> ``BackboneOu
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
-from diffusers.configuration_utils import ConfigMixin, register_to_config
-from diffusers.models.modeling_utils import ModelMixin
 from einops import rearrange
 from torch import Tensor, nn
 
+from common.pretrained import register_model
 from vision.models.layers import (
+    DiffusionBackbone,
     FinalLayer,
     PatchEmbed,
     TimestepEmbedder,
@@ -47,10 +48,10 @@ class DiTBlock(nn.Module):
         return x + g2 * self.mlp(self.norm2(x) * (1 + sc2) + s2)
 
 
-class DiTBackbone(ModelMixin, ConfigMixin):
+@register_model("dit")
+class DiTBackbone(DiffusionBackbone):
     """Small DiT baseline."""
 
-    @register_to_config
     def __init__(
         self,
         sample_size: int = 32,
@@ -70,3 +71,8 @@ class DiTBackbone(ModelMixin, ConfigMixin):
 
     def forward(self, sample: Tensor, timestep, return_dict: bool = True, route: dict | None = None):
         return fixed_stack_forward(self, sample, timestep, return_dict)
+
+    @classmethod
+    def tiny_example(cls):
+        torch.manual_seed(0)
+        return cls.perturbed(cls(sample_size=16, patch_size=4, d_model=16, depth=2, heads=2)), cls.example_input()

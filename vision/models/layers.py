@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from diffusers.configuration_utils import FrozenDict
 from diffusers.utils import BaseOutput
 from einops import rearrange
 from torch import Tensor, nn
 
 from common.errors import InputError
+from common.pretrained import PretrainedMixin
 from vision.scan import inverse_permutation, scan_order, selective_scan_parallel, selective_scan_sequential
 
 
@@ -28,6 +30,45 @@ class BackboneOutput(BaseOutput):
     sample: Tensor
     aux_loss: Tensor | None = None
     route: dict | None = None
+
+
+class DiffusionBackbone(PretrainedMixin, nn.Module):
+    """Base of the backbones: ``save_pretrained`` / ``from_pretrained`` of ``common.pretrained``,
+    and ``config``, the constructor arguments with attribute and item access (as diffusers'
+    ``ConfigMixin.config``, which ``MoHPipeline`` and ``UNet2DModel`` share)."""
+
+    @property
+    def config(self) -> FrozenDict:
+        view = self.__dict__.get("_config_view")
+        if view is None:
+            view = FrozenDict(self.pretrained_config)
+            object.__setattr__(self, "_config_view", view)
+        return view
+
+    @classmethod
+    def upgrade_config(cls, config: dict, from_version: int) -> dict:
+        if from_version == 0:  # diffusers' config.json: the constructor arguments, plus "_..." keys
+            return {k: v for k, v in config.items() if not k.startswith("_")}
+        return super().upgrade_config(config, from_version)
+
+    @staticmethod
+    def example_input(sample_size: int = 16, in_channels: int = 1) -> tuple[Tensor, Tensor]:
+        """``(sample (3, c, H, W), timestep (3,))``: the registry's example input."""
+        g = torch.Generator().manual_seed(0)
+        return torch.randn(3, in_channels, sample_size, sample_size, generator=g), torch.tensor([5, 500, 999])
+
+    def example_forward(self, sample: Tensor, timestep: Tensor) -> Tensor:
+        return self(sample, timestep).sample
+
+    @staticmethod
+    def perturbed(model: nn.Module) -> nn.Module:
+        """``model`` with every weight moved by N(0, 0.05²) noise (zero-initialised heads would
+        make every output 0 in a round-trip test)."""
+        g = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * 0.05)
+        return model
 
 
 def timestep_embedding(t: Tensor, dim: int, max_period: float = 10000.0) -> Tensor:

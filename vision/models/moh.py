@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from diffusers.configuration_utils import ConfigMixin, register_to_config
-from diffusers.models.modeling_utils import ModelMixin
 from einops import rearrange
 from torch import Tensor, nn
 
 from common.errors import InputError
+from common.pretrained import register_model
 from moe import TopKRouter, dispatch_combine, topk_select
 from vision.models.layers import (
     AdaLNMambaBlock,
     BackboneOutput,
+    DiffusionBackbone,
     FinalLayer,
     PatchEmbed,
     TimestepEmbedder,
@@ -82,7 +82,8 @@ def _straight_through(p: Tensor) -> Tensor:
     return 1.0 + p - p.detach()
 
 
-class MoHBackbone(ModelMixin, ConfigMixin):
+@register_model("moh")
+class MoHBackbone(DiffusionBackbone):
     """Mamba diffusion backbone with timestep-routed levels, transform experts and scan depth.
 
     Args:
@@ -97,7 +98,6 @@ class MoHBackbone(ModelMixin, ConfigMixin):
         depth_cost, balance_coef, z_coef: auxiliary loss coefficients.
     """
 
-    @register_to_config
     def __init__(
         self,
         sample_size: int = 32,
@@ -263,3 +263,8 @@ class MoHBackbone(ModelMixin, ConfigMixin):
         if not return_dict:
             return (out, aux, info)
         return BackboneOutput(sample=out, aux_loss=aux, route=info)
+
+    @classmethod
+    def tiny_example(cls):
+        torch.manual_seed(0)
+        return cls.perturbed(cls(sample_size=16, patch_size=4, d_model=16, d_state=2, depth_choices=(1, 3))), cls.example_input()

@@ -7,12 +7,13 @@ Shapes: ``sample (b, c, H, W)``, ``timestep`` scalar or ``(b,)`` -> ``BackboneOu
 
 from __future__ import annotations
 
-from diffusers.configuration_utils import ConfigMixin, register_to_config
-from diffusers.models.modeling_utils import ModelMixin
+import torch
 from torch import Tensor, nn
 
+from common.pretrained import register_model
 from vision.models.layers import (
     AdaLNMambaBlock,
+    DiffusionBackbone,
     FinalLayer,
     PatchEmbed,
     TimestepEmbedder,
@@ -20,10 +21,10 @@ from vision.models.layers import (
 )
 
 
-class PlainMambaBackbone(ModelMixin, ConfigMixin):
+@register_model("plain_mamba")
+class PlainMambaBackbone(DiffusionBackbone):
     """Fixed-depth Mamba backbone; the baseline MoH is compared to at matched parameters."""
 
-    @register_to_config
     def __init__(
         self,
         sample_size: int = 32,
@@ -47,3 +48,8 @@ class PlainMambaBackbone(ModelMixin, ConfigMixin):
 
     def forward(self, sample: Tensor, timestep, return_dict: bool = True, route: dict | None = None):
         return fixed_stack_forward(self, sample, timestep, return_dict)
+
+    @classmethod
+    def tiny_example(cls):
+        torch.manual_seed(0)
+        return cls.perturbed(cls(sample_size=16, patch_size=4, d_model=16, d_state=2, depth=2)), cls.example_input()

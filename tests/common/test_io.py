@@ -1,0 +1,24 @@
+import json
+
+import pytest
+import torch
+
+from common.io import atomic_write, read_json, write_csv, write_json
+
+
+def test_atomic_write_keeps_old_file_on_error(tmp_path):
+    p = tmp_path / "r.json"
+    write_json(p, {"a": 1})
+    with pytest.raises(RuntimeError):
+        with atomic_write(p) as f:
+            f.write('{"a": 2')
+            raise RuntimeError("crash mid-write")
+    assert read_json(p) == {"a": 1}
+    assert [x.name for x in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind
+
+
+def test_write_json_nan_and_csv_union_of_columns(tmp_path):
+    write_json(tmp_path / "x.json", {"v": float("nan"), "t": torch.tensor(2.5)})
+    assert json.loads((tmp_path / "x.json").read_text()) == {"v": None, "t": 2.5}
+    write_csv(tmp_path / "x.csv", [{"a": 1}, {"a": 2, "b": 3}])
+    assert (tmp_path / "x.csv").read_text().splitlines() == ["a,b", "1,", "2,3"]
