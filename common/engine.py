@@ -3,7 +3,8 @@
 Every minibatch training is a ``lightning.pytorch.LightningModule`` (its ``training_step``,
 ``validation_step``, ``configure_optimizers``) fitted by a trainer from :func:`make_trainer`:
 
-* CSV logs (``CSVLogger``) of every run in ``run_dir/logs/metrics.csv``;
+* CSV logs (``CSVLogger``) of every run in ``run_dir/logs/version_<n>/metrics.csv`` (a rerun or
+  a resumed run adds a version, earlier logs stay);
 * checkpoints in ``run_dir/checkpoints``: ``last.ckpt`` (resume) and, with a ``monitor``,
   ``best.ckpt`` (the best value of that validation metric); :func:`fit` resumes from
   ``last.ckpt`` when it exists;
@@ -39,6 +40,7 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback, Checkpoint, EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import DDPStrategy
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from common.errors import MoeAppsError
 
@@ -162,7 +164,7 @@ def make_trainer(
         **dist_kw,
         max_epochs=max_epochs,
         max_steps=max_steps,
-        logger=CSVLogger(run_dir, name=LOG_DIR, version="") if run_dir is not None else False,
+        logger=CSVLogger(run_dir, name=LOG_DIR) if run_dir is not None else False,
         callbacks=cbs,
         enable_checkpointing=any(isinstance(cb, Checkpoint) for cb in cbs),
         enable_progress_bar=progress,
@@ -175,6 +177,33 @@ def make_trainer(
         val_check_interval=val_check_interval,
         num_sanity_val_steps=0,
     )
+
+
+class ShuffledBatches(Sampler[torch.Tensor]):
+    """Index batches ``(b,)`` of a fresh random permutation of ``range(n)`` every epoch, all drawn
+    from one ``torch.Generator`` seeded with ``seed``: epoch ``e`` is the ``e``-th
+    ``torch.randperm(n, generator=g).split(batch_size)``. Under DDP every rank draws the same
+    global batches and keeps its slice ``[rank::world]``, so the ranks together see the
+    one-process batches (a resumed run starts the permutation sequence again)."""
+
+    def __init__(self, n: int, batch_size: int, seed: int, rank: int = 0, world: int = 1) -> None:
+        self.n, self.batch_size, self.rank, self.world = n, batch_size, rank, world
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return math.ceil(self.n / self.batch_size)
+
+    def __iter__(self):
+        for idx in torch.randperm(self.n, generator=self.generator).split(self.batch_size):
+            yield idx[self.rank :: self.world]
+
+
+def shuffled_loader(dataset: Dataset, batch_size: int, seed: int, rank: int = 0, world: int = 1) -> DataLoader:
+    """A ``DataLoader`` over ``dataset`` (indexable by an index tensor, e.g. ``TensorDataset``) in
+    ``ShuffledBatches``; its own generator keeps the global RNG untouched. Under DDP pass
+    ``use_distributed_sampler=False`` to ``make_trainer`` (the sampler already shards)."""
+    return DataLoader(dataset, sampler=ShuffledBatches(len(dataset), batch_size, seed, rank, world),
+                      batch_size=None, generator=torch.Generator().manual_seed(seed))
 
 
 def last_checkpoint(trainer: L.Trainer) -> Path | None:

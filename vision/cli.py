@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -37,12 +38,13 @@ def _train(a) -> int:
     model = build_model(a.model, sample_size=a.size, in_channels=a.channels, patch_size=a.patch_size)
     out = Path(a.out or f"runs/{a.model}")
     res = train(model, images, TrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
-                                           checkpoint_every=a.checkpoint_every), out_dir=out)
+                                           checkpoint_every=a.checkpoint_every), out_dir=out,
+                progress=sys.stdout.isatty())
     if res.checkpoint is not None:  # rank 0 (the only one under torchrun that writes)
         print(f"trained {a.model} for {res.steps} steps: final loss {res.final_loss:.4f}, "
               f"{res.time_per_step_s:.3f} s/step; checkpoint {res.checkpoint}")
     if torch.distributed.is_initialized():  # under torchrun: every rank has finished writing
-        from common.trainer import exit_distributed
+        from common.engine import exit_distributed
 
         exit_distributed(0)
     return 0

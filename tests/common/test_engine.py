@@ -107,7 +107,7 @@ def test_nan_before_any_checkpoint_says_none_was_written():
 def test_csv_log_has_one_row_per_logged_step(tmp_path):
     trainer = make_trainer(tmp_path, max_epochs=2, progress=False, log_every_n_steps=2)
     fit(trainer, _module(), _loader(), _loader())
-    with open(tmp_path / LOG_DIR / "metrics.csv") as f:
+    with open(tmp_path / LOG_DIR / "version_0" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     train_steps = [int(r["step"]) for r in rows if r.get("train_loss")]
     assert train_steps == [1, 3, 5, 7]  # 8 steps, every 2nd logged (Lightning logs at step index 1, 3, ...)
