@@ -53,6 +53,7 @@ BEST = "best"  # best.ckpt
 warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
 warnings.filterwarnings("ignore", message=r".*is smaller than the logging interval.*")
 warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")  # resuming
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")  # Lightning vs torch 2.13
 
 
 class TrainingDiverged(MoeAppsError):
@@ -107,7 +108,6 @@ def make_trainer(
     find_unused_parameters: bool = False,
     use_distributed_sampler: bool = True,
     log_every_n_steps: int = 50,
-    val_check_interval: int | float | None = None,
 ) -> L.Trainer:
     """A ``lightning.pytorch.Trainer`` with the suite's defaults (see the module docstring).
 
@@ -130,11 +130,12 @@ def make_trainer(
         find_unused_parameters: DDP option for routed models whose unchosen experts get no gradient.
         use_distributed_sampler: under DDP, let Lightning shard a map-style ``DataLoader`` over the
             ranks; False when the module shards its own batches.
-        log_every_n_steps, val_check_interval: Lightning's logging and validation cadence.
+        log_every_n_steps: how often ``self.log`` values reach the CSV log.
     """
     if patience is not None and monitor is None:
         raise ValueError("early stopping (patience) needs a monitored metric")
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no "GPU available" banners
+    for name in ("lightning.pytorch", "lightning.fabric"):  # no "GPU available" / "Initializing" banners
+        logging.getLogger(name).setLevel(logging.WARNING)
     if seed is not None:
         L.seed_everything(seed, workers=True, verbose=False)
     cbs: list[Callback] = [DivergenceGuard(), *callbacks]
@@ -174,7 +175,6 @@ def make_trainer(
         deterministic=deterministic,
         use_distributed_sampler=use_distributed_sampler,
         log_every_n_steps=log_every_n_steps,
-        val_check_interval=val_check_interval,
         num_sanity_val_steps=0,
     )
 
@@ -182,13 +182,20 @@ def make_trainer(
 class ShuffledBatches(Sampler[torch.Tensor]):
     """Index batches ``(b,)`` of a fresh random permutation of ``range(n)`` every epoch, all drawn
     from one ``torch.Generator`` seeded with ``seed``: epoch ``e`` is the ``e``-th
-    ``torch.randperm(n, generator=g).split(batch_size)``. Under DDP every rank draws the same
-    global batches and keeps its slice ``[rank::world]``, so the ranks together see the
-    one-process batches (a resumed run starts the permutation sequence again)."""
+    ``torch.randperm(n, generator=g).split(batch_size)``. Lightning calls ``set_epoch`` before
+    each epoch, so a resumed run draws the same permutations as an uninterrupted one. Under DDP
+    every rank draws the same global batches and keeps its slice ``[rank::world]``, so the ranks
+    together see the one-process batches (exactly when ``batch_size`` divides by ``world``)."""
 
     def __init__(self, n: int, batch_size: int, seed: int, rank: int = 0, world: int = 1) -> None:
-        self.n, self.batch_size, self.rank, self.world = n, batch_size, rank, world
+        self.n, self.batch_size, self.seed, self.rank, self.world = n, batch_size, seed, rank, world
         self.generator = torch.Generator().manual_seed(seed)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Put the generator where it stands after ``epoch`` epochs' permutations."""
+        self.generator.manual_seed(self.seed)
+        for _ in range(epoch):
+            torch.randperm(self.n, generator=self.generator)
 
     def __len__(self) -> int:
         return math.ceil(self.n / self.batch_size)

@@ -9,7 +9,17 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from common.engine import BEST, CHECKPOINT_DIR, LAST, LOG_DIR, TrainingDiverged, fit, make_trainer
+from common.engine import (
+    BEST,
+    CHECKPOINT_DIR,
+    LAST,
+    LOG_DIR,
+    ShuffledBatches,
+    TrainingDiverged,
+    fit,
+    make_trainer,
+    shuffled_loader,
+)
 from common.errors import MoeAppsError
 
 
@@ -20,7 +30,11 @@ def _data(n=64):
 
 
 def _loader(n=64, batch_size=16):
-    return DataLoader(_data(n), batch_size=batch_size)  # fixed order: resume needs no RNG state
+    return DataLoader(_data(n), batch_size=batch_size)
+
+
+def _shuffled(n=64, batch_size=16):
+    return shuffled_loader(_data(n), batch_size, seed=3)
 
 
 class Regression(L.LightningModule):
@@ -68,23 +82,44 @@ def test_early_stopping_stops_when_the_metric_stalls_and_keeps_the_best_epoch(tm
     assert last["epoch"] == 5
 
 
-def test_resume_from_last_checkpoint_ends_with_the_uninterrupted_weights(tmp_path):
+@pytest.fixture()
+def deterministic_flag_restored():
+    yield
+    torch.use_deterministic_algorithms(False)  # Lightning leaves deterministic=True set process-wide
+
+
+def test_resume_from_last_checkpoint_ends_with_the_uninterrupted_weights(tmp_path, deterministic_flag_restored):
     straight = _module()
-    fit(make_trainer(tmp_path / "a", max_epochs=6, progress=False), straight, _loader())
+    fit(make_trainer(tmp_path / "a", max_epochs=6, progress=False, deterministic=True), straight, _shuffled())
+    assert torch.are_deterministic_algorithms_enabled()
     first = _module()
-    fit(make_trainer(tmp_path / "b", max_epochs=3, progress=False), first, _loader())
+    fit(make_trainer(tmp_path / "b", max_epochs=3, progress=False, deterministic=True), first, _shuffled())
     torch.manual_seed(99)
     resumed = Regression()  # another init: resuming must replace it (and the momentum) from last.ckpt
-    trainer = make_trainer(tmp_path / "b", max_epochs=6, progress=False)
-    fit(trainer, resumed, _loader())
+    trainer = make_trainer(tmp_path / "b", max_epochs=6, progress=False, deterministic=True)
+    fit(trainer, resumed, _shuffled())  # a fresh loader: epochs 3..5 must get epochs 3..5's shuffles
     assert trainer.global_step == 6 * 4
     assert not torch.equal(first.net.weight, straight.net.weight)  # the comparison is not vacuous
     torch.testing.assert_close(resumed.net.weight, straight.net.weight, rtol=0, atol=0)
     torch.testing.assert_close(resumed.net.bias, straight.net.bias, rtol=0, atol=0)
     fresh = _module()  # resume=False ignores last.ckpt and starts over
     restarted = make_trainer(tmp_path / "b", max_epochs=1, progress=False)
-    fit(restarted, fresh, _loader(), resume=False)
+    fit(restarted, fresh, _shuffled(), resume=False)
     assert restarted.global_step == 4
+
+
+def test_shuffled_batches_epoch_by_epoch_and_rank_slices():
+    g = torch.Generator().manual_seed(5)
+    expected = [list(torch.randperm(10, generator=g).split(4)) for _ in range(3)]  # one generator, 3 epochs
+    sampler = ShuffledBatches(10, 4, seed=5)
+    got = [list(sampler) for _ in range(3)]
+    for e in range(3):
+        assert [b.tolist() for b in got[e]] == [b.tolist() for b in expected[e]]
+    sampler.set_epoch(2)
+    assert [b.tolist() for b in sampler] == [b.tolist() for b in expected[2]]
+    ranks = [list(ShuffledBatches(10, 4, seed=5, rank=r, world=2)) for r in (0, 1)]
+    for b0, b1, whole in zip(*ranks, expected[0], strict=True):
+        assert sorted(b0.tolist() + b1.tolist()) == sorted(whole.tolist()) and b0.tolist() == whole[0::2].tolist()
 
 
 def test_nan_loss_raises_training_diverged_naming_step_and_last_checkpoint(tmp_path):
