@@ -4,13 +4,14 @@
     moh train --data path/to/images --size 64 --channels 3    # your own ImageFolder
     moh sample --ckpt runs/moh --n 64 --out grid.png
     moh eval --ckpt runs/moh --n 256 [--inception-weights inception-2015-12-05.pt]
-    moh bench [--quick] --out runs/bench
+    moh bench [--quick] --out runs/bench [--json results.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -37,12 +38,13 @@ def _train(a) -> int:
     model = build_model(a.model, sample_size=a.size, in_channels=a.channels, patch_size=a.patch_size)
     out = Path(a.out or f"runs/{a.model}")
     res = train(model, images, TrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
-                                           checkpoint_every=a.checkpoint_every), out_dir=out)
+                                           checkpoint_every=a.checkpoint_every), out_dir=out,
+                progress=sys.stdout.isatty())
     if res.checkpoint is not None:  # rank 0 (the only one under torchrun that writes)
         print(f"trained {a.model} for {res.steps} steps: final loss {res.final_loss:.4f}, "
               f"{res.time_per_step_s:.3f} s/step; checkpoint {res.checkpoint}")
     if torch.distributed.is_initialized():  # under torchrun: every rank has finished writing
-        from common.trainer import exit_distributed
+        from common.engine import exit_distributed
 
         exit_distributed(0)
     return 0
@@ -106,15 +108,22 @@ def _eval(a) -> int:
 
 
 def _bench(a) -> int:
+    from common.io import write_json
     from vision.bench import QUICK, BenchConfig, run_bench
 
+    json_path = Path(a.json) if a.json else None
+    if json_path is not None and (json_path.is_dir() or not json_path.parent.is_dir()):
+        raise InputError(f"--json {json_path}: needs a file path in an existing directory")
     cfg = QUICK if a.quick else BenchConfig()
     overrides = {"seed": a.seed}
     if a.steps:
         overrides["steps"] = a.steps
     if a.models:
         overrides["models"] = tuple(a.models)
-    run_bench(a.out or "runs/vision_bench", BenchConfig(**{**cfg.__dict__, **overrides}))
+    cfg = BenchConfig(**{**cfg.__dict__, **overrides})
+    rows = run_bench(a.out or "runs/vision_bench", cfg)
+    if json_path is not None:  # the README's table source: config + one row per model, NaN as null
+        write_json(json_path, {"config": cfg.__dict__, "rows": rows})
     return 0
 
 
@@ -159,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true")
     b.add_argument("--steps", type=int)
     b.add_argument("--models", nargs="+", choices=MODEL_NAMES)
+    b.add_argument("--json", metavar="PATH", help="also write the results rows as JSON (NaN as null)")
     b.set_defaults(fn=_bench)
     return p
 

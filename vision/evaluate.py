@@ -19,16 +19,18 @@ import os
 import warnings
 from pathlib import Path
 
+import lightning.pytorch as L
 import numpy as np
 import torch
 import torch.nn.functional as F
 from scipy import linalg
 from torch import Tensor, nn
+from torch.utils.data import TensorDataset
 
 from common.data_dir import cache_dir
+from common.engine import make_trainer, shuffled_loader
 from common.errors import CheckpointError, InputError
 from common.pretrained import PretrainedMixin, checkpoint_info, register_model
-from common.seed import seed_everything
 
 INCEPTION_ENV = "MOH_INCEPTION_WEIGHTS"
 CLASSIFIER_VERSION = "fmnist_classifier_v3"
@@ -67,22 +69,30 @@ class FMNISTClassifier(PretrainedMixin, nn.Module):
         return cls(), (torch.rand(2, 1, 32, 32, generator=torch.Generator().manual_seed(0)) * 2 - 1,)
 
 
+class ClassifierModule(L.LightningModule):
+    """Cross-entropy training of an ``FMNISTClassifier`` with Adam: batches ``(x (b, 1, 32, 32),
+    y (b,))``."""
+
+    def __init__(self, model: FMNISTClassifier, lr: float) -> None:
+        super().__init__()
+        self.model, self.lr = model, lr
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        x, y = batch
+        loss = F.cross_entropy(self.model(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.model.parameters(), lr=self.lr)
+
+
 def train_classifier(images: Tensor, labels: Tensor, epochs: int = 2, batch_size: int = 64, seed: int = 0,
                      lr: float = 2e-3) -> FMNISTClassifier:
-    """Fit the feature classifier with Adam (cross-entropy)."""
-    gen = seed_everything(seed)
-    model = FMNISTClassifier()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    model.train()
-    n = images.shape[0]
-    for _ in range(epochs):
-        perm = torch.randperm(n, generator=gen)
-        for i in range(0, n, batch_size):
-            idx = perm[i:i + batch_size]
-            loss = F.cross_entropy(model(images[idx]), labels[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    """Fit the feature classifier on ``images (N, 1, 32, 32)``, ``labels (N,)`` (seeded shuffles)."""
+    trainer = make_trainer(None, max_epochs=epochs, seed=seed, progress=False)
+    model = FMNISTClassifier()  # initialised after seeding
+    trainer.fit(ClassifierModule(model, lr), shuffled_loader(TensorDataset(images, labels), batch_size, seed))
     return model.eval()
 
 

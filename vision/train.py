@@ -1,16 +1,18 @@
-"""Training loop for the diffusion backbones (DDPM noise schedule, cosine betas).
+"""Training of the diffusion backbones (DDPM noise schedule, cosine betas) on the suite's
+Lightning engine (``common.engine``).
 
 Loss: ``E_{x0, t, ε} ||target - f_θ(√ᾱ_t x0 + √(1-ᾱ_t) ε, t)||² + aux`` where ``target`` is
 ``x0`` (the default ``vision.pipeline.PREDICTION_TYPE = "sample"``), ``ε`` (Ho et al. 2020, eq.
 14) or ``v`` (see ``vision.pipeline.training_target``), and ``aux`` holds the MoH routers'
 balance/z/compute losses. Learning rate: linear warmup, then cosine decay to
-``lr * lr_final_frac``. Sampling uses an exponential moving average of the
-weights (``ema_decay``; the effective decay ``min(ema_decay, (1 + s) / (10 + s))`` warms up so
-that a short run is not dominated by the random initialisation); checkpoints hold the EMA
-weights. A non-finite loss stops the run with an InputError naming the step; the last good
-checkpoint (written atomically) is kept.
+``lr * lr_final_frac``, stepped per optimizer step. Gradients are clipped to norm 1. Sampling
+uses an exponential moving average of the weights (``ema_decay``; the effective decay
+``min(ema_decay, (1 + s) / (10 + s))`` warms up so that a short run is not dominated by the
+random initialisation); checkpoints hold the EMA weights. A non-finite loss stops the run with
+``common.engine.TrainingDiverged`` naming the step; the last good checkpoint (written
+atomically) is kept.
 
-Under ``torchrun`` (``WORLD_SIZE > 1``, gloo on CPU) the backbone is wrapped in
+Under ``torchrun`` (``WORLD_SIZE > 1``, gloo on CPU) Lightning wraps the module in
 ``DistributedDataParallel``: every rank draws the same global batch (images, noise, timesteps)
 from the seed and trains on its slice ``[rank::world]``, so gradients are averaged over the
 global batch exactly as in one process; ``batch_size`` is the global batch and must divide by
@@ -25,18 +27,20 @@ import math
 import os
 import shutil
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import lightning.pytorch as L
 import torch
-import torch.distributed as dist
+import torch.nn.functional as F
+from lightning.pytorch.callbacks import Callback, Checkpoint
 from torch import Tensor
-from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, IterableDataset
 
+from common.engine import fit, make_trainer
 from common.errors import InputError
 from common.io import read_json, write_json
-from common.seed import seed_everything
-from common.trainer import setup_distributed
 from vision.data import check_images
 from vision.pipeline import (
     NUM_TRAIN_TIMESTEPS,
@@ -48,18 +52,17 @@ from vision.pipeline import (
 
 CHECKPOINT = "checkpoint"
 STATE = "train_state.json"
+GRAD_CLIP = 1.0  # max global gradient norm
 
 
 @dataclass
 class TrainConfig:
     steps: int = 300
-    batch_size: int = 32
+    batch_size: int = 32  # the global batch (all ranks together)
     lr: float = 2e-3
-    weight_decay: float = 0.0
     warmup: int = 20
     lr_final_frac: float = 0.1  # cosine decay after warmup to lr * lr_final_frac (1.0: constant)
     ema_decay: float = 0.995  # 0: no EMA, sample with the raw weights
-    grad_clip: float = 1.0
     seed: int = 0
     checkpoint_every: int = 100  # 0: only at the end
     log_every: int = 25
@@ -71,7 +74,7 @@ class TrainResult:
     final_loss: float
     time_per_step_s: float
     history: list = field(default_factory=list)  # {"step", "loss"}
-    route_log: list = field(default_factory=list)  # {"timestep", "depth", "transform", "levels"}
+    route_log: list = field(default_factory=list)  # {"step", "timestep", "depth", "transform", "levels"}
     checkpoint: str | None = None
     ema_model: object | None = None  # the EMA copy sampled from (None without EMA)
 
@@ -94,10 +97,22 @@ def save_atomic(model, out_dir: Path, state: dict) -> Path:
 
 
 def _lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate of optimizer step ``step`` (0-based): linear warmup, then cosine decay."""
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
     progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
     return cfg.lr * (cfg.lr_final_frac + (1 - cfg.lr_final_frac) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+class WarmupCosineLR(torch.optim.lr_scheduler.LRScheduler):
+    """``_lr_at(step, cfg)`` for every parameter group; stepped once per optimizer step."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        super().__init__(optimizer)
+
+    def get_lr(self) -> list[float]:
+        return [_lr_at(self.last_epoch, self.cfg) for _ in self.optimizer.param_groups]
 
 
 @torch.no_grad()
@@ -111,14 +126,140 @@ def ema_update(ema, model, step: int, decay: float) -> None:
         be.copy_(b)
 
 
+class GlobalBatches(IterableDataset):
+    """``steps`` training batches ``(x0 (b, c, H, W), noise (b, c, H, W), t (b,))``: each global
+    batch of ``batch_size`` (image indices with replacement, Gaussian noise, timesteps) is drawn
+    from one ``torch.Generator`` seeded with ``seed``, and this rank keeps its slice
+    ``[rank::world]`` (``b = batch_size / world``), so the ranks together see the one-process batch."""
+
+    def __init__(self, images: Tensor, batch_size: int, steps: int, seed: int, rank: int = 0, world: int = 1):
+        self.images, self.batch_size, self.steps, self.seed = images, batch_size, steps, seed
+        self.rank, self.world = rank, world
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):
+        gen = torch.Generator().manual_seed(self.seed)
+        for _ in range(self.steps):
+            idx = torch.randint(0, self.images.shape[0], (self.batch_size,), generator=gen)
+            x0 = self.images[idx]
+            noise = torch.randn(x0.shape, generator=gen)
+            t = torch.randint(0, NUM_TRAIN_TIMESTEPS, (self.batch_size,), generator=gen)
+            yield x0[self.rank::self.world], noise[self.rank::self.world], t[self.rank::self.world]
+
+
+class DiffusionModule(L.LightningModule):
+    """The denoising objective of ``backbone`` on ``images (N, c, H, W)`` in [-1, 1] (see the
+    module docstring), AdamW with the warmup-cosine schedule, and the EMA copy ``ema`` updated
+    after every optimizer step. Records ``history`` ({"step", "loss"} every ``log_every``
+    steps), ``route_log`` (MoH routes of up to 8 samples per step), ``final_loss`` and the
+    compute time of the steps ``compute_s``."""
+
+    def __init__(self, backbone, images: Tensor, cfg: TrainConfig) -> None:
+        super().__init__()
+        self.backbone, self.images, self.cfg = backbone, images, cfg
+        self.ema = copy.deepcopy(backbone).requires_grad_(False).eval() if cfg.ema_decay > 0 else None
+        self.sched = make_train_scheduler()
+        self.history: list[dict] = []
+        self.route_log: list[dict] = []
+        self.final_loss, self.compute_s = float("nan"), 0.0
+
+    @property
+    def sampling_model(self):
+        """The weights to sample from: the EMA copy, or the backbone without EMA."""
+        return self.ema if self.ema is not None else self.backbone
+
+    def train(self, mode: bool = True):
+        """Lightning switches modes on the whole module; the EMA copy always stays in eval mode."""
+        super().train(mode)
+        if self.ema is not None:
+            self.ema.eval()
+        return self
+
+    def train_dataloader(self) -> DataLoader:
+        batches = GlobalBatches(self.images, self.cfg.batch_size, self.cfg.steps, self.cfg.seed,
+                                self.global_rank, self.trainer.world_size)
+        # a private generator: the loader's base seed must not consume the global RNG
+        return DataLoader(batches, batch_size=None, generator=torch.Generator().manual_seed(self.cfg.seed))
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.backbone.parameters(), lr=self.cfg.lr, weight_decay=0.0)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": WarmupCosineLR(opt, self.cfg), "interval": "step"}}
+
+    def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
+        x0, noise, t = batch
+        step = self.global_step + 1  # 1-based number of this optimizer step
+        a = self.sched.alphas_cumprod[t].view(-1, 1, 1, 1)
+        xt = a.sqrt() * x0 + (1 - a).sqrt() * noise
+        pred, aux, info = backbone_call(self.backbone, xt, t)
+        loss = F.mse_loss(pred, training_target(self.sched, x0, noise, t)) + aux
+        self.final_loss = float(loss.detach())
+        self.log("train_loss", self.final_loss)
+        if "depth" in info:
+            for i in range(0, t.shape[0], max(1, t.shape[0] // 8)):
+                self.route_log.append({"step": step, "timestep": int(t[i]), "depth": int(info["depth"][i]),
+                                       "transform": int(info["transform"][i]),
+                                       "levels": [int(v) for v in info["levels"][i].nonzero().flatten()]})
+        if step % self.cfg.log_every == 0 or step == 1:
+            self.history.append({"step": step, "loss": self.final_loss})
+        return loss
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None) -> None:
+        step = self.global_step  # 0-based, before the step
+        t0 = time.perf_counter()
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)  # forward, backward, clip, step
+        if self.ema is not None:
+            ema_update(self.ema, self.backbone, step, self.cfg.ema_decay)
+        self.compute_s += time.perf_counter() - t0
+
+
+class SamplingCheckpoint(Checkpoint):
+    """Rank 0 writes the sampling (EMA) weights with ``vision.pipeline.save_checkpoint`` plus
+    ``train_state.json`` into ``out_dir/checkpoint`` every ``every`` steps (0: never during
+    training) and when training ends, atomically (``save_atomic``). ``last_model_path`` is the
+    last complete one, which ``common.engine.DivergenceGuard`` names when the loss diverges."""
+
+    def __init__(self, out_dir: str | Path, every: int, cfg: TrainConfig) -> None:
+        self.out_dir, self.every, self.cfg = Path(out_dir), every, cfg
+        self.last_model_path, self._saved_step = "", 0
+
+    def _save(self, trainer: L.Trainer, module: DiffusionModule) -> None:
+        self._saved_step = trainer.global_step
+        if trainer.is_global_zero:
+            state = {"step": trainer.global_step, "loss": module.final_loss, "config": asdict(self.cfg),
+                     "world_size": trainer.world_size}
+            self.last_model_path = str(save_atomic(module.sampling_model, self.out_dir, state))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.every and trainer.global_step % self.every == 0:
+            self._save(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self._saved_step != trainer.global_step:
+            self._save(trainer, pl_module)
+
+
+class StepCallback(Callback):
+    """Calls ``fn(step, model, sampling_model)`` on rank 0 after every optimizer step."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.is_global_zero:
+            self.fn(trainer.global_step, pl_module.backbone, pl_module.sampling_model)
+
+
 def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = None,
-          callback=None) -> TrainResult:
+          callback=None, progress: bool = False) -> TrainResult:
     """Train ``model`` on ``images (N, c, H, W)`` in [-1, 1] for ``cfg.steps`` steps.
 
     ``callback(step, model, sampling_model)`` runs after every step (evaluation curves;
     ``sampling_model`` is the EMA copy, or ``model`` without EMA). With ``out_dir`` a checkpoint
-    of the sampling weights is saved every ``checkpoint_every`` steps and at the end. On return
-    ``model`` holds the sampling (EMA) weights.
+    of the sampling weights is saved every ``checkpoint_every`` steps and at the end, and
+    Lightning's CSV log goes to ``out_dir/logs``. On return ``model`` holds the sampling (EMA)
+    weights. ``progress``: a tqdm bar.
     """
     mc = model.config
     check_images(images, mc.in_channels, mc.sample_size)
@@ -126,82 +267,28 @@ def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = 
         raise InputError(f"steps and batch_size must be >= 1, got {cfg.steps}, {cfg.batch_size}")
     if not 0 <= cfg.ema_decay < 1:
         raise InputError(f"ema_decay must be in [0, 1), got {cfg.ema_decay}")
-    rank, world = setup_distributed()
-    if cfg.batch_size % world:
-        raise InputError(f"batch_size {cfg.batch_size} must be divisible by the number of processes ({world})")
-    gen = seed_everything(cfg.seed)
-    sched = make_train_scheduler()
-    alphas = sched.alphas_cumprod
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    model.train()
-    ema = copy.deepcopy(model).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
-    sampling_model = ema if ema is not None else model
+    ckpt = SamplingCheckpoint(out_dir, cfg.checkpoint_every, cfg) if out_dir is not None else None
+    callbacks = [c for c in (StepCallback(callback) if callback is not None else None, ckpt) if c is not None]
     # MoH routes skip experts per sample, so some parameters get no gradient on a rank.
-    net = DistributedDataParallel(model, find_unused_parameters=True) if world > 1 else model
-    save_dir = Path(out_dir) if out_dir is not None and rank == 0 else None
-    result = TrainResult(steps=0, final_loss=float("nan"), time_per_step_s=0.0)
-    last_good = None
-    compute_s = 0.0
-    for step in range(cfg.steps):
-        idx = torch.randint(0, images.shape[0], (cfg.batch_size,), generator=gen)
-        x0 = images[idx]
-        noise = torch.randn(x0.shape, generator=gen)
-        t = torch.randint(0, NUM_TRAIN_TIMESTEPS, (cfg.batch_size,), generator=gen)
-        if world > 1:  # this rank's slice of the global batch
-            x0, noise, t = x0[rank::world], noise[rank::world], t[rank::world]
-        a = alphas[t].view(-1, 1, 1, 1)
-        xt = a.sqrt() * x0 + (1 - a).sqrt() * noise
-        for g in opt.param_groups:
-            g["lr"] = _lr_at(step, cfg)
-        t0 = time.perf_counter()
-        pred, aux, info = backbone_call(net, xt, t)
-        loss = torch.nn.functional.mse_loss(pred, training_target(sched, x0, noise, t)) + aux
-        if not _finite_everywhere(loss, world):
-            where = f"; last good checkpoint kept at {last_good}" if last_good else "; no checkpoint was written"
-            raise InputError(
-                f"loss became {float(loss.detach())} at step {step + 1} (learning rate too high or bad data); "
-                f"training stopped{where}"
-            )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        if ema is not None:
-            ema_update(ema, model, step, cfg.ema_decay)
-        compute_s += time.perf_counter() - t0
-        result.steps, result.final_loss = step + 1, float(loss.detach())
-        if "depth" in info:
-            for i in range(0, t.shape[0], max(1, t.shape[0] // 8)):
-                result.route_log.append({"step": step + 1, "timestep": int(t[i]), "depth": int(info["depth"][i]),
-                                         "transform": int(info["transform"][i]),
-                                         "levels": [int(v) for v in info["levels"][i].nonzero().flatten()]})
-        if (step + 1) % cfg.log_every == 0 or step == 0:
-            result.history.append({"step": step + 1, "loss": float(loss.detach())})
-        if save_dir is not None and cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            last_good = save_atomic(sampling_model, save_dir,
-                                    {"step": step + 1, "loss": float(loss.detach()), "config": asdict(cfg), "world_size": world})
-        if callback is not None and rank == 0:
-            callback(step + 1, model, sampling_model)
-    result.time_per_step_s = compute_s / max(1, result.steps)
-    if ema is not None:
-        model.load_state_dict(ema.state_dict())
-        result.ema_model = ema
-    if save_dir is not None:
-        last_good = save_atomic(model, save_dir, {"step": result.steps, "loss": result.final_loss, "config": asdict(cfg),
-                                                  "world_size": world})
-        result.checkpoint = str(last_good)
-    if world > 1:
-        dist.barrier()  # the final checkpoint exists before any rank returns
+    trainer = make_trainer(out_dir, max_steps=cfg.steps, grad_clip=GRAD_CLIP, seed=cfg.seed, progress=progress,
+                           checkpoint=False, callbacks=callbacks, find_unused_parameters=True,
+                           use_distributed_sampler=False, log_every_n_steps=cfg.log_every)
+    if cfg.batch_size % trainer.world_size:
+        raise InputError(f"batch_size {cfg.batch_size} must be divisible by the number of processes "
+                         f"({trainer.world_size})")
+    module = DiffusionModule(model, images, cfg)
+    with warnings.catch_warnings():  # the EMA copy is in eval mode on purpose; the batch stream is sized
+        warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode.*")
+        warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
+        fit(trainer, module, resume=False)
+    trainer.strategy.barrier()  # the final checkpoint exists before any rank returns
+    if module.ema is not None:
+        model.load_state_dict(module.ema.state_dict())
     model.eval()
-    return result
-
-
-def _finite_everywhere(loss: Tensor, world: int) -> bool:
-    """Whether the loss is finite on every rank (one all-reduce under DDP)."""
-    bad = torch.tensor(0.0 if torch.isfinite(loss.detach()) else 1.0)
-    if world > 1:
-        dist.all_reduce(bad)
-    return bool(bad.item() == 0)
+    steps = trainer.global_step
+    return TrainResult(steps=steps, final_loss=module.final_loss, time_per_step_s=module.compute_s / max(1, steps),
+                       history=module.history, route_log=module.route_log,
+                       checkpoint=(ckpt.last_model_path or None) if ckpt is not None else None, ema_model=module.ema)
 
 
 def read_train_state(checkpoint_dir: str | Path) -> dict:

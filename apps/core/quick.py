@@ -7,14 +7,16 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import lightning.pytorch as L
 import matplotlib.pyplot as plt
 import torch
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch import nn
+from torch.utils.data import TensorDataset
 
+from common.engine import make_trainer, shuffled_loader
 from common.io import write_csv
-from common.seed import seed_everything
 from moe import MoE, TopKRouter, plot_expert_load, routing_stats
 
 
@@ -51,18 +53,25 @@ class DenseClassifier(nn.Module):
         return self.head(h + self.mlp(h)), None
 
 
-def _train(model, x_tr, y_tr, epochs: int, seed: int):
-    g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(epochs):
-        for idx in torch.randperm(len(x_tr), generator=g).split(128):
-            logits, routing = model(x_tr[idx])
-            loss = nn.functional.cross_entropy(logits, y_tr[idx])
-            if routing is not None:
-                loss = loss + routing.aux_loss
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+class DigitsModule(L.LightningModule):
+    """Cross-entropy (plus the router's auxiliary loss for the MoE) of a ``(logits, Routing)``
+    classifier on batches ``(x (b, 64), y (b,))``, Adam."""
+
+    def __init__(self, model: nn.Module, lr: float = 3e-3) -> None:
+        super().__init__()
+        self.model, self.lr = model, lr
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits, routing = self.model(x)
+        loss = nn.functional.cross_entropy(logits, y)
+        if routing is not None:
+            loss = loss + routing.aux_loss
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.model.parameters(), lr=self.lr)
 
 
 def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, epochs: int = 20) -> list[dict]:
@@ -74,9 +83,9 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, epochs
     y_tr, y_te = (torch.tensor(a) for a in (y_tr, y_te))
     rows = []
     for name, make in (("MoE (E=8, k=2)", MoEClassifier), ("dense MLP (same active width)", DenseClassifier)):
-        seed_everything(seed)
-        model = make()
-        _train(model, x_tr, y_tr, epochs, seed)
+        trainer = make_trainer(None, max_epochs=epochs, seed=seed, progress=False)
+        model = make()  # initialised after seeding
+        trainer.fit(DigitsModule(model), shuffled_loader(TensorDataset(x_tr, y_tr), 128, seed))
         model.eval()
         with torch.no_grad():
             logits, routing = model(x_te)
@@ -115,4 +124,4 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, epochs
     return rows
 
 
-__all__ = ["DenseClassifier", "MoEClassifier", "run_quick"]
+__all__ = ["DenseClassifier", "DigitsModule", "MoEClassifier", "run_quick"]

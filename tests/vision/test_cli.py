@@ -82,3 +82,30 @@ def test_eval_on_image_folder_with_user_inception_weights(ckpt, tmp_path, capsys
     assert metrics["inception_fid"] >= 0 and "fmnist_classifier_fid" not in metrics
     assert main(["eval", "--ckpt", str(ckpt), "--inception-weights", str(tmp_path / "nope.pt")]) == 2
     assert "Inception weights not found" in capsys.readouterr().err
+
+
+def test_bench_json_writes_rows_with_nan_as_null(tmp_path, monkeypatch):
+    import vision.bench
+
+    seen = {}
+
+    def fake_run_bench(out, cfg):
+        seen["cfg"] = cfg
+        return [{"model": "moh", "fmnist_classifier_fid": 12.5, "fid_vs_mamba": float("nan")}]
+
+    monkeypatch.setattr(vision.bench, "run_bench", fake_run_bench)
+    path = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--steps", "7", "--out", str(tmp_path / "b"), "--json", str(path)]) == 0
+    text = path.read_text()
+    assert "NaN" not in text
+    data = json.loads(text)
+    assert data["rows"] == [{"model": "moh", "fmnist_classifier_fid": 12.5, "fid_vs_mamba": None}]
+    assert data["config"]["steps"] == 7 == seen["cfg"].steps
+
+
+def test_bench_json_into_a_missing_directory_is_refused_before_running(tmp_path, monkeypatch, capsys):
+    import vision.bench
+
+    monkeypatch.setattr(vision.bench, "run_bench", lambda *a, **k: pytest.fail("bench ran"))
+    assert main(["bench", "--quick", "--json", str(tmp_path / "nope" / "b.json")]) == 2
+    assert capsys.readouterr().err.startswith("error: --json")

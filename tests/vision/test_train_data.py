@@ -3,6 +3,7 @@ import pytest
 import torch
 from PIL import Image
 
+from common.engine import TrainingDiverged
 from common.errors import DataError, InputError
 from tests.vision.conftest import tiny_moh
 from vision.baselines import load_model
@@ -89,7 +90,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     before = {p.name: p.read_bytes() for p in ck.iterdir()}
     with torch.no_grad():
         model.final.out.bias.fill_(float("nan"))
-    with pytest.raises(InputError, match="loss became nan at step 1.*no checkpoint was written"):
+    with pytest.raises(TrainingDiverged, match="loss became nan at step 1 .*no checkpoint was written"):
         train(model, _images(), TrainConfig(steps=3, batch_size=8, checkpoint_every=1), out_dir=tmp_path)
     assert {p.name: p.read_bytes() for p in ck.iterdir()} == before
     assert read_train_state(ck)["step"] == 2
@@ -104,7 +105,7 @@ def test_nan_mid_run_names_last_good_checkpoint(tmp_path):
             with torch.no_grad():
                 m.final.out.bias.fill_(float("nan"))
 
-    with pytest.raises(InputError, match="step 3.*last good checkpoint kept at"):
+    with pytest.raises(TrainingDiverged, match="step 3 .*last good checkpoint kept at .*checkpoint"):
         train(model, _images(), TrainConfig(steps=5, batch_size=8, checkpoint_every=1), out_dir=tmp_path, callback=poison)
     assert read_train_state(tmp_path / CHECKPOINT)["step"] == 2
     assert torch.isfinite(load_model(tmp_path / CHECKPOINT).final.out.bias).all()
