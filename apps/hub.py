@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -10,6 +9,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr
 
 from apps.registry import APPS, CORE
+from common.cli import ArgumentParser, cli_main, int_in
 
 
 def build_hub() -> gr.Blocks:
@@ -23,10 +23,11 @@ def build_hub() -> gr.Blocks:
     return hub
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="moe-demo", description="Serve the moe-apps Gradio demo hub.")
+    parser = ArgumentParser(prog="moe-demo", description="Serve the moe-apps Gradio demo hub.")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
+    parser.add_argument("--port", type=int_in(1, 65535), default=7860, help="port (default 7860)")
     args = parser.parse_args(argv)
     build_hub().launch(server_name=args.host, server_port=args.port, show_error=True)
     return 0

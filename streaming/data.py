@@ -240,7 +240,10 @@ def load_stream(path: str | os.PathLike) -> Stream:
         raise DataError(f"cannot read stream file {path}: {exc}") from exc
     if "format_version" not in data:
         raise DataError(f"{path} is not a stream file: no format_version key")
-    version = int(np.asarray(data["format_version"]).reshape(-1)[0])
+    try:
+        version = int(np.asarray(data["format_version"]).reshape(-1)[0])
+    except (TypeError, ValueError, IndexError, OverflowError):
+        raise DataError(f"{path} has a malformed format_version {data['format_version']!r}") from None
     if version != FORMAT_VERSION:
         raise DataError(f"{path} has stream format version {version}, this reader supports {FORMAT_VERSION}")
     if "values" not in data:
