@@ -137,6 +137,29 @@ def read_json(path: str | os.PathLike) -> Any:
         raise DataError(f"malformed JSON in {path}: {exc}") from exc
 
 
+def read_npz(path: str | os.PathLike, what: str = "file") -> dict[str, Any]:
+    """All arrays of an ``.npz`` archive (``allow_pickle=False``) as ``{name: ndarray}``; DataError
+    naming the file and the problem when it is missing, empty, not a zip archive, truncated or
+    holds pickled objects."""
+    import zipfile
+    import zlib
+
+    import numpy as np
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{what} not found: {path}")
+    if path.stat().st_size == 0:
+        raise DataError(f"{what} {path} is empty")
+    if not zipfile.is_zipfile(path):
+        raise DataError(f"{what} {path} is not an .npz archive (truncated or another format)")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise DataError(f"cannot read {what} {path}: {exc}") from exc
+
+
 def write_csv(path: str | os.PathLike, rows: list[dict]) -> Path:
     """Write ``rows`` (dicts; columns = union of keys in first-seen order) as CSV atomically."""
     columns: list[str] = []

@@ -399,6 +399,8 @@ def _read_pairs_csv(path: Path) -> list[dict]:
         raise DataError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except csv.Error as exc:
         raise DataError(f"malformed CSV {path}: {exc}") from None
+    if not columns:
+        raise DataError(f"{path} is empty (expected a header {','.join(need)})")
     missing = [c for c in need if c not in columns]
     if missing:
         raise DataError(f"{path} needs columns {list(need)}; missing {missing}")

@@ -196,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if not args.text.strip():
             raise InputError("modification text is empty")
-        model, _ = load_model(Path(args.model))
         idx = GalleryIndex.load(Path(args.index))
+        model, _ = load_model(Path(args.model))
         q, weights = encode_single_query(model, load_image(Path(args.image)), args.text, args.description)
         scores, ids = idx.search(q, args.k)
         for rank, (i, sc) in enumerate(zip(ids[0], scores[0], strict=False), 1):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,7 @@ from common.cli import (
     subcommand_main,
 )
 from common.errors import DataError, InputError
-from common.io import atomic_write, dumps_json, write_json
+from common.io import atomic_write, dumps_json, read_npz, write_json
 
 
 def _threads() -> None:
@@ -123,11 +122,10 @@ def cmd_eval(a: argparse.Namespace) -> int:
 
     check_outputs(files=[a.out], inputs=[a.input, a.completed], overwrite=a.overwrite)
     stream = load_stream(a.input)
-    try:
-        with np.load(a.completed, allow_pickle=False) as z:
-            completed, routes = z["completed"], z["routes"] if "routes" in z.files else None
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataError(f"cannot read completed file {a.completed}: {exc}") from exc
+    z = read_npz(a.completed, "completed file")
+    if "completed" not in z:
+        raise DataError(f"{a.completed} has no 'completed' array (write it with `mosaic stream`)")
+    completed, routes = z["completed"], z.get("routes")
     if completed.shape != stream.values.shape:
         raise DataError(f"completed has shape {completed.shape}, the stream {stream.values.shape}")
     if stream.full is None:
