@@ -56,7 +56,14 @@ _ACTIVE: set[Path] = set()  # temp files this process is writing right now
 
 
 def _umask() -> int:
-    mask = os.umask(0)
+    try:  # read it where the kernel reports it: setting it to read it races with other threads
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
     os.umask(mask)
     return mask
 
