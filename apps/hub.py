@@ -9,7 +9,6 @@ the hub warns on stderr; ``--auth``/``--auth-file`` turn on Gradio's login.
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import os
 import sys
@@ -21,7 +20,7 @@ import gradio as gr
 
 from apps.registry import APPS, CORE
 from common.allowlist import ROOTS_ENV, add_allowed_roots
-from common.cli import cli_main
+from common.cli import ArgumentParser, cli_main, int_in, positive_int
 from common.errors import InputError
 
 DEFAULT_CONCURRENCY = 4
@@ -79,23 +78,13 @@ def read_auth_file(path: str | os.PathLike) -> list[tuple[str, str]]:
     return pairs
 
 
-def _positive_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
-    return n
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="moe-demo", description="Serve the moe-apps Gradio demo hub.")
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="moe-demo", description="Serve the moe-apps Gradio demo hub.")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
+    parser.add_argument("--port", type=int_in(1, 65535), default=7860, help="port (default 7860)")
     parser.add_argument(
         "--concurrency",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_CONCURRENCY,
         help=f"requests of each tab action served at once (default {DEFAULT_CONCURRENCY}); the rest wait "
         "in the queue",

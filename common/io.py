@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,17 +15,81 @@ from typing import IO, Any
 
 from common.errors import DataError
 
+_TMP_SUFFIX = ".tmp"
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def sweep_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Remove temp files of ``path`` left by a killed writer (``.<name>.<pid>.<random>.tmp`` whose
+    process is gone; SIGKILL gives no chance to clean up). Returns the removed paths."""
+    path = Path(path)
+    removed = []
+    prefix = _temp_prefix(path)
+    try:
+        candidates = [c for c in path.parent.iterdir() if c.name.startswith(prefix) and c.name.endswith(_TMP_SUFFIX)]
+    except OSError:
+        return removed
+    for cand in candidates:
+        pid = cand.name[len(prefix) :].split(".", 1)[0]
+        if not pid.isdigit() or cand.resolve() in _ACTIVE or (int(pid) != os.getpid() and _pid_alive(int(pid))):
+            continue
+        with contextlib.suppress(OSError):
+            cand.unlink()
+            removed.append(cand)
+    return removed
+
+
+_ACTIVE: set[Path] = set()  # temp files this process is writing right now
+
+
+def _umask() -> int:
+    try:  # read it where the kernel reports it: setting it to read it races with other threads
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iterator[IO]:
     """Open a temporary file beside ``path``; on success it replaces ``path`` in one step
-    (``os.replace``), on error it is removed and ``path`` is left untouched."""
+    (``os.replace``), on error (or SIGINT, or SIGTERM under :func:`common.cli.cli_main`) it is
+    removed and ``path`` is left untouched.
+
+    The new file keeps the permission bits of the file it replaces (a new file gets the usual
+    ``0o666 & ~umask``). Temp files of ``path`` left by a killed earlier writer are swept first."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_write supports modes 'w' and 'wb', got {mode!r}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    sweep_stale_temps(path)
     try:
+        perms = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        perms = 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(path)}{os.getpid()}.", suffix=_TMP_SUFFIX, dir=path.parent)
+    tmp = Path(tmp).resolve()
+    _ACTIVE.add(tmp)
+    try:
+        os.chmod(tmp, perms)
         with os.fdopen(fd, mode, **kwargs) as f:
             yield f
             f.flush()
@@ -34,6 +99,8 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Ite
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    finally:
+        _ACTIVE.discard(tmp)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -43,6 +110,8 @@ def _jsonable(obj: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_jsonable(v) for v in obj]
+    if getattr(obj, "ndim", 0) and hasattr(obj, "tolist"):  # numpy / torch arrays
+        return _jsonable(obj.tolist())
     if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
         return _jsonable(obj.item())
     if isinstance(obj, Path):
@@ -50,11 +119,17 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def dumps_json(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps`` of ``obj`` as strict JSON: NaN/inf become null, NumPy/torch scalars plain
+    numbers (``allow_nan=False`` guards the result)."""
+    return json.dumps(_jsonable(obj), allow_nan=False, **kwargs)
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Write ``obj`` as indented JSON atomically (NaN/inf become null)."""
+    """Write ``obj`` as indented strict JSON atomically (NaN/inf become null)."""
+    text = dumps_json(obj, indent=2, sort_keys=False)
     with atomic_write(path, "w", encoding="utf-8") as f:
-        json.dump(_jsonable(obj), f, indent=2, sort_keys=False)
-        f.write("\n")
+        f.write(text + "\n")
     return Path(path)
 
 
@@ -67,6 +142,29 @@ def read_json(path: str | os.PathLike) -> Any:
             return json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"malformed JSON in {path}: {exc}") from exc
+
+
+def read_npz(path: str | os.PathLike, what: str = "file") -> dict[str, Any]:
+    """All arrays of an ``.npz`` archive (``allow_pickle=False``) as ``{name: ndarray}``; DataError
+    naming the file and the problem when it is missing, empty, not a zip archive, truncated or
+    holds pickled objects."""
+    import zipfile
+    import zlib
+
+    import numpy as np
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{what} not found: {path}")
+    if path.stat().st_size == 0:
+        raise DataError(f"{what} {path} is empty")
+    if not zipfile.is_zipfile(path):
+        raise DataError(f"{what} {path} is not an .npz archive (truncated or another format)")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise DataError(f"cannot read {what} {path}: {exc}") from exc
 
 
 def write_csv(path: str | os.PathLike, rows: list[dict]) -> Path:

@@ -18,7 +18,18 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from common.cli import add_common_args, subcommand_main  # noqa: E402
+from common.cli import (  # noqa: E402
+    ArgumentParser,
+    add_common_args,
+    check_outputs,
+    int_list,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    probability,
+    subcommand_main,
+)
 from common.errors import InputError  # noqa: E402
 from generation3d.render import RENDERERS  # noqa: E402
 
@@ -33,18 +44,12 @@ def _data_dir(a) -> Path:
     return Path(a.data_dir) if a.data_dir else default_data_dir()
 
 
-def _positive(name: str, value: int) -> int:
-    if value < 1:
-        raise InputError(f"--{name} must be >= 1, got {value}")
-    return value
-
-
 def _build_data(a) -> int:
     from generation3d.data import build_dataset, read_meta
 
-    _positive("per-category", a.per_category)
     out = Path(a.out) if a.out else _data_dir(a)
-    build_dataset(out, n_per_category=a.per_category, n_scenes=a.scenes, n_points=_positive("points", a.points),
+    check_outputs(dirs=[out], overwrite=a.overwrite)
+    build_dataset(out, n_per_category=a.per_category, n_scenes=a.scenes, n_points=a.points,
                   seed=a.seed, min_scene_parts=a.scene_parts)
     m = read_meta(out)
     print(f"wrote {m['n_shapes']} shapes ({m['n_parts_total']} parts, {m['parts_min']}..{m['parts_max']} per shape, "
@@ -62,12 +67,13 @@ def _train_ae(a) -> int:
     from generation3d.pipeline import save_autoencoder
     from generation3d.train import train_autoencoder
 
+    out = Path(a.out or "runs/ae")
+    check_outputs(dirs=[out], inputs=[_data_dir(a)], overwrite=a.overwrite)
     torch.set_num_threads(a.threads)
     ds = PartDataset.load(_data_dir(a))
-    ae, hist = train_autoencoder(ds, AEConfig(n_latents=a.latents, d_latent=a.latent_dim), steps=_positive("steps", a.steps),
+    ae, hist = train_autoencoder(ds, AEConfig(n_latents=a.latents, d_latent=a.latent_dim), steps=a.steps,
                                  batch_size=a.batch_size, lr=a.lr, seed=a.seed, progress=True)
     rec = reconstruction_metrics(ae, ds, "test")
-    out = Path(a.out or "runs/ae")
     save_autoencoder(ae, out, {"history": hist, "test": rec, "seed": a.seed})
     write_json(out / "metrics.json", rec)
     print(f"autoencoder: test part CD (squared) {rec['ae_cd']:.5f}, F@{rec['tau']} {rec['ae_fscore']:.3f}; saved {out}")
@@ -83,17 +89,18 @@ def _train(a) -> int:
     from generation3d.text import shape_descriptions
     from generation3d.train import train_generator
 
+    out = Path(a.out or f"runs/{a.attention}")
+    check_outputs(dirs=[out], inputs=[_data_dir(a), a.ae], overwrite=a.overwrite)
     torch.set_num_threads(a.threads)
     ds = PartDataset.load(_data_dir(a))
     ae = load_autoencoder(a.ae)
-    cfg = GenConfig(n_latents=ae.config.n_latents, d_latent=ae.config.d_latent, max_parts=_positive("max-parts", a.max_parts),
-                    d_model=a.d_model, n_layers=a.layers, attention=a.attention, top_k=_positive("top-k", a.top_k),
+    cfg = GenConfig(n_latents=ae.config.n_latents, d_latent=ae.config.d_latent, max_parts=a.max_parts,
+                    d_model=a.d_model, n_layers=a.layers, attention=a.attention, top_k=a.top_k,
                     n_compressed=a.compressed, proportional_attention=a.proportional,
                     route_on_compressed=a.route_on_compressed, learned_comp_bias=a.learned_comp_bias,
                     router_distill=a.router_distill, dense_warmup=a.dense_warmup)
-    gen, stats, hist = train_generator(ds, ae, cfg, steps=_positive("steps", a.steps), batch_size=a.batch_size,
+    gen, stats, hist = train_generator(ds, ae, cfg, steps=a.steps, batch_size=a.batch_size,
                                        lr=a.lr, seed=a.seed, progress=True)
-    out = Path(a.out or f"runs/{a.attention}")
     MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train")).save(out, {"history": hist, "seed": a.seed, "steps": a.steps})
     print(f"trained {a.attention} generator for {a.steps} steps: final loss {hist[-1]['loss']:.4f}; saved {out}")
     return 0
@@ -108,12 +115,13 @@ def _sample(a) -> int:
     out = Path(a.out or "sample.glb")
     if out.suffix.lower() not in (".glb", ".ply", ".obj"):
         raise InputError(f"--out must end in .glb, .ply or .obj, got {out.name!r}")
+    png = out.with_suffix(".png")
+    check_outputs(files=[out, png], inputs=[a.ckpt], overwrite=a.overwrite)
     text = None if a.text is None else check_text(a.text)
     pipe = MoCAPipeline.load(a.ckpt)
-    g = pipe.sample(a.category, a.parts, seed=a.seed, steps=_positive("steps", a.steps), guidance=a.guidance, text=text)[0]
+    g = pipe.sample(a.category, a.parts, seed=a.seed, steps=a.steps, guidance=a.guidance, text=text)[0]
     meshes = shape_meshes(g.points, g.boxes)
     export_meshes(meshes, out)
-    png = out.with_suffix(".png")
     renderer = render_preview(meshes, png, title=f"{a.category}, {a.parts} parts", renderer=a.renderer)
     if text is not None:
         near, sim = pipe.nearest_description(text)
@@ -132,9 +140,10 @@ def _eval(a) -> int:
     from generation3d.evaluate import evaluate_generator
     from generation3d.pipeline import MoCAPipeline
 
+    check_outputs(files=[a.out], inputs=[a.ckpt, _data_dir(a)], overwrite=a.overwrite)
     pipe = MoCAPipeline.load(a.ckpt)
     ds = PartDataset.load(_data_dir(a))
-    res = evaluate_generator(pipe, ds, n_shapes=_positive("n", a.n), seed=a.seed, steps=_positive("steps", a.steps),
+    res = evaluate_generator(pipe, ds, n_shapes=a.n, seed=a.seed, steps=a.steps,
                              guidance=a.guidance, use_text=a.text)
     res["ckpt"] = str(a.ckpt)
     print(markdown_table([res], ["attention", "cd", "fscore", "part_cd", "part_fscore", "coverage", "mmd", "1nna",
@@ -150,6 +159,7 @@ def _flow_loss(a) -> int:
     from generation3d.evaluate import heldout_flow_loss
     from generation3d.pipeline import MoCAPipeline
 
+    check_outputs(files=[a.out], inputs=[a.ckpt, _data_dir(a)], overwrite=a.overwrite)
     res = heldout_flow_loss(MoCAPipeline.load(a.ckpt), PartDataset.load(_data_dir(a)), seed=a.seed)
     res["ckpt"] = str(a.ckpt)
     by_level = " ".join(f"{s}: {z:.3f}/{b:.3f}" for s, z, b in zip(res["levels"], res["z_by_level"], res["box_by_level"], strict=True))
@@ -165,13 +175,11 @@ def _bench(a) -> int:
 
     from generation3d.bench import run_bench
 
-    try:
-        parts = tuple(int(p) for p in a.parts.split(","))
-    except ValueError:
-        raise InputError(f"--parts must be comma-separated integers, got {a.parts!r}") from None
+    out = Path(a.out or "results/generation3d_bench")
+    check_outputs(dirs=[out], overwrite=a.overwrite)
     torch.set_num_threads(a.threads)
-    run_bench(Path(a.out or "results/generation3d_bench"), parts=parts, tokens=_positive("tokens", a.tokens),
-              repeats=_positive("repeats", a.repeats), top_k=a.top_k, n_compressed=a.compressed, seed=a.seed)
+    run_bench(out, parts=a.parts, tokens=a.tokens, repeats=a.repeats, top_k=a.top_k, n_compressed=a.compressed,
+              seed=a.seed)
     return 0
 
 
@@ -179,6 +187,7 @@ def _load_mesh(a) -> int:
     from generation3d.data import load_part_mesh
     from generation3d.render import render_preview
 
+    check_outputs(files=[a.out], inputs=[a.path], overwrite=a.overwrite)
     shape = load_part_mesh(a.path, category=a.category, seed=a.seed)
     for p in shape.parts:
         print(f"{p.name}: box centre {p.box[:3].round(3).tolist()} size {p.box[3:].round(3).tolist()}")
@@ -189,61 +198,61 @@ def _load_mesh(a) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="moca", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(prog="moca", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("build-data", help="build the procedural part-labelled dataset")
     add_common_args(p)
-    p.add_argument("--per-category", type=int, default=200)
-    p.add_argument("--scenes", type=int, default=8)
-    p.add_argument("--scene-parts", type=int, default=64, help="minimum parts per scene")
-    p.add_argument("--points", type=int, default=256, help="surface points per part")
+    p.add_argument("--per-category", type=positive_int, default=200)
+    p.add_argument("--scenes", type=nonneg_int, default=8)
+    p.add_argument("--scene-parts", type=positive_int, default=64, help="minimum parts per scene")
+    p.add_argument("--points", type=positive_int, default=256, help="surface points per part")
     p.set_defaults(fn=_build_data)
 
     p = sub.add_parser("train-ae", help="train the per-part point-cloud autoencoder")
     add_common_args(p)
-    p.add_argument("--steps", type=int, default=1500)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--latents", type=int, default=8, help="latent tokens T per part")
-    p.add_argument("--latent-dim", type=int, default=8)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--steps", type=positive_int, default=1500)
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--lr", type=positive_float, default=2e-3)
+    p.add_argument("--latents", type=positive_int, default=8, help="latent tokens T per part")
+    p.add_argument("--latent-dim", type=positive_int, default=8)
+    p.add_argument("--threads", type=positive_int, default=2)
     p.set_defaults(fn=_train_ae)
 
     p = sub.add_parser("train", help="train the flow-matching part transformer")
     add_common_args(p)
     p.add_argument("--ae", required=True, help="autoencoder checkpoint directory")
     p.add_argument("--attention", default="moca", choices=["moca", "full", "topk", "local"])
-    p.add_argument("--steps", type=int, default=2000)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--max-parts", type=int, default=64)
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--top-k", type=int, default=4)
-    p.add_argument("--compressed", type=int, default=2, help="compressed tokens per non-selected component")
+    p.add_argument("--steps", type=positive_int, default=2000)
+    p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument("--lr", type=positive_float, default=1e-3)
+    p.add_argument("--max-parts", type=positive_int, default=64)
+    p.add_argument("--d-model", type=positive_int, default=128)
+    p.add_argument("--layers", type=positive_int, default=4)
+    p.add_argument("--top-k", type=positive_int, default=4)
+    p.add_argument("--compressed", type=positive_int, default=2, help="compressed tokens per non-selected component")
     p.add_argument("--proportional", action="store_true",
                    help="MoCA ablation: + log(T/C) on the compressed keys' logits (proportional attention)")
     p.add_argument("--route-on-compressed", action="store_true",
                    help="MoCA ablation: add the compressed keys' attention mass to the router score")
     p.add_argument("--learned-comp-bias", action="store_true",
                    help="MoCA ablation: learned per-head logit bias of the compressed keys")
-    p.add_argument("--router-distill", type=float, default=None, metavar="W",
+    p.add_argument("--router-distill", type=nonneg_float, default=None, metavar="W",
                    help="weight of the router distillation loss KL(full-attention part mass || router); "
                         "default 0.5 for moca, 0 (off) otherwise")
-    p.add_argument("--dense-warmup", type=float, default=None, metavar="FRAC",
+    p.add_argument("--dense-warmup", type=probability, default=None, metavar="FRAC",
                    help="train the first FRAC of the steps densely (k = P, = full attention); "
                         "default 0.25 for moca, 0 (off) otherwise")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=positive_int, default=2)
     p.set_defaults(fn=_train)
 
     p = sub.add_parser("sample", help="generate one shape and export it")
     add_common_args(p, out_default="sample.glb")
     p.add_argument("--ckpt", required=True)
     p.add_argument("--category", default="chair", help="chair, table, shelf, lamp, scene or none")
-    p.add_argument("--parts", type=int, default=8)
-    p.add_argument("--steps", type=int, default=25)
-    p.add_argument("--guidance", type=float, default=1.0)
+    p.add_argument("--parts", type=positive_int, default=8)
+    p.add_argument("--steps", type=positive_int, default=25)
+    p.add_argument("--guidance", type=nonneg_float, default=1.0)
     p.add_argument("--text", default=None, help="description to condition on (MiniLM); omit for no text")
     p.add_argument("--renderer", default="auto", choices=RENDERERS, help="preview renderer (auto: open3d, else matplotlib)")
     p.set_defaults(fn=_sample)
@@ -256,20 +265,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evaluate a generator against the test split")
     add_common_args(p)
     p.add_argument("--ckpt", required=True)
-    p.add_argument("--n", type=int, default=32)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--guidance", type=float, default=1.0)
+    p.add_argument("--n", type=positive_int, default=32)
+    p.add_argument("--steps", type=positive_int, default=20)
+    p.add_argument("--guidance", type=nonneg_float, default=1.0)
     p.add_argument("--text", action="store_true", help="also condition on each test shape's description")
     p.set_defaults(fn=_eval)
 
     p = sub.add_parser("bench-attention", help="time/memory of MoCA vs full/top-k/local attention vs P")
     add_common_args(p)
-    p.add_argument("--parts", default="8,16,32,64,128,256")
-    p.add_argument("--tokens", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--top-k", type=int, default=4)
-    p.add_argument("--compressed", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--parts", type=int_list(1), default="8,16,32,64,128,256")
+    p.add_argument("--tokens", type=positive_int, default=64)
+    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument("--top-k", type=positive_int, default=4)
+    p.add_argument("--compressed", type=positive_int, default=2)
+    p.add_argument("--threads", type=positive_int, default=1)
     p.set_defaults(fn=_bench)
 
     p = sub.add_parser("load-mesh", help="load a part-segmented GLB/OBJ and list its parts")

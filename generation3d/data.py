@@ -11,6 +11,7 @@ its bounding box is centred at the origin with largest half-extent 1 (z is up).
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -364,7 +365,7 @@ class PartDataset:
         try:
             z = np.load(path, allow_pickle=False)
             ds = cls(z["points"], z["boxes"], z["offsets"], z["category"], z["split"], z["part_names"])
-        except (OSError, KeyError, ValueError) as exc:
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise DataError(f"corrupt dataset {path}: {exc}") from exc
         if len(ds.offsets) != len(ds.category) + 1 or ds.offsets[-1] != len(ds.points):
             raise DataError(f"corrupt dataset {path}: offsets do not match the part arrays")

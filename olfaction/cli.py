@@ -11,26 +11,34 @@ import csv
 import sys
 from pathlib import Path
 
-from common.cli import add_common_args, cli_main
+from common.cli import (
+    ArgumentParser,
+    add_common_args,
+    check_outputs,
+    cli_main,
+    int_list,
+    nonneg_int,
+    positive_int,
+)
 from common.data_dir import resolve_data_dir
 from common.errors import DataError, InputError
 from common.io import write_csv, write_json
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mixscent", description="MixScentNet: mixture odour prediction")
+    p = ArgumentParser(prog="mixscent", description="MixScentNet: mixture odour prediction")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("featurize", help="compute and cache Mordred 2D descriptors")
     add_common_args(s)
-    s.add_argument("--limit", type=int, default=None, help="only the first N molecules (mixtures first)")
-    s.add_argument("--nproc", type=int, default=1, help="Mordred worker processes")
+    s.add_argument("--limit", type=positive_int, default=None, help="only the first N molecules (mixtures first)")
+    s.add_argument("--nproc", type=positive_int, default=1, help="Mordred worker processes")
 
     s = sub.add_parser("pretrain", help="self-supervised Mordred pretraining of the molecule encoder")
     add_common_args(s)
-    s.add_argument("--epochs", type=int, default=25)
+    s.add_argument("--epochs", type=positive_int, default=25)
     s.add_argument("--encoder", default=None, help="output directory (default: cache dir/encoder)")
-    s.add_argument("--moses", type=int, default=0, help="add N filtered MOSES molecules (seeded subset)")
+    s.add_argument("--moses", type=nonneg_int, default=0, help="add N filtered MOSES molecules (seeded subset)")
     s.add_argument("--moses-file", default=None, help="MOSES train.csv.gz (default: the molsets package's)")
 
     for name, helptext in (
@@ -41,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         add_common_args(s)
         s.add_argument("--split", default="random_cv0", help="split JSON path, or a name under splits/")
         s.add_argument("--encoder", default=None, help="pretrained encoder directory")
-        s.add_argument("--epochs", type=int, default=60)
+        s.add_argument("--epochs", type=positive_int, default=60)
         s.add_argument("--model", default=None, help="(eval) evaluate this saved model instead of training")
         s.add_argument(
             "--pair-features",
@@ -76,27 +84,27 @@ def _parser() -> argparse.ArgumentParser:
     add_common_args(s)
     s.add_argument("--model", required=True)
     s.add_argument("--mix", required=True, help="';'-separated SMILES")
-    s.add_argument("--top", type=int, default=5)
+    s.add_argument("--top", type=positive_int, default=5)
 
     s = sub.add_parser("white", help="olfactory white: predicted distance vs number of components")
     add_common_args(s, out_default="runs/olfaction_white")
     s.add_argument("--model", required=True)
-    s.add_argument("--max-n", type=int, default=40)
-    s.add_argument("--samples", type=int, default=30)
+    s.add_argument("--max-n", type=positive_int, default=40)
+    s.add_argument("--samples", type=positive_int, default=30)
 
     s = sub.add_parser("bench", help="full benchmark vs baselines (table + CSV)")
     add_common_args(s, out_default="runs/olfaction_bench")
     s.add_argument("--families", default="random_cv,lso_molecules,strict_lmo")
-    s.add_argument("--folds", type=int, default=5)
+    s.add_argument("--folds", type=positive_int, default=5)
     s.add_argument("--variants", default=None, help="comma-separated subset of MixScentNet variants")
-    s.add_argument("--epochs", type=int, default=60)
+    s.add_argument("--epochs", type=positive_int, default=60)
     s.add_argument("--encoder", default=None)
     s.add_argument("--merge", default=None, help="comma-separated bench output dirs to merge into --out")
 
     s = sub.add_parser("label-bench", help="GS-LF stratified CV and blend-pair label benchmark")
     add_common_args(s, out_default="runs/olfaction_labels")
     s.add_argument("--tasks", default="gslf,blends", help="comma-separated: gslf, blends")
-    s.add_argument("--folds", type=int, default=5)
+    s.add_argument("--folds", type=positive_int, default=5)
     s.add_argument("--encoder", default=None)
     s.add_argument(
         "--gslf-features",
@@ -105,21 +113,23 @@ def _parser() -> argparse.ArgumentParser:
         " optionally + /moe, optionally + *N (N seeds averaged); rf (random forest on Mordred ++ Morgan);"
         " ensemble[:rank|:prob]=member[:weight]&member... (fixed weights, rest shared equally)",
     )
-    s.add_argument("--rf-trees", type=int, default=None, help="trees of the GS-LF rf model (default 100)")
+    s.add_argument("--rf-trees", type=positive_int, default=None, help="trees of the GS-LF rf model (default 100)")
     s.add_argument("--blend-features", default="embedding+mordred")
     s.add_argument("--blend-splits", default="moldisjoint,authors")
-    s.add_argument("--max-train", type=int, default=None, help="subsample training blend pairs")
-    s.add_argument("--epochs", type=int, default=None)
+    s.add_argument("--max-train", type=positive_int, default=None, help="subsample training blend pairs")
+    s.add_argument("--epochs", type=positive_int, default=None)
 
     s = sub.add_parser("corpus-curve", help="pretraining corpus size (MOSES) vs R² and distance task")
     add_common_args(s, out_default="runs/olfaction_corpus")
-    s.add_argument("--sizes", default="0,2000,8000", help="comma-separated extra MOSES corpus sizes")
+    s.add_argument(
+        "--sizes", type=int_list(0), default="0,2000,8000", help="comma-separated extra MOSES corpus sizes"
+    )
     s.add_argument(
         "--splits", default="random_cv0", help="comma-separated split names for the downstream task"
     )
-    s.add_argument("--pretrain-epochs", type=int, default=40)
-    s.add_argument("--nproc", type=int, default=1, help="Mordred worker processes for the MOSES molecules")
-    s.add_argument("--epochs", type=int, default=60)
+    s.add_argument("--pretrain-epochs", type=positive_int, default=40)
+    s.add_argument("--nproc", type=positive_int, default=1, help="Mordred worker processes for the MOSES molecules")
+    s.add_argument("--epochs", type=positive_int, default=60)
     s.add_argument("--moses-file", default=None, help="MOSES train.csv.gz (default: the molsets package's)")
 
     s = sub.add_parser("quick", help="minutes-long demo run: one fold, tiny model vs RF")
@@ -136,6 +146,30 @@ def _split(data_dir: Path, value: str, n_rows: int):
     return load_split(path, n_rows)
 
 
+def _check_io(args) -> None:
+    """Check every path ``args.cmd`` writes (and that none is one it reads) before any work."""
+    from .pipeline import default_encoder_dir
+
+    cmd = args.cmd
+    if cmd == "train" and not args.out:
+        raise InputError("train needs --out DIR for the model")
+    inputs = [getattr(args, k, None) for k in ("model", "moses_file", "csv")]
+    if cmd != "pretrain":
+        inputs.append(getattr(args, "encoder", None))
+    if cmd in ("train", "eval") and Path(args.split).suffix:
+        inputs.append(args.split)
+    if cmd == "bench" and args.merge:
+        inputs += [d for d in args.merge.split(",") if d]
+    files, dirs = [], []
+    if cmd == "pretrain":
+        dirs.append(args.encoder or default_encoder_dir())
+    elif cmd in ("eval", "predict"):
+        files.append(args.out)
+    elif cmd in ("train", "white", "bench", "label-bench", "corpus-curve", "quick"):
+        dirs.append(args.out)
+    check_outputs(files=files, dirs=dirs, inputs=inputs, overwrite=args.overwrite)
+
+
 def _encoder(value):
     from .pipeline import default_encoder_dir, load_encoder
 
@@ -149,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         from .set_models import DEFAULT_PARTNERS, partner_mode
 
         args.partners = partner_mode(args.partners or DEFAULT_PARTNERS)  # fails before any training
+    _check_io(args)
     from . import pipeline
     from .data import load_pairs
     from .model import MixScentConfig, MolEncoderConfig
@@ -176,8 +211,6 @@ def main(argv: list[str] | None = None) -> int:
         data_dir = resolve_data_dir(args.data_dir)
         pairs = load_pairs(data_dir)
         split = _split(data_dir, args.split, len(pairs))
-        if args.cmd == "train" and not args.out:
-            raise InputError("train needs --out DIR for the model")
         if args.cmd == "eval" and args.model:
             metrics = pipeline.evaluate_on_split(
                 pipeline.MixScentPredictor.load(Path(args.model)), pairs, split
@@ -216,9 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "predict":
         if not args.model and not args.set_regressors:
             raise InputError("predict needs --model DIR, --set-regressors, or both")
+        rows = _read_pairs_csv(Path(args.csv)) if args.csv else None  # fails before the model loads
         predictor = pipeline.MixScentPredictor.load(Path(args.model)) if args.model else None
-        if args.csv:
-            return _predict_csv(predictor, Path(args.csv), args)
+        if rows is not None:
+            return _predict_csv(predictor, rows, args)
         if not args.mix1 or not args.mix2:
             raise InputError("predict needs --mix1 and --mix2, or --csv")
         from .data import parse_mixture_text
@@ -301,14 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "corpus-curve":
         from .corpus_curve import run_corpus_curve
 
-        try:
-            sizes = tuple(int(x) for x in args.sizes.split(",") if x.strip())
-        except ValueError:
-            raise InputError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from None
         run_corpus_curve(
             resolve_data_dir(args.data_dir),
             Path(args.out),
-            sizes=sizes,
+            sizes=args.sizes,
             splits=tuple(x.strip() for x in args.splits.split(",") if x.strip()),
             pretrain=PretrainConfig(epochs=args.pretrain_epochs, seed=args.seed),
             tcfg=DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
@@ -354,19 +384,41 @@ def _distances(predictor, mix_a, mix_b, datasets, args):
     return (2.0 * set_mean + predictor.distances(mix_a, mix_b, datasets)) / 3.0
 
 
-def _predict_csv(predictor, path: Path, args) -> int:
+def _read_pairs_csv(path: Path) -> list[dict]:
+    """Rows of a DREAM-format CSV (``Dataset,Mixture_1,Mixture_2``); DataError naming the file and
+    the problem (missing, not UTF-8, malformed, no rows, a short row)."""
+    need = ("Dataset", "Mixture_1", "Mixture_2")
+    if not path.is_file():
+        raise DataError(f"CSV not found: {path}")
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+            columns = reader.fieldnames or []
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except csv.Error as exc:
+        raise DataError(f"malformed CSV {path}: {exc}") from None
+    if not columns:
+        raise DataError(f"{path} is empty (expected a header {','.join(need)})")
+    missing = [c for c in need if c not in columns]
+    if missing:
+        raise DataError(f"{path} needs columns {list(need)}; missing {missing}")
+    if not rows:
+        raise DataError(f"{path} has a header but no rows")
+    for i, row in enumerate(rows, start=2):
+        empty = [c for c in need if not (row.get(c) or "").strip()]
+        if empty:
+            raise DataError(f"{path} line {i}: no value for {empty[0]}")
+    return rows
+
+
+def _predict_csv(predictor, rows: list[dict], args) -> int:
     """DREAM submission format: reads ``Dataset,Mixture_1,Mixture_2``, writes the same rows plus
     ``Predicted_Experimental_Values`` to ``--out`` (or stdout)."""
     from .data import load_mixtures, resolve_mixture
 
-    if not path.is_file():
-        raise DataError(f"CSV not found: {path}")
     mixtures = load_mixtures(resolve_data_dir(args.data_dir))
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    need = {"Dataset", "Mixture_1", "Mixture_2"}
-    if not rows or not need <= set(rows[0]):
-        raise InputError(f"{path.name} needs columns {sorted(need)}")
     a = [resolve_mixture(mixtures, r["Dataset"], r["Mixture_1"]) for r in rows]
     b = [resolve_mixture(mixtures, r["Dataset"], r["Mixture_2"]) for r in rows]
     pred = _distances(predictor, a, b, [r["Dataset"] for r in rows], args)

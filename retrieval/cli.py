@@ -3,26 +3,34 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
-from common.cli import cli_main
+from common.cli import (
+    ArgumentParser,
+    add_overwrite_arg,
+    check_outputs,
+    cli_main,
+    nonneg_int,
+    positive_int,
+    seed_int,
+)
 from common.errors import InputError
+from common.io import dumps_json, write_json
 
 DATASETS = ("synthetic", "fashioniq", "shoes")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="moa3cir", description="MoA³CIR composed image retrieval")
+    p = ArgumentParser(prog="moa3cir", description="MoA³CIR composed image retrieval")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     b = sub.add_parser("build-data", help="build the synthetic e-commerce CIR benchmark")
     b.add_argument("--out", required=True, help="output directory (both variants go below it)")
     b.add_argument("--size", choices=("small", "tiny"), default="small")
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--overwrite", action="store_true", help="allow writing into a non-empty directory")
+    b.add_argument("--seed", type=seed_int, default=0)
+    add_overwrite_arg(b)
 
     def data_args(sp):
         sp.add_argument("--dataset", choices=DATASETS, default="synthetic")
@@ -38,28 +46,30 @@ def _parser() -> argparse.ArgumentParser:
     data_args(t)
     t.add_argument("--model", default="moa3cir", choices=("moa3cir", "combiner", "sum", "image", "text"))
     t.add_argument("--out", required=True, help="checkpoint directory")
-    t.add_argument("--phase1-epochs", type=int, default=2)
-    t.add_argument("--phase2-epochs", type=int, default=6)
+    t.add_argument("--phase1-epochs", type=nonneg_int, default=2)
+    t.add_argument("--phase2-epochs", type=nonneg_int, default=6)
     t.add_argument(
-        "--augment", type=int, default=0, help="self-reflective augmentation proposals (synthetic)"
+        "--augment", type=nonneg_int, default=0, help="self-reflective augmentation proposals (synthetic)"
     )
     t.add_argument("--no-descriptions", action="store_true")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--overwrite", action="store_true")
+    t.add_argument("--seed", type=seed_int, default=0)
+    add_overwrite_arg(t)
 
     e = sub.add_parser("eval", help="evaluate a checkpoint with the dataset's official protocol")
     data_args(e)
     e.add_argument("--model", required=True, help="checkpoint directory")
     e.add_argument("--split", default="test", choices=("val", "test"))
     e.add_argument("--out", default=None, help="write metrics JSON here")
+    add_overwrite_arg(e)
 
     i = sub.add_parser("index", help="embed a split's gallery into a faiss index")
     data_args(i)
     i.add_argument("--model", required=True)
     i.add_argument("--split", default="test", choices=("train", "val", "test"))
     i.add_argument("--kind", default="flat", choices=("flat", "ivf", "hnsw"))
-    i.add_argument("--nlist", type=int, default=64)
+    i.add_argument("--nlist", type=positive_int, default=64)
     i.add_argument("--out", required=True, help="index directory")
+    add_overwrite_arg(i)
 
     s = sub.add_parser("search", help="retrieve products for a reference image + modification text")
     s.add_argument("--model", required=True)
@@ -67,14 +77,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--image", required=True, help="reference image file")
     s.add_argument("--text", required=True, help="modification text")
     s.add_argument("--description", default=None, help="reference item description (optional)")
-    s.add_argument("--k", type=int, default=10)
+    s.add_argument("--k", type=positive_int, default=10)
 
     bn = sub.add_parser("bench", help="MoA³CIR vs baselines table and/or the search benchmark")
     bn.add_argument("--root", default=None, help="benchmark root (built into --out when absent)")
     bn.add_argument("--out", default="runs/retrieval_bench")
-    bn.add_argument("--phase1-epochs", type=int, default=1)
-    bn.add_argument("--phase2-epochs", type=int, default=3)
-    bn.add_argument("--augment", type=int, default=800)
+    bn.add_argument("--phase1-epochs", type=nonneg_int, default=1)
+    bn.add_argument("--phase2-epochs", type=nonneg_int, default=3)
+    bn.add_argument("--augment", type=nonneg_int, default=800)
     bn.add_argument(
         "--variants", nargs="+", choices=("controlled", "confounded"), default=["controlled", "confounded"]
     )
@@ -87,12 +97,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     bn.add_argument("--search", action="store_true", help="also run the 1M x 256 search benchmark")
     bn.add_argument("--search-only", action="store_true")
-    bn.add_argument("--search-n", type=int, default=1_000_000, help="search benchmark gallery size")
-    bn.add_argument("--search-queries", type=int, default=1000)
+    bn.add_argument("--search-n", type=positive_int, default=1_000_000, help="search benchmark gallery size")
+    bn.add_argument("--search-queries", type=positive_int, default=1000)
     bn.add_argument(
-        "--search-threads", type=int, default=1, help="threads for both NumPy (BLAS) and faiss (default 1)"
+        "--search-threads", type=positive_int, default=1, help="threads for both NumPy (BLAS) and faiss (default 1)"
     )
-    bn.add_argument("--seed", type=int, default=0)
+    bn.add_argument("--seed", type=seed_int, default=0)
+    add_overwrite_arg(bn)
     return p
 
 
@@ -100,11 +111,6 @@ def _load(args, split):
     from .data import load_dataset
 
     return load_dataset(args.dataset, Path(args.root), split, args.variant)
-
-
-def _fresh_dir(path: Path, overwrite: bool) -> None:
-    if path.exists() and any(path.iterdir()) and not overwrite:
-        raise InputError(f"{path} is not empty (pass --overwrite to replace it)")
 
 
 @cli_main
@@ -117,14 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "build-data":
         from .data import BuildConfig, build_benchmark
 
+        check_outputs(dirs=[args.out], overwrite=args.overwrite)
         cfg = BuildConfig(seed=args.seed) if args.size == "small" else BuildConfig.tiny(args.seed)
-        print(json.dumps(build_benchmark(Path(args.out), cfg, overwrite=args.overwrite), indent=1))
+        print(dumps_json(build_benchmark(Path(args.out), cfg, overwrite=args.overwrite), indent=1))
         return 0
     if args.cmd == "train":
         from .train import TrainConfig, build_model, fit, prepare_features, save_model
 
         out = Path(args.out)
-        _fresh_dir(out, args.overwrite)
+        check_outputs(dirs=[out], inputs=[args.root], overwrite=args.overwrite)
+        if args.phase1_epochs + args.phase2_epochs == 0:
+            raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
         split = _load(args, "train")
         if args.augment:
             if args.dataset != "synthetic":
@@ -134,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             split, stats = augmented_train_split(
                 Path(args.root), args.variant, split, args.augment, args.seed
             )
-            print("augmentation:", json.dumps(stats.as_dict()))
+            print("augmentation:", dumps_json(stats.as_dict()))
         over = {"use_descriptions": False} if args.no_descriptions else {}
         model = build_model(args.model, **over)
         fit(
@@ -147,17 +156,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"saved {out}")
         return 0
     if args.cmd == "eval":
-        from common.io import write_json
-
         from .evaluate import evaluate_split
         from .train import embed_gallery, embed_queries, load_model, prepare_features
 
+        check_outputs(files=[args.out], inputs=[args.root, args.model], overwrite=args.overwrite)
         model, _ = load_model(Path(args.model))
         split = _load(args, args.split)
         f = prepare_features(split)
         q, _ = embed_queries(model, f)
         metrics = evaluate_split(split, q, embed_gallery(model, f))
-        print(json.dumps({k: round(v, 2) for k, v in metrics.items()}, indent=1))
+        print(dumps_json({k: round(v, 2) for k, v in metrics.items()}, indent=1))
         if args.out:
             write_json(Path(args.out), metrics)
         return 0
@@ -165,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         from .index import GalleryIndex
         from .train import embed_gallery, load_model, prepare_features
 
+        check_outputs(dirs=[args.out], inputs=[args.root, args.model], overwrite=args.overwrite)
         model, _ = load_model(Path(args.model))
         split = _load(args, args.split)
         emb = embed_gallery(model, prepare_features(split))
@@ -177,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             "variant": args.variant,
             "split": args.split,
         }
-        (Path(args.out) / "source.json").write_text(json.dumps(meta))
+        write_json(Path(args.out) / "source.json", meta)
         print(f"indexed {len(idx)} items into {args.out}")
         return 0
     if args.cmd == "search":
@@ -187,10 +196,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if not args.text.strip():
             raise InputError("modification text is empty")
-        if args.k < 1:
-            raise InputError("--k must be >= 1")
-        model, _ = load_model(Path(args.model))
         idx = GalleryIndex.load(Path(args.index))
+        model, _ = load_model(Path(args.model))
         q, weights = encode_single_query(model, load_image(Path(args.image)), args.text, args.description)
         scores, ids = idx.search(q, args.k)
         for rank, (i, sc) in enumerate(zip(ids[0], scores[0], strict=False), 1):
@@ -206,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
 
         methods = resolve_methods(args.methods)
         out = Path(args.out)
+        check_outputs(dirs=[out], inputs=[args.root], overwrite=args.overwrite)
+        if not args.search_only and args.phase1_epochs + args.phase2_epochs == 0:
+            raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
         if not args.search_only:
             root = Path(args.root) if args.root else out / "data"
             if not (root / "controlled" / "meta.json").is_file():

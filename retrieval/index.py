@@ -129,15 +129,15 @@ class GalleryIndex:
         if not (path / "index.faiss").is_file() or not (path / "index.json").is_file():
             raise DataError(f"{path} holds no saved index (index.faiss + index.json)")
         try:
-            meta = json.loads((path / "index.json").read_text())
+            meta = json.loads((path / "index.json").read_text(encoding="utf-8"))
             index = faiss.read_index(str(path / "index.faiss"))
-        except (json.JSONDecodeError, RuntimeError) as e:
-            raise DataError(f"corrupt index in {path}: {str(e).splitlines()[0]}") from None
-        obj = cls.__new__(cls)
-        obj.dim, obj.kind, obj.nlist, obj.nprobe, obj.m = (
-            meta[k] for k in ("dim", "kind", "nlist", "nprobe", "m")
-        )
-        obj.index, obj.ids = index, list(meta["ids"])
+            obj = cls.__new__(cls)
+            obj.dim, obj.kind, obj.nlist, obj.nprobe, obj.m = (
+                meta[k] for k in ("dim", "kind", "nlist", "nprobe", "m")
+            )
+            obj.index, obj.ids = index, list(meta["ids"])
+        except (json.JSONDecodeError, UnicodeDecodeError, RuntimeError, KeyError, TypeError) as e:
+            raise DataError(f"corrupt index in {path}: {(str(e).splitlines() or [type(e).__name__])[0]}") from None
         if obj.kind == "ivf":
             faiss.extract_index_ivf(index).nprobe = obj.nprobe
         if index.ntotal != len(obj.ids):

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from common.cli import subcommand_main
+from common.cli import (
+    ArgumentParser,
+    add_overwrite_arg,
+    check_outputs,
+    float_in,
+    fraction,
+    nonneg_float,
+    nonneg_int,
+    positive_int,
+    seed_int,
+    subcommand_main,
+)
 from common.errors import DataError, InputError
-from common.io import atomic_write, write_json
+from common.io import atomic_write, dumps_json, read_npz, write_json
 
 
 def _threads() -> None:
@@ -26,12 +37,13 @@ def _threads() -> None:
 def cmd_simulate(a: argparse.Namespace) -> int:
     from streaming.data import STANDARD_CONFIGS, StreamConfig, generate_stream, save_stream
 
+    check_outputs(files=[a.out], overwrite=a.overwrite)
     n, r, K = a.n, a.r, a.K
     if a.config:
         if a.config not in STANDARD_CONFIGS:
             raise InputError(f"unknown config {a.config!r}; choose from {sorted(STANDARD_CONFIGS)}")
         n, r, K = STANDARD_CONFIGS[a.config]
-    props = None if not a.proportions else [float(p) for p in a.proportions.split(",")]
+    props = None if not a.proportions else _proportions(a.proportions)
     cfg = StreamConfig(
         n=n, r=r, K=K, obs_frac=a.obs_frac, noise_std=a.noise, proportions=props, epochs=a.epochs,
         samples_per_epoch=a.samples_per_epoch, drift=a.drift, angle_rad=a.angle, n_replace=a.n_replace,
@@ -42,6 +54,16 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     print(f"wrote {a.out}: T={stream.values.shape[0]} n={n} r={r} K={K} drift={a.drift} "
           f"source={stream.source_values.shape[0]} drift points={stream.drift_points()}")
     return 0
+
+
+def _proportions(text: str) -> list[float]:
+    try:
+        props = [float(p) for p in text.split(",")]
+    except ValueError:
+        raise InputError(f"--proportions must be comma-separated numbers, got {text!r}") from None
+    if not all(np.isfinite(p) and p >= 0 for p in props):
+        raise InputError(f"--proportions must be finite and >= 0, got {text!r}")
+    return props
 
 
 def _source(stream, n_source: int) -> np.ndarray:
@@ -56,6 +78,7 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
     from streaming.data import load_stream
     from streaming.model import MoSAIC
 
+    check_outputs(dirs=[a.out], inputs=[a.input], overwrite=a.overwrite)
     _threads()
     stream = load_stream(a.input)
     model = MoSAIC(stream.n, a.r, a.K, seed=a.seed, pretrain_restarts=a.restarts)
@@ -69,6 +92,7 @@ def cmd_stream(a: argparse.Namespace) -> int:
     from streaming.data import FORMAT_VERSION, load_stream
     from streaming.model import MoSAIC
 
+    check_outputs(files=[a.output], dirs=[a.save_model], inputs=[a.input, a.model], overwrite=a.overwrite)
     _threads()
     stream = load_stream(a.input)
     if a.model:
@@ -96,18 +120,23 @@ def cmd_eval(a: argparse.Namespace) -> int:
     from streaming.data import load_stream
     from streaming.evaluate import summarize
 
+    check_outputs(files=[a.out], inputs=[a.input, a.completed], overwrite=a.overwrite)
     stream = load_stream(a.input)
-    try:
-        with np.load(a.completed, allow_pickle=False) as z:
-            completed, routes = z["completed"], z["routes"] if "routes" in z.files else None
-    except (OSError, ValueError, KeyError) as exc:
-        raise DataError(f"cannot read completed file {a.completed}: {exc}") from exc
+    z = read_npz(a.completed, "completed file")
+    if "completed" not in z:
+        raise DataError(f"{a.completed} has no 'completed' array (write it with `mosaic stream`)")
+    completed, routes = z["completed"], z.get("routes")
     if completed.shape != stream.values.shape:
         raise DataError(f"completed has shape {completed.shape}, the stream {stream.values.shape}")
     if stream.full is None:
         raise DataError(f"{a.input} has no 'full' array: NRMSE on unobserved entries needs it")
+    if completed.dtype.kind not in "fiu":
+        raise DataError(f"completed in {a.completed} must be numeric, got dtype {completed.dtype}")
+    if routes is not None and (routes.shape != (completed.shape[0],) or routes.dtype.kind not in "iu"):
+        raise DataError(f"routes in {a.completed} must be ({completed.shape[0]},) integers, "
+                        f"got {routes.shape} {routes.dtype}")
     row = summarize(stream, completed, routes)
-    print(json.dumps(row, indent=2))
+    print(dumps_json(row, indent=2))
     if a.out:
         write_json(a.out, row)
     return 0
@@ -116,6 +145,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
 def cmd_bench(a: argparse.Namespace) -> int:
     from streaming.bench import run_bench, throughput_bench
 
+    check_outputs(dirs=[a.out], overwrite=a.overwrite)
     _threads()
     if a.throughput:
         throughput_bench(Path(a.out), configs=a.configs, samples=a.samples, repeats=a.repeats, large=a.large,
@@ -127,73 +157,78 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mosaic", description="MoSAIC: online matrix completion on a drifting union of subspaces")
+    p = ArgumentParser(prog="mosaic", description="MoSAIC: online matrix completion on a drifting union of subspaces")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("simulate", help="generate a stream file (.npz)")
     s.add_argument("--config", default=None, help="standard (n,r,K): 25-5-5, 50-5-10, 100-10-10, 100-25-5")
-    s.add_argument("--n", type=int, default=100)
-    s.add_argument("--r", type=int, default=10)
-    s.add_argument("--K", type=int, default=10)
-    s.add_argument("--obs-frac", type=float, default=0.4)
-    s.add_argument("--noise", type=float, default=0.05)
+    s.add_argument("--n", type=positive_int, default=100)
+    s.add_argument("--r", type=positive_int, default=10)
+    s.add_argument("--K", type=positive_int, default=10)
+    s.add_argument("--obs-frac", type=fraction, default=0.4)
+    s.add_argument("--noise", type=nonneg_float, default=0.05)
     s.add_argument("--proportions", default=None, help="comma-separated class proportions")
-    s.add_argument("--epochs", type=int, default=4)
-    s.add_argument("--samples-per-epoch", type=int, default=2000)
+    s.add_argument("--epochs", type=positive_int, default=4)
+    s.add_argument("--samples-per-epoch", type=positive_int, default=2000)
     s.add_argument("--drift", default="rotation", choices=["none", "rotation", "abrupt"])
-    s.add_argument("--angle", type=float, default=0.1, help="rotation angle per epoch (rad)")
-    s.add_argument("--n-replace", type=int, default=1, help="subspaces replaced per epoch (abrupt)")
-    s.add_argument("--source-per-class", type=int, default=0, help="pretraining samples per class (0 = auto)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--angle", type=float_in(0.0, math.pi), default=0.1, help="rotation angle per epoch (rad)")
+    s.add_argument("--n-replace", type=positive_int, default=1, help="subspaces replaced per epoch (abrupt)")
+    s.add_argument("--source-per-class", type=nonneg_int, default=0, help="pretraining samples per class (0 = auto)")
+    s.add_argument("--seed", type=seed_int, default=0)
     s.add_argument("--out", required=True, help="output .npz")
+    add_overwrite_arg(s)
     s.set_defaults(fn=cmd_simulate)
 
     s = sub.add_parser("pretrain", help="pretrain MoSAIC experts on a file's source samples")
     s.add_argument("--input", required=True)
-    s.add_argument("--K", type=int, required=True)
-    s.add_argument("--r", type=int, required=True)
-    s.add_argument("--restarts", type=int, default=16)
-    s.add_argument("--n-source", type=int, default=0, help="without source_values: pretrain on the first N samples")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--K", type=positive_int, required=True)
+    s.add_argument("--r", type=positive_int, required=True)
+    s.add_argument("--restarts", type=positive_int, default=16)
+    s.add_argument("--n-source", type=nonneg_int, default=0, help="without source_values: pretrain on the first N samples")
+    s.add_argument("--seed", type=seed_int, default=0)
     s.add_argument("--out", required=True, help="checkpoint directory")
+    add_overwrite_arg(s)
     s.set_defaults(fn=cmd_pretrain)
 
     s = sub.add_parser("stream", help="complete a stream file sample by sample")
     s.add_argument("--input", required=True)
     s.add_argument("--output", required=True, help="output .npz with completed (T, n) and routes (T,)")
     s.add_argument("--model", default=None, help="checkpoint from `mosaic pretrain`")
-    s.add_argument("--K", type=int, default=None)
-    s.add_argument("--r", type=int, default=None)
+    s.add_argument("--K", type=positive_int, default=None)
+    s.add_argument("--r", type=positive_int, default=None)
     s.add_argument("--no-pretrain", action="store_true")
-    s.add_argument("--n-source", type=int, default=0)
+    s.add_argument("--n-source", type=nonneg_int, default=0)
     s.add_argument("--ignore-epochs", action="store_true", help="do not tell the model where epochs start")
     s.add_argument("--save-model", default=None, help="save the final model to this directory")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=seed_int, default=0)
+    add_overwrite_arg(s)
     s.set_defaults(fn=cmd_stream)
 
     s = sub.add_parser("eval", help="metrics of a completed stream against the file's ground truth")
     s.add_argument("--input", required=True)
     s.add_argument("--completed", required=True)
     s.add_argument("--out", default=None, help="write the metrics as JSON")
+    add_overwrite_arg(s)
     s.set_defaults(fn=cmd_eval)
 
     s = sub.add_parser("bench", help="multi-seed benchmark vs baselines: table, CSV, plots")
     s.add_argument("--out", default="results/streaming")
-    s.add_argument("--seeds", type=int, default=10)
+    s.add_argument("--seeds", type=positive_int, default=10)
     s.add_argument("--quick", action="store_true", help="short streams, fewer methods' restarts")
     s.add_argument("--configs", nargs="*", default=None)
     s.add_argument("--drifts", nargs="*", default=None)
-    s.add_argument("--workers", type=int, default=1)
+    s.add_argument("--workers", type=positive_int, default=1)
     s.add_argument("--no-fashion", action="store_true")
-    s.add_argument("--obs-frac", type=float, default=None,
+    s.add_argument("--obs-frac", type=fraction, default=None,
                    help="observed fraction of every config (default: 0.4, 0.5 for 25-5-5)")
     s.add_argument("--large", action="store_true", help="also run the (10000, 10, 20) memory-scaling config")
     s.add_argument("--throughput", action="store_true",
                    help="time per sample of MoSAIC vs GROUSE instead (table + throughput.csv/json)")
-    s.add_argument("--samples", type=int, default=4000, help="stream length per config for --throughput")
+    s.add_argument("--samples", type=positive_int, default=4000, help="stream length per config for --throughput")
     s.add_argument("--throughput-drift", choices=("abrupt", "none"), default="abrupt",
                    help="--throughput stream: one abrupt replacement at mid-stream (change buffer timed) or none (steady state)")
-    s.add_argument("--repeats", type=int, default=3, help="timed runs per method for --throughput (best is kept)")
+    s.add_argument("--repeats", type=positive_int, default=3, help="timed runs per method for --throughput (best is kept)")
+    add_overwrite_arg(s)
     s.set_defaults(fn=cmd_bench)
     return p
 

@@ -35,14 +35,13 @@ independently with probability ``obs_frac``. Drift between epochs:
 from __future__ import annotations
 
 import os
-import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from common.errors import DataError, InputError
-from common.io import atomic_write
+from common.io import atomic_write, read_npz
 from streaming.linalg import orthonormalize, random_bases
 
 FORMAT_VERSION = 1
@@ -231,16 +230,13 @@ def check_values(values: np.ndarray, name: str = "values") -> np.ndarray:
 def load_stream(path: str | os.PathLike) -> Stream:
     """Read and validate a stream file (DataError on unreadable, wrong version or bad shapes)."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"stream file not found: {path}")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise DataError(f"cannot read stream file {path}: {exc}") from exc
+    data = read_npz(path, "stream file")
     if "format_version" not in data:
         raise DataError(f"{path} is not a stream file: no format_version key")
-    version = int(np.asarray(data["format_version"]).reshape(-1)[0])
+    try:
+        version = int(np.asarray(data["format_version"]).reshape(-1)[0])
+    except (TypeError, ValueError, IndexError, OverflowError):
+        raise DataError(f"{path} has a malformed format_version {data['format_version']!r}") from None
     if version != FORMAT_VERSION:
         raise DataError(f"{path} has stream format version {version}, this reader supports {FORMAT_VERSION}")
     if "values" not in data:

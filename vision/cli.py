@@ -16,13 +16,26 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from common.cli import add_common_args, subcommand_main  # noqa: E402
-from common.errors import InputError  # noqa: E402
+from common.cli import (  # noqa: E402
+    ArgumentParser,
+    add_common_args,
+    check_outputs,
+    int_in,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    subcommand_main,
+)
 
 
 def _checkpoint_dir(path: str) -> Path:
     p = Path(path)
     return p / "checkpoint" if (p / "checkpoint").is_dir() else p
+
+
+def _data_input(spec: str | None) -> str | None:
+    """The image folder read by ``--data`` (None for the built-in Fashion-MNIST)."""
+    return None if spec in (None, "", "fashion-mnist", "fmnist") else spec
 
 
 def _train(a) -> int:
@@ -32,11 +45,12 @@ def _train(a) -> int:
     from vision.data import load_dataset
     from vision.train import TrainConfig, train
 
+    out = Path(a.out or f"runs/{a.model}")
+    check_outputs(dirs=[out], inputs=[_data_input(a.data)], overwrite=a.overwrite)
     torch.set_num_threads(a.threads)
     images = load_dataset(a.data, a.size, a.channels, limit=a.limit, seed=a.seed)
     torch.manual_seed(a.seed)
     model = build_model(a.model, sample_size=a.size, in_channels=a.channels, patch_size=a.patch_size)
-    out = Path(a.out or f"runs/{a.model}")
     res = train(model, images, TrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
                                            checkpoint_every=a.checkpoint_every), out_dir=out,
                 progress=sys.stdout.isatty())
@@ -56,13 +70,12 @@ def _sample(a) -> int:
     from vision.baselines import load_model
     from vision.pipeline import MoHPipeline, load_sampler, save_grid
 
-    if a.n < 1:
-        raise InputError(f"--n must be >= 1, got {a.n}")
+    path = Path(a.out or "grid.png")
+    check_outputs(files=[path], inputs=[a.ckpt], overwrite=a.overwrite)
     ckpt = _checkpoint_dir(a.ckpt)
     model = load_model(ckpt)
     out = MoHPipeline(model, load_sampler(ckpt, a.sampler))(
         batch_size=a.n, num_inference_steps=a.steps, generator=torch.Generator().manual_seed(a.seed))
-    path = Path(a.out or "grid.png")
     save_grid(out.images, path)
     depths = [r["depth"] for r in out.trace if "depth" in r]
     extra = f"; mean routed depth {sum(depths) / len(depths):.2f}" if depths else ""
@@ -85,6 +98,8 @@ def _eval(a) -> int:
     )
     from vision.pipeline import MoHPipeline, load_sampler
 
+    check_outputs(files=[a.out], inputs=[a.ckpt, _data_input(a.data), a.inception_weights],
+                  overwrite=a.overwrite)
     ckpt = _checkpoint_dir(a.ckpt)
     model = load_model(ckpt)
     cfg = model.config
@@ -112,8 +127,8 @@ def _bench(a) -> int:
     from vision.bench import QUICK, BenchConfig, run_bench
 
     json_path = Path(a.json) if a.json else None
-    if json_path is not None and (json_path.is_dir() or not json_path.parent.is_dir()):
-        raise InputError(f"--json {json_path}: needs a file path in an existing directory")
+    check_outputs(files=[json_path] if json_path else (), dirs=[a.out or "runs/vision_bench"],
+                  overwrite=a.overwrite)
     cfg = QUICK if a.quick else BenchConfig()
     overrides = {"seed": a.seed}
     if a.steps:
@@ -130,43 +145,43 @@ def _bench(a) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from vision.baselines import MODEL_NAMES
 
-    p = argparse.ArgumentParser(prog="moh", description="MoH: Mamba diffusion with Mixture-of-Hierarchical experts")
+    p = ArgumentParser(prog="moh", description="MoH: Mamba diffusion with Mixture-of-Hierarchical experts")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train a backbone")
     add_common_args(t)
     t.add_argument("--model", choices=MODEL_NAMES, default="moh")
     t.add_argument("--data", default="fashion-mnist", help="'fashion-mnist' or an image folder")
-    t.add_argument("--size", type=int, default=32)
-    t.add_argument("--channels", type=int, default=1)
-    t.add_argument("--patch-size", type=int, default=4)
-    t.add_argument("--steps", type=int, default=300)
-    t.add_argument("--batch-size", type=int, default=32)
-    t.add_argument("--lr", type=float, default=2e-3)
-    t.add_argument("--limit", type=int, default=20000, help="training images used")
-    t.add_argument("--checkpoint-every", type=int, default=100)
-    t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--size", type=positive_int, default=32)
+    t.add_argument("--channels", type=int_in(1, 4), default=1)
+    t.add_argument("--patch-size", type=positive_int, default=4)
+    t.add_argument("--steps", type=positive_int, default=300)
+    t.add_argument("--batch-size", type=positive_int, default=32)
+    t.add_argument("--lr", type=positive_float, default=2e-3)
+    t.add_argument("--limit", type=positive_int, default=20000, help="training images used")
+    t.add_argument("--checkpoint-every", type=nonneg_int, default=100)
+    t.add_argument("--threads", type=positive_int, default=1)
     t.set_defaults(fn=_train)
     s = sub.add_parser("sample", help="sample a grid of images")
     add_common_args(s, out_default="grid.png")
     s.add_argument("--ckpt", required=True)
-    s.add_argument("--n", type=int, default=64)
-    s.add_argument("--steps", type=int, default=25)
+    s.add_argument("--n", type=positive_int, default=64)
+    s.add_argument("--steps", type=positive_int, default=25)
     s.add_argument("--sampler", choices=("ddim", "ddpm"), default="ddim")
     s.set_defaults(fn=_sample)
     e = sub.add_parser("eval", help="FMNIST-classifier FID / precision / recall (Inception FID with local weights)")
     add_common_args(e)
     e.add_argument("--ckpt", required=True)
     e.add_argument("--data", default="fashion-mnist")
-    e.add_argument("--n", type=int, default=256)
-    e.add_argument("--n-real", type=int, default=1000)
-    e.add_argument("--steps", type=int, default=25)
+    e.add_argument("--n", type=positive_int, default=256)
+    e.add_argument("--n-real", type=positive_int, default=1000)
+    e.add_argument("--steps", type=positive_int, default=25)
     e.add_argument("--inception-weights", default=None,
                    help="TorchScript inception-2015-12-05.pt (or $MOH_INCEPTION_WEIGHTS)")
     e.set_defaults(fn=_eval)
     b = sub.add_parser("bench", help="same-budget comparison table, CSV and sample grids")
     add_common_args(b)
     b.add_argument("--quick", action="store_true")
-    b.add_argument("--steps", type=int)
+    b.add_argument("--steps", type=positive_int)
     b.add_argument("--models", nargs="+", choices=MODEL_NAMES)
     b.add_argument("--json", metavar="PATH", help="also write the results rows as JSON (NaN as null)")
     b.set_defaults(fn=_bench)

@@ -43,3 +43,43 @@ def test_subcommand_main_dispatches_and_reports_errors(capsys):
     main = subcommand_main(build)
     assert main(["ok"]) == 0 and main(["three"]) == 3
     assert main(["bad"]) == 2 and capsys.readouterr().err.strip() == "error: no such thing"
+
+
+def test_number_types_accept_the_interval_and_refuse_the_rest():
+    from common.cli import float_in, fraction, int_in, int_list, positive_float, positive_int, probability
+
+    def refused(parse, text):
+        try:
+            parse(text)
+        except argparse.ArgumentTypeError:
+            return True
+        return False
+
+    assert positive_int("3") == 3 and all(refused(positive_int, t) for t in ("0", "-1", "1.5", "x", ""))
+    assert int_in(2, 4)("4") == 4 and refused(int_in(2, 4), "5") and refused(int_in(2, 4), "1")
+    assert positive_float("1e-4") == 1e-4
+    assert all(refused(positive_float, t) for t in ("0", "-1", "nan", "inf", "-inf", "x"))
+    assert fraction("1") == 1.0 and refused(fraction, "0") and refused(fraction, "1.0001")
+    assert probability("0") == 0.0 and probability("1") == 1.0 and refused(probability, "-0.1")
+    half_open = float_in(0.0, 1.0, hi_open=True)
+    assert half_open("0") == 0.0 and refused(half_open, "1")
+    assert int_list(0)("0, 2,8") == (0, 2, 8) and refused(int_list(1), "4,0") and refused(int_list(1), ",")
+
+
+def test_parser_errors_are_one_line_and_exit_2(capsys):
+    from common.cli import ArgumentParser, positive_int, subcommand_main
+
+    def build():
+        p = ArgumentParser(prog="tool")
+        sub = p.add_subparsers(dest="cmd", required=True)
+        s = sub.add_parser("run")
+        s.add_argument("--steps", type=positive_int, default=1)
+        s.set_defaults(fn=lambda a: 0)
+        return p
+
+    main = subcommand_main(build)
+    assert main(["run", "--steps", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: argument --steps: must be an integer >= 1, got '0' (see 'tool run --help')\n"
+    assert main(["walk"]) == 2 and capsys.readouterr().err.count("\n") == 1
+    assert main(["run", "--steps", "2"]) == 0

@@ -213,7 +213,9 @@ def test_cli_predict_with_set_regressors(tmp_path, capsys):
     assert lines[0] == "Dataset,Mixture_1,Mixture_2,Predicted_Experimental_Values"
     p12, p21 = (float(line.split(",")[-1]) for line in lines[1:])
     assert p12 == p21 and 0.0 < p12 < 1.0
-    assert main(["predict", "--csv", str(csv_in), "--out", str(out), "--partners", "off", *base]) == 0
+    assert main(["predict", "--csv", str(csv_in), "--out", str(out), *base]) == 2  # no --overwrite
+    assert "exists" in capsys.readouterr().err
+    assert main(["predict", "--csv", str(csv_in), "--out", str(out), "--partners", "off", "--overwrite", *base]) == 0
     assert len(out.read_text().splitlines()) == 3
     assert main(["predict", "--csv", str(csv_in), "--out", str(out), "--partners", "always", *base]) == 2
     assert "unknown partner mode 'always'" in capsys.readouterr().err

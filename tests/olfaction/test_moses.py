@@ -83,4 +83,4 @@ def test_cli_corpus_curve_rejects_bad_sizes(capsys):
     from olfaction.cli import main
 
     assert main(["corpus-curve", "--sizes", "1,x"]) == 2
-    assert "--sizes must be comma-separated integers" in capsys.readouterr().err
+    assert "argument --sizes: comma-separated integers" in capsys.readouterr().err
