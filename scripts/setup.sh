@@ -4,7 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(chromium libusb-1.0-0 libvulkan1 mesa-vulkan-drivers libgl1 libgomp1 dataset-fashion-mnist)
+# sweethome3d-furniture: real part-labelled furniture and its icons (generation3d, vision);
+# r-cran-dslabs: the MovieLens latest-small ratings (streaming)
+APT_PACKAGES=(chromium libusb-1.0-0 libvulkan1 mesa-vulkan-drivers libgl1 libgomp1 dataset-fashion-mnist
+              sweethome3d-furniture r-cran-dslabs)
 PYTHON=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.moe-apps-installed
