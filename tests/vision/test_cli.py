@@ -103,9 +103,17 @@ def test_bench_json_writes_rows_with_nan_as_null(tmp_path, monkeypatch):
     assert data["config"]["steps"] == 7 == seen["cfg"].steps
 
 
-def test_bench_json_into_a_missing_directory_is_refused_before_running(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("where", ["existing", "under_a_file", "a_directory"])
+def test_bad_bench_json_path_is_refused_before_running(tmp_path, monkeypatch, capsys, where):
     import vision.bench
 
     monkeypatch.setattr(vision.bench, "run_bench", lambda *a, **k: pytest.fail("bench ran"))
-    assert main(["bench", "--quick", "--json", str(tmp_path / "nope" / "b.json")]) == 2
-    assert capsys.readouterr().err.startswith("error: --json")
+    (tmp_path / "existing.json").write_text("{}")
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "a_directory").mkdir()
+    path = {"existing": tmp_path / "existing.json", "under_a_file": tmp_path / "a_file" / "b.json",
+            "a_directory": tmp_path / "a_directory"}[where]
+    assert main(["bench", "--quick", "--out", str(tmp_path / "b"), "--json", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:")
+    assert (tmp_path / "existing.json").read_text() == "{}"
