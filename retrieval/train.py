@@ -13,6 +13,7 @@ validation recall within a step budget that scales with the number of triplets.
 from __future__ import annotations
 
 import math
+import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import lightning.pytorch as L
 import numpy as np
 import torch
+import torch.nn.functional as F
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset
 
@@ -324,8 +326,8 @@ def fit(
     (``ComposedModule``): up to :func:`phase2_max_steps` steps over the triplets; with ``val``
     (a split and its features) it validates every epoch, stops after ``cfg.patience`` epochs
     without a better ``val_recall`` and restores the best epoch's weights. ``run_dir``: Lightning
-    logs (``metrics.csv``) and checkpoints go to ``run_dir/phase1``, ``run_dir/phase2`` (a
-    temporary directory when None). ``log``: a print-like callable for progress lines.
+    CSV logs (``phase1/logs``, ``phase2/logs``: ``metrics.csv`` with losses and validation
+    recall; a temporary directory when None); the best checkpoint is removed once restored. ``log``: a print-like callable for progress lines.
     """
     say = log or (lambda *_: None)
     history: list[dict] = []
@@ -336,7 +338,7 @@ def fit(
             steps = cfg.phase1_epochs * math.ceil(n_items / cfg.batch_size)
             m1 = AlignmentModule(model, f, cfg, steps)
             trainer = make_trainer(base / "phase1", max_epochs=cfg.phase1_epochs, grad_clip=5.0, seed=cfg.seed,
-                                   progress=False, checkpoint=run_dir is not None)
+                                   progress=False, checkpoint=False)
             engine_fit(trainer, m1, _loader(n_items, cfg, 1), resume=False)
             history += m1.history
             for h in m1.history:
@@ -352,7 +354,7 @@ def fit(
         m2 = ComposedModule(model, f, cfg, max_steps, val)
         monitor = dict(monitor="val_recall", mode="max", patience=cfg.patience) if val is not None else {}
         trainer = make_trainer(base / "phase2", max_epochs=-1, max_steps=max_steps, grad_clip=5.0, seed=cfg.seed,
-                               progress=False, **monitor)
+                               progress=False, checkpoint=val is not None, **monitor)
         say(f"phase 2: {n_trip} triplets, budget {max_steps} steps ({max_steps / per_epoch:.0f} epochs)"
             + (f", early stopping on validation recall ({len(val[0].triplets)} held-out triplets), "
                f"patience {cfg.patience}" if val is not None else ", no validation split"))
@@ -380,12 +382,45 @@ def fit(
             best = max((h for h in m2.history if "val_recall" in h), key=lambda h: h["val_recall"])
             record.update(best_epoch=best["epoch"], best_val_recall=best["val_recall"],
                           best_val_R10=best["val_R@10"])
+            shutil.rmtree(Path(ckpt.best_model_path).parent)  # the weights live on in the model
             record["reason"] += (f"; kept the best epoch {best['epoch']} (validation mean R@1/5/10 "
                                  f"{best['val_recall']:.2f}, R@10 {best['val_R@10']:.2f})")
         say(f"phase 2 stopped after {trainer.global_step} steps ({trainer.current_epoch} epochs): {record['reason']}")
         history.append(record)
     model.eval()
     return history
+
+
+class CriticModule(L.LightningModule):
+    """The augmentation critic's attribute classifier: ``model(img (b, 3, 32, 32))`` -> one
+    (b, n_values_g) logit tensor per group, trained with the sum over groups of cross-entropy on
+    labels ``y`` (n, G) (-1 ignored), AdamW lr 3e-3, on batches of rows (b,) of ``x`` (n, 3, 32, 32)."""
+
+    def __init__(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):
+        super().__init__()
+        self.model, self.x, self.y = model, x, y
+
+    def training_step(self, rows: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        logits, y = self.model(self.x[rows]), self.y[rows]
+        loss = sum(F.cross_entropy(lg, y[:, g], ignore_index=-1) for g, lg in enumerate(logits) if (y[:, g] >= 0).any())
+        self.log("train_loss", loss.detach(), batch_size=len(rows))
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=3e-3)
+
+
+def fit_attribute_classifier(
+    model: torch.nn.Module, images: np.ndarray, attrs: np.ndarray, epochs: int, seed: int = 0, batch_size: int = 128
+) -> torch.nn.Module:
+    """Train ``model`` in place for ``epochs`` epochs on (n, 32, 32, 3) uint8 images and (n, G)
+    labels (a fixed budget: the critic is judged by the augmentation's acceptance, not a split)."""
+    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()
+    module = CriticModule(model, x, torch.from_numpy(attrs).long())
+    trainer = make_trainer(None, max_epochs=epochs, seed=seed, progress=False, checkpoint=False)
+    engine_fit(trainer, module, shuffled_loader(_Rows(len(x)), batch_size, seed=seed), resume=False)
+    model.eval()
+    return model
 
 
 def _val_loader() -> DataLoader:
