@@ -170,8 +170,23 @@ def load_model(path: Path) -> tuple[torch.nn.Module, dict]:
 # ----------------------------------------------------------------------------- training
 
 PHASE2_BUDGET_EPOCHS = 30  # step budget of phase 2: this many epochs of the training triplets ...
-PHASE2_MIN_STEPS = 300  # ... but at least this many steps (small data: the model still converges)
+PHASE2_MIN_STEPS = 200  # ... but at least this many steps (small data: the model still converges)
 PHASE2_MAX_STEPS = 20_000  # ... and at most this many (FashionIQ-sized data: about 70 epochs of 18k)
+EARLY_STOP_AFTER = 0.25  # no early stopping in the first quarter of the budget (warm-up, peak LR)
+
+
+class WarmEarlyStopping(EarlyStopping):
+    """Lightning's ``EarlyStopping`` that starts counting only after ``min_steps`` optimizer steps:
+    during the one-cycle warm-up validation recall is flat and would stop a small run before the
+    learning rate ever peaked."""
+
+    def __init__(self, min_steps: int, **kwargs):
+        super().__init__(**kwargs)
+        self.min_steps = min_steps
+
+    def _run_early_stopping_check(self, trainer: L.Trainer) -> None:
+        if trainer.global_step >= self.min_steps:
+            super()._run_early_stopping_check(trainer)
 
 
 @dataclass
@@ -179,7 +194,8 @@ class TrainConfig:
     """Two-phase training. ``phase2_epochs=None``: the step budget :func:`phase2_max_steps`;
     an int caps phase 2 at that many epochs. With ``val_fraction > 0`` (or a validation split
     passed to :func:`train_model`) phase 2 stops early on validation recall (mean of R@1/5/10)
-    after ``patience`` epochs without improvement and keeps the best epoch's weights."""
+    after ``patience`` epochs without improvement (counted from ``EARLY_STOP_AFTER`` of the
+    budget on) and keeps the best epoch's weights."""
 
     phase1_epochs: int = 2
     phase2_epochs: int | None = None
@@ -325,7 +341,8 @@ def fit(
     Phase 1 (``AlignmentModule``): ``cfg.phase1_epochs`` epochs over the gallery items. Phase 2
     (``ComposedModule``): up to :func:`phase2_max_steps` steps over the triplets; with ``val``
     (a split and its features) it validates every epoch, stops after ``cfg.patience`` epochs
-    without a better ``val_recall`` and restores the best epoch's weights. ``run_dir``: Lightning
+    without a better ``val_recall`` (not before ``EARLY_STOP_AFTER`` of the budget) and restores
+    the best epoch's weights. ``run_dir``: Lightning
     CSV logs (``phase1/logs``, ``phase2/logs``: ``metrics.csv`` with losses and validation
     recall; a temporary directory when None); the best checkpoint is removed once restored. ``log``: a print-like callable for progress lines.
     """
@@ -352,12 +369,16 @@ def fit(
         max_steps = phase2_max_steps(n_trip, cfg)
         per_epoch = math.ceil(n_trip / cfg.batch_size)
         m2 = ComposedModule(model, f, cfg, max_steps, val)
-        monitor = dict(monitor="val_recall", mode="max", patience=cfg.patience) if val is not None else {}
+        monitor, callbacks = {}, []
+        if val is not None:
+            monitor = dict(monitor="val_recall", mode="max")
+            callbacks = [WarmEarlyStopping(int(EARLY_STOP_AFTER * max_steps), patience=cfg.patience, **monitor)]
         trainer = make_trainer(base / "phase2", max_epochs=-1, max_steps=max_steps, grad_clip=5.0, seed=cfg.seed,
-                               progress=False, checkpoint=val is not None, **monitor)
+                               progress=False, checkpoint=val is not None, callbacks=callbacks, **monitor)
         say(f"phase 2: {n_trip} triplets, budget {max_steps} steps ({max_steps / per_epoch:.0f} epochs)"
             + (f", early stopping on validation recall ({len(val[0].triplets)} held-out triplets), "
-               f"patience {cfg.patience}" if val is not None else ", no validation split"))
+               f"patience {cfg.patience} epochs after step {int(EARLY_STOP_AFTER * max_steps)}"
+               if val is not None else ", no validation split"))
         engine_fit(trainer, m2, _loader(n_trip, cfg, 2), _val_loader() if val is not None else None, resume=False)
         history += m2.history
         for h in m2.history:
