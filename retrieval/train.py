@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -168,6 +169,9 @@ def load_model(path: Path) -> tuple[torch.nn.Module, dict]:
 
 
 # ----------------------------------------------------------------------------- training
+
+# a run without a validation split (fixed budget, the benchmark) is intended, not a mistake
+warnings.filterwarnings("ignore", message=r".*`validation_step` but have no `val_dataloader`.*")
 
 PHASE2_BUDGET_EPOCHS = 30  # step budget of phase 2: this many epochs of the training triplets ...
 PHASE2_MIN_STEPS = 200  # ... but at least this many steps (small data: the model still converges)
