@@ -25,7 +25,6 @@ from typing import Protocol
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from common.errors import CheckpointError
@@ -193,28 +192,13 @@ class AttributeClassifier(PretrainedMixin, nn.Module):
 def train_attribute_classifier(
     images: np.ndarray, attrs: np.ndarray, epochs: int = 3, seed: int = 0, batch_size: int = 128
 ) -> AttributeClassifier:
-    """Train the critic's classifier on (n, 32, 32, 3) images with (n, G) labels (-1 ignored)."""
+    """Train the critic's classifier on (n, 32, 32, 3) images with (n, G) labels (-1 ignored)
+    for ``epochs`` epochs (``retrieval.train.CriticModule`` on ``common.engine``)."""
+    from .train import fit_attribute_classifier
+
     torch.manual_seed(seed)
     model = AttributeClassifier()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    x = torch.from_numpy(images).permute(0, 3, 1, 2).float()
-    y = torch.from_numpy(attrs).long()
-    gen = torch.Generator().manual_seed(seed)
-    model.train()
-    for _ in range(epochs):
-        perm = torch.randperm(len(x), generator=gen)
-        for s in range(0, len(x), batch_size):
-            i = perm[s : s + batch_size]
-            logits = model(x[i])
-            loss = sum(
-                F.cross_entropy(lg, y[i, g], ignore_index=-1)
-                for g, lg in enumerate(logits)
-                if (y[i, g] >= 0).any()
-            )
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    model.eval()
+    fit_attribute_classifier(model, images, attrs, epochs, seed, batch_size)
     return model
 
 

@@ -135,26 +135,39 @@ class CombinerCIR(PretrainedMixin, nn.Module):
     def _attr_logits(self, feat: torch.Tensor) -> list[torch.Tensor]:
         return [h(feat) for h in self.attr_heads]
 
-    def alignment_loss(self, items: dict) -> torch.Tensor:
-        total = items["img"].new_zeros(())
+    def alignment_terms(self, items: dict) -> dict[str, torch.Tensor]:
+        """Phase 1 objectives by name, as :meth:`retrieval.model.MoA3CIR.alignment_terms`:
+        ``attributes`` (when labelled), ``image-description`` (with descriptions) or
+        ``image-image`` (query vs gallery image features, gallery view flipped; without)."""
+        terms: dict[str, torch.Tensor] = {}
         have_desc = (
             self.config.use_descriptions and items.get("desc") is not None and bool(items["desc_mask"].any())
         )
-        for tower, dtower, pi, pd in (
+        feats = []
+        for side, (tower, dtower, pi, pd) in enumerate((
             (self.q_image, self.q_desc, self.proj["qi"], self.proj["qd"]),
             (self.g_image, self.g_desc, self.proj["gi"], self.proj["gd"]),
-        ):
-            fi = pi(tower(items["img"]))
-            total = total + self.config.attr_weight * attribute_loss(
-                self._attr_logits(fi), items.get("attrs")
-            )
+        )):
+            img = items["img"].flip(-1) if side == 1 and not have_desc else items["img"]
+            fi = pi(tower(img))
+            feats.append(F.normalize(fi, dim=-1))
+            if items.get("attrs") is not None:
+                terms["attributes"] = terms.get("attributes", 0) + self.config.attr_weight * attribute_loss(
+                    self._attr_logits(fi), items["attrs"]
+                )
             if have_desc:
                 has = items["desc_mask"].any(1)
                 fd = pd(_masked_mean(dtower(items["desc"][has]), items["desc_mask"][has]))
-                total = total + info_nce(
+                terms["image-description"] = terms.get("image-description", 0) + info_nce(
                     F.normalize(fi[has], dim=-1), F.normalize(fd, dim=-1), self.logit_scale
                 )
-        return total
+        if not have_desc:
+            terms["image-image"] = info_nce(feats[0], feats[1], self.logit_scale)
+        return terms
+
+    def alignment_loss(self, items: dict) -> torch.Tensor:
+        """Phase 1 loss: the sum of :meth:`alignment_terms`."""
+        return sum(self.alignment_terms(items).values())
 
     def auxiliary_loss(self, info: dict, batch: dict, gallery_slots: torch.Tensor | None) -> torch.Tensor:
         if batch.get("tgt_attrs") is None or gallery_slots is None:

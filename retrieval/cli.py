@@ -12,6 +12,7 @@ from common.cli import (
     add_overwrite_arg,
     check_outputs,
     cli_main,
+    float_in,
     nonneg_int,
     positive_int,
     seed_int,
@@ -46,8 +47,24 @@ def _parser() -> argparse.ArgumentParser:
     data_args(t)
     t.add_argument("--model", default="moa3cir", choices=("moa3cir", "combiner", "sum", "image", "text"))
     t.add_argument("--out", required=True, help="checkpoint directory")
-    t.add_argument("--phase1-epochs", type=nonneg_int, default=2)
-    t.add_argument("--phase2-epochs", type=nonneg_int, default=6)
+    t.add_argument("--phase1-epochs", type=nonneg_int, default=2, help="alignment epochs (default 2)")
+    t.add_argument(
+        "--phase2-epochs",
+        type=nonneg_int,
+        default=None,
+        help="cap on composed-retrieval epochs (default: a step budget that scales with the data; "
+        "training stops earlier when validation recall stops improving)",
+    )
+    t.add_argument(
+        "--val-fraction",
+        type=float_in(0.0, 0.5),
+        default=0.1,
+        help="share of the training target images held out (with their triplets) for early stopping; "
+        "0 trains on everything without validation (default 0.1)",
+    )
+    t.add_argument(
+        "--patience", type=positive_int, default=5, help="epochs without better validation recall before stopping"
+    )
     t.add_argument(
         "--augment", type=nonneg_int, default=0, help="self-reflective augmentation proposals (synthetic)"
     )
@@ -128,11 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         print(dumps_json(build_benchmark(Path(args.out), cfg, overwrite=args.overwrite), indent=1))
         return 0
     if args.cmd == "train":
-        from .train import TrainConfig, build_model, fit, prepare_features, save_model
+        from .train import TrainConfig, build_model, save_model, train_model
 
         out = Path(args.out)
         check_outputs(dirs=[out], inputs=[args.root], overwrite=args.overwrite)
-        if args.phase1_epochs + args.phase2_epochs == 0:
+        if args.phase1_epochs == 0 and args.phase2_epochs == 0:
             raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
         split = _load(args, "train")
         if args.augment:
@@ -146,13 +163,16 @@ def main(argv: list[str] | None = None) -> int:
             print("augmentation:", dumps_json(stats.as_dict()))
         over = {"use_descriptions": False} if args.no_descriptions else {}
         model = build_model(args.model, **over)
-        fit(
-            model,
-            prepare_features(split),
-            TrainConfig(args.phase1_epochs, args.phase2_epochs, seed=args.seed),
-            log=print,
+        cfg = TrainConfig(
+            args.phase1_epochs,
+            args.phase2_epochs,
+            val_fraction=args.val_fraction,
+            patience=args.patience,
+            seed=args.seed,
         )
-        save_model(model, out, {"dataset": args.dataset, "variant": args.variant})
+        history = train_model(model, split, cfg, log=print, run_dir=out / "training")
+        stops = [h for h in history if "reason" in h]
+        save_model(model, out, {"dataset": args.dataset, "variant": args.variant, "training": stops})
         print(f"saved {out}")
         return 0
     if args.cmd == "eval":

@@ -72,6 +72,7 @@ class CIRSplit:
     descriptions: dict[str, str] | None = None
     attributes: np.ndarray | None = None
     exclude_reference: bool = False
+    description_files: list[str] = field(default_factory=list)
     index: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -87,6 +88,57 @@ class CIRSplit:
 
     def rows(self, ids: list[str]) -> np.ndarray:
         return np.array([self.index[i] for i in ids], np.int64)
+
+    def with_triplets(self, triplets: list[Triplet], split: str) -> CIRSplit:
+        """The same items and galleries with other triplets (a validation split carved from train)."""
+        return CIRSplit(self.name, split, self.ids, self.images, triplets, self.galleries, self.descriptions,
+                        self.attributes, self.exclude_reference, self.description_files)
+
+
+def carve_validation(split: CIRSplit, fraction: float, seed: int = 0) -> tuple[CIRSplit, CIRSplit | None]:
+    """Split ``split``'s triplets into (train, validation) by *target image*: a random ``fraction``
+    of the distinct targets (at least one) and every triplet aiming at one of them go to
+    validation, so no validation target is ever a training target. Validation queries search the
+    train galleries (same protocol as the dataset). Returns ``(split, None)`` when ``fraction`` is
+    0 or fewer than 2 distinct targets (or gallery-resident targets) exist."""
+    in_gallery = {(cat, g) for cat, gal in split.galleries.items() for g in gal}
+    targets = sorted({t.target for t in split.triplets if (t.category, t.target) in in_gallery})
+    if fraction <= 0 or len(targets) < 2:
+        return split, None
+    rng = np.random.default_rng(seed)
+    n_val = min(len(targets) - 1, max(1, round(fraction * len(targets))))
+    chosen = {targets[i] for i in rng.permutation(len(targets))[:n_val]}
+    val = [t for t in split.triplets if t.target in chosen and (t.category, t.target) in in_gallery]
+    train = [t for t in split.triplets if t.target not in chosen]
+    return split.with_triplets(train, split.split), split.with_triplets(val, f"{split.split}-validation")
+
+
+def read_descriptions(
+    root: Path, split: str, ids: list[str], categories: list[str] | None = None
+) -> tuple[dict[str, str] | None, list[str]]:
+    """Item descriptions of ``split`` from ``root/descriptions/``, if the user has them.
+
+    Files (JSON objects ``{image id: description text}``, all optional, merged):
+    ``desc.<split>.json`` (one per split) and ``desc.<category>.<split>.json`` (one per category
+    and split). Ids of other splits are ignored; items without an entry get no description.
+    Returns ``({id: text} for the ids found, [files read])`` or ``(None, [])`` when no file exists.
+    """
+    d = Path(root) / "descriptions"
+    files = [d / f"desc.{split}.json"] + [d / f"desc.{c}.{split}.json" for c in categories or []]
+    files = [f for f in files if f.is_file()]
+    if not files:
+        return None, []
+    wanted, found = set(ids), {}
+    for f in files:
+        table = _read_json(f, "description file")
+        if not isinstance(table, dict):
+            raise DataError(f"description file {f} must hold a JSON object {{image id: text}}")
+        for key, text in table.items():
+            if not isinstance(text, str):
+                raise DataError(f"description file {f}: the entry for {key!r} is not a string")
+            if key in wanted and text.strip():
+                found[key] = text.strip()
+    return {i: found[i] for i in ids if i in found}, [str(f) for f in files]
 
 
 # ----------------------------------------------------------------------------- images
@@ -373,14 +425,7 @@ def load_fashioniq(root: Path, split: str = "val", categories: list[str] | None 
         if ids
         else np.zeros((0, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
     )
-    desc_path = root / "descriptions" / f"desc.{split}.json"
-    descriptions = None
-    if desc_path.is_file():
-        d = _read_json(desc_path, "description file")
-        missing = [i for i in ids if i not in d]
-        if missing:
-            raise DataError(f"description file {desc_path} lacks id {missing[0]!r}")
-        descriptions = {i: str(d[i]) for i in ids}
+    descriptions, desc_files = read_descriptions(root, split, ids, categories)
     attr_path = root / "attributes" / f"attr.{split}.json"
     attributes = None
     if attr_path.is_file():
@@ -396,6 +441,7 @@ def load_fashioniq(root: Path, split: str = "val", categories: list[str] | None 
         descriptions,
         attributes,
         exclude_reference=False,
+        description_files=desc_files,
     )
 
 
@@ -438,7 +484,9 @@ def load_shoes(root: Path, split: str = "test") -> CIRSplit:
                 raise DataError(f"Shoes caption entry {n} has an empty caption")
             triplets.append(Triplet(ref, tgt, text, "shoes"))
     images = np.stack([load_image(paths[n]) for n in names])
-    return CIRSplit("shoes", split, names, images, triplets, {"shoes": list(names)}, exclude_reference=True)
+    descriptions, desc_files = read_descriptions(root, split, names)
+    return CIRSplit("shoes", split, names, images, triplets, {"shoes": list(names)}, descriptions,
+                    exclude_reference=True, description_files=desc_files)
 
 
 def load_synthetic(root: Path, split: str, variant: str | None = None) -> CIRSplit:

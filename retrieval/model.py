@@ -279,31 +279,51 @@ class MoA3CIR(PretrainedMixin, nn.Module):
         return slots_to_embedding(self.gallery_slots(batch))
 
     # -- losses used by train.py
-    def alignment_loss(self, items: dict) -> torch.Tensor:
-        """Phase 1: image<->description InfoNCE on both sides + attribute heads. items: gallery batch."""
-        total = items["img"].new_zeros(())
-        have_desc = (
-            self.config.use_descriptions and items.get("desc") is not None and bool(items["desc_mask"].any())
-        )
-        for image_tower, desc_tower, pool in (
+    def alignment_terms(self, items: dict) -> dict[str, torch.Tensor]:
+        """Phase 1 on a gallery batch ``items`` (``img`` (b, 3, 32, 32), optional ``desc`` (b, ld, 384)
+        + ``desc_mask``, optional ``attrs`` (b, G)): the objectives the data allows, by name.
+
+        * ``image-description``: InfoNCE image slots <-> description slots, on both sides
+          (when the batch has descriptions and the model uses them);
+        * ``attributes``: attribute heads on the image (and description) slots (when labelled);
+        * ``image-image``: without descriptions, InfoNCE between the query-side and the
+          gallery-side image embeddings of the same items (the gallery view horizontally
+          flipped), so that both towers agree before phase 2 composes.
+        """
+        c = self.config
+        terms: dict[str, torch.Tensor] = {}
+        have_desc = c.use_descriptions and items.get("desc") is not None and bool(items["desc_mask"].any())
+        attrs = items.get("attrs")
+        img_emb = []
+        for side, (image_tower, desc_tower, pool) in enumerate((
             (self.q_image, self.q_desc, self.ref_pool),
             (self.g_image, self.g_desc, self.gal_pool),
-        ):
-            img_tok = image_tower(items["img"])
-            img_slots, _ = pool(img_tok, torch.ones(img_tok.shape[:2], dtype=torch.bool))
-            total = total + self.config.attr_weight * attribute_loss(
-                self.attr_heads(img_slots), items.get("attrs")
-            )
+        )):
+            img = items["img"].flip(-1) if side == 1 and not have_desc else items["img"]
+            img_tok = image_tower(img)
+            img_slots, _ = pool(img_tok, torch.ones(img_tok.shape[:2], dtype=torch.bool, device=img.device))
+            img_emb.append(slots_to_embedding(img_slots))
+            if attrs is not None:
+                terms["attributes"] = terms.get("attributes", 0) + c.attr_weight * attribute_loss(
+                    self.attr_heads(img_slots), attrs
+                )
             if have_desc:
                 has = items["desc_mask"].any(1)
                 desc_slots, _ = pool(desc_tower(items["desc"][has]), items["desc_mask"][has])
-                total = total + info_nce(
+                terms["image-description"] = terms.get("image-description", 0) + info_nce(
                     slots_to_embedding(img_slots[has]), slots_to_embedding(desc_slots), self.logit_scale
                 )
-                total = total + self.config.attr_weight * attribute_loss(
-                    self.attr_heads(desc_slots), None if items.get("attrs") is None else items["attrs"][has]
-                )
-        return total
+                if attrs is not None:
+                    terms["attributes"] = terms["attributes"] + c.attr_weight * attribute_loss(
+                        self.attr_heads(desc_slots), attrs[has]
+                    )
+        if not have_desc:
+            terms["image-image"] = info_nce(img_emb[0], img_emb[1], self.logit_scale)
+        return terms
+
+    def alignment_loss(self, items: dict) -> torch.Tensor:
+        """Phase 1 loss: the sum of :meth:`alignment_terms`."""
+        return sum(self.alignment_terms(items).values())
 
     def auxiliary_loss(self, info: dict, batch: dict, gallery_slots: torch.Tensor | None) -> torch.Tensor:
         """Attribute supervision of the slots + router supervision (phase 2)."""
