@@ -1,4 +1,4 @@
-"""``mosaic`` command line: simulate | pretrain | stream | eval | bench."""
+"""``mosaic`` command line: simulate | data | pretrain | stream | eval | bench."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from common.cli import (
     check_outputs,
     float_in,
     fraction,
+    int_in,
     nonneg_float,
     nonneg_int,
     positive_int,
@@ -120,25 +121,69 @@ def cmd_eval(a: argparse.Namespace) -> int:
     from streaming.data import load_stream
     from streaming.evaluate import summarize
 
+    if (a.completed is None) == (not a.compare):
+        raise InputError("pass exactly one of --completed FILE (score a completion) and --compare (run the methods)")
     check_outputs(files=[a.out], inputs=[a.input, a.completed], overwrite=a.overwrite)
     stream = load_stream(a.input)
+    if a.compare:
+        return _eval_compare(a, stream)
     z = read_npz(a.completed, "completed file")
     if "completed" not in z:
         raise DataError(f"{a.completed} has no 'completed' array (write it with `mosaic stream`)")
     completed, routes = z["completed"], z.get("routes")
     if completed.shape != stream.values.shape:
         raise DataError(f"completed has shape {completed.shape}, the stream {stream.values.shape}")
-    if stream.full is None:
-        raise DataError(f"{a.input} has no 'full' array: NRMSE on unobserved entries needs it")
+    if stream.full is None and stream.heldout is None:
+        raise DataError(f"{a.input} has neither 'full' nor 'heldout': the error on unobserved entries needs one")
     if completed.dtype.kind not in "fiu":
         raise DataError(f"completed in {a.completed} must be numeric, got dtype {completed.dtype}")
     if routes is not None and (routes.shape != (completed.shape[0],) or routes.dtype.kind not in "iu"):
         raise DataError(f"routes in {a.completed} must be ({completed.shape[0]},) integers, "
                         f"got {routes.shape} {routes.dtype}")
-    row = summarize(stream, completed, routes)
+    row = summarize(stream, completed, routes) if stream.full is not None else {}
+    if stream.heldout is not None:
+        from streaming.movielens import heldout_errors
+
+        row.update({f"heldout_{k}": v for k, v in heldout_errors(completed.astype(float), stream.heldout).items()})
     print(dumps_json(row, indent=2))
     if a.out:
         write_json(a.out, row)
+    return 0
+
+
+def _eval_compare(a: argparse.Namespace, stream) -> int:
+    """``mosaic eval --compare``: every method of ``streaming.movielens.default_methods`` on the
+    file's held-out entries, hyper-parameters chosen on the first ``--tune-users`` samples."""
+    from streaming.movielens import default_methods, evaluate_heldout, format_table
+
+    if stream.heldout is None:
+        raise DataError(f"{a.input} has no 'heldout' array (write one with `mosaic data movielens`)")
+    if stream.source_values is None:
+        raise DataError(f"{a.input} has no source_values to pretrain on")
+    _threads()
+    result = evaluate_heldout(stream, default_methods(seed=a.seed), tune_users=a.tune_users)
+    result["command"] = "mosaic " + " ".join(sys.argv[1:]) if sys.argv[1:] else "mosaic eval --compare"
+    result["stream"] = {"file": str(a.input), "users": int(stream.values.shape[0]), "n": int(stream.n),
+                        "source_users": int(stream.source_values.shape[0]), "seed": a.seed}
+    print(format_table(result))
+    if a.out:
+        write_json(a.out, result)
+    return 0
+
+
+def cmd_data(a: argparse.Namespace) -> int:
+    from streaming.data import save_stream
+    from streaming.movielens import build_stream, load_movielens
+
+    check_outputs(files=[a.out], overwrite=a.overwrite)
+    ratings = load_movielens(a.data_dir, expected_rows=None if a.data_dir else 100_004)
+    stream = build_stream(ratings, movies=a.movies, holdout=a.holdout, source_users=a.source_users, seed=a.seed)
+    save_stream(a.out, stream)
+    observed, held = int((~np.isnan(stream.values)).sum()), int((~np.isnan(stream.heldout)).sum())
+    T, n = stream.values.shape
+    print(f"wrote {a.out}: {T} users x {n} movies, {observed} observed + {held} held-out ratings "
+          f"(density {(observed + held) / (T * n):.3f}), {stream.source_values.shape[0] if stream.source_values is not None else 0} "
+          f"source users, {stream.label_names.size} genre labels")
     return 0
 
 
@@ -179,6 +224,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_simulate)
 
+    s = sub.add_parser("data", help="write a real-data stream file (.npz): movielens")
+    s.add_argument("dataset", choices=["movielens"],
+                   help="movielens: dslabs' MovieLens latest-small (Debian r-cran-dslabs), users as samples")
+    s.add_argument("--movies", type=int_in(2), default=500, help="the N most-rated movies are the coordinates")
+    s.add_argument("--holdout", type=float_in(0.0, 1.0, hi_open=True), default=0.2,
+                   help="share of each stream user's ratings held out for evaluation")
+    s.add_argument("--source-users", type=nonneg_int, default=100, help="first users, all ratings, for pretraining")
+    s.add_argument("--data-dir", default=None, help="the dslabs data directory (default: the Debian package's)")
+    s.add_argument("--seed", type=seed_int, default=0, help="seed of the held-out choice")
+    s.add_argument("--out", required=True, help="output .npz")
+    add_overwrite_arg(s)
+    s.set_defaults(fn=cmd_data)
+
     s = sub.add_parser("pretrain", help="pretrain MoSAIC experts on a file's source samples")
     s.add_argument("--input", required=True)
     s.add_argument("--K", type=positive_int, required=True)
@@ -206,7 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("eval", help="metrics of a completed stream against the file's ground truth")
     s.add_argument("--input", required=True)
-    s.add_argument("--completed", required=True)
+    s.add_argument("--completed", default=None, help="output of `mosaic stream` to score")
+    s.add_argument("--compare", action="store_true",
+                   help="instead: run every method on the file's held-out entries (see streaming.movielens)")
+    s.add_argument("--tune-users", type=positive_int, default=150,
+                   help="--compare: hyper-parameters are chosen on the first N stream samples, reported on the rest")
+    s.add_argument("--seed", type=seed_int, default=0, help="--compare: seed of the methods")
     s.add_argument("--out", default=None, help="write the metrics as JSON")
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_eval)

@@ -13,10 +13,17 @@ key                shape / dtype               meaning
 ``full``           ``(T, n)`` float, optional  every entry of each sample (for NRMSE on the unobserved)
 ``source_values``  ``(S, n)`` float, optional  pretraining samples (NaN where not observed)
 ``source_labels``  ``(S,)`` int, optional      their classes
+``heldout``        ``(T, n)`` float, optional  entries hidden from ``values`` for evaluation, NaN
+                                               elsewhere (never where ``values`` is observed)
+``label_names``    ``(C,)`` str, optional      name of each label value (``labels`` index it)
+``column_ids``     ``(n,)`` int, optional      external id of each coordinate (e.g. a movieId)
+``sample_ids``     ``(T,)`` int, optional      external id of each sample (e.g. a userId)
 =================  ==========================  ==================================================
 
 Only ``values`` is needed to stream a file (``mosaic stream`` works on any such file); the other
-keys enable evaluation. ``mosaic stream`` writes an output ``.npz`` with ``format_version``,
+keys enable evaluation: ``full`` where every entry is known (synthetic streams), ``heldout`` where
+only some hidden entries are (real data, e.g. ``streaming.movielens``). The last four keys were
+added within version 1: older files simply lack them. ``mosaic stream`` writes an output ``.npz`` with ``format_version``,
 ``completed (T, n)`` (the estimate of every entry when the sample arrived; observed entries are
 kept) and ``routes (T,)`` (the expert each sample was routed to).
 
@@ -114,6 +121,10 @@ class Stream:
     full: np.ndarray | None = None  # (T, n)
     source_values: np.ndarray | None = None  # (S, n)
     source_labels: np.ndarray | None = None  # (S,)
+    heldout: np.ndarray | None = None  # (T, n), NaN = not held out
+    label_names: np.ndarray | None = None  # (C,) str
+    column_ids: np.ndarray | None = None  # (n,)
+    sample_ids: np.ndarray | None = None  # (T,)
     meta: dict = field(default_factory=dict)
 
     @property
@@ -196,7 +207,10 @@ def generate_stream(cfg: StreamConfig) -> Stream:
 # ---------------------------------------------------------------------------------------------
 # file format
 # ---------------------------------------------------------------------------------------------
-_OPTIONAL = ("labels", "epoch", "bases", "full", "source_values", "source_labels")
+_OPTIONAL = (
+    "labels", "epoch", "bases", "full", "source_values", "source_labels",
+    "heldout", "label_names", "column_ids", "sample_ids",
+)
 
 
 def save_stream(path: str | os.PathLike, stream: Stream) -> Path:
@@ -247,7 +261,9 @@ def load_stream(path: str | os.PathLike) -> Stream:
     for key in _OPTIONAL:
         if key in data:
             setattr(out, key, data[key])
-    for key, shape in (("labels", (T,)), ("epoch", (T,)), ("full", (T, n))):
+    shapes = (("labels", (T,)), ("epoch", (T,)), ("full", (T, n)), ("heldout", (T, n)), ("column_ids", (n,)),
+              ("sample_ids", (T,)))
+    for key, shape in shapes:
         arr = getattr(out, key)
         if arr is not None and arr.shape != shape:
             raise DataError(f"{path.name}: {key} must have shape {shape}, got {arr.shape}")
@@ -255,6 +271,16 @@ def load_stream(path: str | os.PathLike) -> Stream:
         raise DataError(f"{path.name}: bases must have shape (epochs, K, {n}, r), got {out.bases.shape}")
     if out.epoch is not None and (np.diff(out.epoch) < 0).any():
         raise DataError(f"{path.name}: epoch must be non-decreasing")
+    if out.heldout is not None:
+        if out.heldout.dtype.kind != "f" or np.isinf(out.heldout).any():
+            raise DataError(f"{path.name}: heldout must be finite floats with NaN where nothing is held out")
+        if (~np.isnan(out.heldout) & ~np.isnan(values)).any():
+            raise DataError(f"{path.name}: heldout overlaps the observed values")
+    if out.label_names is not None:
+        if out.label_names.ndim != 1 or out.label_names.dtype.kind != "U":
+            raise DataError(f"{path.name}: label_names must be a 1-d array of strings")
+        if out.labels is not None and out.labels.size and not 0 <= out.labels.min() <= out.labels.max() < out.label_names.size:
+            raise DataError(f"{path.name}: labels must index label_names (0..{out.label_names.size - 1})")
     if out.source_values is not None:
         out.source_values = check_values(out.source_values, f"{path.name}: source_values")
         if out.source_values.shape[1] != n:
