@@ -113,6 +113,9 @@ class MoCAPipeline:
         channels are held on the forward-noised layout at every step (replacement conditioning)."""
         text_emb = None if text is None else self.embed_text(text).expand(batch, -1)
         cat_idx = self.gen.config.n_categories if category == "none" else CATEGORIES.index(check_category(category))
+        if category != "none" and cat_idx >= self.gen.config.n_categories:
+            raise InputError(f"this model knows the categories {', '.join(CATEGORIES[: self.gen.config.n_categories])}; "
+                             f"{category!r} is newer than the checkpoint")
         if not isinstance(n_parts, (int, np.integer)):
             raise InputError(f"number of parts must be an integer, got {n_parts!r}")
         self.gen.check_parts(int(n_parts))

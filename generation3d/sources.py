@@ -279,7 +279,7 @@ def load_sweethome3d(furniture_dir=None, n_points: int = 256, max_parts: int = 6
         except DataError:
             skips.add(archive.name, archive.name, "unreadable archive")
     shapes, records, groups, used = [], [], [], []
-    for k, item in enumerate(tqdm(items, disable=not progress, desc="sweethome3d")):
+    for k, item in enumerate(tqdm(items, disable=None if progress else True, desc="sweethome3d")):
         ftype = furniture_type(item.name, item.tags, item.category)
         if ftype is None:
             skips.add(item.key, item.name, "unknown type")
