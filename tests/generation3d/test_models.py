@@ -48,7 +48,7 @@ def test_pipeline_sampling_is_deterministic_and_checks_requests(tiny_pipeline):
     np.testing.assert_array_equal(a.points, b.points)
     assert not np.array_equal(a.points, pipe.sample("chair", 6, seed=4, steps=3)[0].points)
     with pytest.raises(InputError, match="unknown category"):
-        pipe.sample("sofa", 6)
+        pipe.sample("spaceship", 6)
     with pytest.raises(InputError, match="outside the trained range"):
         pipe.sample("chair", 41)
     pipe.sample("none", 3, steps=2)  # unconditional
@@ -60,6 +60,16 @@ def test_pipeline_sampling_is_deterministic_and_checks_requests(tiny_pipeline):
     assert ((g.points >= lo - 1e-5) & (g.points <= hi + 1e-5)).all()
     with pytest.raises(InputError, match="layout"):
         pipe.sample("table", 3, layout=layout[:2])
+
+
+def test_old_checkpoints_refuse_newer_categories(tiny_pipeline):
+    pipe = MoCAPipeline.load(tiny_pipeline)
+    pipe.gen.config.n_categories = 5  # as saved before sofa and bed were appended
+    with pytest.raises(InputError, match="'sofa' is newer than the checkpoint"):
+        pipe.sample("sofa", 3, steps=1)
+    with pytest.raises(InputError, match="'bed' is newer"):
+        pipe.sample("bed", 3, steps=1)
+    assert pipe.sample("lamp", 3, steps=1)[0].boxes.shape == (3, 6)
 
 
 def test_corrupt_and_missing_checkpoints(tiny_pipeline, tmp_path):
