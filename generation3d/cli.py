@@ -100,7 +100,7 @@ def _train_ae(a) -> int:
 def _train(a) -> int:
     import torch
 
-    from generation3d.data import PartDataset
+    from generation3d.data import PartDataset, trained_categories
     from generation3d.model import GenConfig
     from generation3d.pipeline import MoCAPipeline, load_autoencoder
     from generation3d.text import shape_descriptions
@@ -118,7 +118,8 @@ def _train(a) -> int:
                     router_distill=a.router_distill, dense_warmup=a.dense_warmup)
     gen, stats, hist = train_generator(ds, ae, cfg, steps=a.steps, batch_size=a.batch_size,
                                        lr=a.lr, seed=a.seed, progress=True)
-    MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train")).save(out, {"history": hist, "seed": a.seed, "steps": a.steps})
+    MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"), categories=trained_categories(ds, a.max_parts)).save(
+        out, {"history": hist, "seed": a.seed, "steps": a.steps})
     print(f"trained {a.attention} generator for {a.steps} steps: final loss {hist[-1]['loss']:.4f}; saved {out}")
     return 0
 

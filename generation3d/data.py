@@ -452,6 +452,12 @@ class PartDataset:
         return np.concatenate([np.arange(self.offsets[i], self.offsets[i + 1]) for i in ids])
 
 
+def trained_categories(ds: PartDataset, max_parts: int | None = None) -> list[str]:
+    """The categories (in ``CATEGORIES`` order) of the training shapes with at most ``max_parts`` parts."""
+    present = set(ds.category[ds.shape_ids("train", max_parts)].tolist())
+    return [c for i, c in enumerate(CATEGORIES) if i in present]
+
+
 def to_canonical(points: np.ndarray | torch.Tensor, boxes):
     """World points ``(..., M, 3)`` -> box frame ``[-1, 1]^3`` given ``boxes (..., 6)``."""
     half = boxes[..., None, 3:] / 2

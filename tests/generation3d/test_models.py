@@ -62,14 +62,23 @@ def test_pipeline_sampling_is_deterministic_and_checks_requests(tiny_pipeline):
         pipe.sample("table", 3, layout=layout[:2])
 
 
-def test_old_checkpoints_refuse_newer_categories(tiny_pipeline):
+def test_pipelines_refuse_categories_they_were_not_trained_on(tiny_pipeline, tmp_path):
     pipe = MoCAPipeline.load(tiny_pipeline)
-    pipe.gen.config.n_categories = 5  # as saved before sofa and bed were appended
-    with pytest.raises(InputError, match="'sofa' is newer than the checkpoint"):
+    assert pipe.categories == ["chair", "table", "shelf", "lamp", "scene"]  # the procedural training data
+    with pytest.raises(InputError, match="unknown category 'sofa' for this model; it was trained on chair, table"):
         pipe.sample("sofa", 3, steps=1)
-    with pytest.raises(InputError, match="'bed' is newer"):
-        pipe.sample("bed", 3, steps=1)
-    assert pipe.sample("lamp", 3, steps=1)[0].boxes.shape == (3, 6)
+    # a checkpoint saved before the list was kept: its first n_categories categories
+    pipe.gen.config.n_categories = 5
+    old = MoCAPipeline(pipe.ae, pipe.gen, {k: v.tolist() for k, v in pipe.stats.items()})
+    assert old.categories == ["chair", "table", "shelf", "lamp", "scene"]
+    with pytest.raises(InputError, match="'bed'"):
+        old.sample("bed", 3, steps=1)
+    # a model trained on chairs only, saved and loaded
+    MoCAPipeline(pipe.ae, pipe.gen, {k: v.tolist() for k, v in pipe.stats.items()}, categories=["chair"]).save(tmp_path)
+    only = MoCAPipeline.load(tmp_path)
+    assert only.sample("chair", 3, steps=1)[0].boxes.shape == (3, 6)
+    with pytest.raises(InputError, match="'table'"):
+        only.sample("table", 3, steps=1)
 
 
 def test_corrupt_and_missing_checkpoints(tiny_pipeline, tmp_path):
