@@ -50,6 +50,9 @@ class FurnitureItem:
     width_cm: float
     depth_cm: float
     height_cm: float
+    # row-major 3x3 rotation that Sweet Home 3D applies to the model before sizing it (``modelRotation``);
+    # () when the catalogue gives none (identity)
+    model_rotation: tuple[float, ...] = ()
 
     @property
     def key(self) -> str:
@@ -67,6 +70,14 @@ def furniture_dir(path: str | os.PathLike | None = None) -> Path:
     if not any(root.glob("*.sh3f")):
         raise DataError(f"no .sh3f archives in {root}; {INSTALL_HINT}")
     return root
+
+
+def _rotation(props: dict, key: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in props.get(key, "").split())
+    except ValueError:
+        return ()
+    return values if len(values) == 9 else ()
 
 
 def _float(props: dict, key: str) -> float:
@@ -100,7 +111,8 @@ def read_archive(path: str | os.PathLike) -> list[FurnitureItem]:
             item_id=props[f"id#{i}"], name=props.get(f"name#{i}", ""), category=props.get(f"category#{i}", ""),
             tags=tags, creator=props.get(f"creator#{i}", "") or props.get("provider", ""), license=licence,
             archive=str(path), icon=icon, model=model, width_cm=_float(props, f"width#{i}"),
-            depth_cm=_float(props, f"depth#{i}"), height_cm=_float(props, f"height#{i}")))
+            depth_cm=_float(props, f"depth#{i}"), height_cm=_float(props, f"height#{i}"),
+            model_rotation=_rotation(props, f"modelRotation#{i}")))
     return items
 
 

@@ -1,6 +1,8 @@
 """``moca``: compositional 3D generation with component-level sparse attention (MoCA).
 
     moca build-data --out data/parts --per-category 200 --scenes 8
+    moca build-data --source sweethome3d --out data/furniture
+    moca build-data --source my_shapes/ --up y --out data/mine
     moca train-ae --data-dir data/parts --out runs/ae --steps 1500
     moca train --data-dir data/parts --ae runs/ae --attention moca --out runs/moca --steps 2000
     moca sample --ckpt runs/moca --category chair --parts 12 --out chair.glb
@@ -48,12 +50,27 @@ def _build_data(a) -> int:
     from generation3d.data import build_dataset, read_meta
 
     out = Path(a.out) if a.out else _data_dir(a)
-    check_outputs(dirs=[out], overwrite=a.overwrite)
-    build_dataset(out, n_per_category=a.per_category, n_scenes=a.scenes, n_points=a.points,
-                  seed=a.seed, min_scene_parts=a.scene_parts)
+    source = a.source
+    if source not in ("procedural", "sweethome3d"):
+        if not Path(source).is_dir():
+            raise InputError(f"--source must be procedural, sweethome3d or an existing folder; {source!r} is none")
+        if out.resolve().is_relative_to(Path(source).resolve()):
+            raise InputError(f"--out {out} is inside the source folder {source}; choose another path")
+    inputs = [a.furniture_dir] if source == "sweethome3d" else [] if source == "procedural" else [source]
+    check_outputs(dirs=[out], inputs=inputs, overwrite=a.overwrite)
+    if source == "procedural":
+        build_dataset(out, n_per_category=a.per_category, n_scenes=a.scenes, n_points=a.points,
+                      seed=a.seed, min_scene_parts=a.scene_parts)
+    else:
+        from generation3d.sources import build_real_dataset
+
+        real = build_real_dataset(out, source, n_points=a.points, max_parts=a.max_parts, seed=a.seed,
+                                  furniture_dir=a.furniture_dir, up=a.up, progress=True)
+        print(f"skipped {sum(real.skips.counts.values())}: {real.skips.summary()} (list in {out / 'skipped.csv'})")
     m = read_meta(out)
-    print(f"wrote {m['n_shapes']} shapes ({m['n_parts_total']} parts, {m['parts_min']}..{m['parts_max']} per shape, "
-          f"{m['n_test']} test) to {out}")
+    per_cat = ", ".join(f"{c} {n}" for c, n in m.get("shapes_per_category", {}).items())
+    print(f"wrote {m['n_shapes']} shapes ({per_cat}; {m['n_parts_total']} parts, {m['parts_min']}..{m['parts_max']} "
+          f"per shape; {m['n_train']} train, {m['n_val']} val, {m['n_test']} test) to {out}")
     return 0
 
 
@@ -83,7 +100,7 @@ def _train_ae(a) -> int:
 def _train(a) -> int:
     import torch
 
-    from generation3d.data import PartDataset
+    from generation3d.data import PartDataset, trained_categories
     from generation3d.model import GenConfig
     from generation3d.pipeline import MoCAPipeline, load_autoencoder
     from generation3d.text import shape_descriptions
@@ -101,7 +118,8 @@ def _train(a) -> int:
                     router_distill=a.router_distill, dense_warmup=a.dense_warmup)
     gen, stats, hist = train_generator(ds, ae, cfg, steps=a.steps, batch_size=a.batch_size,
                                        lr=a.lr, seed=a.seed, progress=True)
-    MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train")).save(out, {"history": hist, "seed": a.seed, "steps": a.steps})
+    MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"), categories=trained_categories(ds, a.max_parts)).save(
+        out, {"history": hist, "seed": a.seed, "steps": a.steps})
     print(f"trained {a.attention} generator for {a.steps} steps: final loss {hist[-1]['loss']:.4f}; saved {out}")
     return 0
 
@@ -201,12 +219,21 @@ def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="moca", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    p = sub.add_parser("build-data", help="build the procedural part-labelled dataset")
+    p = sub.add_parser("build-data", help="build a part-labelled dataset (procedural, Sweet Home 3D or your folder)")
     add_common_args(p)
-    p.add_argument("--per-category", type=positive_int, default=200)
-    p.add_argument("--scenes", type=nonneg_int, default=8)
-    p.add_argument("--scene-parts", type=positive_int, default=64, help="minimum parts per scene")
+    p.add_argument("--source", default="procedural",
+                   help="procedural (made here), sweethome3d (Debian's sweethome3d-furniture, read in place) or a "
+                        "folder of part-labelled meshes (formats in generation3d/README.md)")
+    p.add_argument("--per-category", type=positive_int, default=200, help="procedural: shapes per category")
+    p.add_argument("--scenes", type=nonneg_int, default=8, help="procedural: number of scenes")
+    p.add_argument("--scene-parts", type=positive_int, default=64, help="procedural: minimum parts per scene")
     p.add_argument("--points", type=positive_int, default=256, help="surface points per part")
+    p.add_argument("--max-parts", type=positive_int, default=64,
+                   help="sweethome3d / folder: shapes with more parts (after merging tiny ones) are skipped")
+    p.add_argument("--furniture-dir", default=None,
+                   help="sweethome3d: folder of .sh3f archives (default $MOE_APPS_SWEETHOME3D or "
+                        "/usr/share/sweethome3d/furniture)")
+    p.add_argument("--up", default="z", choices=["y", "z"], help="folder: the meshes' up axis (y is rotated to z)")
     p.set_defaults(fn=_build_data)
 
     p = sub.add_parser("train-ae", help="train the per-part point-cloud autoencoder")

@@ -1,15 +1,18 @@
-"""Procedural part-labelled 3D dataset, user mesh loader, and tensor batching.
+"""Procedural part-labelled 3D dataset, the dataset format on disk, user mesh loader, and tensor batching.
 
 A ``Shape`` is a list of ``Part`` s. Each part has a triangle mesh, a surface point cloud
 ``points (M, 3)`` and an axis-aligned box ``box (6,) = (centre xyz, size xyz)``. Objects
 (chair, table, shelf, lamp) are assembled from parametric primitives (boxes, cylinders, cones,
 spheres) with random proportions and part counts; scenes place many objects on a floor without
 collisions (footprints do not overlap) and reach hundreds of parts. Every shape is normalised so
-its bounding box is centred at the origin with largest half-extent 1 (z is up).
+its bounding box is centred at the origin with largest half-extent 1 (z is up). Real shapes
+(Sweet Home 3D furniture, a user's folder) are read by ``sources.py`` into the same ``Shape`` s
+and written by ``write_dataset`` in the same format.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import zipfile
 from dataclasses import dataclass, field
@@ -22,8 +25,11 @@ import trimesh
 from common.errors import DataError, InputError
 from common.io import atomic_write, write_json
 
-OBJECT_CATEGORIES = ("chair", "table", "shelf", "lamp")
-CATEGORIES = OBJECT_CATEGORIES + ("scene",)
+OBJECT_CATEGORIES = ("chair", "table", "shelf", "lamp")  # the procedural object makers
+# Category indices are stored in datasets and checkpoints: new categories are only ever appended.
+CATEGORIES = OBJECT_CATEGORIES + ("scene", "sofa", "bed")
+FURNITURE_TYPES = OBJECT_CATEGORIES + ("sofa", "bed")  # the types real furniture is sorted into
+SPLITS = {"train": 0, "test": 1, "val": 2}  # values of the dataset's ``split`` array
 DATASET_FILE = "parts.npz"
 MIN_SIZE = 1e-3  # box sizes are clamped to this when normalising points into the box frame
 
@@ -216,6 +222,8 @@ def make_object(category: str, rng: np.random.Generator) -> list[Part]:
     check_category(category)
     if category == "scene":
         raise InputError("use make_scene for category 'scene'")
+    if category not in _MAKERS:
+        raise InputError(f"no procedural maker for {category!r}; procedural categories: {', '.join(_MAKERS)}")
     return _MAKERS[category](rng)
 
 
@@ -255,13 +263,26 @@ def make_shape(category: str, rng: np.random.Generator, n_points: int = 256, min
 
 
 # ---------------------------------------------------------------- user meshes
+def mesh_problem(mesh: trimesh.Trimesh) -> str | None:
+    """Why no surface points can be sampled from ``mesh`` ("no faces", "non-finite vertices",
+    "zero area"), or None when it is usable."""
+    if len(mesh.vertices) == 0 or len(mesh.faces) == 0:
+        return "no faces"
+    if not np.isfinite(mesh.vertices).all():
+        return "non-finite vertices"
+    if not mesh.area > 0:
+        return "zero area"
+    return None
+
+
 def check_mesh(mesh: trimesh.Trimesh, name: str) -> None:
     """DataError for empty meshes, zero-area meshes and non-manifold edges (> 2 faces per edge)."""
-    if len(mesh.vertices) == 0 or len(mesh.faces) == 0:
+    problem = mesh_problem(mesh)
+    if problem == "no faces":
         raise DataError(f"part {name!r} has an empty mesh")
-    if not np.isfinite(mesh.vertices).all():
+    if problem == "non-finite vertices":
         raise DataError(f"part {name!r} has non-finite vertex coordinates")
-    if mesh.area <= 0:
+    if problem == "zero area":
         raise DataError(f"part {name!r} has zero surface area, so no points")
     edges = np.sort(mesh.edges, axis=1)
     _, counts = np.unique(edges, axis=0, return_counts=True)
@@ -269,14 +290,29 @@ def check_mesh(mesh: trimesh.Trimesh, name: str) -> None:
         raise DataError(f"part {name!r} is non-manifold: {int((counts > 2).sum())} edges shared by more than 2 faces")
 
 
-def load_part_mesh(path: str | Path, category: str = "chair", n_points: int = 256, seed: int = 0) -> Shape:
-    """Load a part-segmented GLB/GLTF/OBJ/PLY (one scene node / OBJ object or group per part)."""
+MESH_SUFFIXES = (".glb", ".gltf", ".obj", ".ply")
+
+
+def read_named_meshes(path: str | Path, data: bytes | None = None) -> list[tuple[str, trimesh.Trimesh]]:
+    """The triangle meshes of a GLB/GLTF/OBJ/PLY file as ``(name, mesh)`` in the file's frame: one
+    per scene node (GLB/GLTF, node transforms applied) or per OBJ ``o`` object / ``g`` group. With
+    ``data`` the file's bytes are parsed (``path`` gives the name and format) and OBJ materials
+    are skipped, so nothing beside it is looked up. DataError when the file cannot be parsed."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"mesh file not found: {path}")
-    kw = {"split_objects": True, "split_groups": True, "group_material": False} if path.suffix.lower() == ".obj" else {}
+    suffix = path.suffix.lower()
+    if suffix not in MESH_SUFFIXES:
+        raise DataError(f"unsupported mesh format {path.name!r}; use {', '.join(MESH_SUFFIXES)}")
+    kw = {"split_objects": True, "split_groups": True, "group_material": False} if suffix == ".obj" else {}
     try:
-        scene = trimesh.load(str(path), force="scene", **kw)
+        if data is None:
+            if not path.is_file():
+                raise DataError(f"mesh file not found: {path}")
+            scene = trimesh.load(str(path), force="scene", **kw)
+        else:
+            kw = {**kw, "skip_materials": True} if suffix == ".obj" else kw
+            scene = trimesh.load(io.BytesIO(data), file_type=suffix[1:], force="scene", **kw)
+    except DataError:
+        raise
     except Exception as exc:  # trimesh raises many types on malformed files
         raise DataError(f"cannot read mesh {path}: {exc}") from exc
     meshes = []
@@ -288,6 +324,15 @@ def load_part_mesh(path: str | Path, category: str = "chair", n_points: int = 25
         m = geom.copy()
         m.apply_transform(transform)
         meshes.append((str(node), m))
+    return meshes
+
+
+def load_part_mesh(path: str | Path, category: str = "chair", n_points: int = 256, seed: int = 0) -> Shape:
+    """Load a part-segmented GLB/GLTF/OBJ/PLY (one scene node / OBJ object or group per part)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"mesh file not found: {path}")
+    meshes = read_named_meshes(path)
     if not meshes:
         raise DataError(f"{path} contains no triangle meshes")
     for name, m in meshes:
@@ -313,18 +358,30 @@ def build_dataset(
     shapes += [make_shape("scene", rng, n_points, min_scene_parts) for _ in range(n_scenes)]
     split = np.zeros(len(shapes), dtype=np.int8)
     order = rng.permutation(len(shapes))
-    split[order[: max(1, int(round(test_fraction * len(shapes))))]] = 1
+    split[order[: max(1, int(round(test_fraction * len(shapes))))]] = SPLITS["test"]
+    return write_dataset(out_dir, shapes, split, {"source": "procedural", "n_points": n_points, "seed": seed})
+
+
+def write_dataset(out_dir: str | Path, shapes: list[Shape], split: np.ndarray, meta: dict | None = None) -> Path:
+    """Write finalised ``shapes`` with ``split (S,)`` (values of ``SPLITS``) to
+    ``out_dir/parts.npz`` and ``meta.json`` (counts + ``meta``), atomically. Returns the npz path."""
+    if not shapes:
+        raise DataError("no shapes to write")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     arrays = shapes_to_arrays(shapes)
-    arrays["split"] = split
+    arrays["split"] = np.asarray(split, dtype=np.int8)
     with atomic_write(out / DATASET_FILE, "wb") as f:
         np.savez_compressed(f, **arrays)
     n_parts = np.diff(arrays["offsets"])
+    counts = {name: int((arrays["split"] == v).sum()) for name, v in SPLITS.items()}
     write_json(out / "meta.json", {
         "n_shapes": len(shapes), "n_parts_total": int(n_parts.sum()), "parts_min": int(n_parts.min()),
-        "parts_max": int(n_parts.max()), "n_points": n_points, "seed": seed, "categories": list(CATEGORIES),
-        "n_test": int(split.sum()),
+        "parts_max": int(n_parts.max()), "categories": list(CATEGORIES),
+        "n_train": counts["train"], "n_val": counts["val"], "n_test": counts["test"],
+        "shapes_per_category": {c: int((arrays["category"] == i).sum()) for i, c in enumerate(CATEGORIES)
+                                if (arrays["category"] == i).any()},
+        **(meta or {}),
     })
     return out / DATASET_FILE
 
@@ -348,7 +405,7 @@ def shapes_to_arrays(shapes: list[Shape]) -> dict[str, np.ndarray]:
 @dataclass
 class PartDataset:
     """In-memory dataset. ``points (N_parts, M, 3)`` world coords; ``boxes (N_parts, 6)``;
-    ``offsets (S+1,)`` part ranges per shape; ``category (S,)``; ``split (S,)`` 0=train 1=test."""
+    ``offsets (S+1,)`` part ranges per shape; ``category (S,)``; ``split (S,)`` 0=train 1=test 2=val."""
 
     points: np.ndarray
     boxes: np.ndarray
@@ -378,7 +435,7 @@ class PartDataset:
         return int(self.offsets[i + 1] - self.offsets[i])
 
     def shape_ids(self, split: str = "train", max_parts: int | None = None) -> np.ndarray:
-        s = {"train": 0, "test": 1}[split]
+        s = SPLITS[split]
         ids = np.nonzero(self.split == s)[0]
         if max_parts is not None:
             ids = np.array([i for i in ids if self.n_parts(i) <= max_parts], dtype=np.int64)
@@ -390,7 +447,15 @@ class PartDataset:
 
     def part_indices(self, split: str = "train") -> np.ndarray:
         ids = self.shape_ids(split)
+        if len(ids) == 0:
+            return np.zeros(0, dtype=np.int64)
         return np.concatenate([np.arange(self.offsets[i], self.offsets[i + 1]) for i in ids])
+
+
+def trained_categories(ds: PartDataset, max_parts: int | None = None) -> list[str]:
+    """The categories (in ``CATEGORIES`` order) of the training shapes with at most ``max_parts`` parts."""
+    present = set(ds.category[ds.shape_ids("train", max_parts)].tolist())
+    return [c for i, c in enumerate(CATEGORIES) if i in present]
 
 
 def to_canonical(points: np.ndarray | torch.Tensor, boxes):

@@ -54,11 +54,13 @@ FAR_TEXT_COSINE = 0.5  # below this a text is reported as unlike every training 
 
 class MoCAPipeline:
     """Part autoencoder + generator + latent statistics; ``descriptions`` are the training texts
-    (for ``nearest_description``)."""
+    (for ``nearest_description``); ``categories`` the categories it was trained on (default: the
+    first ``n_categories`` of ``data.CATEGORIES``, as saved before the list was kept)."""
 
     def __init__(self, ae: PartAutoencoder, gen: PartFlowTransformer, stats: dict, descriptions: list[str] | None = None,
-                 text_encoder=None):
+                 text_encoder=None, categories: list[str] | None = None):
         self.ae, self.gen = ae.eval(), gen.eval()
+        self.categories = list(categories) if categories else list(CATEGORIES[: gen.config.n_categories])
         self.stats = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in stats.items()}
         self.descriptions = sorted(set(descriptions or []))
         self._encoder = text_encoder
@@ -72,7 +74,7 @@ class MoCAPipeline:
         save_autoencoder(self.ae, path / "ae")
         self.gen.save_pretrained(path / "generator", {
             "stats": {k: v.tolist() for k, v in self.stats.items()}, "box_param": BOX_PARAM,
-            "descriptions": self.descriptions, **(extra or {})})
+            "descriptions": self.descriptions, "categories": self.categories, **(extra or {})})
         return path
 
     @classmethod
@@ -85,7 +87,7 @@ class MoCAPipeline:
         if extra.get("box_param") != BOX_PARAM:
             raise CheckpointError(f"{path / 'generator'} was trained with an older box parameterisation; retrain it with `moca train`")
         gen = PartFlowTransformer.from_pretrained(path / "generator")
-        return cls(ae, gen, extra["stats"], extra.get("descriptions"))
+        return cls(ae, gen, extra["stats"], extra.get("descriptions"), categories=extra.get("categories"))
 
     def embed_text(self, text: str) -> torch.Tensor:
         """MiniLM embedding ``(1, 384)`` of a non-empty text (InputError for an empty one)."""
@@ -113,6 +115,9 @@ class MoCAPipeline:
         channels are held on the forward-noised layout at every step (replacement conditioning)."""
         text_emb = None if text is None else self.embed_text(text).expand(batch, -1)
         cat_idx = self.gen.config.n_categories if category == "none" else CATEGORIES.index(check_category(category))
+        if category != "none" and (category not in self.categories or cat_idx >= self.gen.config.n_categories):
+            raise InputError(f"unknown category {category!r} for this model; it was trained on "
+                             f"{', '.join(self.categories)} (or 'none')")
         if not isinstance(n_parts, (int, np.integer)):
             raise InputError(f"number of parts must be an integer, got {n_parts!r}")
         self.gen.check_parts(int(n_parts))

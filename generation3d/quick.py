@@ -19,7 +19,7 @@ from common.data_dir import cache_dir
 from common.io import write_csv, write_json
 from common.seed import seed_everything
 from generation3d.bench import bench_attention, plot_bench
-from generation3d.data import PartDataset, build_dataset
+from generation3d.data import PartDataset, build_dataset, trained_categories
 from generation3d.evaluate import evaluate_generator, penetration_rate, reconstruction_metrics
 from generation3d.export import export_meshes, shape_meshes
 from generation3d.model import AEConfig, GenConfig
@@ -56,7 +56,8 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, config
         t0 = time.perf_counter()
         gen, stats, hist = train_generator(ds, ae, gcfg, steps=cfg["gen_steps"], batch_size=8, seed=seed)
         train_s = time.perf_counter() - t0
-        pipes[attention] = MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"))
+        pipes[attention] = MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"),
+                                        categories=trained_categories(ds, gcfg.max_parts))
         res = evaluate_generator(pipes[attention], ds, n_shapes=cfg["eval_shapes"], seed=seed, steps=cfg["sample_steps"])
         res.update({"train_s": train_s, "final_loss": hist[-1]["loss"], "train_steps": cfg["gen_steps"]})
         results[attention] = res

@@ -88,6 +88,14 @@ def fx(tmp_path_factory) -> Path:
     (d / "parts").mkdir()
     (d / "parts" / "parts.npz").write_bytes(raw[: len(raw) // 3])
     (d / "garbage.glb").write_text("solid nothing\n")
+    # furniture and shape folders for moca build-data: a corrupt .sh3f only; shapes that are all unusable
+    (d / "badsh3f").mkdir()
+    (d / "badsh3f" / "Broken.sh3f").write_bytes(b"PK\x03\x04 truncated")
+    (d / "badshapes" / "chair").mkdir(parents=True)
+    (d / "badshapes" / "chair" / "nofaces.obj").write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\n")
+    (d / "badshapes" / "chair" / "flat.obj").write_text("v 0 0 0\nv 1 0 0\nv 2 0 0\nf 1 2 3\n")
+    (d / "badshapes" / "spaceship").mkdir()
+    (d / "badshapes" / "spaceship" / "x.obj").write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\n")
     (d / "garbage.png").write_text("no image here\n")
     # DREAM-format CSVs
     (d / "nonutf8.csv").write_bytes(b"Dataset,Mixture_1,Mixture_2\nBushdid,\xff\xfe,2\n")
@@ -233,6 +241,17 @@ CASES: list[tuple[str, str]] = [
     ("moca", "build-data --out {d}/full"),
     ("moca", "build-data --out {d}/afile/sub"),
     ("moca", "build-data --out {d}/afile"),
+    ("moca", "build-data --source {d}/missing_shapes --out {d}/new_data"),
+    ("moca", "build-data --source {d}/afile --out {d}/new_data"),
+    ("moca", "build-data --source {d}/badshapes --out {d}/new_data"),
+    ("moca", "build-data --source {d}/badshapes --out {d}/badshapes/out"),
+    ("moca", "build-data --source {d}/badshapes --out {d}/badshapes --overwrite"),
+    ("moca", "build-data --source {d}/badshapes --up x --out {d}/new_data"),
+    ("moca", "build-data --source {d}/badshapes --max-parts 0 --out {d}/new_data"),
+    ("moca", "build-data --source sweethome3d --furniture-dir {d}/missing_furniture --out {d}/new_data"),
+    ("moca", "build-data --source sweethome3d --furniture-dir {d}/emptydir --out {d}/new_data"),
+    ("moca", "build-data --source sweethome3d --furniture-dir {d}/badsh3f --out {d}/new_data"),
+    ("moca", "build-data --source sweethome3d --furniture-dir {d}/badsh3f --out {d}/full"),
     ("moca", "train-ae --steps 0 --data-dir {d}/parts --out {d}/new_ae"),
     ("moca", "train-ae --lr nan --data-dir {d}/parts --out {d}/new_ae"),
     ("moca", "train-ae --latents 0 --data-dir {d}/parts --out {d}/new_ae"),

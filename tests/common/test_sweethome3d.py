@@ -22,6 +22,7 @@ width#1=50
 depth#1=40.5
 height#1=90
 creator#1=Alice
+modelRotation#1=1 0 0 0 0 1 0 -1 0
 id#2=Test#ghost
 name#2=Missing model
 icon#2=/t/ghost.png
@@ -55,6 +56,7 @@ def test_catalog_items_licences_and_icons(folder, tmp_path):
         ("Chair é", "CC0", "Alice"), ("Chair é", "CC-BY-3.0", "tester")]  # item without a model skipped
     chair = items[0]
     assert chair.tags == ("Seat", "Wood") and (chair.width_cm, chair.depth_cm, chair.height_cm) == (50, 40.5, 90)
+    assert chair.model_rotation == (1, 0, 0, 0, 0, 1, 0, -1, 0)
     assert read_member(chair, chair.model).startswith(b"v 0 0 0")
     assert read_icon(chair).getpixel((0, 0)) == (255, 255, 255)
     assert read_icon(items[1]).getpixel((0, 0)) == (0, 0, 255)

@@ -23,7 +23,7 @@ def tiny_data(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_pipeline(tiny_data, tmp_path_factory):
-    from generation3d.data import PartDataset
+    from generation3d.data import PartDataset, trained_categories
     from generation3d.model import AEConfig, GenConfig
     from generation3d.pipeline import MoCAPipeline
     from generation3d.text import shape_descriptions
@@ -35,5 +35,5 @@ def tiny_pipeline(tiny_data, tmp_path_factory):
     gen, stats, _ = train_generator(ds, ae, GenConfig(n_latents=4, d_latent=4, max_parts=40, d_model=32, n_layers=1),
                                     steps=3, batch_size=4)
     path = tmp_path_factory.mktemp("g3pipe")
-    MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train")).save(path)
+    MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"), categories=trained_categories(ds, 40)).save(path)
     return path

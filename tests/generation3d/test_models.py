@@ -48,7 +48,7 @@ def test_pipeline_sampling_is_deterministic_and_checks_requests(tiny_pipeline):
     np.testing.assert_array_equal(a.points, b.points)
     assert not np.array_equal(a.points, pipe.sample("chair", 6, seed=4, steps=3)[0].points)
     with pytest.raises(InputError, match="unknown category"):
-        pipe.sample("sofa", 6)
+        pipe.sample("spaceship", 6)
     with pytest.raises(InputError, match="outside the trained range"):
         pipe.sample("chair", 41)
     pipe.sample("none", 3, steps=2)  # unconditional
@@ -60,6 +60,25 @@ def test_pipeline_sampling_is_deterministic_and_checks_requests(tiny_pipeline):
     assert ((g.points >= lo - 1e-5) & (g.points <= hi + 1e-5)).all()
     with pytest.raises(InputError, match="layout"):
         pipe.sample("table", 3, layout=layout[:2])
+
+
+def test_pipelines_refuse_categories_they_were_not_trained_on(tiny_pipeline, tmp_path):
+    pipe = MoCAPipeline.load(tiny_pipeline)
+    assert pipe.categories == ["chair", "table", "shelf", "lamp", "scene"]  # the procedural training data
+    with pytest.raises(InputError, match="unknown category 'sofa' for this model; it was trained on chair, table"):
+        pipe.sample("sofa", 3, steps=1)
+    # a checkpoint saved before the list was kept: its first n_categories categories
+    pipe.gen.config.n_categories = 5
+    old = MoCAPipeline(pipe.ae, pipe.gen, {k: v.tolist() for k, v in pipe.stats.items()})
+    assert old.categories == ["chair", "table", "shelf", "lamp", "scene"]
+    with pytest.raises(InputError, match="'bed'"):
+        old.sample("bed", 3, steps=1)
+    # a model trained on chairs only, saved and loaded
+    MoCAPipeline(pipe.ae, pipe.gen, {k: v.tolist() for k, v in pipe.stats.items()}, categories=["chair"]).save(tmp_path)
+    only = MoCAPipeline.load(tmp_path)
+    assert only.sample("chair", 3, steps=1)[0].boxes.shape == (3, 6)
+    with pytest.raises(InputError, match="'table'"):
+        only.sample("table", 3, steps=1)
 
 
 def test_corrupt_and_missing_checkpoints(tiny_pipeline, tmp_path):
