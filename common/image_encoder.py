@@ -182,13 +182,13 @@ class EfficientNetLite0Encoder(nn.Module):
             tokens.append(t.numpy())
         return np.concatenate(pooled).astype(np.float32), np.concatenate(tokens).astype(np.float32)
 
-    def _features(self, images: np.ndarray | Tensor, which: str) -> np.ndarray:
+    def _features(self, images: np.ndarray | Tensor, which: str, use_cache: bool) -> np.ndarray:
         x = to_uint8_hwc(images)
         n = len(x)
         if n == 0:
             shape = (POOLED_DIM,) if which == "pooled" else (self.grid * self.grid, self.token_dim)
             return np.zeros((0, *shape), np.float32)
-        if not self.frozen or not self._caches:
+        if not self.frozen or not self._caches or not use_cache:
             with torch.no_grad():
                 return self._compute(x)[0 if which == "pooled" else 1]
         layer = "pooled" if which == "pooled" else f"block{self.token_block}"
@@ -204,13 +204,14 @@ class EfficientNetLite0Encoder(nn.Module):
                 cache.put(sub, tokens)
         return cache.get(keys)
 
-    def encode(self, images: np.ndarray | Tensor) -> np.ndarray:
-        """``(n, 1280)`` float32 pooled ImageNet features of ``images`` (cached when frozen)."""
-        return self._features(images, "pooled")
+    def encode(self, images: np.ndarray | Tensor, use_cache: bool = True) -> np.ndarray:
+        """``(n, 1280)`` float32 pooled ImageNet features of ``images`` (cached when frozen;
+        ``use_cache=False`` for images seen once, e.g. generated samples)."""
+        return self._features(images, "pooled", use_cache)
 
-    def encode_tokens(self, images: np.ndarray | Tensor) -> np.ndarray:
+    def encode_tokens(self, images: np.ndarray | Tensor, use_cache: bool = True) -> np.ndarray:
         """``(n, h*w, c)`` float32 token grid of block ``token_block`` (cached when frozen)."""
-        return self._features(images, "tokens")
+        return self._features(images, "tokens", use_cache)
 
 
 _DEFAULT: dict[tuple[Path, int], EfficientNetLite0Encoder] = {}

@@ -108,6 +108,10 @@ def test_cache_hit_needs_no_model_call(tmp_path):
     def no_model_call(*args, **kwargs):
         raise AssertionError("the model ran on a cached image")
 
+    third = EfficientNetLite0Encoder(resolution=64, cache=tmp_path)
+    np.testing.assert_array_equal(third.encode(x[:1], use_cache=False), ref[:1])  # computed, not stored
+    assert sorted((tmp_path / "efficientnet-lite0").rglob("shard-*.npz")) == shards
+
     second.net.extract_features = no_model_call
     np.testing.assert_array_equal(second.encode(x[[2, 0, 2]]), ref[[2, 0, 2]])
     np.testing.assert_array_equal(second.encode_tokens(x), ref_tokens)
