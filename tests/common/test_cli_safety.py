@@ -203,6 +203,9 @@ CASES: list[tuple[str, str]] = [
     ("moh", "eval --ckpt {d}/ckpt --steps -1"),
     ("moh", "eval --ckpt {d}/ckpt --out {d}/existing.json"),
     ("moh", "eval --ckpt {d}/corruptck --out {d}/new.json"),
+    ("moh", "eval --ckpt {d}/ckpt --data {d}/emptydir --out {d}/new.json"),
+    ("moh", "eval --ckpt {d}/ckpt --data {d}/no_such_folder --out {d}/new.json"),
+    ("moh", "train --data sweethome3d --size 2 --out {d}/new_run"),
     ("moh", "bench --steps 0 --out {d}/new_bench"),
     ("moh", "bench --out {d}/full"),
     # --- moca
