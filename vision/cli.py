@@ -6,6 +6,7 @@
     moh sample --ckpt runs/moh --n 64 --out grid.png
     moh eval --ckpt runs/moh --n 256 [--inception-weights inception-2015-12-05.pt]  # data from the checkpoint
     moh bench [--quick] --out runs/bench [--json results.json]
+    moh bench --scaling --budgets S --out runs/scaling --json docs/results/vision/scaling_S.json
 """
 
 from __future__ import annotations
@@ -141,6 +142,8 @@ def _bench(a) -> int:
     from vision.bench import QUICK, BenchConfig, run_bench
 
     json_path = Path(a.json) if a.json else None
+    if a.scaling:
+        return _bench_scaling(a, json_path)
     check_outputs(files=[json_path] if json_path else (), dirs=[a.out or "runs/vision_bench"],
                   overwrite=a.overwrite)
     cfg = QUICK if a.quick else BenchConfig()
@@ -153,6 +156,24 @@ def _bench(a) -> int:
     rows = run_bench(a.out or "runs/vision_bench", cfg)
     if json_path is not None:  # the README's table source: config + one row per model, NaN as null
         write_json(json_path, {"config": cfg.__dict__, "rows": rows})
+    return 0
+
+
+def _bench_scaling(a, json_path: Path | None) -> int:
+    import shutil
+
+    from common.io import write_json
+    from vision.bench import ScalingConfig, run_scaling
+
+    out = Path(a.out or "runs/vision_scaling")
+    plot_path = json_path.with_suffix(".png") if json_path else None
+    check_outputs(files=[p for p in (json_path, plot_path) if p], dirs=[out], overwrite=a.overwrite)
+    overrides = {k: tuple(v) for k, v in (("budgets", a.budgets), ("datasets", a.datasets), ("models", a.models)) if v}
+    result = run_scaling(out, ScalingConfig(**overrides))
+    if json_path is not None:  # the README's source: config, per-run rows and the summary, plot beside it
+        write_json(json_path, result)
+        shutil.copyfile(out / "scaling.png", plot_path)
+        print(f"wrote {json_path} and {plot_path}")
     return 0
 
 
@@ -202,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--steps", type=positive_int)
     b.add_argument("--models", nargs="+", choices=MODEL_NAMES)
     b.add_argument("--json", metavar="PATH", help="also write the results rows as JSON (NaN as null)")
+    b.add_argument("--scaling", action="store_true",
+                   help="the scaling trend: all models at budgets S/M/L on both datasets (EfficientNet-Lite0 "
+                        "FID); with --json also the plot beside it (same name, .png)")
+    b.add_argument("--budgets", nargs="+", choices=("S", "M", "L"), help="with --scaling: budgets to run")
+    b.add_argument("--datasets", nargs="+", choices=("fashion-mnist", "sweethome3d"),
+                   help="with --scaling: datasets to run")
     b.set_defaults(fn=_bench)
     return p
 

@@ -208,6 +208,10 @@ CASES: list[tuple[str, str]] = [
     ("moh", "train --data sweethome3d --size 2 --out {d}/new_run"),
     ("moh", "bench --steps 0 --out {d}/new_bench"),
     ("moh", "bench --out {d}/full"),
+    ("moh", "bench --scaling --budgets XL --out {d}/new_bench"),
+    ("moh", "bench --scaling --datasets cifar --out {d}/new_bench"),
+    ("moh", "bench --scaling --out {d}/full"),
+    ("moh", "bench --scaling --json {d}/existing.json --out {d}/new_bench"),
     # --- moca
     ("moca", "build-data --per-category 0 --out {d}/new_data"),
     ("moca", "build-data --points 0 --out {d}/new_data"),
