@@ -48,6 +48,20 @@ def test_run_quick_writes_report_rows_and_demo_model(tmp_path, untrained_classif
     assert any(r["metric"] == "blocks_saved_vs_full_route" for r in rows)
     assert (tmp_path / "out" / "vision.csv").is_file()
     assert (tmp_path / "cache" / "vision" / "demo_model" / "config.json").is_file()
+    from vision.demo import default_checkpoint
+    from vision.train import checkpoint_data
+
+    sh3d = tmp_path / "cache" / "vision" / "demo_model_sweethome3d"
+    assert default_checkpoint("sweethome3d") == str(sh3d)
+    from common.errors import DataError
+    from common.sweethome3d import furniture_dir
+
+    try:
+        furniture_dir()
+    except DataError:
+        return  # the second dataset is not installed here
+    assert checkpoint_data(sh3d / "checkpoint")["source"] == "sweethome3d"
+    assert (sh3d / "ATTRIBUTION.csv").is_file()
 
 
 def test_fid_curve_table_pivots_per_step():
