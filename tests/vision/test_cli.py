@@ -103,9 +103,10 @@ def test_bench_json_writes_rows_with_nan_as_null(tmp_path, monkeypatch):
     assert data["config"]["steps"] == 7 == seen["cfg"].steps
 
 
-def test_bench_json_into_a_missing_directory_is_refused_before_running(tmp_path, monkeypatch, capsys):
+def test_bench_json_under_a_file_is_refused_before_running(tmp_path, monkeypatch, capsys):
     import vision.bench
 
     monkeypatch.setattr(vision.bench, "run_bench", lambda *a, **k: pytest.fail("bench ran"))
-    assert main(["bench", "--quick", "--json", str(tmp_path / "nope" / "b.json")]) == 2
-    assert capsys.readouterr().err.startswith("error: --json")
+    (tmp_path / "afile").write_text("x")
+    assert main(["bench", "--quick", "--json", str(tmp_path / "afile" / "b.json")]) == 2
+    assert capsys.readouterr().err.startswith("error: cannot write") and not (tmp_path / "runs").exists()
