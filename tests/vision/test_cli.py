@@ -109,4 +109,4 @@ def test_bench_json_under_a_file_is_refused_before_running(tmp_path, monkeypatch
     monkeypatch.setattr(vision.bench, "run_bench", lambda *a, **k: pytest.fail("bench ran"))
     (tmp_path / "afile").write_text("x")
     assert main(["bench", "--quick", "--json", str(tmp_path / "afile" / "b.json")]) == 2
-    assert capsys.readouterr().err.startswith("error: cannot write") and not (tmp_path / "runs").exists()
+    assert capsys.readouterr().err.startswith("error: cannot write")
