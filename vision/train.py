@@ -220,8 +220,8 @@ class SamplingCheckpoint(Checkpoint):
     training) and when training ends, atomically (``save_atomic``). ``last_model_path`` is the
     last complete one, which ``common.engine.DivergenceGuard`` names when the loss diverges."""
 
-    def __init__(self, out_dir: str | Path, every: int, cfg: TrainConfig) -> None:
-        self.out_dir, self.every, self.cfg = Path(out_dir), every, cfg
+    def __init__(self, out_dir: str | Path, every: int, cfg: TrainConfig, data: dict | None = None) -> None:
+        self.out_dir, self.every, self.cfg, self.data = Path(out_dir), every, cfg, data
         self.last_model_path, self._saved_step = "", 0
 
     def _save(self, trainer: L.Trainer, module: DiffusionModule) -> None:
@@ -229,6 +229,8 @@ class SamplingCheckpoint(Checkpoint):
         if trainer.is_global_zero:
             state = {"step": trainer.global_step, "loss": module.final_loss, "config": asdict(self.cfg),
                      "world_size": trainer.world_size}
+            if self.data is not None:
+                state["data"] = self.data
             self.last_model_path = str(save_atomic(module.sampling_model, self.out_dir, state))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -252,14 +254,16 @@ class StepCallback(Callback):
 
 
 def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = None,
-          callback=None, progress: bool = False) -> TrainResult:
+          callback=None, progress: bool = False, data: dict | None = None) -> TrainResult:
     """Train ``model`` on ``images (N, c, H, W)`` in [-1, 1] for ``cfg.steps`` steps.
 
     ``callback(step, model, sampling_model)`` runs after every step (evaluation curves;
     ``sampling_model`` is the EMA copy, or ``model`` without EMA). With ``out_dir`` a checkpoint
     of the sampling weights is saved every ``checkpoint_every`` steps and at the end, and
     Lightning's CSV log goes to ``out_dir/logs``. On return ``model`` holds the sampling (EMA)
-    weights. ``progress``: a tqdm bar.
+    weights. ``progress``: a tqdm bar. ``data``: the data source and preprocessing
+    (``vision.data.data_spec``) recorded in the checkpoint's ``train_state.json`` so that
+    evaluation defaults to it (``checkpoint_data``).
     """
     mc = model.config
     check_images(images, mc.in_channels, mc.sample_size)
@@ -267,7 +271,7 @@ def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = 
         raise InputError(f"steps and batch_size must be >= 1, got {cfg.steps}, {cfg.batch_size}")
     if not 0 <= cfg.ema_decay < 1:
         raise InputError(f"ema_decay must be in [0, 1), got {cfg.ema_decay}")
-    ckpt = SamplingCheckpoint(out_dir, cfg.checkpoint_every, cfg) if out_dir is not None else None
+    ckpt = SamplingCheckpoint(out_dir, cfg.checkpoint_every, cfg, data) if out_dir is not None else None
     callbacks = [c for c in (StepCallback(callback) if callback is not None else None, ckpt) if c is not None]
     # MoH routes skip experts per sample, so some parameters get no gradient on a rank.
     trainer = make_trainer(out_dir, max_steps=cfg.steps, grad_clip=GRAD_CLIP, seed=cfg.seed, progress=progress,
@@ -293,3 +297,12 @@ def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = 
 
 def read_train_state(checkpoint_dir: str | Path) -> dict:
     return read_json(Path(checkpoint_dir) / STATE)
+
+
+def checkpoint_data(checkpoint_dir: str | Path) -> dict | None:
+    """The ``data`` spec the checkpoint was trained on (None for checkpoints without one)."""
+    path = Path(checkpoint_dir) / STATE
+    if not path.is_file():
+        return None
+    data = read_train_state(checkpoint_dir).get("data")
+    return data if isinstance(data, dict) and "source" in data else None

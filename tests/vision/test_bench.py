@@ -48,6 +48,20 @@ def test_run_quick_writes_report_rows_and_demo_model(tmp_path, untrained_classif
     assert any(r["metric"] == "blocks_saved_vs_full_route" for r in rows)
     assert (tmp_path / "out" / "vision.csv").is_file()
     assert (tmp_path / "cache" / "vision" / "demo_model" / "config.json").is_file()
+    from vision.demo import default_checkpoint
+    from vision.train import checkpoint_data
+
+    sh3d = tmp_path / "cache" / "vision" / "demo_model_sweethome3d"
+    assert default_checkpoint("sweethome3d") == str(sh3d)
+    from common.errors import DataError
+    from common.sweethome3d import furniture_dir
+
+    try:
+        furniture_dir()
+    except DataError:
+        return  # the second dataset is not installed here
+    assert checkpoint_data(sh3d / "checkpoint")["source"] == "sweethome3d"
+    assert (sh3d / "ATTRIBUTION.csv").is_file()
 
 
 def test_fid_curve_table_pivots_per_step():
@@ -57,3 +71,35 @@ def test_fid_curve_table_pivots_per_step():
     table = bench.fid_curve_table(curve)
     assert table[0] == {"step": 10, "moh": 3.0, "mamba": 4.0}
     assert table[1]["moh"] == 2.0 and table[1]["mamba"] != table[1]["mamba"]  # missing -> NaN
+
+
+def test_scaling_harness_rows_summary_ratios_and_plot(tmp_path, monkeypatch):
+    """Two tiny budgets x two seeds at the first: one row per (budget, seed, model); the summary's
+    FID ratio is the per-seed mean of FID / plain Mamba's (so Mamba's is exactly 1)."""
+    import json
+
+    import vision.evaluate
+
+    feats = {}
+
+    def fake_fid(real, fake, encoder=None):  # a cheap stand-in for the encoder; the harness is under test
+        key = float(fake.mean())
+        feats.setdefault(key, len(feats) + 1.0)
+        return feats[key]
+
+    monkeypatch.setattr(vision.evaluate, "efficientnet_lite0_fid", fake_fid)
+    monkeypatch.setattr(bench, "SCALING_BUDGETS", (bench.Budget("S", 8, 2, seeds=(0, 1)), bench.Budget("M", 16, 3)))
+    cfg = bench.ScalingConfig(budgets=("S", "M"), datasets=("fashion-mnist",), models=("moh", "mamba"), size=32,
+                              batch_size=4, train_limit=32, n_real=8, n_samples=4, sample_steps=2)
+    res = bench.run_scaling(tmp_path, cfg)
+    assert [(r["budget"], r["seed"], r["model"]) for r in res["rows"]] == [
+        ("S", 0, "moh"), ("S", 0, "mamba"), ("S", 1, "moh"), ("S", 1, "mamba"), ("M", 0, "moh"), ("M", 0, "mamba")]
+    by = {(r["budget"], r["seed"], r["model"]): r["efficientnet_lite0_fid"] for r in res["rows"]}
+    s_moh = next(r for r in res["summary"] if (r["budget"], r["model"]) == ("S", "moh"))
+    expected = (by["S", 0, "moh"] / by["S", 0, "mamba"] + by["S", 1, "moh"] / by["S", 1, "mamba"]) / 2
+    assert s_moh["fid_vs_mamba"] == pytest.approx(expected) and s_moh["seeds"] == 2
+    assert all(r["fid_vs_mamba"] == 1.0 for r in res["summary"] if r["model"] == "mamba")
+    assert {r["d_model"] for r in res["rows"]} == {8, 16}
+    for f in ("scaling.csv", "scaling_summary.csv", "scaling.json", "scaling.png", "samples_fashion-mnist_S_moh.png"):
+        assert (tmp_path / f).is_file(), f
+    assert json.loads((tmp_path / "scaling.json").read_text())["summary"][0]["dataset"] == "fashion-mnist"
