@@ -69,6 +69,17 @@ def fit_observed(
     return w, np.maximum(res, 0.0)
 
 
+def residual_scores(
+    U: np.ndarray, idx: np.ndarray, x_obs: np.ndarray, ridge: float = RIDGE
+) -> tuple[np.ndarray, np.ndarray]:
+    """Routing scores of one sample: ``U (K, n, r)``, ``idx (m,)``, ``x_obs (m,)`` ->
+    ``w (K, r)`` (``fit_observed``) and ``score (K,)`` = each expert's residual over
+    ``||x_Ω||²``; the sample is routed to ``argmin score`` (ties to the lower index, as
+    ``moe.route_by_score``). Shared by MoSAIC and the k-GROUSE baselines."""
+    w, res = fit_observed(U, idx, x_obs, ridge)
+    return w, res / max(float(x_obs @ x_obs), _TINY_F)
+
+
 def posterior_mean(L: np.ndarray, v: float, idx: np.ndarray, x_obs: np.ndarray) -> np.ndarray:
     """Posterior-mean completion ``(n,)`` of one sample under ``x = L a + e``, ``a ~ N(0, I_q)``,
     ``e ~ N(0, v I)``: loadings ``L (n, q)``, observed ``idx (m,)`` / ``x_obs (m,)``. Observed

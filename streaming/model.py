@@ -66,6 +66,7 @@ from streaming.linalg import (
     posterior_mean,
     ppca_missing,
     random_bases,
+    residual_scores,
     soft_impute,
 )
 
@@ -300,8 +301,7 @@ class MoSAIC(PretrainedMixin):
         return max(c.eta_min, c.eta0 / math.sqrt(1.0 + float(self.t[k]) / self._tau()))
 
     def _scores(self, idx: np.ndarray, xo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        w, res = fit_observed(self.bases, idx, xo, self.ridge)
-        return w, res / max(float(xo @ xo), _TINY)
+        return residual_scores(self.bases, idx, xo, self.ridge)
 
     def memory_bytes(self) -> int:
         """Bytes held by the model state (bases + per-expert counters + change buffer + the samples a
@@ -322,11 +322,11 @@ class MoSAIC(PretrainedMixin):
         Runs k-subspaces with missing data (online seeding passes + restarts + batch
         refinement), then sets each expert's residual level from its assigned samples.
         """
-        from streaming.train import k_subspaces_missing
+        from streaming.train import pretrain_experts
 
         X0, M = as_observed(source, mask, self.n)
         c = self.config
-        result = k_subspaces_missing(
+        result, self.ridge = pretrain_experts(
             X0, M, self.K, self.r, restarts=c.pretrain_restarts, online_passes=c.pretrain_passes,
             iters=c.pretrain_iters, seed=c.seed, spectral=c.pretrain_spectral, em=c.pretrain_em,
             repair_rounds=c.pretrain_repair,
@@ -341,17 +341,6 @@ class MoSAIC(PretrainedMixin):
         self.mature[:] = True
         self._mean_m = float(M.sum(1).mean())
         self._entry_energy = float((X0 * X0).sum() / max(int(M.sum()), 1))
-        # Wiener / MAP ridge for x = U w + ε: λ = σ̂² / var(w), with the noise variance per entry
-        # estimated from the residuals (dof m - r) and var(w) from the fitted coefficients;
-        # λ = 0 (up to RIDGE) for noise-free data, so exact recovery stays exact.
-        W, res = batch_fit(self.bases, X0, M)
-        rows = np.arange(len(result.labels))
-        m = M.sum(1)
-        ok = m > self.r
-        if ok.any():
-            noise_var = float(np.median(res[rows, result.labels][ok] / (m[ok] - self.r)))
-            w_var = float(np.mean(W[rows, result.labels][ok] ** 2))
-            self.ridge = max(RIDGE, noise_var / max(w_var, _TINY))
         self._last_update[:] = self.n_seen
         self._anchor, self._anchor_at = None, self.n_seen  # a refit starts a new drift history
         self._alt.clear()
