@@ -20,7 +20,7 @@ With ``ablations`` each of MoSAIC's online mechanisms is also switched off on it
 ``KGROUSE_ETA_GRID``.
 
 Writes ``trials.csv`` (one row per cell, seed, method), ``summary.csv`` (mean, standard deviation,
-min and max over seeds per cell and method) and ``summary.json`` (the same, the per-cell comparison
+min and max over seeds per cell and method), ``cells.png`` (NRMSE per cell and method) and ``summary.json`` (the same, the per-cell comparison
 MoSAIC vs k-GROUSE vs oracle, the issue's targets, the seeds and the command).
 """
 
@@ -288,6 +288,32 @@ def eta_choice(summary: list[dict]) -> dict:
     return {"geomean_over_oracle": {f"{k:g}": v for k, v in geo.items()}, "best": min(geo, key=geo.get)}
 
 
+def plot_cells(summary: list[dict], path: Path) -> None:
+    """Bar chart of mean NRMSE (± sd over seeds) per cell for MoSAIC, the pretrained k-GROUSE, MoSAIC
+    without pretraining and the oracle (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = sorted({s["cell"] for s in summary})
+    stat = {(s["cell"], s["method"]): (s["nrmse"], s["nrmse_sd"]) for s in summary}
+    shown = ("mosaic", "kgrouse_pretrained", "mosaic_no_pretrain", "oracle")
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(cells)), 4.5))
+    width = 0.8 / len(shown)
+    for i, method in enumerate(shown):
+        mean = np.array([stat.get((c, method), (np.nan, 0.0))[0] for c in cells])
+        sd = np.array([stat.get((c, method), (np.nan, 0.0))[1] for c in cells])
+        ax.bar(np.arange(len(cells)) + (i - (len(shown) - 1) / 2) * width, mean, width, yerr=sd, label=method)
+    ax.set_xticks(np.arange(len(cells)), cells, rotation=90, fontsize=6)
+    ax.set_yscale("log")
+    ax.set_ylabel("NRMSE on unobserved entries")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def run_stress(out: Path, cells=None, families=None, tuning: bool = False, ablations: bool = False,
                eta_grid: bool = False, workers: int = 1, seeds: int | None = None, command: str = "") -> dict:
     """Run the selected cells on the test seeds (``tuning``: the tuning seeds), print the per-cell
@@ -334,6 +360,7 @@ def run_stress(out: Path, cells=None, families=None, tuning: bool = False, ablat
     if eta_grid:
         result["kgrouse_eta_grid"] = eta_choice(summary)
     write_json(out / "summary.json", result)
+    plot_cells(summary, out / "cells.png")
     cols = ["cell", "mosaic", "kgrouse_pretrained", "oracle", "mosaic_over_kgrouse", "mosaic_over_oracle",
             "mosaic_le_kgrouse", "epochs_given_over_withheld"]
     print(markdown_table(comparison, cols))
