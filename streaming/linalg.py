@@ -315,23 +315,6 @@ def grouse_step(
     U += step[:, None] * (w / wnorm)
 
 
-def geodesic_extrapolate(A: np.ndarray, B: np.ndarray, t: float = 2.0) -> tuple[np.ndarray, float]:
-    """Point at ``t`` of the Grassmann geodesic through ``span A`` (t = 0) and ``span B`` (t = 1).
-
-    ``A, B (n, r)`` orthonormal. With ``(B - A AᵀB)(AᵀB)⁻¹ = Q tan(Θ) Vᵀ`` (thin SVD; Θ the
-    principal angles) the geodesic is ``γ(t) = A V cos(Θ t) + Q sin(Θ t)`` (Edelman, Arias & Smith
-    1998); ``t = 2`` continues the move from A to B by as much again. Returns the orthonormal
-    ``(n, r)`` and the largest principal angle (radians; ``π/2`` when ``AᵀB`` is singular, and
-    then ``B`` itself)."""
-    Mab = A.T @ B
-    if np.linalg.cond(Mab) > 1e8:
-        return B.copy(), math.pi / 2
-    Q, S, Vt = np.linalg.svd((B - A @ Mab) @ np.linalg.inv(Mab), full_matrices=False)
-    theta = np.arctan(S)
-    G = (A @ Vt.T) * np.cos(theta * t) + Q * np.sin(theta * t)
-    return orthonormalize(G), float(theta.max())
-
-
 def projection_distance(U: np.ndarray, V: np.ndarray) -> float:
     """Normalised projection distance ``||UUᵀ - VVᵀ||_F / sqrt(r_U + r_V)`` in [0, 1].
 

@@ -70,7 +70,6 @@ METHODS = ("mosaic", "kgrouse_pretrained", "mosaic_no_pretrain", "grouse", "petr
 #: MoSAIC with one online mechanism switched off (config overrides applied after pretraining)
 ABLATIONS: dict[str, dict] = {
     "mosaic-no_epoch_reset": {"epoch_reset": "never"},
-    "mosaic-no_drift_predict": {"drift_predict": False},
     "mosaic-no_change_detect": {"detect": False},
     "mosaic-no_provisional": {"provisional": False},
     "mosaic-no_repair": {"repair_factor": 0.0},
