@@ -6,6 +6,9 @@
   recursive least squares with forgetting factor ``λ``.
 * ``k_grouse``: ``K`` random experts, routed by residual and updated by GROUSE with constant step,
   no pretraining, no change detection.
+* ``KGrousePretrained`` (``kgrouse_pretrained``): MoSAIC's pretraining (``train.pretrain_experts``),
+  then routing by residual (``linalg.residual_scores``) and a plain GROUSE step of constant size
+  ``KGROUSE_ETA`` on the routed expert: the baseline that isolates MoSAIC's online mechanisms.
 * ``mosaic_no_pretrain``: MoSAIC's online phase (schedule + change detection) from random bases.
 * ``offline_kss``: batch k-subspaces on the whole stream (sees the future), a reference.
 * ``oracle_completion``: true subspace and label of every sample, a lower bound.
@@ -15,9 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from streaming.linalg import batch_fit, fit_observed, grouse_step, orthonormalize
-from streaming.model import MoSAIC
-from streaming.train import k_subspaces_missing
+from streaming.linalg import batch_fit, fit_observed, grouse_step, orthonormalize, residual_scores
+from streaming.model import MoSAIC, MoSAICConfig, as_observed
+from streaming.train import k_subspaces_missing, pretrain_experts
+
+#: constant GROUSE step of the pretrained k-GROUSE, chosen from ``KGROUSE_ETA_GRID`` on the stress
+#: suite's tuning seeds (``mosaic bench --suite stress --tune``; ``streaming.stress.TUNING_SEEDS``)
+KGROUSE_ETA = 0.5
+KGROUSE_ETA_GRID = (0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 
 
 class Grouse:
@@ -83,6 +91,68 @@ def k_grouse(n: int, r: int, K: int, eta: float = 0.3, seed: int = 0) -> MoSAIC:
     return MoSAIC(n, r, K, schedule="constant", eta0=eta, eta_min=eta, detect=False, seed=seed)
 
 
+class KGrousePretrained:
+    """Pretrained k-GROUSE: ``K`` experts ``bases (K, n, r)`` pretrained exactly as MoSAIC's
+    (``fit``), then per sample: route to ``k = argmin_k residual_scores`` (ridge ``λ`` from
+    pretraining), complete with expert ``k``'s fit, one GROUSE step of constant size ``eta`` on
+    expert ``k``. Nothing else: no schedule, no epoch handling, no change detection."""
+
+    def __init__(self, n: int, r: int, K: int, eta: float = KGROUSE_ETA, seed: int = 0,
+                 pretrain_restarts: int = MoSAICConfig.pretrain_restarts) -> None:
+        MoSAICConfig(n=n, r=r, K=K, eta0=eta, eta_min=eta, seed=seed).validate()
+        self.n, self.r, self.K, self.eta, self.seed = n, r, K, eta, seed
+        self.pretrain_restarts = pretrain_restarts
+        self.bases = orthonormalize(np.random.default_rng(seed).standard_normal((K, n, r)))
+        self.ridge = 1e-10
+        self.n_updates = np.zeros(K, np.int64)
+
+    def fit(self, source: np.ndarray, mask: np.ndarray | None = None) -> KGrousePretrained:
+        """Pretrain on ``source (S, n)`` (NaN = unobserved): MoSAIC's defaults of ``MoSAICConfig``."""
+        X0, M = as_observed(source, mask, self.n)
+        c = MoSAICConfig(n=self.n, r=self.r, K=self.K, seed=self.seed, pretrain_restarts=self.pretrain_restarts)
+        result, self.ridge = pretrain_experts(
+            X0, M, self.K, self.r, restarts=c.pretrain_restarts, online_passes=c.pretrain_passes,
+            iters=c.pretrain_iters, seed=c.seed, spectral=c.pretrain_spectral, em=c.pretrain_em,
+            repair_rounds=c.pretrain_repair)
+        self.bases = result.bases.copy()
+        return self
+
+    @classmethod
+    def from_mosaic(cls, model: MoSAIC, eta: float = KGROUSE_ETA) -> KGrousePretrained:
+        """The same pretrained experts and ridge as a freshly ``fit`` MoSAIC (what ``fit`` with the
+        same seed and restarts gives, without pretraining twice)."""
+        kg = cls(model.n, model.r, model.K, eta=eta, seed=model.config.seed,
+                 pretrain_restarts=model.config.pretrain_restarts)
+        kg.bases, kg.ridge = model.bases.copy(), model.ridge
+        return kg
+
+    def step(self, idx: np.ndarray, xo: np.ndarray, epoch: int | None = None) -> tuple[np.ndarray, int]:
+        """One sample ``idx (m,)``, ``xo (m,)`` -> ``(completion (n,), routed expert)`` (before the update)."""
+        w, score = residual_scores(self.bases, idx, xo, self.ridge)
+        k = int(score.argmin())
+        p = self.bases[k] @ w[k]
+        completion = p.copy()
+        completion[idx] = xo
+        if idx.size > self.r:  # with m <= r the fit is exact whatever the subspace
+            grouse_step(self.bases[k], idx, xo, w[k], self.eta, p=p)
+            self.n_updates[k] += 1
+            if self.n_updates[k] % 100 == 0:  # ridge fits leave the step slightly off-orthogonal
+                self.bases[k] = orthonormalize(self.bases[k])
+        return completion, k
+
+    def subspaces(self) -> np.ndarray:
+        return self.bases.copy()
+
+    def memory_bytes(self) -> int:
+        return int(self.bases.nbytes + self.n_updates.nbytes)
+
+
+def kgrouse_pretrained(n: int, r: int, K: int, source: np.ndarray, eta: float = KGROUSE_ETA, seed: int = 0,
+                       pretrain_restarts: int = MoSAICConfig.pretrain_restarts) -> KGrousePretrained:
+    """The pretrained k-GROUSE baseline, fitted on ``source (S, n)`` (NaN = unobserved)."""
+    return KGrousePretrained(n, r, K, eta=eta, seed=seed, pretrain_restarts=pretrain_restarts).fit(source)
+
+
 def mosaic_no_pretrain(n: int, r: int, K: int, seed: int = 0, **kwargs) -> MoSAIC:
     """MoSAIC's online phase from random bases (the ablation "MoSAIC without pretraining")."""
     return MoSAIC(n, r, K, seed=seed, **kwargs)
@@ -108,10 +178,12 @@ def offline_kss(values: np.ndarray, K: int, r: int, seed: int = 0, restarts: int
 
 
 def oracle_completion(
-    values: np.ndarray, labels: np.ndarray, epoch: np.ndarray, bases: np.ndarray, noise_std: float = 0.0
+    values: np.ndarray, labels: np.ndarray, epoch: np.ndarray, bases: np.ndarray, noise_std: float = 0.0,
+    sample_bases: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Completion with the true subspace of every sample (``bases (E, K, n, r)``), by the MAP
-    (ridge) fit ``λ = σ² r / n`` for the generator's prior ``w ~ N(0, (n/r) I)`` and noise ``σ``."""
+    """Completion with the true subspace of every sample (``bases (E, K, n, r)``, or each sample's
+    own ``sample_bases (T, n, r)`` where the subspaces move within an epoch), by the MAP (ridge)
+    fit ``λ = σ² r / n`` for the generator's prior ``w ~ N(0, (n/r) I)`` and noise ``σ``."""
     n, r = bases.shape[2], bases.shape[3]
     ridge = max(noise_std**2 * r / n, 1e-10)
     M = ~np.isnan(values)
@@ -120,5 +192,6 @@ def oracle_completion(
     chunk = max(16, 4_000_000 // (bases.shape[2] * bases.shape[3]))
     for s in range(0, len(values), chunk):
         sl = slice(s, s + chunk)
-        out[sl] = _complete_with(bases[epoch[sl], labels[sl]], X0[sl], M[sl], ridge)
+        Ut = bases[epoch[sl], labels[sl]] if sample_bases is None else sample_bases[sl]
+        out[sl] = _complete_with(Ut, X0[sl], M[sl], ridge)
     return out

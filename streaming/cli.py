@@ -192,6 +192,15 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
     check_outputs(dirs=[a.out], overwrite=a.overwrite)
     _threads()
+    if a.suite == "stress":
+        from streaming.stress import run_stress
+
+        run_stress(Path(a.out), cells=a.cells, families=a.families, tuning=a.tuning, ablations=a.ablations,
+                   eta_grid=a.eta_grid, workers=a.workers, seeds=a.stress_seeds,
+                   command="mosaic bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "")
+        return 0
+    if a.cells or a.families or a.tuning or a.ablations or a.eta_grid:
+        raise InputError("--cells, --families, --tuning, --ablations and --eta-grid need --suite stress")
     if a.throughput:
         throughput_bench(Path(a.out), configs=a.configs, samples=a.samples, repeats=a.repeats, large=a.large,
                          drift=a.throughput_drift)
@@ -291,6 +300,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--throughput-drift", choices=("abrupt", "none"), default="abrupt",
                    help="--throughput stream: one abrupt replacement at mid-stream (change buffer timed) or none (steady state)")
     s.add_argument("--repeats", type=positive_int, default=3, help="timed runs per method for --throughput (best is kept)")
+    s.add_argument("--suite", choices=("standard", "stress"), default="standard",
+                   help="stress: generator families beyond the geodesic one (streaming/stress.py)")
+    s.add_argument("--cells", nargs="+", default=None,
+                   help="stress cells as glob patterns over family/obsPP/spec/epochs, or 'all' "
+                        "(default: */obs35/exact/*)")
+    s.add_argument("--families", nargs="+", default=None, help="stress: only these generator families")
+    s.add_argument("--tuning", action="store_true", help="stress: run on the tuning seeds instead of the test seeds")
+    s.add_argument("--ablations", action="store_true", help="stress: also MoSAIC with each online mechanism off")
+    s.add_argument("--eta-grid", action="store_true", help="stress: the pretrained k-GROUSE at every step of its grid")
+    s.add_argument("--stress-seeds", type=positive_int, default=None, help="stress: use only the first N seeds")
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_bench)
     return p

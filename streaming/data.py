@@ -28,14 +28,33 @@ added within version 1: older files simply lack them. ``mosaic stream`` writes a
 kept) and ``routes (T,)`` (the expert each sample was routed to).
 
 Generative model: sample ``t`` of class ``k_t`` in epoch ``e`` is ``x = U_{e,k} w + σ ε`` with
-``w ~ N(0, (n/r) I_r)`` (unit variance per entry), ``ε ~ N(0, I_n)``, and each coordinate observed
-independently with probability ``obs_frac``. Drift between epochs:
+``w ~ N(0, (n/r) I_r)`` (unit variance per entry), ``ε ~ N(0, I_n)`` (or Student-t with
+``noise_dof`` degrees of freedom: heavy tails), and each coordinate ``i`` observed independently
+with probability ``obs_frac`` (or ``p_i``: with ``obs_spread = s > 0`` the ``p_i`` are evenly
+spread over ``obs_frac (1 ± s)`` in a random order, clipped to [0.01, 1]). Class proportions are
+``proportions`` (uniform by default). With ``scale != 1`` or ``coord_scale_spread = c > 0`` every
+entry is multiplied by ``scale · d_i`` (``log d_i ~ N(0, c²)``): the samples of class ``k`` then lie
+near the subspace spanned by ``D U_k``, and ``bases`` holds its orthonormal basis. Drift:
 
-* ``rotation``: each subspace moves along a fixed Grassmann geodesic, ``U_e = exp(e θ A_k) U_0``
-  with the skew-symmetric generator ``A_k = Q_k U_0ᵀ - U_0 Q_kᵀ`` (``Q_k ⟂ U_0`` orthonormal), i.e.
-  ``U_e = U_0 cos(eθ) + Q_k sin(eθ)``: every principal angle grows by ``θ = angle_rad`` per epoch.
+* ``rotation`` (per-subspace geodesic): each subspace moves along a fixed Grassmann geodesic,
+  ``U_e = exp(e θ A_k) U_0`` with the skew-symmetric generator ``A_k = Q_k U_0ᵀ - U_0 Q_kᵀ``
+  (``Q_k ⟂ U_0`` orthonormal), i.e. ``U_e = U_0 cos(eθ) + Q_k sin(eθ)``: every principal angle
+  grows by ``θ = angle_rad`` per epoch.
+* ``shared_rotation``: at each epoch boundary every subspace is rotated by the same random
+  orthogonal ``R_e = P diag(rot(θ), …) Pᵀ`` (``P`` uniformly random orthogonal): every vector
+  turns by exactly ``θ`` in its own plane, so each principal angle between ``U_{e-1,k}`` and
+  ``U_{e,k}`` is at most ``θ``, and the Gram matrices ``U_jᵀ U_k`` between classes are unchanged.
+* ``independent_rotation``: the same, with an independent ``R_{e,k}`` per subspace.
+* ``random_walk``: no jumps at all; before every sample each subspace takes a step of
+  ``walk_rad`` rad in a uniformly random tangent direction (``U ← orth(U + walk_rad G)``,
+  ``G ⟂ U``, ``||G||_F = 1``). ``bases[e]`` holds the subspaces at the first sample of epoch ``e``,
+  so consecutive epochs differ by about ``walk_rad · sqrt(samples_per_epoch)`` rad (Frobenius
+  norm of the principal angles); epochs are mere time segments. ``Stream.sample_bases`` holds the
+  true basis of every sample (in memory only; not part of the file).
 * ``abrupt``: at each epoch boundary ``n_replace`` randomly chosen subspaces are replaced by
   fresh random ones (the class index is kept).
+* ``mixed``: at each boundary ``n_replace`` subspaces are replaced (abrupt) and the others move on
+  along their geodesic by ``angle_rad`` (gradual).
 * ``none``: fixed subspaces.
 """
 
@@ -52,7 +71,7 @@ from common.io import atomic_write, read_npz
 from streaming.linalg import orthonormalize, random_bases
 
 FORMAT_VERSION = 1
-DRIFT_KINDS = ("none", "rotation", "abrupt")
+DRIFT_KINDS = ("none", "rotation", "abrupt", "shared_rotation", "independent_rotation", "random_walk", "mixed")
 
 #: the issue's standard (n, r, K) configurations; ``large`` is the memory-scaling check.
 STANDARD_CONFIGS: dict[str, tuple[int, int, int]] = {
@@ -80,6 +99,11 @@ class StreamConfig:
     angle_rad: float = 0.1  # per epoch, for drift="rotation"
     n_replace: int = 1  # subspaces replaced per epoch boundary, for drift="abrupt"
     source_per_class: int = 0  # pretraining samples per class; 0 = auto (max(30 r, 4 r n / (m - r)))
+    walk_rad: float = 0.005  # per-sample step of drift="random_walk"
+    obs_spread: float = 0.0  # spread of the per-coordinate observation probabilities (0 = uniform)
+    noise_dof: float = 0.0  # Student-t noise with this many degrees of freedom (0 = Gaussian)
+    scale: float = 1.0  # every entry × scale · d_i
+    coord_scale_spread: float = 0.0  # log d_i ~ N(0, spread²)
     seed: int = 0
     dtype: str = field(default="float64")
 
@@ -96,7 +120,11 @@ class StreamConfig:
             raise InputError("epochs and samples_per_epoch must be >= 1")
         if self.drift not in DRIFT_KINDS:
             raise InputError(f"drift must be one of {DRIFT_KINDS}, got {self.drift!r}")
-        if self.drift == "abrupt" and not 1 <= self.n_replace <= self.K:
+        if self.walk_rad < 0 or self.obs_spread < 0 or self.coord_scale_spread < 0 or self.scale <= 0:
+            raise InputError("walk_rad, obs_spread and coord_scale_spread must be >= 0 and scale > 0")
+        if self.noise_dof != 0 and self.noise_dof <= 1:
+            raise InputError(f"noise_dof must be 0 (Gaussian) or > 1, got {self.noise_dof}")
+        if self.drift in ("abrupt", "mixed") and not 1 <= self.n_replace <= self.K:
             raise InputError(f"n_replace must be in [1, K={self.K}], got {self.n_replace}")
         if self.proportions is not None:
             p = np.asarray(self.proportions, dtype=float)
@@ -126,6 +154,7 @@ class Stream:
     column_ids: np.ndarray | None = None  # (n,)
     sample_ids: np.ndarray | None = None  # (T,)
     meta: dict = field(default_factory=dict)
+    sample_bases: np.ndarray | None = None  # (T, n, r) true basis of each sample (random walk; not saved)
 
     @property
     def n(self) -> int:
@@ -138,30 +167,50 @@ class Stream:
         return [int(t) for t in np.flatnonzero(np.diff(self.epoch) != 0) + 1]
 
 
-def _draw_samples(rng, bases_k: np.ndarray, labels: np.ndarray, cfg: StreamConfig):
-    """``bases_k (K, n, r)``, ``labels (N,)`` -> (values with NaN, full)."""
-    N = labels.shape[0]
+def _draw_samples(rng, sample_bases: np.ndarray, cfg: StreamConfig, obs_prob: np.ndarray | None = None):
+    """``sample_bases (N, n, r)`` (each sample's true basis) -> (values with NaN, full), both ``(N, n)``.
+    ``obs_prob (n,)``: per-coordinate observation probabilities (default ``obs_frac``)."""
+    N = sample_bases.shape[0]
     W = rng.standard_normal((N, cfg.r)) * np.sqrt(cfg.n / cfg.r)
-    full = np.einsum("nir,nr->ni", bases_k[labels], W)
-    full += cfg.noise_std * rng.standard_normal(full.shape)
-    observed = rng.random(full.shape) < cfg.obs_frac
+    full = np.einsum("nir,nr->ni", sample_bases, W)
+    noise = rng.standard_t(cfg.noise_dof, full.shape) if cfg.noise_dof else rng.standard_normal(full.shape)
+    full += cfg.noise_std * noise
+    observed = rng.random(full.shape) < (cfg.obs_frac if obs_prob is None else obs_prob)
     empty = ~observed.any(1)  # every sample keeps at least one observed entry
     observed[empty, rng.integers(0, cfg.n, empty.sum())] = True
     values = np.where(observed, full, np.nan)
     return values.astype(cfg.dtype), full.astype(cfg.dtype)
 
 
+def _geodesic_directions(rng, U0: np.ndarray) -> np.ndarray:
+    """``U0 (K, n, r)`` -> orthonormal ``Q (K, n, q)``, ``Q_k ⟂ U0_k``, ``q = min(r, n - r)``."""
+    K, n, r = U0.shape
+    G = rng.standard_normal((K, n, min(r, n - r)))
+    G -= U0 @ (U0.transpose(0, 2, 1) @ G)
+    return orthonormalize(G)
+
+
+def plane_rotation(rng: np.random.Generator, n: int, angle_rad: float) -> np.ndarray:
+    """Random orthogonal ``R (n, n)`` that turns every vector by exactly ``angle_rad`` (``n`` even;
+    for odd ``n`` one direction stays fixed): ``P diag(rot θ, rot θ, …) Pᵀ`` with ``P`` uniformly
+    random orthogonal."""
+    P = orthonormalize(rng.standard_normal((n, n)))
+    c, s = np.cos(angle_rad), np.sin(angle_rad)
+    J = np.eye(n)
+    for i in range(0, n - 1, 2):
+        J[i : i + 2, i : i + 2] = [[c, -s], [s, c]]
+    return P @ J @ P.T
+
+
 def epoch_bases(cfg: StreamConfig, rng: np.random.Generator) -> np.ndarray:
-    """True bases ``(epochs, K, n, r)`` for the configured drift."""
+    """True bases ``(epochs, K, n, r)`` for the configured drift (``random_walk``: the initial
+    subspaces in every epoch; ``generate_stream`` walks them)."""
     U0 = random_bases(rng, cfg.K, cfg.n, cfg.r)
     bases = np.empty((cfg.epochs, cfg.K, cfg.n, cfg.r))
     bases[0] = U0
     if cfg.drift == "rotation":
-        # Q_k: orthonormal directions orthogonal to U_0 (at most n - r of them)
-        q = min(cfg.r, cfg.n - cfg.r)
-        G = rng.standard_normal((cfg.K, cfg.n, q))
-        G -= U0 @ (U0.transpose(0, 2, 1) @ G)
-        Q = orthonormalize(G)
+        Q = _geodesic_directions(rng, U0)
+        q = Q.shape[2]
         for e in range(1, cfg.epochs):
             c, s = np.cos(e * cfg.angle_rad), np.sin(e * cfg.angle_rad)
             Ue = U0.copy()
@@ -172,9 +221,42 @@ def epoch_bases(cfg: StreamConfig, rng: np.random.Generator) -> np.ndarray:
             bases[e] = bases[e - 1]
             for k in rng.choice(cfg.K, size=cfg.n_replace, replace=False):
                 bases[e, k] = random_bases(rng, 1, cfg.n, cfg.r)[0]
+    elif cfg.drift in ("shared_rotation", "independent_rotation"):
+        for e in range(1, cfg.epochs):
+            if cfg.drift == "shared_rotation":
+                bases[e] = plane_rotation(rng, cfg.n, cfg.angle_rad) @ bases[e - 1]
+            else:
+                bases[e] = np.stack([plane_rotation(rng, cfg.n, cfg.angle_rad) @ U for U in bases[e - 1]])
+    elif cfg.drift == "mixed":
+        # the geodesic of every class from its current basis; a replaced class starts a new one
+        Q = _geodesic_directions(rng, U0)
+        c, s = np.cos(cfg.angle_rad), np.sin(cfg.angle_rad)
+        for e in range(1, cfg.epochs):
+            prev = bases[e - 1]
+            moved = prev.copy()
+            q = Q.shape[2]
+            moved[:, :, :q] = prev[:, :, :q] * c + Q * s
+            Q = -prev[:, :, :q] * s + Q * c  # the geodesic's direction at the new point
+            for k in rng.choice(cfg.K, size=cfg.n_replace, replace=False):
+                moved[k] = random_bases(rng, 1, cfg.n, cfg.r)[0]
+                Q[k] = _geodesic_directions(rng, moved[k][None])[0]
+            bases[e] = moved
     else:
         bases[1:] = U0
     return bases
+
+
+def _random_walk(rng, U: np.ndarray, steps: int, walk_rad: float) -> np.ndarray:
+    """``steps`` random-walk steps of the ``K`` subspaces ``U (K, n, r)`` (see the module
+    docstring); returns the bases before each step ``(steps, K, n, r)`` and leaves ``U`` at the end."""
+    out = np.empty((steps, *U.shape))
+    for t in range(steps):
+        out[t] = U
+        G = rng.standard_normal(U.shape)
+        G -= U @ (U.transpose(0, 2, 1) @ G)
+        G /= np.linalg.norm(G, axis=(1, 2), keepdims=True)
+        U[:] = orthonormalize(U + walk_rad * G)
+    return out
 
 
 def generate_stream(cfg: StreamConfig) -> Stream:
@@ -184,23 +266,45 @@ def generate_stream(cfg: StreamConfig) -> Stream:
     bases = epoch_bases(cfg, rng)
     p = np.full(cfg.K, 1.0 / cfg.K) if cfg.proportions is None else np.asarray(cfg.proportions, float)
     p = p / p.sum()
+    obs_prob = None
+    if cfg.obs_spread > 0:
+        spread = cfg.obs_frac * (1.0 + cfg.obs_spread * np.linspace(-1.0, 1.0, cfg.n))
+        obs_prob = np.clip(rng.permutation(spread), 0.01, 1.0)
+    d = None
+    if cfg.scale != 1.0 or cfg.coord_scale_spread > 0:
+        d = cfg.scale * np.exp(cfg.coord_scale_spread * rng.standard_normal(cfg.n))
     src_labels = np.repeat(np.arange(cfg.K), cfg.n_source())
     rng.shuffle(src_labels)
-    src_values, _ = _draw_samples(rng, bases[0], src_labels, cfg)
-    values, full, labels, epoch = [], [], [], []
+    src_values, _ = _draw_samples(rng, bases[0][src_labels], cfg, obs_prob)
+    values, full, labels, epoch, per_sample = [], [], [], [], []
+    walk = bases[0].copy()
     for e in range(cfg.epochs):
         lab = rng.choice(cfg.K, size=cfg.samples_per_epoch, p=p)
-        v, f = _draw_samples(rng, bases[e], lab, cfg)
+        if cfg.drift == "random_walk":
+            bases[e] = walk
+            Ut = _random_walk(rng, walk, cfg.samples_per_epoch, cfg.walk_rad)[np.arange(lab.size), lab]
+            per_sample.append(Ut)
+        else:
+            Ut = bases[e][lab]
+        v, f = _draw_samples(rng, Ut, cfg, obs_prob)
         values.append(v), full.append(f), labels.append(lab), epoch.append(np.full(lab.shape, e))
+    values, full = np.concatenate(values), np.concatenate(full)
+    sample_bases = np.concatenate(per_sample) if per_sample else None
+    if d is not None:  # x -> D x: the subspaces become span(D U), re-orthonormalised
+        values, full, src_values = values * d, full * d, src_values * d
+        bases = orthonormalize(bases * d[:, None])
+        if sample_bases is not None:
+            sample_bases = orthonormalize(sample_bases * d[:, None])
     return Stream(
-        values=np.concatenate(values),
+        values=values,
         labels=np.concatenate(labels),
         epoch=np.concatenate(epoch),
         bases=bases,
-        full=np.concatenate(full),
+        full=full,
         source_values=src_values,
         source_labels=src_labels,
         meta={"config": asdict(cfg)},
+        sample_bases=sample_bases,
     )
 
 

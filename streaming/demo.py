@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-DEMO_METHODS = ("mosaic", "k-grouse", "grouse-r", "petrels")
+DEMO_METHODS = ("mosaic", "kgrouse_pretrained", "k-grouse", "grouse-r", "petrels")
 RUN_LABEL = "Run stream"
 PLOT_LABEL = "Tracking error (NRMSE on unobserved entries)"
 TABLE_LABEL = "Summary"
@@ -39,7 +39,7 @@ def run_demo(n: int, r: int, K: int, obs_frac: float, noise: float, drift: str, 
     import torch
     from threadpoolctl import threadpool_limits
 
-    from streaming.baselines import Grouse, Petrels, k_grouse
+    from streaming.baselines import Grouse, KGrousePretrained, Petrels, k_grouse
     from streaming.data import StreamConfig, generate_stream
     from streaming.evaluate import per_sample_nrmse
     from streaming.model import MoSAIC
@@ -49,8 +49,10 @@ def run_demo(n: int, r: int, K: int, obs_frac: float, noise: float, drift: str, 
         cfg = StreamConfig(n=int(n), r=int(r), K=int(K), obs_frac=float(obs_frac), noise_std=float(noise),
                            drift=drift, epochs=3, samples_per_epoch=int(samples_per_epoch), seed=int(seed))
         stream = generate_stream(cfg)
+        mosaic = MoSAIC(cfg.n, cfg.r, cfg.K, seed=int(seed), pretrain_restarts=3).fit(stream.source_values)
         models = {
-            "mosaic": MoSAIC(cfg.n, cfg.r, cfg.K, seed=int(seed), pretrain_restarts=3).fit(stream.source_values),
+            "mosaic": mosaic,
+            "kgrouse_pretrained": KGrousePretrained.from_mosaic(mosaic),  # same experts, plain routed GROUSE
             "k-grouse": k_grouse(cfg.n, cfg.r, cfg.K, seed=int(seed)),
             "grouse-r": Grouse(cfg.n, cfg.r, seed=int(seed)),
             "petrels": Petrels(cfg.n, cfg.r, seed=int(seed)),

@@ -69,6 +69,17 @@ def fit_observed(
     return w, np.maximum(res, 0.0)
 
 
+def residual_scores(
+    U: np.ndarray, idx: np.ndarray, x_obs: np.ndarray, ridge: float = RIDGE
+) -> tuple[np.ndarray, np.ndarray]:
+    """Routing scores of one sample: ``U (K, n, r)``, ``idx (m,)``, ``x_obs (m,)`` ->
+    ``w (K, r)`` (``fit_observed``) and ``score (K,)`` = each expert's residual over
+    ``||x_Ω||²``; the sample is routed to ``argmin score`` (ties to the lower index, as
+    ``moe.route_by_score``). Shared by MoSAIC and the k-GROUSE baselines."""
+    w, res = fit_observed(U, idx, x_obs, ridge)
+    return w, res / max(float(x_obs @ x_obs), _TINY_F)
+
+
 def posterior_mean(L: np.ndarray, v: float, idx: np.ndarray, x_obs: np.ndarray) -> np.ndarray:
     """Posterior-mean completion ``(n,)`` of one sample under ``x = L a + e``, ``a ~ N(0, I_q)``,
     ``e ~ N(0, v I)``: loadings ``L (n, q)``, observed ``idx (m,)`` / ``x_obs (m,)``. Observed
@@ -302,23 +313,6 @@ def grouse_step(
     step = ((math.cos(theta) - 1.0) / pnorm) * p
     step[idx] += (math.sin(theta) / rnorm) * rho
     U += step[:, None] * (w / wnorm)
-
-
-def geodesic_extrapolate(A: np.ndarray, B: np.ndarray, t: float = 2.0) -> tuple[np.ndarray, float]:
-    """Point at ``t`` of the Grassmann geodesic through ``span A`` (t = 0) and ``span B`` (t = 1).
-
-    ``A, B (n, r)`` orthonormal. With ``(B - A AᵀB)(AᵀB)⁻¹ = Q tan(Θ) Vᵀ`` (thin SVD; Θ the
-    principal angles) the geodesic is ``γ(t) = A V cos(Θ t) + Q sin(Θ t)`` (Edelman, Arias & Smith
-    1998); ``t = 2`` continues the move from A to B by as much again. Returns the orthonormal
-    ``(n, r)`` and the largest principal angle (radians; ``π/2`` when ``AᵀB`` is singular, and
-    then ``B`` itself)."""
-    Mab = A.T @ B
-    if np.linalg.cond(Mab) > 1e8:
-        return B.copy(), math.pi / 2
-    Q, S, Vt = np.linalg.svd((B - A @ Mab) @ np.linalg.inv(Mab), full_matrices=False)
-    theta = np.arctan(S)
-    G = (A @ Vt.T) * np.cos(theta * t) + Q * np.sin(theta * t)
-    return orthonormalize(G), float(theta.max())
 
 
 def projection_distance(U: np.ndarray, V: np.ndarray) -> float:

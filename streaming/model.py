@@ -21,9 +21,7 @@ Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``. For a sample ``x``
    normalised residual of its first ``reset_check`` accepted samples of the new epoch exceeds
    ``reset_factor`` × its slow average, so experts whose subspace did not change (the others of an
    abrupt replacement) keep their small steps (``"always"``: every expert restarts, the pre-session-11
-   rule; ``"never"``). With ``drift_predict`` an epoch start also moves each expert on along the
-   geodesic of its move over the previous epoch (constant-velocity drift); the unmoved basis
-   competes on the expert's first ``predict_check`` samples and the better fit stays.
+   rule; ``"never"``).
 4. **Change detection** (abrupt replacement of a subspace): a sample whose best score exceeds
    both ``novelty · (1 - r/m)`` (a fraction of what a random subspace leaves) and
    ``spike_factor ×`` the routed expert's running residual level is *novel*: it updates no
@@ -60,12 +58,12 @@ from streaming.linalg import (
     als_subspace,
     batch_fit,
     fit_observed,
-    geodesic_extrapolate,
     grouse_step,
     orthonormalize,
     posterior_mean,
     ppca_missing,
     random_bases,
+    residual_scores,
     soft_impute,
 )
 
@@ -96,13 +94,6 @@ class MoSAICConfig:
     epoch_reset: str = "detect"  # restart the schedule at an epoch start: "detect" (only experts that moved), "always", "never"
     reset_check: int = 5  # "detect": accepted samples of the new epoch that decide it
     reset_factor: float = 2.0  # "detect": restart when their mean residual > this × the slow level
-    # at an epoch start, move each expert on along the Grassmann geodesic from its basis at the previous
-    # epoch start to its current one (constant-velocity drift; session 12); kept only if it fits the
-    # expert's first ``predict_check`` accepted samples of the new epoch better than the unmoved basis,
-    # and only for moves of at most ``predict_max_angle`` rad (a re-seed is a jump, not a drift)
-    drift_predict: bool = True
-    predict_check: int = 10
-    predict_max_angle: float = 0.5
     fit_shrink: float = 0.05  # relative ridge of the ALS fits to the change buffer (see als_subspace)
     # iterations of a change-buffer fit that has a start (the previous fit, or Soft-Impute's directions
     # for the rank-q ALS basis): ALS and the warm PPCA refits (cold: 10-30)
@@ -150,8 +141,6 @@ class MoSAICConfig:
             raise InputError(f"repair_factor must be 0 (off) or > 1, got {self.repair_factor}")
         if self.reset_check < 1 or self.reset_factor <= 0:
             raise InputError(f"reset_check must be >= 1 and reset_factor > 0, got {self.reset_check}, {self.reset_factor}")
-        if self.predict_check < 1 or not 0 < self.predict_max_angle < math.pi / 2:
-            raise InputError(f"predict_check must be >= 1 and 0 < predict_max_angle < pi/2, got {self.predict_check}, {self.predict_max_angle}")
         if self.pretrain_repair < 0:
             raise InputError(f"pretrain_repair must be >= 0 (0 = off), got {self.pretrain_repair}")
         if self.schedule not in ("sublinear", "constant"):
@@ -213,6 +202,10 @@ def cap_completion(completion: np.ndarray, xo: np.ndarray, n: int, factor: float
     return completion
 
 
+#: config fields of mechanisms deleted since config version 1 (dropped when an older checkpoint loads)
+REMOVED_FIELDS = ("drift_predict", "predict_check", "predict_max_angle")
+
+
 @register_model("mosaic")
 class MoSAIC(PretrainedMixin):
     """Mixture of subspace experts (see the module docstring for the algorithm).
@@ -222,6 +215,8 @@ class MoSAIC(PretrainedMixin):
     ``route(x, mask)``; ``process`` does route + complete + update in one pass (what a stream
     uses). Deterministic under ``config.seed``.
     """
+
+    config_version = 2  # 2: drift prediction deleted (REMOVED_FIELDS)
 
     def __init__(self, n: int, r: int, K: int, **kwargs) -> None:
         self.config = MoSAICConfig(n=n, r=r, K=K, **kwargs)
@@ -234,12 +229,6 @@ class MoSAIC(PretrainedMixin):
         self._reset_pending = np.zeros(K, bool)
         self._reset_sum = np.zeros(K)
         self._reset_count = np.zeros(K, np.int64)
-        # drift prediction: each expert's basis at the last epoch start (before its prediction), and
-        # per expert on trial the unmoved basis with the summed residuals of both candidates and their count
-        self._anchor: np.ndarray | None = None
-        self._alt: dict[int, np.ndarray] = {}
-        self._alt_stats = np.zeros((K, 3))  # (sum of predicted's residuals, sum of unmoved's, count)
-        self._anchor_at = 0  # sample count when the anchor was taken
         self.level = np.ones(K)  # EWMA of normalised residual of accepted samples
         self.level_slow = np.ones(K)
         self._level_median: float | None = None  # median of ``level``, refreshed every 64 samples (repair)
@@ -300,18 +289,14 @@ class MoSAIC(PretrainedMixin):
         return max(c.eta_min, c.eta0 / math.sqrt(1.0 + float(self.t[k]) / self._tau()))
 
     def _scores(self, idx: np.ndarray, xo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        w, res = fit_observed(self.bases, idx, xo, self.ridge)
-        return w, res / max(float(xo @ xo), _TINY)
+        return residual_scores(self.bases, idx, xo, self.ridge)
 
     def memory_bytes(self) -> int:
         """Bytes held by the model state (bases + per-expert counters + change buffer + the samples a
-        defective expert collects, at most ``reseed_min`` each: O(n r) per expert for m > 1.5 r; the
-        drift prediction's float32 anchor, K n r / 2, and, during an expert's first ``predict_check``
-        samples of an epoch, its float32 alternative)."""
+        defective expert collects, at most ``reseed_min`` each: O(n r) per expert for m > 1.5 r)."""
         buf = sum(i.nbytes + v.nbytes for i, v, _ in self._buffer)
         buf += sum(i.nbytes + v.nbytes for b in self._repair.values() for i, v in b)
         buf += 0 if self._prov is None else self._prov.nbytes
-        buf += (0 if self._anchor is None else self._anchor.nbytes) + sum(a.nbytes for a in self._alt.values())
         per_k = self.t.nbytes + self.level.nbytes + self.level_slow.nbytes + self.mature.nbytes
         return int(self.bases.nbytes + per_k + self.n_updates.nbytes + self.long_counts.nbytes + self._last_update.nbytes + buf)
 
@@ -322,11 +307,11 @@ class MoSAIC(PretrainedMixin):
         Runs k-subspaces with missing data (online seeding passes + restarts + batch
         refinement), then sets each expert's residual level from its assigned samples.
         """
-        from streaming.train import k_subspaces_missing
+        from streaming.train import pretrain_experts
 
         X0, M = as_observed(source, mask, self.n)
         c = self.config
-        result = k_subspaces_missing(
+        result, self.ridge = pretrain_experts(
             X0, M, self.K, self.r, restarts=c.pretrain_restarts, online_passes=c.pretrain_passes,
             iters=c.pretrain_iters, seed=c.seed, spectral=c.pretrain_spectral, em=c.pretrain_em,
             repair_rounds=c.pretrain_repair,
@@ -341,20 +326,7 @@ class MoSAIC(PretrainedMixin):
         self.mature[:] = True
         self._mean_m = float(M.sum(1).mean())
         self._entry_energy = float((X0 * X0).sum() / max(int(M.sum()), 1))
-        # Wiener / MAP ridge for x = U w + ε: λ = σ̂² / var(w), with the noise variance per entry
-        # estimated from the residuals (dof m - r) and var(w) from the fitted coefficients;
-        # λ = 0 (up to RIDGE) for noise-free data, so exact recovery stays exact.
-        W, res = batch_fit(self.bases, X0, M)
-        rows = np.arange(len(result.labels))
-        m = M.sum(1)
-        ok = m > self.r
-        if ok.any():
-            noise_var = float(np.median(res[rows, result.labels][ok] / (m[ok] - self.r)))
-            w_var = float(np.mean(W[rows, result.labels][ok] ** 2))
-            self.ridge = max(RIDGE, noise_var / max(w_var, _TINY))
         self._last_update[:] = self.n_seen
-        self._anchor, self._anchor_at = None, self.n_seen  # a refit starts a new drift history
-        self._alt.clear()
         self.pretrained = True
         return self
 
@@ -409,51 +381,12 @@ class MoSAIC(PretrainedMixin):
     def _set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
             self.epoch = epoch
-            if self.config.drift_predict:
-                self._predict_drift()
             if self.config.epoch_reset == "always":
                 self.t[:] = 0.0
             elif self.config.epoch_reset == "detect":
                 self._reset_pending[:] = True
                 self._reset_sum[:] = 0.0
                 self._reset_count[:] = 0
-
-    def _predict_drift(self) -> None:
-        """At an epoch start: put each expert at the geodesic continuation of its move since the
-        previous epoch start (``linalg.geodesic_extrapolate``, t = 2) and keep the unmoved basis as
-        the alternative that ``_check_prediction`` compares on the expert's next samples. Experts
-        re-seeded or repaired since then, or whose move exceeds ``predict_max_angle``, stay put."""
-        current = self.bases.astype(np.float32)  # only the move's direction matters: half the memory
-        anchor, since = self._anchor, self._anchor_at
-        self._anchor, self._anchor_at = current, self.n_seen
-        self._alt.clear()
-        self._alt_stats[:] = 0.0
-        if anchor is None:
-            return
-        for k in range(self.K):
-            if k in self._repair or self._reseeded_at[k] >= since:
-                continue
-            moved, angle = geodesic_extrapolate(anchor[k].astype(float), self.bases[k])
-            if angle <= self.config.predict_max_angle:
-                self._alt[k] = current[k].copy()  # updated in place on trial: not a view of the anchor
-                self.bases[k] = moved
-
-    def _check_prediction(self, k: int, idx: np.ndarray, xo: np.ndarray, s: float, eta: float) -> bool:
-        """Expert ``k`` on trial accepted a sample with residual ``s`` under its predicted basis: score
-        and update the unmoved alternative too, and after ``predict_check`` samples keep the better.
-        Returns whether the alternative (updated with this sample) replaced the prediction."""
-        alt = self._alt[k]
-        w, res = fit_observed(alt[None], idx, xo, self.ridge)
-        stats = self._alt_stats[k]
-        stats += (s, float(res[0]) / max(float(xo @ xo), _TINY), 1.0)
-        grouse_step(alt, idx, xo, w[0], eta)
-        if stats[2] < self.config.predict_check:
-            return False
-        del self._alt[k]
-        if stats[1] < stats[0]:
-            self.bases[k] = orthonormalize(alt.astype(float))
-            return True
-        return False
 
     def _defective(self, k: int, level: float) -> bool:
         """Expert ``k`` (fast residual level ``level``) is defective: mature, outside the window that
@@ -469,12 +402,11 @@ class MoSAIC(PretrainedMixin):
 
     def _install_basis(self, k: int, U: np.ndarray) -> None:
         """Replace expert ``k``'s basis by a fresh fit ``U (n, r)`` (a repair or a re-seed): its schedule
-        restarts, and what belonged to the old basis goes (a pending epoch-reset decision, a drift
-        prediction on trial, a repair's collected samples of the old class)."""
+        restarts, and what belonged to the old basis goes (a pending epoch-reset decision, a
+        repair's collected samples of the old class)."""
         self.bases[k] = U
         self.t[k] = 0.0
         self._reset_pending[k] = False
-        self._alt.pop(k, None)
         self._repair.pop(k, None)
         self._reseeded_at[k] = self.n_seen
 
@@ -559,9 +491,7 @@ class MoSAIC(PretrainedMixin):
         if self._reset_pending[k]:
             self._check_epoch_reset(k, s)
         eta = self.step_size(k)
-        # (an unmoved alternative that wins its trial was updated with this sample already)
-        if not (k in self._alt and self._check_prediction(k, idx, xo, s, eta)):
-            grouse_step(self.bases[k], idx, xo, w[k], eta, p=p)
+        grouse_step(self.bases[k], idx, xo, w[k], eta, p=p)
         self.t[k] += 1
         self.n_updates[k] += 1
         self.long_counts[k] += 1
@@ -827,7 +757,9 @@ class MoSAIC(PretrainedMixin):
     @classmethod
     def upgrade_config(cls, config: dict, from_version: int) -> dict:
         if from_version == 0 and config.get("model") == "MoSAIC":  # common.checkpoint: {"model", **fields}
-            return {k: v for k, v in config.items() if k != "model"}
+            return {k: v for k, v in config.items() if k not in ("model", *REMOVED_FIELDS)}
+        if from_version == 1:  # before the stress suite (issue 33): drift prediction's fields
+            return {k: v for k, v in config.items() if k not in REMOVED_FIELDS}
         return super().upgrade_config(config, from_version)
 
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict]:
@@ -837,12 +769,8 @@ class MoSAIC(PretrainedMixin):
             "mature": self.mature.astype(np.uint8), "n_updates": self.n_updates,
             "long_counts": self.long_counts, "last_update": self._last_update, "reseeded_at": self._reseeded_at,
             "reset_pending": self._reset_pending.astype(np.uint8), "reset_sum": self._reset_sum,
-            "reset_count": self._reset_count, "alt_stats": self._alt_stats,
+            "reset_count": self._reset_count,
         }
-        if self._anchor is not None:
-            arrays["anchor"] = self._anchor
-        for k, alt in self._alt.items():
-            arrays[f"alt_{k}"] = alt
         for j, (idx, xo, _) in enumerate(self._buffer):
             arrays[f"buffer_idx_{j}"], arrays[f"buffer_val_{j}"] = idx.astype(np.int64), xo
         for k, buf in self._repair.items():
@@ -860,7 +788,7 @@ class MoSAIC(PretrainedMixin):
             "next_try": self._next_try, "buffer_t": [t for _, _, t in self._buffer], "reseeds": self.reseeds,
             "pretrained": self.pretrained, "repairs": self.repairs,
             "repair_len": {str(k): len(b) for k, b in self._repair.items()},
-            "level_median": self._level_median, "anchor_at": self._anchor_at, "alt": sorted(self._alt),
+            "level_median": self._level_median,
             "rng": self._rng.bit_generator.state, "ridge": self.ridge,
             "provisional_at": self._prov_at, "last_novel": self._last_novel,
             "provisional_noise": None if self._prov_post is None else self._prov_post[1],
@@ -893,12 +821,6 @@ class MoSAIC(PretrainedMixin):
             self._repair = {int(k): [(arr[f"repair_{k}_idx_{j}"], arr[f"repair_{k}_val_{j}"]) for j in range(n_b)]
                             for k, n_b in state.get("repair_len", {}).items()}
             self._level_median = state.get("level_median")
-            # older checkpoints: no drift prediction under way
-            self._anchor = arr.get("anchor")
-            self._anchor_at = int(state.get("anchor_at", 0))
-            self._alt = {int(k): arr[f"alt_{k}"] for k in state.get("alt", [])}
-            if "alt_stats" in arr:
-                self._alt_stats = arr["alt_stats"]
             self.pretrained = bool(state["pretrained"])
             self.ridge = float(state["ridge"])
             self._prov = arr.get("provisional")
@@ -916,7 +838,7 @@ class MoSAIC(PretrainedMixin):
     def tiny_example(cls):
         """A pretrained model part-way through an abruptly switching stream, with every piece of
         state in use (change buffer, provisional fit, Soft-Impute warm start, a defective expert's
-        collection, a drift prediction on trial); input: the next 20 samples and their epochs."""
+        collection); input: the next 20 samples and their epochs."""
         from streaming.data import StreamConfig, generate_stream
 
         s = generate_stream(StreamConfig(n=20, r=2, K=3, obs_frac=0.6, epochs=2, samples_per_epoch=120,
@@ -925,9 +847,6 @@ class MoSAIC(PretrainedMixin):
         m.process(s.values[:150], epoch=s.epoch[:150])
         g = np.random.default_rng(0)
         m._repair = {1: [(np.array([0, 3, 5]), g.standard_normal(3))]}
-        m._anchor = m.bases.astype(np.float32)
-        m._alt = {2: orthonormalize(g.standard_normal((20, 2))).astype(np.float32)}
-        m._alt_stats[2] = [0.5, 0.7, 3.0]
         return m, (s.values[150:170], None, s.epoch[150:170])
 
     def example_forward(self, x: np.ndarray, mask: np.ndarray | None, epoch: np.ndarray):

@@ -10,6 +10,7 @@ import torch
 
 from moe.routing import route_by_score
 from streaming.linalg import (
+    RIDGE,
     als_subspace,
     batch_fit,
     fit_observed,
@@ -292,6 +293,33 @@ def k_subspaces_missing(
         best = KSSResult(U, labels, score, float(score.sum()), best.restart)
     best.costs = costs
     return best
+
+
+def map_ridge(bases: np.ndarray, X0: np.ndarray, M: np.ndarray, labels: np.ndarray) -> float:
+    """Wiener / MAP ridge ``λ = σ̂² / var(w)`` of the least-squares fits for ``x = U w + ε``.
+
+    ``bases (K, n, r)``, samples ``X0, M (S, n)`` with their experts ``labels (S,)``: the noise
+    variance per entry is estimated from the residuals (dof ``m - r``) and ``var(w)`` from the
+    fitted coefficients; ``RIDGE`` for noise-free data, so exact recovery stays exact."""
+    r = bases.shape[2]
+    W, res = batch_fit(bases, X0, M)
+    rows = np.arange(len(labels))
+    m = M.sum(1)
+    ok = m > r
+    if not ok.any():
+        return RIDGE
+    noise_var = float(np.median(res[rows, labels][ok] / (m[ok] - r)))
+    w_var = float(np.mean(W[rows, labels][ok] ** 2))
+    return max(RIDGE, noise_var / max(w_var, _TINY))
+
+
+def pretrain_experts(X0: np.ndarray, M: np.ndarray, K: int, r: int, **kss) -> tuple[KSSResult, float]:
+    """MoSAIC's pretraining, shared with the pretrained k-GROUSE baseline: k-subspaces with missing
+    data on the source samples ``X0, M (S, n)`` (``k_subspaces_missing``; ``kss`` are its
+    keyword arguments), then the MAP ridge of the fitted experts (``map_ridge``).
+    Returns ``(result, ridge)``, ``result.bases (K, n, r)``."""
+    result = k_subspaces_missing(X0, M, K, r, **kss)
+    return result, map_ridge(result.bases, X0, M, result.labels)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,8 +11,6 @@ pre-declared selection criterion).
     python -m experiments.streaming.schedule_sweep --grid --seeds 2 --out results/streaming_schedule_grid
     python -m experiments.streaming.schedule_sweep --pretrain --configs 25-5-5 50-5-10 100-10-10 100-25-5 \
         --seeds 5 --out results/streaming_pretrain_repair
-    python -m experiments.streaming.schedule_sweep --predict --configs 25-5-5 50-5-10 100-10-10 --out results/streaming_predict
-    python -m experiments.streaming.schedule_sweep --predict --configs 100-25-5 --obs 0.4 0.5 --out results/streaming_predict_hard
 """
 
 from __future__ import annotations
@@ -43,8 +41,6 @@ VARIANTS = {
 PRETRAIN = {"6 restarts, no pretraining repair": {"pretrain_restarts": 6, "pretrain_repair": 0},
             "6 restarts, repair": {"pretrain_restarts": 6},
             "16 restarts, repair": {"pretrain_restarts": 16}}
-# ``--predict``: the geodesic drift prediction at epoch starts (session 12)
-PREDICT = {"no drift prediction": {"drift_predict": False}, "default (drift prediction)": {}}
 # ``--grid``: step sizes with the old every-expert epoch reset and no repair
 GRID = {f"eta0 {a}, tau {t or '2r'}, eta_min {e}": {**OLD, "eta0": a, "tau": float(t), "eta_min": e}
         for a in (0.5, 0.75, 1.0) for t in (0, 60, 200) for e in (0.05, 0.15)}
@@ -79,9 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--grid", action="store_true", help="the step-size grid (old reset, no repair) instead")
     ap.add_argument("--pretrain", action="store_true", help="with / without the pretraining repair instead")
-    ap.add_argument("--predict", action="store_true", help="with / without the drift prediction instead")
     a = ap.parse_args(argv)
-    variants = GRID if a.grid else PRETRAIN if a.pretrain else PREDICT if a.predict else VARIANTS
+    variants = GRID if a.grid else PRETRAIN if a.pretrain else VARIANTS
     jobs = [(c, d, o, s, variants) for c in a.configs for d in a.drifts for o in a.obs for s in range(a.seeds)]
     with ProcessPoolExecutor(a.workers) as pool:
         rows = [r for part in pool.map(_scenario, jobs) for r in part]

@@ -155,6 +155,11 @@ CASES: list[tuple[str, str]] = [
     ("mosaic", "eval --input {d}/stream.npz --completed {d}/completed.npz --out {d}/full"),
     ("mosaic", "bench --out {d}/full --quick"),
     ("mosaic", "bench --out {d}/afile --quick"),
+    ("mosaic", "bench --out {d}/new_stress --suite stress --cells nothing/*"),
+    ("mosaic", "bench --out {d}/new_stress --suite stress --families bogus"),
+    ("mosaic", "bench --out {d}/new_stress --suite stress --stress-seeds 0"),
+    ("mosaic", "bench --out {d}/new_stress --suite bogus"),
+    ("mosaic", "bench --out {d}/new_stress --cells abrupt/*"),
     # --- mosaic: malformed inputs and other numbers
     ("mosaic", "pretrain --input {d}/truncated.npz --K 2 --r 2 --out {d}/new_ck"),
     ("mosaic", "pretrain --input {d}/empty.npz --K 2 --r 2 --out {d}/new_ck"),

@@ -72,7 +72,7 @@ def test_demo_run_yields_plots_and_rows():
     outs = list(run_demo(15, 2, 2, 0.6, 0.02, "abrupt", 200, 0, chunk=200))
     assert len(outs) == 3
     fig, rows = outs[-1]
-    assert {r[0] for r in rows} == {"mosaic", "k-grouse", "grouse-r", "petrels"}
+    assert {r[0] for r in rows} == {"mosaic", "kgrouse_pretrained", "k-grouse", "grouse-r", "petrels"}
     mosaic = next(r for r in rows if r[0] == "mosaic")
     grouse = next(r for r in rows if r[0] == "grouse-r")
     assert mosaic[1] < grouse[1]
