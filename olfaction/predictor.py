@@ -45,7 +45,6 @@ from .train import (
     dataset_onehot,
     fit_labels,
     graphs_for,
-    predict_labels,
 )
 
 COMPONENTS = ("network", "trees", "ridge")
