@@ -62,8 +62,8 @@ class LabelNetConfig:
     """The label network and its training (``fit`` holds out ``val_frac`` of the molecules to
     choose the epoch by macro ROC-AUC)."""
 
-    hidden: int = 256
-    dropout: float = 0.2
+    hidden: int = 512
+    dropout: float = 0.1
     epochs: int = 40
     patience: int = 8
     val_frac: float = 0.1
