@@ -247,7 +247,8 @@ class MixturePredictor(PretrainedMixin, nn.Module):
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict]:
         net = self._need("distance_net")
         tensors = {f"distance_net.{k}": v for k, v in net.state_dict().items()}
-        state: dict = {"distance_net": asdict(net.cfg), "weights": self.weights.tolist(), "validation": self.validation}
+        validation = {k: (v if not isinstance(v, float) or np.isfinite(v) else None) for k, v in self.validation.items()}
+        state: dict = {"distance_net": asdict(net.cfg), "weights": self.weights.tolist(), "validation": validation}
         if self.label_net is not None:
             tensors.update({f"label_net.{k}": v for k, v in self.label_net.state_dict().items()})
             state["label_net"] = asdict(self.label_net.cfg)
