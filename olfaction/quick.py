@@ -4,7 +4,7 @@ Pretrains a small encoder on the Mordred vectors of the mixture molecules plus a
 fits a :class:`~olfaction.predictor.MixturePredictor` on ``random_cv0`` (a small distance network,
 the set regressors, their weights chosen on the validation rows, and the label network on all of
 GS-LF), compares it and its parts with the RF pair-feature baseline and the Snitz angle distance
-on the same test rows, writes ``out_dir/olfaction.csv`` and a scatter plot, and saves the
+on the same test rows, writes ``out_dir/olfaction.csv`` (and the same rows in ``olfaction.json``) and a scatter plot, and saves the
 predictor (``out_dir/olfaction_model``; also :func:`olfaction.demo.model_dir` when that is empty)
 for the demo tab.
 """
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from common.data_dir import resolve_data_dir
-from common.io import write_csv
+from common.io import write_csv, write_json
 
 from .baselines import PairForest, SnitzAngle, molecule_table, pair_features
 from .data import load_gslf, load_pairs, load_split, split_path
@@ -113,6 +113,7 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
                     }
                 )
     write_csv(out_dir / "olfaction.csv", rows)
+    write_json(out_dir / "olfaction.json", {"command": "mixscent quick", "seed": seed, "rows": rows})
     _plot(pairs.y[te], {"MixturePredictor": parts["combined"], "RF": rf_pred}, out_dir / "olfaction_scatter.png")
     return rows
 
