@@ -1,8 +1,9 @@
 """Gradio tab: two mixtures in -> perceptual distance, top odour labels, RDKit drawings of the
 components and per-component attention.
 
-The model is read from ``$MIXSCENT_MODEL`` or ``<cache dir>/model`` (written by ``mixscent
-quick`` / ``run_quick`` or ``mixscent train --out``)."""
+The model, a :class:`~olfaction.predictor.MixturePredictor`, is read from ``$MIXSCENT_MODEL`` or
+``<cache dir>/mixture_predictor`` (written by ``make demo`` / ``mixscent quick`` when empty, or
+``mixscent train --out``). Its label network is trained on all of GS-LF."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from common.errors import MoeAppsError
 
 from .data import parse_mixture_text
 from .features import cache_dir
+from .train import DATASETS
 
 EXAMPLES = {
     "citrus-like (limonene, citral, linalool)": "CC1=CCC(CC1)C(=C)C;CC(C)=CCCC(C)=CC=O;CC(C)=CCCC(C)(O)C=C",
@@ -23,8 +25,11 @@ EXAMPLES = {
 }
 
 
+DEFAULT_DATASET = "Snitz 1"
+
+
 def model_dir() -> Path:
-    return Path(os.environ.get("MIXSCENT_MODEL", cache_dir() / "model"))
+    return Path(os.environ.get("MIXSCENT_MODEL", cache_dir() / "mixture_predictor"))
 
 
 _PREDICTOR = LoaderCache(2)
@@ -32,10 +37,10 @@ _PREDICTOR = LoaderCache(2)
 
 def get_predictor():
     """The predictor of :func:`model_dir`, loaded once (thread-safe; at most two paths kept)."""
-    from .pipeline import MixScentPredictor
+    from .predictor import MixturePredictor
 
     path = model_dir()
-    return _PREDICTOR.get(path, lambda: MixScentPredictor.load(path))
+    return _PREDICTOR.get(path, lambda: MixturePredictor.from_pretrained(path))
 
 
 def draw_mixture(components, attention: dict[str, float] | None = None):
@@ -48,14 +53,15 @@ def draw_mixture(components, attention: dict[str, float] | None = None):
     return Draw.MolsToGridImage(mols, molsPerRow=min(4, len(mols)), subImgSize=(200, 160), legends=legends)
 
 
-def analyse(text_a: str, text_b: str) -> dict:
-    """Distance, attentions and top labels for two ``;``-separated SMILES mixtures."""
+def analyse(text_a: str, text_b: str, dataset: str = DEFAULT_DATASET) -> dict:
+    """Distance (as measured in experiment ``dataset``), attentions and top labels for two
+    ``;``-separated SMILES mixtures."""
     a = parse_mixture_text(text_a, "mixture 1")
     b = parse_mixture_text(text_b, "mixture 2")
     pred = get_predictor()
     att_a, att_b = pred.attention(a), pred.attention(b)
     return {
-        "distance": pred.distance(a, b),
+        "distance": float(pred.predict_distance([a], [b], [dataset])[0]),
         "attention_a": att_a,
         "attention_b": att_b,
         "labels_a": pred.top_labels(a),
@@ -80,6 +86,7 @@ def build_tab() -> None:
         with gr.Column():
             pick_b = gr.Dropdown(list(EXAMPLES), label="example mixture 2", value=list(EXAMPLES)[1])
             box_b = gr.Textbox(label="mixture 2", value=EXAMPLES[list(EXAMPLES)[1]], elem_id="olf_mix2")
+    dataset = gr.Dropdown(DATASETS, value=DEFAULT_DATASET, label="experiment (scale of the distance)")
     run = gr.Button("Compare", variant="primary", elem_id="olf_run")
     result = gr.Markdown(elem_id="olf_result")
     with gr.Row():
@@ -89,9 +96,9 @@ def build_tab() -> None:
     pick_a.change(lambda k: EXAMPLES[k], pick_a, box_a)
     pick_b.change(lambda k: EXAMPLES[k], pick_b, box_b)
 
-    def on_run(ta, tb):
+    def on_run(ta, tb, ds):
         try:
-            r = analyse(ta, tb)
+            r = analyse(ta, tb, ds)
         except MoeAppsError as exc:
             return f"**error:** {exc}", None, None
         lines = [f"**distance: {r['distance']:.3f}**", ""]
@@ -103,4 +110,4 @@ def build_tab() -> None:
             lines += [f"mixture {'1' if side == 'a' else '2'}: top labels {labels}", f"attention: {att}", ""]
         return "\n".join(lines), r["image_a"], r["image_b"]
 
-    run.click(on_run, [box_a, box_b], [result, img_a, img_b])
+    run.click(on_run, [box_a, box_b, dataset], [result, img_a, img_b])

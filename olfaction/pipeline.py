@@ -363,6 +363,22 @@ def predict_rows(predictor: MixScentPredictor, pairs: PairData, rows) -> np.ndar
     )
 
 
+def evaluate_predictor(predictor, pairs: PairData, split: Split) -> dict:
+    """Test metrics of a :class:`~olfaction.predictor.MixturePredictor` on ``split.testing``: the
+    combined distance (``all_*`` / ``noself_*``, :func:`~olfaction.evaluate.pair_metrics`) and
+    each component's (``network/...``, ``trees/...``, ``ridge/...``)."""
+    rows = split.testing
+    mix_a, mix_b = pairs.sides()
+    parts = predictor.predict_components(
+        [mix_a[i] for i in rows], [mix_b[i] for i in rows], [pairs.dataset[i] for i in rows]
+    )
+    out = pair_metrics(pairs.y[rows], parts.pop("combined"), pairs.self_pair[rows])
+    for name, pred in parts.items():
+        out.update({f"{name}/{k}": v for k, v in pair_metrics(pairs.y[rows], pred, pairs.self_pair[rows]).items()})
+    out["n_test"] = int(len(rows))
+    return out
+
+
 def evaluate_on_split(predictor: MixScentPredictor, pairs: PairData, split: Split) -> dict:
     """Metrics of a saved predictor on a split's test rows (all pairs and without self-pairs)."""
     rows = split.testing

@@ -1,10 +1,11 @@
 """``make demo`` part of the olfaction app: minutes on 2 CPU cores.
 
 Pretrains a small encoder on the Mordred vectors of the mixture molecules plus a slice of GS-LF,
-trains MixScentNet on ``random_cv0`` (epoch chosen on its validation rows), compares it with the
-RF pair-feature baseline, the set-feature regressors (trees + ridge, equal mean) and the Snitz
-angle distance on the same test rows, writes
-``out_dir/olfaction.csv`` and a scatter plot, and saves the model (``out_dir/olfaction_model``)
+fits a :class:`~olfaction.predictor.MixturePredictor` on ``random_cv0`` (a small distance network,
+the set regressors, their weights chosen on the validation rows, and the label network on all of
+GS-LF), compares it and its parts with the RF pair-feature baseline and the Snitz angle distance
+on the same test rows, writes ``out_dir/olfaction.csv`` (and the same rows in ``olfaction.json``) and a scatter plot, and saves the
+predictor (``out_dir/olfaction_model``; also :func:`olfaction.demo.model_dir` when that is empty)
 for the demo tab.
 """
 
@@ -16,16 +17,15 @@ import numpy as np
 import torch
 
 from common.data_dir import resolve_data_dir
-from common.io import write_csv
+from common.io import write_csv, write_json
 
 from .baselines import PairForest, SnitzAngle, molecule_table, pair_features
 from .data import load_gslf, load_pairs, load_split, split_path
+from .demo import model_dir
 from .evaluate import regression_metrics
-from .features import DescriptorScaler, cache_dir, compute_mordred
+from .features import DescriptorScaler, compute_mordred
 from .model import MixScentConfig, MolEncoderConfig
-from .pipeline import MixScentPredictor, test_predictions, train_distance
-from .set_features import MoleculeSpaces, pair_set_features
-from .set_models import DEFAULT_PARTNERS, fit_predict_set_mean
+from .predictor import COMPONENTS, MixturePredictor
 from .train import DistanceTrainConfig, PretrainConfig, pretrain_descriptors
 
 
@@ -46,23 +46,19 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
     pre, rep = pretrain_descriptors(corpus, X, enc_cfg, PretrainConfig(epochs=15, seed=seed))
 
     split = load_split(split_path(data_dir, "random_cv0"), len(pairs))
-    model, index, hist = train_distance(
-        pairs,
-        split,
-        pre.encoder,
-        MixScentConfig(hidden=64, heads=4),
-        DistanceTrainConfig(epochs=40, patience=12, seed=seed),
-    )
-    tp = test_predictions(model, index, pairs, split.testing)
-    label_model, label_names, label_auc = _tiny_label_model(data_dir, pre.encoder, seed)
-    predictor = MixScentPredictor(model, label_model, label_names)
-    predictor.save(out_dir / "olfaction_model", {"split": split.identifier})
-    if not (cache_dir() / "model" / "config.json").is_file():  # the demo tab's default model
-        predictor.save(cache_dir() / "model", {"split": split.identifier, "source": "run_quick"})
-
-    mix_a, mix_b = pairs.sides()
-    trval = np.concatenate([split.training, split.validation])
+    predictor = MixturePredictor(
+        MixScentConfig(hidden=64, heads=4), DistanceTrainConfig(epochs=40, patience=12, seed=seed), seed=seed
+    ).fit(pairs, split, pre.encoder, load_gslf(data_dir))
+    predictor.save_pretrained(out_dir / "olfaction_model", {"split": split.identifier})
+    demo_model = model_dir()
+    if not (demo_model / "config.json").is_file():  # the demo tab's default model
+        predictor.save_pretrained(demo_model, {"split": split.identifier, "source": "run_quick"})
     te = split.testing
+    mix_a, mix_b = pairs.sides()
+    parts = predictor.predict_components(
+        [mix_a[i] for i in te], [mix_b[i] for i in te], [pairs.dataset[i] for i in te]
+    )
+    trval = np.concatenate([split.training, split.validation])
     Xrf = pair_features(mix_a, mix_b, molecule_table(mix_mols))
     rf_pred = PairForest(n_estimators=100, seed=seed).fit(Xrf[trval], pairs.y[trval]).predict(Xrf[te])
     snitz_tab = {s: X[i] for i, s in enumerate(corpus) if s in set(mix_mols)}
@@ -70,10 +66,6 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
         SnitzAngle(snitz_tab)
         .fit([mix_a[i] for i in trval], [mix_b[i] for i in trval], pairs.y[trval])
         .predict([mix_a[i] for i in te], [mix_b[i] for i in te])
-    )
-    X_set = pair_set_features(mix_a, mix_b, MoleculeSpaces(mix_mols, mordred=table))
-    set_pred = fit_predict_set_mean(
-        Xrf, X_set, pairs.dataset, mix_a, mix_b, pairs.y, trval, te, seed=seed, partners=DEFAULT_PARTNERS
     )
     rows = [
         {
@@ -90,18 +82,20 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
         {
             "app": "olfaction",
             "task": "GS-LF labels (1 component)",
-            "method": "MixScentNet label head (tiny)",
+            "method": "label network (Morgan counts)",
             "metric": "macro_roc_auc",
-            "value": label_auc,
-            "split": "GS-LF 2000-molecule slice, 25% held out",
+            "value": predictor.validation["labels_val_macro_auc"],
+            "split": "GS-LF, 10% validation molecules (the epoch is chosen on them)",
             "seed": seed,
         }
     )
     sp = pairs.self_pair[te]
+    w = ", ".join(f"{c} {x:.2f}" for c, x in zip(COMPONENTS, predictor.weights, strict=True))
     for method, pred in (
-        ("MixScentNet (tiny)", tp["pred"]),
+        ("MixScentNet (tiny network alone)", parts["network"]),
+        ("Set trees + ridge with gated partners (equal)", (parts["trees"] + parts["ridge"]) / 2),
+        (f"MixturePredictor ({w}, chosen on validation rows)", parts["combined"]),
         ("RF pair features", rf_pred),
-        ("Set trees + ridge with gated partners (equal)", set_pred),
         ("Snitz angle", sn_pred),
     ):
         for tag, keep in (("", np.ones(len(te), bool)), ("_noself", ~sp)):
@@ -119,42 +113,9 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
                     }
                 )
     write_csv(out_dir / "olfaction.csv", rows)
-    _plot(pairs.y[te], {"MixScentNet": tp["pred"], "RF": rf_pred}, out_dir / "olfaction_scatter.png")
+    write_json(out_dir / "olfaction.json", {"command": "mixscent quick", "seed": seed, "rows": rows})
+    _plot(pairs.y[te], {"MixturePredictor": parts["combined"], "RF": rf_pred}, out_dir / "olfaction_scatter.png")
     return rows
-
-
-def _tiny_label_model(data_dir: Path, encoder, seed: int, n: int = 2000):
-    """Label head on the frozen encoder, trained on a seeded GS-LF slice (a mixture of one)."""
-    from dataclasses import asdict
-
-    from .evaluate import macro_roc_auc
-    from .model import MixScentNet
-    from .train import LabelTrainConfig, MixtureIndex, encode_molecules, fit_labels, predict_labels
-
-    gs = load_gslf(data_dir)
-    rng = np.random.default_rng(seed)
-    ids = rng.permutation(len(gs.smiles))[:n]
-    smiles = [gs.smiles[i] for i in ids]
-    y = gs.y[ids]
-    index = MixtureIndex({s: (s,) for s in smiles}, encode_molecules(encoder, smiles))
-    torch.manual_seed(seed)
-    net = MixScentNet(
-        MixScentConfig(
-            in_dim=encoder.cfg.emb_dim, hidden=64, n_labels=y.shape[1], mol_encoder=asdict(encoder.cfg)
-        )
-    )
-    net.mol_encoder.load_state_dict(encoder.state_dict())
-    n_te, n_va = n // 4, n // 8
-    fit_labels(
-        net,
-        index,
-        y,
-        np.arange(n_te + n_va, n),
-        np.arange(n_te, n_te + n_va),
-        LabelTrainConfig(epochs=20, seed=seed),
-    )
-    auc = macro_roc_auc(y[:n_te], predict_labels(net, index, np.arange(n_te)))
-    return net, gs.labels, auc
 
 
 def _plot(y, preds: dict, path: Path) -> None:

@@ -91,16 +91,30 @@ class MoleculeSpaces:
     METRICS = {"rdkit": "euclidean", "morgan": "tanimoto", "mordred": "euclidean"}
 
     def __init__(
-        self, smiles: Sequence[str], mordred: dict[str, np.ndarray] | None = None, progress: bool = False
+        self,
+        smiles: Sequence[str],
+        mordred: dict[str, np.ndarray] | None = None,
+        progress: bool = False,
+        scalers: dict[str, DescriptorScaler] | None = None,
     ):
+        """``scalers`` (``{"rdkit", "mordred"}``, the :attr:`scalers` of an earlier instance) scale
+        these molecules as that instance did (new molecules at prediction time); None fits them on
+        exactly ``smiles``."""
         smiles = sorted(set(smiles))
         self.tables: dict[str, dict[str, np.ndarray]] = {}
-        self.tables["rdkit"], _ = scaled_molecule_table({s: rdkit_descriptors(s) for s in smiles})
-        self.tables["morgan"] = {s: (morgan_counts(s, 2048) > 0).astype(np.float64) for s in smiles}
+        rdkit = {s: rdkit_descriptors(s) for s in smiles}
         mordred = mordred if mordred is not None else compute_mordred(smiles, progress=progress)
         raw = np.stack([mordred[s] for s in smiles])
-        scaler = DescriptorScaler.fit(raw, [str(i) for i in range(raw.shape[1])])
-        self.tables["mordred"] = dict(zip(smiles, scaler.transform(raw).astype(np.float64), strict=True))
+        if scalers is None:
+            self.tables["rdkit"], rdkit_scaler = scaled_molecule_table(rdkit)
+            mordred_scaler = DescriptorScaler.fit(raw, [str(i) for i in range(raw.shape[1])])
+        else:
+            rdkit_scaler, mordred_scaler = scalers["rdkit"], scalers["mordred"]
+            x = rdkit_scaler.transform(np.stack([rdkit[s] for s in smiles]))
+            self.tables["rdkit"] = {s: x[i] for i, s in enumerate(smiles)}
+        self.scalers = {"rdkit": rdkit_scaler, "mordred": mordred_scaler}
+        self.tables["morgan"] = {s: (morgan_counts(s, 2048) > 0).astype(np.float64) for s in smiles}
+        self.tables["mordred"] = dict(zip(smiles, mordred_scaler.transform(raw).astype(np.float64), strict=True))
 
     def rows(self, space: str, mixture: Sequence[str]) -> np.ndarray:
         table = self.tables[space]

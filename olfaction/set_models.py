@@ -235,3 +235,171 @@ def fit_predict_new_pairs(
     return fit_predict_set_mean(
         pair_X, set_X, all_ds, all_a, all_b, y, fit_rows, query_rows, vocabulary, seed, partners
     )
+
+
+# ----------------------------------------------------------------------------- saved form
+# The fitted regressors are stored as plain arrays (no pickle): a forest as its trees' node tables,
+# a ridge pipeline as its standardisation and coefficients. Prediction from the arrays equals
+# scikit-learn's (tests/olfaction/test_predictor.py checks it against the fitted estimators).
+
+
+def forest_arrays(forest: ExtraTreesRegressor) -> dict[str, np.ndarray]:
+    """Node tables of a fitted single-output forest, all trees concatenated: ``left``/``right``
+    (global child index, -1 at a leaf), ``feature``, ``threshold``, ``value`` (``(N_nodes,)``)
+    and ``roots`` (``(T,)`` first node of each tree)."""
+    parts: dict[str, list] = {"left": [], "right": [], "feature": [], "threshold": [], "value": [], "roots": []}
+    offset = 0
+    for est in forest.estimators_:
+        t = est.tree_
+        leaf = t.children_left < 0
+        parts["roots"].append(np.array([offset]))
+        parts["left"].append(np.where(leaf, -1, t.children_left + offset))
+        parts["right"].append(np.where(leaf, -1, t.children_right + offset))
+        parts["feature"].append(np.where(leaf, 0, t.feature))
+        parts["threshold"].append(t.threshold)
+        parts["value"].append(t.value[:, 0, 0])
+        offset += t.node_count
+    out = {k: np.concatenate(v) for k, v in parts.items()}
+    for k in ("left", "right", "feature", "roots"):
+        out[k] = out[k].astype(np.int64)
+    for k in ("threshold", "value"):
+        out[k] = out[k].astype(np.float64)
+    return out
+
+
+def predict_forest_arrays(arrays: dict[str, np.ndarray], X: np.ndarray) -> np.ndarray:
+    """``(P,)`` mean over trees of the leaf values reached by the rows of ``X (P, F)``; rows are
+    compared in float32, as scikit-learn's trees do."""
+    X = np.asarray(X, dtype=np.float32).astype(np.float64)
+    left, right, feature, threshold = arrays["left"], arrays["right"], arrays["feature"], arrays["threshold"]
+    node = np.repeat(arrays["roots"][:, None], len(X), axis=1)  # (T, P)
+    rows = np.arange(len(X))[None, :]
+    while True:
+        inner = left[node] >= 0
+        if not inner.any():
+            break
+        go_left = X[rows, feature[node]] <= threshold[node]
+        node = np.where(inner, np.where(go_left, left[node], right[node]), node)
+    return arrays["value"][node].mean(axis=0)
+
+
+def ridge_arrays(pipeline) -> dict[str, np.ndarray]:
+    """``mean``, ``scale``, ``coef`` (``(F,)``) and ``intercept`` (``(1,)``) of a fitted
+    ``StandardScaler`` + ``RidgeCV`` pipeline."""
+    scaler, ridge = pipeline[0], pipeline[-1]
+    return {
+        "mean": np.asarray(scaler.mean_, np.float64),
+        "scale": np.asarray(scaler.scale_, np.float64),
+        "coef": np.asarray(ridge.coef_, np.float64),
+        "intercept": np.atleast_1d(np.asarray(ridge.intercept_, np.float64)),
+    }
+
+
+def predict_ridge_arrays(arrays: dict[str, np.ndarray], X: np.ndarray) -> np.ndarray:
+    """``(P,)`` ``((X - mean) / scale) @ coef + intercept``."""
+    z = (np.asarray(X, np.float64) - arrays["mean"]) / arrays["scale"]
+    return z @ arrays["coef"] + arrays["intercept"][0]
+
+
+class SetRegressors:
+    """Both set-feature regressors (trees and ridge, :data:`PARTNER_MODES` ``partners``) fitted on
+    labelled pairs, with everything prediction needs and nothing refitted there: the
+    label-free molecule scalers of the set features (fitted on the training molecules), the
+    dataset vocabulary, the training pairs of the target encodings, and the fitted models as
+    arrays (:meth:`arrays` / :meth:`state`, :meth:`from_saved`).
+
+    ``fit(mix_a, mix_b, datasets, y)`` on ``P`` pairs; ``predict(mix_a, mix_b, datasets)`` ->
+    ``{"trees": (Q,), "ridge": (Q,)}``."""
+
+    def __init__(self, seed: int = 0, n_estimators: int = 300, partners: str = DEFAULT_PARTNERS):
+        self.seed, self.n_estimators, self.partners = seed, n_estimators, partner_mode(partners)
+
+    def _inputs(self, mix_a, mix_b, scalers=None):
+        from .set_features import MoleculeSpaces
+
+        mols = sorted({s for m in list(mix_a) + list(mix_b) for s in m})
+        spaces = MoleculeSpaces(mols, mordred=compute_mordred(mols, progress=False), scalers=scalers)
+        return pair_features(mix_a, mix_b, molecule_table(mols)), pair_set_features(mix_a, mix_b, spaces), spaces
+
+    def fit(self, mix_a, mix_b, datasets, y) -> SetRegressors:
+        mix_a, mix_b = [tuple(m) for m in mix_a], [tuple(m) for m in mix_b]
+        pair_X, set_X, spaces = self._inputs(mix_a, mix_b)
+        self.scalers_ = spaces.scalers
+        self.vocabulary_ = sorted(set(datasets))
+        self.train_ = (mix_a, mix_b, np.asarray(y, np.float64))
+        self.models_ = {
+            kind: SetFeatureRegressor(kind, self.vocabulary_, self.seed, self.n_estimators, self.partners).fit(
+                pair_X, set_X, datasets, mix_a, mix_b, y
+            )
+            for kind in KINDS
+        }
+        self._arrays = self._to_arrays()
+        return self
+
+    def _to_arrays(self) -> dict[str, dict[str, np.ndarray]]:
+        out = {}
+        for kind, reg in self.models_.items():
+            to = forest_arrays if kind == "trees" else ridge_arrays
+            out[f"{kind}/plain"] = to(reg.model_)
+            if self.partners == "gated":
+                out[f"{kind}/partner"] = to(reg.partner_model_)
+        return out
+
+    def predict(self, mix_a, mix_b, datasets) -> dict[str, np.ndarray]:
+        if not len(mix_a) or len(mix_a) != len(mix_b) or len(mix_a) != len(datasets):
+            raise InputError("set-feature prediction needs equally many first and second mixtures and datasets (>= 1)")
+        dataset_one_hot(list(datasets), self.vocabulary_)  # one-line error for an unknown dataset
+        mix_a, mix_b = [tuple(m) for m in mix_a], [tuple(m) for m in mix_b]
+        pair_X, set_X, _ = self._inputs(mix_a, mix_b, self.scalers_)
+        out = {}
+        for kind, reg in self.models_.items():
+            te = reg.encoder_.transform(mix_a, mix_b)
+            run = predict_forest_arrays if kind == "trees" else predict_ridge_arrays
+            pred = run(self._arrays[f"{kind}/plain"], reg._design(pair_X, set_X, datasets, reg._main_encodings(te)))
+            if self.partners == "gated":
+                gate = te[:, -1] > 0  # has_partner
+                if gate.any():
+                    full = run(self._arrays[f"{kind}/partner"], reg._design(pair_X, set_X, datasets, te))
+                    pred = np.where(gate, full, pred)
+            out[kind] = pred
+        return out
+
+    # -- saved form: arrays (safetensors) + a JSON state
+    def arrays(self) -> dict[str, np.ndarray]:
+        """``{"<kind>/<plain|partner>/<name>": array}`` of the fitted models."""
+        return {f"{model}/{name}": a for model, arrs in self._arrays.items() for name, a in arrs.items()}
+
+    def state(self) -> dict:
+        mix_a, mix_b, y = self.train_
+        return {
+            "seed": self.seed,
+            "n_estimators": self.n_estimators,
+            "partners": self.partners,
+            "vocabulary": self.vocabulary_,
+            "scalers": {k: v.to_dict() for k, v in self.scalers_.items()},
+            "train_pairs": [[list(a), list(b), float(t)] for a, b, t in zip(mix_a, mix_b, y, strict=True)],
+        }
+
+    @classmethod
+    def from_saved(cls, state: dict, arrays: dict[str, np.ndarray]) -> SetRegressors:
+        """Rebuild from :meth:`state` and :meth:`arrays`: the target encoders re-count the stored
+        training pairs (sums and counts, no model is fitted)."""
+        from .features import DescriptorScaler
+
+        self = cls(state["seed"], state["n_estimators"], state["partners"])
+        self.vocabulary_ = list(state["vocabulary"])
+        self.scalers_ = {k: DescriptorScaler.from_dict(v) for k, v in state["scalers"].items()}
+        pairs = state["train_pairs"]
+        mix_a, mix_b = [tuple(p[0]) for p in pairs], [tuple(p[1]) for p in pairs]
+        y = np.asarray([p[2] for p in pairs], np.float64)
+        self.train_ = (mix_a, mix_b, y)
+        self.models_ = {}
+        for kind in KINDS:
+            reg = SetFeatureRegressor(kind, self.vocabulary_, self.seed, self.n_estimators, self.partners)
+            reg.encoder_ = TargetEncoder(seed=self.seed, partners=self.partners != "off").fit(mix_a, mix_b, y)
+            self.models_[kind] = reg
+        self._arrays = {}
+        for key, a in arrays.items():
+            kind, part, name = key.split("/")
+            self._arrays.setdefault(f"{kind}/{part}", {})[name] = np.asarray(a)
+        return self

@@ -1,5 +1,8 @@
 """Training: self-supervised Mordred pretraining of the molecule encoder, distance-model fitting
-with model selection on validation rows only, and the single-molecule label head."""
+with model selection on validation rows only, and the label head. Each is a LightningModule
+(:class:`PretrainModule`, :class:`DistanceModule`, :class:`LabelModule`) run by
+``common.engine.make_trainer``: early stopping on the validation metric, and the weights of the
+best validation round restored at the end (:class:`BestWeights`)."""
 
 from __future__ import annotations
 
@@ -7,13 +10,15 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import lightning.pytorch as L
 import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.metrics import r2_score
+from torch.utils.data import DataLoader, TensorDataset
 from torch_geometric.data import Batch
 
-from common.seed import seed_everything
+from common.engine import make_trainer, shuffled_loader
 
 from .data import PairData
 from .evaluate import regression_metrics
@@ -33,6 +38,51 @@ def graphs_for(smiles: Sequence[str]) -> list:
             _GRAPHS[s] = mol_graph(s)
         out.append(_GRAPHS[s])
     return out
+
+
+class BestWeights(L.Callback):
+    """Keep an in-memory copy of the module's weights at its best ``monitor`` value (``mode``
+    ``"min"`` or ``"max"``; strict improvement, as ``EarlyStopping``) and load them when fitting
+    ends; ``best_epoch`` / ``best`` record where (-1 / None without any validation round)."""
+
+    def __init__(self, monitor: str, mode: str = "min"):
+        self.monitor, self.mode = monitor, mode
+        self.best, self.best_epoch, self.state = None, -1, None
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        value = trainer.callback_metrics.get(self.monitor)
+        if value is None:
+            return
+        value = float(value)
+        better = self.best is None or (value < self.best if self.mode == "min" else value > self.best)
+        if better:
+            self.best, self.best_epoch = value, trainer.current_epoch
+            self.state = copy.deepcopy(pl_module.state_dict())
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.state is not None:
+            pl_module.load_state_dict(self.state)
+
+
+def _run(module: L.LightningModule, train_loader, val_loader, epochs: int, seed: int,
+         monitor: str | None = None, mode: str = "min", patience: int | None = None) -> BestWeights | None:
+    """Fit ``module`` for at most ``epochs`` epochs (throwaway run: no logs, no checkpoint files);
+    with ``monitor``, early stopping after ``patience`` rounds and the best round's weights back."""
+    best = BestWeights(monitor, mode) if monitor else None
+    trainer = make_trainer(None, max_epochs=epochs, monitor=monitor, mode=mode, patience=patience, seed=seed,
+                           progress=False, checkpoint=False, callbacks=[best] if best else [])
+    trainer.fit(module, train_loader, val_loader)
+    return best
+
+
+def _all_rows(rows) -> DataLoader:
+    """One batch holding every row of ``rows`` (validation: the metric is over all of them)."""
+    data = TensorDataset(torch.as_tensor(np.asarray(rows), dtype=torch.long))
+    return DataLoader(data, batch_size=max(1, len(data)), shuffle=False)
+
+
+def _shuffled_rows(rows, batch_size: int, seed: int) -> DataLoader:
+    return shuffled_loader(TensorDataset(torch.as_tensor(np.asarray(rows), dtype=torch.long)), batch_size, seed)
 
 
 # ----------------------------------------------------------------------------- pretraining
@@ -62,7 +112,7 @@ def pretrain_descriptors(
     different sizes share the same held-out molecules. Returns the model and
     ``{"r2_heldout", "r2_heldout_random_encoder", "n_train", "n_heldout", "loss"}`` where R² is
     the uniform average over descriptor columns."""
-    gen = seed_everything(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
     n = len(smiles)
     n_base = n if n_base is None else n_base
     if not 0 < n_base <= n:
@@ -71,31 +121,13 @@ def pretrain_descriptors(
     n_hold = max(1, int(round(cfg.heldout_frac * n_base))) if cfg.heldout_frac > 0 and n_base > 4 else 0
     hold, train = perm[:n_hold], np.concatenate([perm[n_hold:], np.arange(n_base, n)])
     graphs = graphs_for(smiles)
-    y = torch.as_tensor(targets, dtype=torch.float32)
+    torch.manual_seed(cfg.seed)
     model = DescriptorPretrainer(enc_cfg, targets.shape[1])
     random_model = copy.deepcopy(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=1e-5)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, cfg.epochs))
-    iterator = range(cfg.epochs)
-    if progress:
-        from tqdm import tqdm
-
-        iterator = tqdm(iterator, desc="pretrain", unit="epoch")
-    last = float("nan")
-    for _ in iterator:
-        model.train()
-        order = train[torch.randperm(len(train), generator=gen).numpy()]
-        losses = []
-        for s in range(0, len(order), cfg.batch_size):
-            idx = order[s : s + cfg.batch_size]
-            batch = Batch.from_data_list([graphs[i] for i in idx])
-            loss = F.mse_loss(model(batch), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        sched.step()
-        last = float(np.mean(losses))
+    module = PretrainModule(model, graphs, targets, cfg)
+    _run(module, _shuffled_rows(train, cfg.batch_size, cfg.seed), None, cfg.epochs, cfg.seed)
+    model.eval()
+    last = module.epoch_loss
     report = {"n_train": int(len(train)), "n_heldout": int(n_hold), "loss": last}
     if n_hold:
         report["r2_heldout"] = _r2(model, [graphs[i] for i in hold], targets[hold])
@@ -115,6 +147,33 @@ def pretrain_descriptors(
             targets[hold],
         )
     return model, report
+
+
+class PretrainModule(L.LightningModule):
+    """MSE of :class:`DescriptorPretrainer` predictions against cleaned Mordred rows
+    ``targets (N, D)`` of the molecules ``graphs``; batches are index tensors ``(b,)``. AdamW with a
+    cosine schedule over ``cfg.epochs``."""
+
+    def __init__(self, model: DescriptorPretrainer, graphs: list, targets: np.ndarray, cfg: PretrainConfig):
+        super().__init__()
+        self.model, self.graphs, self.cfg = model, graphs, cfg
+        self.register_buffer("targets", torch.as_tensor(targets, dtype=torch.float32), persistent=False)
+        self.epoch_loss, self._losses = float("nan"), []
+
+    def training_step(self, batch, batch_idx):
+        (idx,) = batch
+        pred = self.model(Batch.from_data_list([self.graphs[i] for i in idx.tolist()]))
+        loss = F.mse_loss(pred, self.targets[idx])
+        self._losses.append(float(loss.detach()))
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        self.epoch_loss, self._losses = float(np.mean(self._losses)), []
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr, weight_decay=1e-5)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, self.cfg.epochs))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
 
 
 @torch.no_grad()
@@ -250,53 +309,52 @@ class DistanceTrainConfig:
     select: str = "rmse"  # validation criterion: "rmse" (lower) or "pearson" (higher)
 
 
+class DistanceModule(L.LightningModule):
+    """MSE of the distances a :class:`MixScentNet` gives training pairs of ``pairs`` (batches of
+    row indices ``(b,)``); validation logs ``val_rmse`` and ``val_pearson`` over all validation
+    rows (one batch)."""
+
+    def __init__(self, model: MixScentNet, index: MixtureIndex, pairs: PairData, cfg: DistanceTrainConfig):
+        super().__init__()
+        self.model, self.index, self.pairs, self.cfg = model, index, pairs, cfg
+        self.register_buffer("y", torch.as_tensor(pairs.y, dtype=torch.float32), persistent=False)
+        self.history: list[dict] = []
+
+    def _predict(self, rows: torch.Tensor) -> torch.Tensor:
+        p = self.pairs
+        rows = rows.tolist()
+        return _pair_forward(self.model, self.index, [p.keys_a[i] for i in rows], [p.keys_b[i] for i in rows],
+                             [p.dataset[i] for i in rows])
+
+    def training_step(self, batch, batch_idx):
+        (rows,) = batch
+        return F.mse_loss(self._predict(rows), self.y[rows])
+
+    def validation_step(self, batch, batch_idx):
+        (rows,) = batch
+        m = regression_metrics(self.pairs.y[rows.numpy()], self._predict(rows).numpy())
+        self.history.append({"epoch": self.current_epoch, **m})
+        self.log("val_rmse", m["rmse"], batch_size=len(rows))
+        self.log("val_pearson", m["pearson"], batch_size=len(rows))
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+
+
 def fit_distance(
     model: MixScentNet, index: MixtureIndex, pairs: PairData, train_rows, val_rows, cfg: DistanceTrainConfig
 ) -> dict:
     """Train on ``train_rows``; after each epoch score ``val_rows`` and keep the best weights
-    (early stopping with ``patience``). Test rows are never seen. Returns the history."""
-    gen = seed_everything(cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    train_rows = np.asarray(train_rows)
-    val_rows = np.asarray(val_rows)
-    y = torch.as_tensor(pairs.y)
-    best, best_state, best_epoch, history = None, copy.deepcopy(model.state_dict()), -1, []
-    for epoch in range(cfg.epochs):
-        model.train()
-        order = train_rows[torch.randperm(len(train_rows), generator=gen).numpy()]
-        for s in range(0, len(order), cfg.batch_size):
-            rows = order[s : s + cfg.batch_size]
-            # random side order: the head is symmetric anyway, this only shuffles the batch layout
-            pred = _pair_forward(
-                model,
-                index,
-                [pairs.keys_a[i] for i in rows],
-                [pairs.keys_b[i] for i in rows],
-                [pairs.dataset[i] for i in rows],
-            )
-            loss = F.mse_loss(pred, y[rows])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        if len(val_rows):
-            pv = predict_distance(
-                model,
-                index,
-                [pairs.keys_a[i] for i in val_rows],
-                [pairs.keys_b[i] for i in val_rows],
-                [pairs.dataset[i] for i in val_rows],
-            )
-            m = regression_metrics(pairs.y[val_rows], pv)
-            score = m["rmse"] if cfg.select == "rmse" else -m["pearson"]
-            history.append({"epoch": epoch, **m})
-            if best is None or score < best:
-                best, best_state, best_epoch = score, copy.deepcopy(model.state_dict()), epoch
-            elif epoch - best_epoch >= cfg.patience:
-                break
-        else:
-            best_state, best_epoch = copy.deepcopy(model.state_dict()), epoch
-    model.load_state_dict(best_state)
-    return {"best_epoch": best_epoch, "history": history}
+    (early stopping with ``patience``; criterion ``cfg.select``). Test rows are never seen.
+    Returns ``{"best_epoch", "history"}``."""
+    module = DistanceModule(model, index, pairs, cfg)
+    has_val = len(val_rows) > 0
+    monitor, mode = ("val_rmse", "min") if cfg.select == "rmse" else ("val_pearson", "max")
+    best = _run(module, _shuffled_rows(train_rows, cfg.batch_size, cfg.seed),
+                _all_rows(val_rows) if has_val else None, cfg.epochs, cfg.seed,
+                monitor if has_val else None, mode, cfg.patience if has_val else None)
+    best_epoch = best.best_epoch if best is not None else cfg.epochs - 1
+    return {"best_epoch": best_epoch, "history": module.history}
 
 
 # ----------------------------------------------------------------------------- labels
@@ -312,38 +370,44 @@ class LabelTrainConfig:
     seed: int = 0
 
 
+class LabelModule(L.LightningModule):
+    """Multi-label BCE (+ the MoE head's router loss) on mixtures ``index.keys[i]`` with targets
+    ``y (M, L)``; batches are mixture ids ``(b,)``; validation logs ``val_auc`` (macro ROC-AUC
+    over all validation mixtures, one batch)."""
+
+    def __init__(self, model: MixScentNet, index: MixtureIndex, y: np.ndarray, cfg: LabelTrainConfig):
+        super().__init__()
+        self.model, self.index, self.y_np, self.cfg = model, index, y, cfg
+        self.register_buffer("y", torch.as_tensor(y, dtype=torch.float32), persistent=False)
+
+    def training_step(self, batch, batch_idx):
+        (ids,) = batch
+        comp, cb = self.index.batch(ids.tolist())
+        logits = self.model.label_logits(self.index.x, comp, cb, len(ids))
+        return F.binary_cross_entropy_with_logits(logits, self.y[ids]) + self.model.label_aux_loss()
+
+    def validation_step(self, batch, batch_idx):
+        from .evaluate import macro_roc_auc
+
+        (ids,) = batch
+        comp, cb = self.index.batch(ids.tolist())
+        prob = torch.sigmoid(self.model.label_logits(self.index.x, comp, cb, len(ids))).numpy()
+        self.log("val_auc", macro_roc_auc(self.y_np[ids.numpy()], prob), batch_size=len(ids))
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+
+
 def fit_labels(
     model: MixScentNet, index: MixtureIndex, y: np.ndarray, train_ids, val_ids, cfg: LabelTrainConfig
 ) -> dict:
-    """Multi-label BCE on mixtures ``index.keys[i]`` with targets ``y (M, L)``; the epoch is chosen
-    by validation macro ROC-AUC. Returns the history."""
-    from .evaluate import macro_roc_auc
-
-    gen = seed_everything(cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    yt = torch.as_tensor(y, dtype=torch.float32)
-    train_ids, val_ids = np.asarray(train_ids), np.asarray(val_ids)
-    best, best_state, best_epoch = None, copy.deepcopy(model.state_dict()), -1
-    for epoch in range(cfg.epochs):
-        model.train()
-        order = train_ids[torch.randperm(len(train_ids), generator=gen).numpy()]
-        for s in range(0, len(order), cfg.batch_size):
-            ids = order[s : s + cfg.batch_size]
-            comp, cb = index.batch(ids)
-            loss = F.binary_cross_entropy_with_logits(
-                model.label_logits(index.x, comp, cb, len(ids)), yt[ids]
-            )
-            loss = loss + model.label_aux_loss()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        auc = macro_roc_auc(y[val_ids], predict_labels(model, index, val_ids))
-        if best is None or auc > best:
-            best, best_state, best_epoch = auc, copy.deepcopy(model.state_dict()), epoch
-        elif epoch - best_epoch >= cfg.patience:
-            break
-    model.load_state_dict(best_state)
-    return {"best_epoch": best_epoch, "val_auc": best}
+    """Fit :class:`LabelModule`; the epoch is chosen by validation macro ROC-AUC (early stopping
+    with ``cfg.patience``). Returns ``{"best_epoch", "val_auc"}``."""
+    module = LabelModule(model, index, y, cfg)
+    best = _run(module, _shuffled_rows(train_ids, cfg.batch_size, cfg.seed), _all_rows(val_ids), cfg.epochs,
+                cfg.seed, "val_auc", "max", cfg.patience)
+    model.eval()
+    return {"best_epoch": best.best_epoch, "val_auc": best.best}
 
 
 @torch.no_grad()

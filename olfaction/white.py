@@ -14,10 +14,16 @@ from common.errors import InputError
 
 
 def olfactory_white(
-    predictor, pool: Sequence[str], n_values: Sequence[int] = range(1, 41), samples: int = 30, seed: int = 0
+    predictor,
+    pool: Sequence[str],
+    n_values: Sequence[int] = range(1, 41),
+    samples: int = 30,
+    seed: int = 0,
+    dataset: str = "Bushdid",
 ) -> list[dict]:
     """For each ``n``: ``samples`` pairs of disjoint ``n``-component mixtures drawn (seeded) from
-    ``pool``; returns rows ``{"n", "mean_distance", "std_distance", "samples"}``."""
+    ``pool``, their distances by a :class:`~olfaction.predictor.MixturePredictor` as if measured
+    in ``dataset``; returns rows ``{"n", "mean_distance", "std_distance", "samples"}``."""
     pool = sorted(set(pool))
     if 2 * max(n_values) > len(pool):
         raise InputError(
@@ -31,7 +37,7 @@ def olfactory_white(
             pick = rng.choice(len(pool), size=2 * n, replace=False)
             a.append(tuple(sorted(pool[i] for i in pick[:n])))
             b.append(tuple(sorted(pool[i] for i in pick[n:])))
-        d = predictor.distances(a, b)
+        d = predictor.predict_distance(a, b, [dataset] * len(a))
         rows.append(
             {
                 "n": int(n),

@@ -45,16 +45,12 @@ def _tiny_demo_models(root: Path) -> dict[str, str]:
     from generation3d.model import AEConfig, GenConfig
     from generation3d.pipeline import MoCAPipeline
     from generation3d.train import train_autoencoder, train_generator
-    from olfaction.model import MixScentConfig, MixScentNet, MolEncoderConfig
-    from olfaction.pipeline import MixScentPredictor
+    from olfaction.predictor import MixturePredictor
     from vision.models import MoHBackbone
     from vision.pipeline import save_checkpoint
 
     torch.manual_seed(0)
-    enc = MolEncoderConfig(hidden=16, layers=2, emb_dim=16).__dict__
-    net = MixScentNet(MixScentConfig(in_dim=16, hidden=16, heads=2, mol_encoder=enc))
-    labels = MixScentNet(MixScentConfig(in_dim=16, hidden=16, heads=2, n_labels=3, mol_encoder=enc))
-    MixScentPredictor(net, labels, ["fruity", "green", "woody"]).save(root / "olfaction")
+    MixturePredictor.tiny_example()[0].save_pretrained(root / "olfaction")
     save_checkpoint(MoHBackbone(
         sample_size=16,
         in_channels=1,

@@ -45,7 +45,7 @@ MODULES = _import_all()
 
 # Every model a train/pipeline path builds, saves or loads, by app (removing a registration fails here).
 EXPECTED = {
-    "olfaction": {"mol_encoder", "descriptor_pretrainer", "mixscent"},
+    "olfaction": {"mol_encoder", "descriptor_pretrainer", "mixscent", "mixture_predictor"},
     "retrieval": {"moa3cir", "combiner_cir", "attribute_classifier"},
     "generation3d": {"part_autoencoder", "moca_generator"},
     "vision": {"moh", "plain_mamba", "dit", "unet", "fmnist_classifier"},

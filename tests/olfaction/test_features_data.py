@@ -177,9 +177,11 @@ def test_cli_eval_rejects_bad_split(tmp_path, capsys):
 
 
 @needs_data
-def test_cli_train_saves_and_eval_reports_set_regressors(tmp_path, capsys):
-    """`mixscent train --out` writes a loadable model; `mixscent eval --model ... --set-regressors`
-    adds the set-feature rows and the equal mean with that model."""
+def test_cli_train_eval_predict_labels(tmp_path, capsys):
+    """`mixscent train --out` writes one loadable MixturePredictor directory; `eval --model`
+    reports the combined and per-component test metrics; `predict` answers from the saved model
+    for a DREAM-format CSV (symmetric) and two SMILES mixtures; `labels` lists GS-LF labels; and
+    the one-line errors."""
     from olfaction.cli import main
     from olfaction.model import MolEncoderConfig
     from olfaction.pipeline import random_encoder
@@ -188,45 +190,34 @@ def test_cli_train_saves_and_eval_reports_set_regressors(tmp_path, capsys):
     enc.save_pretrained(tmp_path / "enc")
     model = tmp_path / "model"
     common = ["--split", "random_cv0", "--data-dir", str(DATA)]
-    assert main(["train", *common, "--encoder", str(tmp_path / "enc"), "--epochs", "1", "--out", str(model)]) == 0
-    assert (model / "config.json").is_file() and (model / "model.safetensors").is_file()
+    train = ["train", *common, "--encoder", str(tmp_path / "enc"), "--epochs", "1", "--label-epochs", "1"]
+    assert main([*train, "--out", str(model)]) == 0
+    assert sorted(p.name for p in model.iterdir()) == ["config.json", "model.safetensors"]
     out = tmp_path / "metrics.json"
-    assert main(["eval", *common, "--model", str(model), "--set-regressors", "--out", str(out)]) == 0
+    assert main(["eval", *common, "--model", str(model), "--out", str(out)]) == 0
     metrics = json.loads(out.read_text())
-    for key in ("all_pearson", "set_mean/all_pearson", "trees/noself_rmse", "network+set_mean/all_rmse"):
+    for key in ("all_pearson", "network/all_pearson", "trees/noself_rmse", "ridge/all_rmse", "weights"):
         assert key in metrics, key
-    assert "set_mean/all_pearson" in capsys.readouterr().out
-
-
-@needs_data
-def test_cli_predict_with_set_regressors(tmp_path, capsys):
-    """`mixscent predict --set-regressors` on a DREAM-format CSV and on two SMILES mixtures
-    (symmetric in the two mixtures), and its one-line errors."""
-    from olfaction.cli import main
+    assert abs(sum(metrics["weights"].values()) - 1.0) < 1e-9
+    capsys.readouterr()
 
     csv_in = tmp_path / "pairs.csv"
     csv_in.write_text("Dataset,Mixture_1,Mixture_2\nBushdid,1,2\nBushdid,2,1\n")
-    out = tmp_path / "pred.csv"
-    base = ["--data-dir", str(DATA), "--set-regressors"]
-    assert main(["predict", "--csv", str(csv_in), "--out", str(out), *base]) == 0
-    lines = out.read_text().splitlines()
+    pred = tmp_path / "pred.csv"
+    base = ["--model", str(model), "--data-dir", str(DATA)]
+    assert main(["predict", "--csv", str(csv_in), "--out", str(pred), *base]) == 0
+    lines = pred.read_text().splitlines()
     assert lines[0] == "Dataset,Mixture_1,Mixture_2,Predicted_Experimental_Values"
     p12, p21 = (float(line.split(",")[-1]) for line in lines[1:])
-    assert p12 == p21 and 0.0 < p12 < 1.0
-    assert main(["predict", "--csv", str(csv_in), "--out", str(out), *base]) == 2  # no --overwrite
+    assert abs(p12 - p21) < 1e-6 and 0.0 < p12 < 1.0
+    assert main(["predict", "--csv", str(csv_in), "--out", str(pred), *base]) == 2  # no --overwrite
     assert "exists" in capsys.readouterr().err
-    assert main(["predict", "--csv", str(csv_in), "--out", str(out), "--partners", "off", "--overwrite", *base]) == 0
-    assert len(out.read_text().splitlines()) == 3
-    assert main(["predict", "--csv", str(csv_in), "--out", str(out), "--partners", "always", *base]) == 2
-    assert "unknown partner mode 'always'" in capsys.readouterr().err
-    assert len(out.read_text().splitlines()) == 3  # the earlier result is not overwritten
-    capsys.readouterr()
     mixes = ["--mix1", "CCO;CC(=O)O", "--mix2", "c1ccccc1"]
     assert main(["predict", *mixes, "--dataset", "Snitz 1", *base]) == 0
     assert 0.0 < float(capsys.readouterr().out.strip()) < 1.0
     assert main(["predict", *mixes, *base]) == 2
-    assert "needs --dataset" in capsys.readouterr().err
+    assert "needs --mix1, --mix2 and --dataset" in capsys.readouterr().err
     assert main(["predict", *mixes, "--dataset", "Nope", *base]) == 2
     assert "unknown dataset 'Nope'" in capsys.readouterr().err
-    assert main(["predict", *mixes, "--data-dir", str(DATA)]) == 2
-    assert "needs --model DIR, --set-regressors" in capsys.readouterr().err
+    assert main(["labels", "--model", str(model), "--mix", "CCO", "--top", "3"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 3

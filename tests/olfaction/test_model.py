@@ -170,31 +170,34 @@ def test_corrupt_checkpoint(tmp_path):
 
 def test_cli_errors(tmp_path, capsys):
     from olfaction.cli import main
+    from olfaction.predictor import MixturePredictor
 
-    MixScentPredictor(_net()).save(tmp_path / "m")
-    assert main(["predict", "--model", str(tmp_path / "m"), "--mix1", "CCO;C1CC", "--mix2", "CCO"]) == 2
+    MixturePredictor.tiny_example()[0].save_pretrained(tmp_path / "m")
+    ds = ["--dataset", "Bushdid"]
+    assert main(["predict", "--model", str(tmp_path / "m"), "--mix1", "CCO;C1CC", "--mix2", "CCO", *ds]) == 2
     err = capsys.readouterr().err
     assert (
         "invalid SMILES 'C1CC'" in err
         and "mixture 1 component 2" in err
         and len(err.strip().splitlines()) == 1
     )
-    assert main(["predict", "--model", str(tmp_path / "m"), "--mix1", "CCO;OCC", "--mix2", "CCO"]) == 2
+    assert main(["predict", "--model", str(tmp_path / "m"), "--mix1", "CCO;OCC", "--mix2", "CCO", *ds]) == 2
     assert "duplicate component" in capsys.readouterr().err
-    assert main(["predict", "--model", str(tmp_path / "m"), "--mix1", ";", "--mix2", "CCO"]) == 2
+    assert main(["predict", "--model", str(tmp_path / "m"), "--mix1", ";", "--mix2", "CCO", *ds]) == 2
     assert "empty mixture" in capsys.readouterr().err
-    assert main(["predict", "--model", str(tmp_path / "m"), "--mix1", "CCO", "--mix2", "CC(=O)O"]) == 0
+    assert main(["predict", "--model", str(tmp_path / "m"), "--mix1", "CCO", "--mix2", "CC(=O)O", *ds]) == 0
     d = float(capsys.readouterr().out.strip())
     assert 0 < d < 1
-    assert main(["predict", "--model", str(tmp_path / "nope"), "--mix1", "CCO", "--mix2", "CCO"]) == 2
+    assert main(["predict", "--model", str(tmp_path / "nope"), "--mix1", "CCO", "--mix2", "CCO", *ds]) == 2
     assert "no checkpoint" in capsys.readouterr().err
 
 
 def test_olfactory_white_rows_and_pool_check():
     from common.errors import InputError
+    from olfaction.predictor import MixturePredictor
     from olfaction.white import olfactory_white, white_trend
 
-    pred = MixScentPredictor(_net())
+    pred = MixturePredictor.tiny_example()[0]
     rows = olfactory_white(pred, MOLS, n_values=[1, 2, 3, 4], samples=3, seed=0)
     assert [r["n"] for r in rows] == [1, 2, 3, 4]
     assert all(0 < r["mean_distance"] < 1 for r in rows)

@@ -77,10 +77,3 @@ def test_pretrain_encoder_with_extra_corpus(tmp_path, monkeypatch):
     assert report["n_heldout"] == 1 and report["n_train"] == 5 + 4
     assert (tmp_path / "cache" / "olfaction").glob("moses_mordred2d_*.npz")
     assert load_encoder(tmp_path / "enc").cfg.emb_dim == 16
-
-
-def test_cli_corpus_curve_rejects_bad_sizes(capsys):
-    from olfaction.cli import main
-
-    assert main(["corpus-curve", "--sizes", "1,x"]) == 2
-    assert "argument --sizes: comma-separated integers" in capsys.readouterr().err

@@ -1,0 +1,313 @@
+"""The product model: :class:`MixturePredictor`, what ``mixscent train`` writes and ``mixscent
+predict`` / ``labels`` / ``white`` and the demo load.
+
+It holds three fitted parts and how they are combined:
+
+- the distance network (:class:`~olfaction.model.MixScentNet` with its frozen, Mordred-pretrained
+  molecule encoder, so it reads any SMILES): mixture graph -> attention readout -> symmetric head;
+- the set-feature regressors (:class:`~olfaction.set_models.SetRegressors`: extremely randomised
+  trees and ridge on overlap, set distances, dataset and target encodings of the training pairs);
+- the convex weights ``w (3,)`` of ``[network, trees, ridge]``, chosen on the split's validation
+  rows (RMSE, :func:`olfaction.evaluate.convex_blend_weights`, regressors fitted on the training
+  rows for that choice, then refitted on training + validation rows);
+- optionally a label network (GS-LF's 138 odour descriptors): a MixScentNet mixture level on
+  log1p Morgan count vectors (radius 2, 2048 bits; RDKit only, so training on all 4,983 GS-LF
+  molecules takes about a minute), a molecule being a mixture of one.
+
+Saved as one ``common.pretrained`` directory: the networks' weights and the regressors' node
+tables / coefficients in ``model.safetensors`` (no pickle), their configurations, the dataset
+vocabulary, the molecule scalers and the training pairs of the target encodings in
+``config.json``. Nothing is refitted at prediction time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch_geometric.data import Batch
+
+from common.errors import CheckpointError, InputError
+from common.pretrained import PretrainedMixin, register_model
+
+from .data import LabelData, PairData, Split, validate_mixture
+from .evaluate import convex_blend_weights, regression_metrics
+from .features import morgan_counts
+from .model import MixScentConfig, MixScentNet, MolEncoder
+from .set_models import DEFAULT_PARTNERS, SetRegressors
+from .train import (
+    DistanceTrainConfig,
+    LabelTrainConfig,
+    MixtureIndex,
+    dataset_onehot,
+    fit_labels,
+    graphs_for,
+)
+
+COMPONENTS = ("network", "trees", "ridge")
+LABEL_BITS = 2048
+
+
+def label_features(smiles: Sequence[str]) -> dict[str, np.ndarray]:
+    """``{smiles: (LABEL_BITS,)}`` float32 log1p Morgan counts (radius 2): the label network's
+    molecule input."""
+    return {s: np.log1p(morgan_counts(s, LABEL_BITS)).astype(np.float32) for s in dict.fromkeys(smiles)}
+
+
+@dataclass
+class LabelNetConfig:
+    """The label network and its training (``fit`` holds out ``val_frac`` of the molecules to
+    choose the epoch by macro ROC-AUC)."""
+
+    hidden: int = 512
+    dropout: float = 0.1
+    epochs: int = 40
+    patience: int = 8
+    val_frac: float = 0.1
+
+
+@register_model("mixture_predictor")
+class MixturePredictor(PretrainedMixin, nn.Module):
+    """Mixture distance (network + set regressors, weights chosen on validation rows) and odour
+    labels. ``fit`` then ``predict_distance`` / ``predict_labels`` / ``top_labels`` /
+    ``attention``; ``save_pretrained`` / ``from_pretrained``.
+
+    Args are hyperparameters only (sklearn style); what ``fit`` learns is state."""
+
+    config_version = 1
+
+    def __init__(
+        self,
+        network: MixScentConfig | None = None,
+        training: DistanceTrainConfig | None = None,
+        labels: LabelNetConfig | None = None,
+        n_estimators: int = 300,
+        partners: str = DEFAULT_PARTNERS,
+        seed: int = 0,
+    ):
+        super().__init__()
+        self.network_cfg = network or MixScentConfig()
+        self.training = training or DistanceTrainConfig()
+        self.labels_cfg = labels or LabelNetConfig()
+        self.n_estimators, self.partners, self.seed = n_estimators, partners, seed
+        self.distance_net: MixScentNet | None = None
+        self.label_net: MixScentNet | None = None
+        self.label_names: list[str] = []
+        self.set_regressors: SetRegressors | None = None
+        self.weights = np.array([1.0, 0.0, 0.0])
+        self.validation: dict = {}
+
+    # ------------------------------------------------------------------ fit
+    def fit(
+        self,
+        pairs: PairData,
+        split: Split,
+        encoder: MolEncoder,
+        gslf: LabelData | None = None,
+        set_regressors: bool = True,
+    ) -> MixturePredictor:
+        """Train the distance network on ``split.training`` (epoch chosen on
+        ``split.validation``), the set regressors and the combination weights (on validation rows),
+        and, with ``gslf``, the label network. Test rows are never read."""
+        from .pipeline import train_distance
+
+        net, _, hist = train_distance(pairs, split, encoder, self.network_cfg, self.training)
+        self.distance_net = net.eval()
+        self.validation = {"network_best_epoch": hist["best_epoch"]}
+        if set_regressors:
+            self._fit_set_regressors(pairs, split)
+        if gslf is not None:
+            self.fit_labels(gslf)
+        return self
+
+    def _fit_set_regressors(self, pairs: PairData, split: Split) -> None:
+        mix_a, mix_b = pairs.sides()
+
+        def take(rows):
+            return [mix_a[i] for i in rows], [mix_b[i] for i in rows], [pairs.dataset[i] for i in rows]
+
+        tr, va = np.asarray(split.training), np.asarray(split.validation)
+        regs = SetRegressors(self.seed, self.n_estimators, self.partners).fit(*take(tr), pairs.y[tr])
+        val = regs.predict(*take(va))
+        net_val = self._network_distances(*take(va))
+        preds = np.stack([net_val, val["trees"], val["ridge"]], axis=1)  # (V, 3)
+        self.weights = convex_blend_weights(preds, pairs.y[va])
+        self.validation.update(
+            {f"{name}_val_{k}": v for name, p in zip(COMPONENTS, preds.T, strict=True)
+             for k, v in regression_metrics(pairs.y[va], p).items()}
+        )
+        self.validation.update(
+            {f"combined_val_{k}": v for k, v in regression_metrics(pairs.y[va], preds @ self.weights).items()}
+        )
+        fit_rows = np.concatenate([tr, va])
+        self.set_regressors = SetRegressors(self.seed, self.n_estimators, self.partners).fit(
+            *take(fit_rows), pairs.y[fit_rows]
+        )
+
+    def fit_labels(self, gslf: LabelData) -> MixturePredictor:
+        """Label network on all of ``gslf`` but a seeded ``val_frac`` (epoch choice)."""
+        cfg = self.labels_cfg
+        feats = label_features(gslf.smiles)
+        index = MixtureIndex({s: (s,) for s in gslf.smiles}, feats)
+        torch.manual_seed(self.seed)
+        net = MixScentNet(
+            MixScentConfig(in_dim=LABEL_BITS, hidden=cfg.hidden, dropout=cfg.dropout, n_labels=len(gslf.labels))
+        )
+        order = np.random.default_rng(self.seed).permutation(len(gslf.smiles))
+        n_val = max(1, int(round(cfg.val_frac * len(order))))
+        hist = fit_labels(
+            net, index, gslf.y, order[n_val:], order[:n_val],
+            LabelTrainConfig(epochs=cfg.epochs, patience=cfg.patience, seed=self.seed),
+        )
+        self.label_net, self.label_names = net.eval(), list(gslf.labels)
+        self.validation.update({"labels_val_macro_auc": hist["val_auc"], "labels_best_epoch": hist["best_epoch"]})
+        return self
+
+    # ------------------------------------------------------------------ predict
+    def _need(self, part: str):
+        value = getattr(self, part)
+        if value is None:
+            what = "label network (train with GS-LF labels)" if part == "label_net" else "fitted predictor"
+            raise InputError(f"this model has no {what}")
+        return value
+
+    @torch.no_grad()
+    def _embed(self, mixtures: list[tuple[str, ...]]):
+        net = self._need("distance_net")
+        mols = sorted({s for m in mixtures for s in m})
+        pos = {s: i for i, s in enumerate(mols)}
+        graph = Batch.from_data_list(graphs_for(mols))
+        comp = torch.tensor([pos[s] for m in mixtures for s in m])
+        comp_batch = torch.repeat_interleave(torch.arange(len(mixtures)), torch.tensor([len(m) for m in mixtures]))
+        return net.embed(graph, comp, comp_batch, len(mixtures))
+
+    @torch.no_grad()
+    def _network_distances(self, mix_a, mix_b, datasets) -> np.ndarray:
+        net = self._need("distance_net")
+        z, _ = self._embed(list(mix_a) + list(mix_b))
+        n = len(mix_a)
+        oh = dataset_onehot(list(datasets)) if net.cfg.n_datasets else None
+        return net.distance_from_embeddings(z[:n], z[n:], oh).numpy().astype(np.float64)
+
+    def predict_components(self, mix_a, mix_b, datasets) -> dict[str, np.ndarray]:
+        """``{"network", "trees", "ridge", "combined"}`` each ``(P,)`` for pairs of validated
+        canonical component tuples ``mix_a[i], mix_b[i]`` of experiment ``datasets[i]``."""
+        out = {"network": self._network_distances(mix_a, mix_b, datasets)}
+        if self.set_regressors is not None:
+            out.update(self.set_regressors.predict(mix_a, mix_b, datasets))
+            out["combined"] = np.stack([out[c] for c in COMPONENTS], axis=1) @ self.weights
+        else:
+            out["combined"] = out["network"]
+        return out
+
+    def predict_distance(self, mix_a, mix_b, datasets) -> np.ndarray:
+        """``(P,)`` perceptual distances in [0, 1] (higher = more different) of the pairs
+        ``(mix_a[i], mix_b[i])`` (SMILES lists) measured in experiment ``datasets[i]`` (one of the
+        training datasets, e.g. ``"Snitz 1"``; the set regressors read it)."""
+        if not len(mix_a) or len(mix_a) != len(mix_b) or len(mix_a) != len(datasets):
+            raise InputError("predict_distance needs equally many first and second mixtures and datasets (>= 1)")
+        a = [validate_mixture(m, "mixture 1") for m in mix_a]
+        b = [validate_mixture(m, "mixture 2") for m in mix_b]
+        return self.predict_components(a, b, list(datasets))["combined"]
+
+    @torch.no_grad()
+    def predict_labels(self, mixtures: Sequence[Sequence[str]]) -> np.ndarray:
+        """``(M, L)`` odour-label probabilities (:attr:`label_names`) of ``M`` mixtures."""
+        net = self._need("label_net")
+        mixes = [validate_mixture(m) for m in mixtures]
+        mols = sorted({s for m in mixes for s in m})
+        feats = label_features(mols)
+        x = torch.as_tensor(np.stack([feats[s] for s in mols]))
+        pos = {s: i for i, s in enumerate(mols)}
+        comp = torch.tensor([pos[s] for m in mixes for s in m])
+        comp_batch = torch.repeat_interleave(torch.arange(len(mixes)), torch.tensor([len(m) for m in mixes]))
+        return torch.sigmoid(net.label_logits(x, comp, comp_batch, len(mixes))).numpy()
+
+    def top_labels(self, mixture: Sequence[str], k: int = 5) -> list[tuple[str, float]]:
+        """The ``k`` most probable odour labels of one mixture, most probable first."""
+        prob = self.predict_labels([mixture])[0]
+        return [(self.label_names[i], float(prob[i])) for i in np.argsort(-prob)[:k]]
+
+    @torch.no_grad()
+    def attention(self, mixture: Sequence[str]) -> dict[str, float]:
+        """Per-component readout weights of the distance network (sum to 1)."""
+        m = validate_mixture(mixture)
+        _, alpha = self._embed([m])
+        return {s: float(a) for s, a in zip(m, alpha, strict=False)}
+
+    @property
+    def datasets(self) -> list[str]:
+        """The experiments a pair may name (the set regressors' vocabulary)."""
+        return list(self.set_regressors.vocabulary_) if self.set_regressors is not None else []
+
+    # ------------------------------------------------------------------ saved form
+    def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict]:
+        net = self._need("distance_net")
+        tensors = {f"distance_net.{k}": v for k, v in net.state_dict().items()}
+        validation = {k: (v if not isinstance(v, float) or np.isfinite(v) else None) for k, v in self.validation.items()}
+        state: dict = {"distance_net": asdict(net.cfg), "weights": self.weights.tolist(), "validation": validation}
+        if self.label_net is not None:
+            tensors.update({f"label_net.{k}": v for k, v in self.label_net.state_dict().items()})
+            state["label_net"] = asdict(self.label_net.cfg)
+            state["label_names"] = self.label_names
+        if self.set_regressors is not None:
+            tensors.update({f"set/{k}": torch.from_numpy(np.ascontiguousarray(a))
+                            for k, a in self.set_regressors.arrays().items()})
+            state["set_regressors"] = self.set_regressors.state()
+        return tensors, state
+
+    def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], state: dict, source: str) -> None:
+        try:
+            self.distance_net = MixScentNet(MixScentConfig(**state["distance_net"])).eval()
+            self._load_part(self.distance_net, "distance_net.", tensors, source)
+            if "label_net" in state:
+                self.label_net = MixScentNet(MixScentConfig(**state["label_net"])).eval()
+                self._load_part(self.label_net, "label_net.", tensors, source)
+                self.label_names = list(state["label_names"])
+            if "set_regressors" in state:
+                arrays = {k.removeprefix("set/"): t.numpy() for k, t in tensors.items() if k.startswith("set/")}
+                self.set_regressors = SetRegressors.from_saved(state["set_regressors"], arrays)
+            self.weights = np.asarray(state["weights"], np.float64)
+            self.validation = dict(state.get("validation", {}))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{source} is not a complete mixture predictor ({type(exc).__name__}: {exc})") from None
+
+    @staticmethod
+    def _load_part(net: nn.Module, prefix: str, tensors: dict[str, torch.Tensor], source: str) -> None:
+        own = {k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)}
+        missing = [k for k in net.state_dict() if k not in own]
+        if missing:
+            raise CheckpointError(f"{source} does not match the model: missing key {prefix}{missing[0]!r}")
+        net.load_state_dict(own, strict=True)
+
+    @classmethod
+    def tiny_example(cls):
+        """A predictor fitted in seconds on 12 pairs of 6 small molecules (2 datasets), with a label
+        network on 6 molecules; input: two pairs."""
+        from .model import MolEncoderConfig
+
+        mols = ["CCO", "CCCO", "CC(=O)O", "CCOC(C)=O", "c1ccccc1", "CC(C)=O"]
+        mixtures = {("D", i): tuple(sorted({mols[i % 6], mols[(i + 2) % 6]})) for i in range(6)}
+        mixtures.update({("D", 6 + i): (mols[i],) for i in range(6)})
+        keys = list(mixtures)
+        rng = np.random.default_rng(0)
+        ka = [keys[i] for i in range(12)]
+        kb = [keys[(i + 5) % 12] for i in range(12)]
+        pairs = PairData(["Bushdid" if i % 2 else "Snitz 1" for i in range(12)], ka, kb,
+                         rng.uniform(0.2, 0.8, 12).astype(np.float32), mixtures)
+        split = Split("tiny", np.arange(8), np.arange(8, 12), np.arange(0))
+        torch.manual_seed(0)
+        encoder = MolEncoder(MolEncoderConfig(hidden=8, layers=1, emb_dim=8)).eval()
+        model = cls(MixScentConfig(hidden=8, heads=2), DistanceTrainConfig(epochs=1), LabelNetConfig(hidden=8, epochs=1),
+                    n_estimators=3)
+        y = (rng.uniform(size=(6, 3)) > 0.5).astype(np.float32)
+        y[0], y[1] = [1, 1, 1], [0, 0, 0]  # both classes in every column
+        model.fit(pairs, split, encoder, LabelData(mols, y, ["a", "b", "c"]))
+        return model, ([("CCO", "CCCO"), ("c1ccccc1",)], [("CC(C)=O",), ("CCO", "CC(=O)O")], ["Bushdid", "Snitz 1"])
+
+    def example_forward(self, mix_a, mix_b, datasets):
+        return (torch.as_tensor(self.predict_distance(mix_a, mix_b, datasets)),
+                torch.as_tensor(self.predict_labels(mix_a)))
