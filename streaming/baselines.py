@@ -111,9 +111,7 @@ class KGrousePretrained:
         X0, M = as_observed(source, mask, self.n)
         c = MoSAICConfig(n=self.n, r=self.r, K=self.K, seed=self.seed, pretrain_restarts=self.pretrain_restarts)
         result, self.ridge = pretrain_experts(
-            X0, M, self.K, self.r, restarts=c.pretrain_restarts, online_passes=c.pretrain_passes,
-            iters=c.pretrain_iters, seed=c.seed, spectral=c.pretrain_spectral, em=c.pretrain_em,
-            repair_rounds=c.pretrain_repair)
+            X0, M, self.K, self.r, restarts=c.pretrain_restarts, seed=c.seed, repair_rounds=c.pretrain_repair)
         self.bases = result.bases.copy()
         return self
 

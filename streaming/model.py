@@ -15,22 +15,22 @@ Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``. For a sample ``x``
        η_t = max(η_min, η_0 / sqrt(1 + t_k / τ)),
 
    where ``t_k`` counts the updates of expert ``k`` since its schedule last restarted: at its
-   last re-seed, at pretraining, when its fast residual average exceeds ``drift_factor`` × its
+   last re-seed, at pretraining, when its fast residual average exceeds ``DRIFT_FACTOR`` × its
    slow average, or at the start of an epoch (epoch changes are given by the caller) *if the
    expert moved*: with ``epoch_reset="detect"`` (default) an expert restarts only when the mean
-   normalised residual of its first ``reset_check`` accepted samples of the new epoch exceeds
-   ``reset_factor`` × its slow average, so experts whose subspace did not change (the others of an
+   normalised residual of its first ``RESET_CHECK`` accepted samples of the new epoch exceeds
+   ``RESET_FACTOR`` × its slow average, so experts whose subspace did not change (the others of an
    abrupt replacement) keep their small steps (``"always"``: every expert restarts, the pre-session-11
    rule; ``"never"``).
 4. **Change detection** (abrupt replacement of a subspace): a sample whose best score exceeds
-   both ``novelty · (1 - r/m)`` (a fraction of what a random subspace leaves) and
-   ``spike_factor ×`` the routed expert's running residual level is *novel*: it updates no
+   both ``NOVELTY · (1 - r/m)`` (a fraction of what a random subspace leaves) and
+   ``SPIKE_FACTOR ×`` the routed expert's running residual level is *novel*: it updates no
    expert and goes to a change buffer. Its unobserved entries come from a *provisional*
    probabilistic fit of the buffer (the posterior mean: Soft-Impute directions while a rank-r
    subspace is still under-determined by the buffer, then probabilistic PCA of rank r; where the
    mean observed count is below 2.25 r, a shrunk rank-q least-squares fit instead), or are
    predicted as 0 (abstention) while the buffer is too small for any fit. Once the buffer holds
-   ``reseed_min`` samples, a rank-r subspace is fitted to it (ALS with trimming); when at least half the buffer fits it, it re-seeds the
+   ``reseed_min()`` samples, a rank-r subspace is fitted to it (ALS with trimming); when at least half the buffer fits it, it re-seeds the
    expert whose recent share of traffic fell most relative to its long-run share (experts
    re-seeded within the last window are protected).
 
@@ -70,50 +70,48 @@ from streaming.linalg import (
 _TINY = 1e-300
 
 
+#: constants of the online phase (chosen in sessions 10-12 on tuning seeds; never set otherwise, so not
+#: configuration): a sample is novel when its best score exceeds ``NOVELTY · (1 - r/m)`` and
+#: ``SPIKE_FACTOR`` × its expert's level; an expert's schedule restarts when its fast residual level
+#: exceeds ``DRIFT_FACTOR`` × its slow level; at an epoch start, ``epoch_reset="detect"`` restarts it when
+#: the mean residual of its first ``RESET_CHECK`` samples exceeds ``RESET_FACTOR`` × its slow level
+NOVELTY = 0.3
+SPIKE_FACTOR = 8.0
+DRIFT_FACTOR = 4.0
+RESET_CHECK = 5
+RESET_FACTOR = 2.0
+#: relative ridge of the ALS fits to the change buffer (``linalg.als_subspace``), and the iterations of a
+#: change-buffer fit that has a start (ALS and the warm PPCA refits; cold fits run 10-30)
+FIT_SHRINK = 0.05
+WARM_ITERS = 5
+#: the provisional posterior (Soft-Impute, then PPCA) needs a mean observed count m̄ >= this × r; below
+#: it the least-squares ALS completion, used when its residual is < ``PROVISIONAL_ACCEPT`` × a random
+#: subspace's
+PROVISIONAL_MIN_RATIO = 2.25
+PROVISIONAL_ACCEPT = 0.9
+
+
 @dataclass
 class MoSAICConfig:
-    """Hyper-parameters of MoSAIC (defaults are the ones used in the benchmark)."""
+    """Hyper-parameters of MoSAIC (defaults are the ones used in the benchmarks); every field is set
+    by a command, a baseline, an ablation or a test."""
 
     n: int
     r: int
     K: int
     eta0: float = 1.0  # session 11 (was 0.5): with epoch_reset="detect", chosen on tuning seeds 1100-1101
     eta_min: float = 0.05
-    tau: float = 0.0  # 0 = auto: 2 r
     schedule: str = "sublinear"  # or "constant" (η = eta0 always, k-GROUSE style)
-    detect: bool = True
-    novelty: float = 0.3
-    spike_factor: float = 8.0
-    reseed_min: int = 0  # 0 = auto from n, r and the observed count
-    drift_factor: float = 4.0
-    # an expert whose residual level exceeds this × the median level of all experts is defective (e.g. a
-    # direction pretraining got wrong, which GROUSE steps at m ~ 3r do not correct): it abstains and
-    # collects its samples until a cold rank-r fit of them replaces it (``_repair``); only where the mean
-    # observed count m̄ >= provisional_min_ratio × r (a cold fit needs observations to spare); 0 = off
-    repair_factor: float = 5.0
+    detect: bool = True  # change detection (novel samples -> change buffer -> re-seed)
     epoch_reset: str = "detect"  # restart the schedule at an epoch start: "detect" (only experts that moved), "always", "never"
-    reset_check: int = 5  # "detect": accepted samples of the new epoch that decide it
-    reset_factor: float = 2.0  # "detect": restart when their mean residual > this × the slow level
-    fit_shrink: float = 0.05  # relative ridge of the ALS fits to the change buffer (see als_subspace)
-    # iterations of a change-buffer fit that has a start (the previous fit, or Soft-Impute's directions
-    # for the rank-q ALS basis): ALS and the warm PPCA refits (cold: 10-30)
-    warm_iters: int = 5
     provisional: bool = True  # complete novel samples with a growing-rank fit of the change buffer
     provisional_growth: float = 0.0  # refit it when the buffer has grown by this fraction (0 = auto: 0.05 posterior, 0.2 als)
-    provisional_rank: float = 1.0  # its rank: this × the rank the buffer identifies, at most r
-    provisional_accept: float = 0.9  # ("als" only) use it when its residual < this × a random subspace's
     provisional_lambda: float = 0.1  # Soft-Impute threshold of the under-determined buffer, × rms(x_Ω) sqrt(m̄)
     provisional_estimator: str = "auto"  # "posterior", "als" (least-squares completion, shrunk and capped) or
-    # "auto": posterior when the mean observed count m̄ >= provisional_min_ratio × r, else als
-    provisional_min_ratio: float = 2.25
+    # "auto": posterior when the mean observed count m̄ >= PROVISIONAL_MIN_RATIO × r, else als
     completion_cap: float = 10.0  # energy cap of a routed expert's completion (``cap_completion``); 0 = off
     pretrain_restarts: int = 16  # session 12 (was 6): restarts stop at the first clean solution, so only hard cases pay
-    pretrain_passes: int = 2
-    pretrain_iters: int = 30
-    pretrain_spectral: bool = True
-    pretrain_em: bool = True  # second restart: annealed mixture-of-PPCA EM from the spectral seed
-    # rounds of the robust refit of a cluster that fits far worse than the others (train.repair_clusters;
-    # session 12: fixes the pretraining defects the stream repair otherwise needs ~500 samples for); 0 = off
+    # rounds of the robust refit of a cluster that fits far worse than the others (train.repair_clusters); 0 = off
     pretrain_repair: int = 2
     seed: int = 0
 
@@ -131,16 +129,10 @@ class MoSAICConfig:
                 f"provisional_estimator must be 'auto', 'posterior' or 'als', got {self.provisional_estimator!r}")
         if self.completion_cap < 0:
             raise InputError(f"completion_cap must be >= 0 (0 = off), got {self.completion_cap}")
-        if self.warm_iters < 1:
-            raise InputError(f"warm_iters must be >= 1, got {self.warm_iters}")
         if self.provisional_growth < 0:
             raise InputError(f"provisional_growth must be >= 0 (0 = auto), got {self.provisional_growth}")
         if self.epoch_reset not in ("detect", "always", "never"):
             raise InputError(f"epoch_reset must be 'detect', 'always' or 'never', got {self.epoch_reset!r}")
-        if self.repair_factor < 0 or 0 < self.repair_factor <= 1:
-            raise InputError(f"repair_factor must be 0 (off) or > 1, got {self.repair_factor}")
-        if self.reset_check < 1 or self.reset_factor <= 0:
-            raise InputError(f"reset_check must be >= 1 and reset_factor > 0, got {self.reset_check}, {self.reset_factor}")
         if self.pretrain_repair < 0:
             raise InputError(f"pretrain_repair must be >= 0 (0 = off), got {self.pretrain_repair}")
         if self.schedule not in ("sublinear", "constant"):
@@ -202,8 +194,16 @@ def cap_completion(completion: np.ndarray, xo: np.ndarray, n: int, factor: float
     return completion
 
 
-#: config fields of mechanisms deleted since config version 1 (dropped when an older checkpoint loads)
-REMOVED_FIELDS = ("drift_predict", "predict_check", "predict_max_angle")
+#: config fields deleted in each config version (dropped when an older checkpoint loads): 2 the drift
+#: prediction; 3 the stream repair of a defective expert and the knobs nobody set (now module constants
+#: at their defaults, or the sublinear schedule's fixed ``tau = 2 r``)
+REMOVED_FIELDS_BY_VERSION = {
+    2: ("drift_predict", "predict_check", "predict_max_angle"),
+    3: ("repair_factor", "tau", "novelty", "spike_factor", "reseed_min", "drift_factor", "reset_check",
+        "reset_factor", "fit_shrink", "warm_iters", "provisional_rank", "provisional_accept",
+        "provisional_min_ratio", "pretrain_passes", "pretrain_iters", "pretrain_spectral", "pretrain_em"),
+}
+REMOVED_FIELDS = tuple(f for fields in REMOVED_FIELDS_BY_VERSION.values() for f in fields)
 
 
 @register_model("mosaic")
@@ -216,7 +216,7 @@ class MoSAIC(PretrainedMixin):
     uses). Deterministic under ``config.seed``.
     """
 
-    config_version = 2  # 2: drift prediction deleted (REMOVED_FIELDS)
+    config_version = 3  # 2: drift prediction deleted; 3: stream repair and unset knobs (REMOVED_FIELDS_BY_VERSION)
 
     def __init__(self, n: int, r: int, K: int, **kwargs) -> None:
         self.config = MoSAICConfig(n=n, r=r, K=K, **kwargs)
@@ -231,8 +231,6 @@ class MoSAIC(PretrainedMixin):
         self._reset_count = np.zeros(K, np.int64)
         self.level = np.ones(K)  # EWMA of normalised residual of accepted samples
         self.level_slow = np.ones(K)
-        self._level_median: float | None = None  # median of ``level``, refreshed every 64 samples (repair)
-        self._repair: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # defective expert -> its samples
         self.mature = np.zeros(K, bool)
         self.n_updates = np.zeros(K, np.int64)
         self.long_counts = np.zeros(K)
@@ -252,7 +250,6 @@ class MoSAIC(PretrainedMixin):
         self._last_novel = -(10**12)  # sample count at the last novel sample
         self._reseeded_at = np.full(K, -(10**12), np.int64)
         self.reseeds: list[tuple[int, int]] = []  # (sample index, expert)
-        self.repairs: list[tuple[int, int]] = []  # (sample index, expert) of defective experts replaced
         self.pretrained = False
         self.ridge = RIDGE  # λ of the least-squares fits; set to σ̂²/var(w) by ``fit``
 
@@ -270,12 +267,11 @@ class MoSAIC(PretrainedMixin):
         return self.config.K
 
     def _tau(self) -> float:
-        return self.config.tau if self.config.tau > 0 else 2.0 * self.r
+        """Updates over which the sublinear step size halves its way down: ``2 r``."""
+        return 2.0 * self.r
 
     def reseed_min(self) -> int:
         """Buffer size that triggers a re-seed: enough observations to pin down ``n r`` unknowns."""
-        if self.config.reseed_min > 0:
-            return self.config.reseed_min
         dof = max(self._mean_m - self.r, 1.0)
         return int(np.ceil(2.0 * self.n * self.r / dof)) + self.r
 
@@ -292,10 +288,8 @@ class MoSAIC(PretrainedMixin):
         return residual_scores(self.bases, idx, xo, self.ridge)
 
     def memory_bytes(self) -> int:
-        """Bytes held by the model state (bases + per-expert counters + change buffer + the samples a
-        defective expert collects, at most ``reseed_min`` each: O(n r) per expert for m > 1.5 r)."""
+        """Bytes held by the model state (bases + per-expert counters + change buffer)."""
         buf = sum(i.nbytes + v.nbytes for i, v, _ in self._buffer)
-        buf += sum(i.nbytes + v.nbytes for b in self._repair.values() for i, v in b)
         buf += 0 if self._prov is None else self._prov.nbytes
         per_k = self.t.nbytes + self.level.nbytes + self.level_slow.nbytes + self.mature.nbytes
         return int(self.bases.nbytes + per_k + self.n_updates.nbytes + self.long_counts.nbytes + self._last_update.nbytes + buf)
@@ -312,10 +306,7 @@ class MoSAIC(PretrainedMixin):
         X0, M = as_observed(source, mask, self.n)
         c = self.config
         result, self.ridge = pretrain_experts(
-            X0, M, self.K, self.r, restarts=c.pretrain_restarts, online_passes=c.pretrain_passes,
-            iters=c.pretrain_iters, seed=c.seed, spectral=c.pretrain_spectral, em=c.pretrain_em,
-            repair_rounds=c.pretrain_repair,
-        )
+            X0, M, self.K, self.r, restarts=c.pretrain_restarts, seed=c.seed, repair_rounds=c.pretrain_repair)
         self.bases = result.bases.copy()
         for k in range(self.K):
             s = result.scores[result.labels == k]
@@ -388,56 +379,22 @@ class MoSAIC(PretrainedMixin):
                 self._reset_sum[:] = 0.0
                 self._reset_count[:] = 0
 
-    def _defective(self, k: int, level: float) -> bool:
-        """Expert ``k`` (fast residual level ``level``) is defective: mature, outside the window that
-        follows its last re-seed or repair (or failed repair), and its level above both ``repair_factor`` × the median
-        level (refreshed every 64 samples) and ``0.01 · novelty``. Needs K >= 3 to ever trigger."""
-        if k in self._repair:
-            return True
-        if self._level_median is None or self.n_seen % 64 == 0:
-            self._level_median = float(np.median(self.level))
-        c = self.config  # and above 1 % of the novelty threshold: near-noiseless experts never are
-        return bool(self.mature[k] and level > max(c.repair_factor * self._level_median, 0.01 * c.novelty)
-                    and self.n_seen - self._reseeded_at[k] > self._window_len())
-
     def _install_basis(self, k: int, U: np.ndarray) -> None:
-        """Replace expert ``k``'s basis by a fresh fit ``U (n, r)`` (a repair or a re-seed): its schedule
-        restarts, and what belonged to the old basis goes (a pending epoch-reset decision, a
-        repair's collected samples of the old class)."""
+        """Replace expert ``k``'s basis by a re-seed ``U (n, r)``: its schedule restarts, and a pending
+        epoch-reset decision of the old basis goes."""
         self.bases[k] = U
         self.t[k] = 0.0
         self._reset_pending[k] = False
-        self._repair.pop(k, None)
         self._reseeded_at[k] = self.n_seen
 
-    def _repair_step(self, k: int, idx: np.ndarray, xo: np.ndarray) -> None:
-        """Collect a sample of defective expert ``k``; at ``reseed_min`` samples replace its basis by a
-        cold rank-r fit of them (``_reseed_fit``) when at least half fit it; else give up for a window."""
-        buf = self._repair.setdefault(k, [])
-        buf.append((idx.copy(), xo.copy()))
-        # it still receives its class's traffic: not a victim for the change buffer's re-seed
-        self._last_update[k] = self.n_seen
-        if len(buf) < self.reseed_min():
-            return
-        X0, M = self._stack(buf)
-        U, score, inlier = self._reseed_fit(X0, M, None)
-        del self._repair[k]
-        if inlier.mean() < 0.5:  # no clean fit: give up, resume as before, and wait a window to retry
-            self._reseeded_at[k] = self.n_seen
-            return
-        self._install_basis(k, U)
-        self.level[k] = self.level_slow[k] = max(float(np.median(score[inlier])), 1e-6)
-        self.repairs.append((self.n_seen - 1, k))
-
     def _check_epoch_reset(self, k: int, s: float) -> None:
-        """``epoch_reset="detect"``: after expert ``k``'s first ``reset_check`` accepted samples of a
-        new epoch, restart its schedule if their mean residual ``s`` is ``reset_factor`` × its slow
+        """``epoch_reset="detect"``: after expert ``k``'s first ``RESET_CHECK`` accepted samples of a
+        new epoch, restart its schedule if their mean residual ``s`` is ``RESET_FACTOR`` × its slow
         level (the subspace moved at the epoch change; a rotation of 0.1 rad raises it ~4×)."""
-        c = self.config
         self._reset_sum[k] += s
         self._reset_count[k] += 1
-        if self._reset_count[k] >= c.reset_check:
-            if self._reset_sum[k] / self._reset_count[k] > c.reset_factor * self.level_slow[k]:
+        if self._reset_count[k] >= RESET_CHECK:
+            if self._reset_sum[k] / self._reset_count[k] > RESET_FACTOR * self.level_slow[k]:
                 self.t[k] = 0.0
             self._reset_pending[k] = False
 
@@ -461,7 +418,7 @@ class MoSAIC(PretrainedMixin):
             return completion
         s = float(score[k])
         level = float(self.level[k])
-        novel = c.detect and self.mature[k] and s > max(c.novelty * (1.0 - self.r / m), c.spike_factor * level)
+        novel = c.detect and self.mature[k] and s > max(NOVELTY * (1.0 - self.r / m), SPIKE_FACTOR * level)
         prov = None
         if c.detect and self._prov is not None and self.n_seen - self._last_novel <= self._window_len():
             # the provisional basis competes in the routing while a change is being buffered: a
@@ -481,13 +438,6 @@ class MoSAIC(PretrainedMixin):
             self._maybe_reseed()
             self._maybe_refit_provisional()
             return completion
-        if c.detect and c.repair_factor > 0 and self._mean_m >= c.provisional_min_ratio * self.r and self._defective(k, level):
-            # its fits extrapolate (error 2.5 seen): abstain. Shrinking its completion by the
-            # leave-one-out (PRESS) error of its fit on Ω instead was worse (session 11)
-            completion = np.zeros(self.n)
-            completion[idx] = xo
-            self._repair_step(k, idx, xo)
-            return completion
         if self._reset_pending[k]:
             self._check_epoch_reset(k, s)
         eta = self.step_size(k)
@@ -499,10 +449,10 @@ class MoSAIC(PretrainedMixin):
         level += 0.05 * (s - level)
         self.level[k] = level
         self.level_slow[k] += 0.005 * (s - self.level_slow[k])
-        if c.detect and level > c.drift_factor * self.level_slow[k] and self.t[k] > self._tau():
+        if c.detect and level > DRIFT_FACTOR * self.level_slow[k] and self.t[k] > self._tau():
             self.t[k] = 0.0  # residuals jumped: restart the step-size schedule
             self.level_slow[k] = level
-        if not self.mature[k] and self.n_updates[k] >= 3 * self.reseed_min() and level < 0.5 * c.novelty:
+        if not self.mature[k] and self.n_updates[k] >= 3 * self.reseed_min() and level < 0.5 * NOVELTY:
             self.mature[k] = True
         if self.n_updates[k] % 100 == 0:  # ridge fits leave ρ slightly off-orthogonal
             self.bases[k] = orthonormalize(self.bases[k])
@@ -515,7 +465,7 @@ class MoSAIC(PretrainedMixin):
         ``"posterior"`` (what ``"auto"`` uses where m̄ >= 2.25 r): the posterior mean under the fit
         of the buffer (``_fold_in``), which shrinks what the buffer does not determine. ``"als"``
         (the previous estimator; ``"auto"`` below 2.25 r): the least-squares completion shrunk by the
-        unexplained fraction, or None when ``rel >= provisional_accept``. Either is capped at
+        unexplained fraction, or None when ``rel >= PROVISIONAL_ACCEPT``. Either is capped at
         twice the sample's energy per observed entry: a fit to few samples can extrapolate."""
         U = self._prov
         q = U.shape[1]
@@ -523,7 +473,7 @@ class MoSAIC(PretrainedMixin):
         rel = float(res[0]) / max(float(xo @ xo), _TINY) / max(1.0 - q / m, _TINY)
         if self._prov_post is not None:
             completion = self._fold_in(idx, xo)
-        elif rel >= self.config.provisional_accept:
+        elif rel >= PROVISIONAL_ACCEPT:
             return rel, None
         else:
             completion = (1.0 - rel) * (U @ w[0])
@@ -564,12 +514,12 @@ class MoSAIC(PretrainedMixin):
         c = self.config
         if c.provisional_estimator != "auto":
             return c.provisional_estimator
-        return "posterior" if self._mean_m >= c.provisional_min_ratio * self.r else "als"
+        return "posterior" if self._mean_m >= PROVISIONAL_MIN_RATIO * self.r else "als"
 
     def _maybe_refit_provisional(self) -> None:
         """Refit the provisional fit of the change buffer once it has grown by ``provisional_growth``.
 
-        With ``q = min(r, ⌊provisional_rank · q_id⌋)``, ``q_id`` the identifiable rank of the ``s``
+        With ``q = min(r, q_id)``, ``q_id`` the identifiable rank of the ``s``
         buffered samples (``identifiable_rank``): while a rank-r subspace is still
         under-determined (``q_id < r``) the posterior comes from Soft-Impute of the buffer (its
         directions, coefficient variances ``sv²/s`` and unexplained variance), which uses every
@@ -592,7 +542,7 @@ class MoSAIC(PretrainedMixin):
             q_id = int(self._mean_m * B / (self.n + B))
         else:
             q_id = identifiable_rank(self.n, self.r, self._mean_m, B)
-        q = min(self.r, int(c.provisional_rank * q_id))
+        q = min(self.r, q_id)
         if q < 1:
             return
         X0, M = self._buffer_arrays()
@@ -600,8 +550,8 @@ class MoSAIC(PretrainedMixin):
         if estimator == "als":
             # warm-started from the previous fit (extended to rank q): the buffer grew by a fifth
             warm = self._prov if self._prov is not None and self._prov.shape[1] <= q else None
-            iters = 10 if warm is None else c.warm_iters
-            self._prov, self._prov_post = als_subspace(X0, M, q, U0=warm, iters=iters, shrink=c.fit_shrink), None
+            iters = 10 if warm is None else WARM_ITERS
+            self._prov, self._prov_post = als_subspace(X0, M, q, U0=warm, iters=iters, shrink=FIT_SHRINK), None
             return
         obs = max(int(M.sum()), 1)
         energy = float((X0 * X0).sum()) / obs
@@ -611,7 +561,7 @@ class MoSAIC(PretrainedMixin):
         warm_ppca = q_id >= self.r and self._prov_post is not None and self._prov_post[0].shape[1] == self.r
         if warm_ppca:
             # warm start from the previous span, at the scale of the current buffer's energy
-            L0, v0, iters = self._prov * math.sqrt(self.n * energy / self.r), self._prov_post[1], c.warm_iters
+            L0, v0, iters = self._prov * math.sqrt(self.n * energy / self.r), self._prov_post[1], WARM_ITERS
         else:
             # tol 1e-3 (not 1e-4): on tuning seeds 1100-1102 it changed NRMSE by <= 1e-4 at a quarter less time
             V, sv, Z = soft_impute(X0, M, c.provisional_lambda * math.sqrt(energy * obs / B), tol=1e-3,
@@ -622,7 +572,7 @@ class MoSAIC(PretrainedMixin):
             if q_id < self.r:
                 self._prov_post = (L_si, v_si) if sv.size else None
                 warm = V[:, :q] if V.shape[1] >= q else None
-                self._prov = als_subspace(X0, M, q, U0=warm, iters=c.warm_iters, shrink=c.fit_shrink)
+                self._prov = als_subspace(X0, M, q, U0=warm, iters=WARM_ITERS, shrink=FIT_SHRINK)
                 return
             L0 = np.zeros((self.n, self.r))
             k = min(self.r, L_si.shape[1])
@@ -649,31 +599,30 @@ class MoSAIC(PretrainedMixin):
         return Z0
 
     def _reseed_fit(self, X0, M, warm):
-        """Rank-r ALS fit ``(n, r)`` of buffered samples ``X0, M (B, n)`` (a re-seed or a repair), from ``warm``
-        (``warm_iters`` iterations) or cold (15), trimmed to its best-fitting 60 % (twice at most)
+        """Rank-r ALS fit ``(n, r)`` of buffered samples ``X0, M (B, n)`` (a re-seed), from ``warm``
+        (``WARM_ITERS`` iterations) or cold (15), trimmed to its best-fitting 60 % (twice at most)
         while < 90 % of the buffer are inliers, then refit on all inliers. Returns the basis, each
         sample's normalised residual ``(B,)`` and the inlier mask (residual < half the novelty
         threshold)."""
-        c = self.config
         energy = np.maximum((X0 * X0).sum(1), _TINY)
         base = 1.0 - self.r / M.sum(1)
-        U = als_subspace(X0, M, self.r, U0=warm, iters=15 if warm is None else c.warm_iters, shrink=c.fit_shrink)
+        U = als_subspace(X0, M, self.r, U0=warm, iters=15 if warm is None else WARM_ITERS, shrink=FIT_SHRINK)
 
         def fit_scores(U):
             _, res = batch_fit(U[None], X0, M)
             score = res[:, 0] / energy
-            return score, score < 0.5 * c.novelty * base
+            return score, score < 0.5 * NOVELTY * base
 
         score, inlier = fit_scores(U)
         for _ in range(2):  # a buffer mixing several changes: trim to the samples that fit best
             if inlier.mean() >= 0.9:
                 break
             keep = score <= np.quantile(score, 0.6)
-            U = als_subspace(X0[keep], M[keep], self.r, U0=U, iters=c.warm_iters, shrink=c.fit_shrink)
+            U = als_subspace(X0[keep], M[keep], self.r, U0=U, iters=WARM_ITERS, shrink=FIT_SHRINK)
             score, inlier = fit_scores(U)
         # refit on all inliers: a trimmed subset may leave rows of U seen too rarely to be determined
         if inlier.sum() > self.r and not inlier.all():
-            U = als_subspace(X0[inlier], M[inlier], self.r, U0=U, iters=c.warm_iters, shrink=c.fit_shrink)
+            U = als_subspace(X0[inlier], M[inlier], self.r, U0=U, iters=WARM_ITERS, shrink=FIT_SHRINK)
             score, inlier = fit_scores(U)
         return U, score, inlier
 
@@ -758,7 +707,7 @@ class MoSAIC(PretrainedMixin):
     def upgrade_config(cls, config: dict, from_version: int) -> dict:
         if from_version == 0 and config.get("model") == "MoSAIC":  # common.checkpoint: {"model", **fields}
             return {k: v for k, v in config.items() if k not in ("model", *REMOVED_FIELDS)}
-        if from_version == 1:  # before the stress suite (issue 33): drift prediction's fields
+        if from_version in (1, 2):  # before / during the stress suite (issue 33): deleted mechanisms' fields
             return {k: v for k, v in config.items() if k not in REMOVED_FIELDS}
         return super().upgrade_config(config, from_version)
 
@@ -773,9 +722,6 @@ class MoSAIC(PretrainedMixin):
         }
         for j, (idx, xo, _) in enumerate(self._buffer):
             arrays[f"buffer_idx_{j}"], arrays[f"buffer_val_{j}"] = idx.astype(np.int64), xo
-        for k, buf in self._repair.items():
-            for j, (idx, xo) in enumerate(buf):
-                arrays[f"repair_{k}_idx_{j}"], arrays[f"repair_{k}_val_{j}"] = idx.astype(np.int64), xo
         if self._prov is not None:
             arrays["provisional"] = self._prov
         if self._prov_post is not None:
@@ -786,9 +732,7 @@ class MoSAIC(PretrainedMixin):
         state = {
             "n_seen": self.n_seen, "epoch": self.epoch, "mean_m": self._mean_m, "entry_energy": self._entry_energy,
             "next_try": self._next_try, "buffer_t": [t for _, _, t in self._buffer], "reseeds": self.reseeds,
-            "pretrained": self.pretrained, "repairs": self.repairs,
-            "repair_len": {str(k): len(b) for k, b in self._repair.items()},
-            "level_median": self._level_median,
+            "pretrained": self.pretrained,
             "rng": self._rng.bit_generator.state, "ridge": self.ridge,
             "provisional_at": self._prov_at, "last_novel": self._last_novel,
             "provisional_noise": None if self._prov_post is None else self._prov_post[1],
@@ -817,10 +761,6 @@ class MoSAIC(PretrainedMixin):
             self._mean_m, self._next_try = float(state["mean_m"]), int(state["next_try"])
             self._entry_energy = float(state.get("entry_energy", 0.0))  # older checkpoints: no floor
             self.reseeds = [tuple(x) for x in state["reseeds"]]
-            self.repairs = [tuple(x) for x in state.get("repairs", [])]  # older checkpoints: none
-            self._repair = {int(k): [(arr[f"repair_{k}_idx_{j}"], arr[f"repair_{k}_val_{j}"]) for j in range(n_b)]
-                            for k, n_b in state.get("repair_len", {}).items()}
-            self._level_median = state.get("level_median")
             self.pretrained = bool(state["pretrained"])
             self.ridge = float(state["ridge"])
             self._prov = arr.get("provisional")
@@ -837,16 +777,14 @@ class MoSAIC(PretrainedMixin):
     @classmethod
     def tiny_example(cls):
         """A pretrained model part-way through an abruptly switching stream, with every piece of
-        state in use (change buffer, provisional fit, Soft-Impute warm start, a defective expert's
-        collection); input: the next 20 samples and their epochs."""
+        state in use (change buffer, provisional fit, Soft-Impute warm start); input: the next 20
+        samples and their epochs."""
         from streaming.data import StreamConfig, generate_stream
 
         s = generate_stream(StreamConfig(n=20, r=2, K=3, obs_frac=0.6, epochs=2, samples_per_epoch=120,
                                          drift="abrupt", source_per_class=40, seed=7))
         m = cls(20, 2, 3, pretrain_restarts=2, seed=1).fit(s.source_values)
         m.process(s.values[:150], epoch=s.epoch[:150])
-        g = np.random.default_rng(0)
-        m._repair = {1: [(np.array([0, 3, 5]), g.standard_normal(3))]}
         return m, (s.values[150:170], None, s.epoch[150:170])
 
     def example_forward(self, x: np.ndarray, mask: np.ndarray | None, epoch: np.ndarray):

@@ -384,8 +384,10 @@ def default_methods(seed: int = 0) -> dict[str, dict[str, Method]]:
     """The compared methods, each as a small grid ``{setting: method}`` whose setting is chosen on
     the tuning prefix: user + item means (damping), GROUSE and PETRELS (one rank-r subspace, from
     a random start warmed on the source), MoSAIC (K experts of rank r, pretrained on the source,
-    step size η0), all three on the baseline's residuals; the offline Soft-Impute reference."""
-    from streaming.baselines import Grouse, Petrels
+    step size η0), the pretrained k-GROUSE (MoSAIC's pretraining, then plain routed GROUSE steps of
+    a constant size from ``KGROUSE_ETA_GRID``), all four on the baseline's residuals; the offline
+    Soft-Impute reference."""
+    from streaming.baselines import KGROUSE_ETA_GRID, Grouse, KGrousePretrained, Petrels
     from streaming.model import MoSAIC
 
     def grouse(r, eta):
@@ -397,11 +399,16 @@ def default_methods(seed: int = 0) -> dict[str, dict[str, Method]]:
     def mosaic(K, r, eta0):
         return on_residuals(lambda n: MoSAIC(n, r, K, eta0=eta0, eta_min=min(0.05, eta0), seed=seed))
 
+    def kgrouse_pretrained(K, r, eta):
+        return on_residuals(lambda n: KGrousePretrained(n, r, K, eta=eta, seed=seed))
+
     return {
         "user_item_means": {f"damping={d}": user_item_means(d) for d in (1.0, 5.0, 25.0)},
         "grouse": {f"r={r},eta={e}": grouse(r, e) for r in (1, 2, 5) for e in (0.03, 0.1, 0.3)},
         "petrels": {f"r={r},lambda={lam}": petrels(r, lam) for r in (1, 2, 5) for lam in (0.98, 0.995, 1.0)},
         "mosaic": {f"K={K},r={r},eta0={e}": mosaic(K, r, e) for K in (2, 3, 5) for r in (1, 2, 5) for e in (0.3, 1.0)},
+        "kgrouse_pretrained": {f"K={K},r={r},eta={e}": kgrouse_pretrained(K, r, e)
+                               for K in (2, 3, 5) for r in (1, 2, 5) for e in KGROUSE_ETA_GRID},
         "soft_impute_offline": {f"lam_rel={v}": soft_impute_offline(v) for v in (0.25, 0.5, 1.0, 2.0)},
     }
 

@@ -72,7 +72,6 @@ ABLATIONS: dict[str, dict] = {
     "mosaic-no_epoch_reset": {"epoch_reset": "never"},
     "mosaic-no_change_detect": {"detect": False},
     "mosaic-no_provisional": {"provisional": False},
-    "mosaic-no_repair": {"repair_factor": 0.0},
 }
 
 

@@ -250,7 +250,8 @@ def test_cli_data_and_compare(tmp_path):
     import json
 
     result = json.loads(res.read_text())
-    assert {"user_item_means", "grouse", "petrels", "mosaic", "soft_impute_offline"} <= set(result["methods"])
+    assert {"user_item_means", "grouse", "petrels", "mosaic", "kgrouse_pretrained",
+            "soft_impute_offline"} <= set(result["methods"])
     assert all(np.isfinite(m["test"]["rmse"]) for m in result["methods"].values())
     assert mosaic_main(["data", "movielens", "--data-dir", str(tmp_path / "data"), "--out", str(out)]) == 2  # exists
 
