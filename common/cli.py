@@ -230,8 +230,20 @@ def check_outputs(
 # ----------------------------------------------------------------------------- entry points
 
 
-def _raise_sigterm(signum, frame):
-    raise SystemExit(EXIT_SIGTERM)
+def _sigterm_handler(owner_pid: int):
+    """SIGTERM -> SystemExit in the CLI's own process. A process forked from it (a
+    multiprocessing pool worker, e.g. Mordred's) inherits the handler; there it restores the default
+    action and re-sends the signal, so ``Pool.terminate()`` still ends the worker at once instead of
+    leaving it alive (and holding the parent's pipes open)."""
+
+    def handler(signum, frame):
+        if os.getpid() != owner_pid:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise SystemExit(EXIT_SIGTERM)
+
+    return handler
 
 
 @contextlib.contextmanager
@@ -240,7 +252,7 @@ def _sigterm_unwinds():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_sigterm)
+    previous = signal.signal(signal.SIGTERM, _sigterm_handler(os.getpid()))
     try:
         yield
     finally:

@@ -83,3 +83,28 @@ def test_parser_errors_are_one_line_and_exit_2(capsys):
     assert err == "error: argument --steps: must be an integer >= 1, got '0' (see 'tool run --help')\n"
     assert main(["walk"]) == 2 and capsys.readouterr().err.count("\n") == 1
     assert main(["run", "--steps", "2"]) == 0
+
+
+def test_sigterm_kills_a_process_forked_inside_a_cli_outright():
+    """A worker forked while a CLI runs (e.g. a multiprocessing pool) inherits the CLI's SIGTERM
+    handler; ``Pool.terminate()`` must still end it by the signal, not by unwinding Python code in
+    the child (which can block in inherited finalizers and keep the parent's pipes open)."""
+    import os
+    import signal
+    import time
+
+    seen = {}
+
+    @cli_main
+    def run() -> int:
+        pid = os.fork()
+        if pid == 0:  # the child: wait to be terminated
+            time.sleep(30)
+            os._exit(0)
+        time.sleep(0.2)
+        os.kill(pid, signal.SIGTERM)
+        seen["status"] = os.waitpid(pid, 0)[1]
+        return 0
+
+    assert run() == 0
+    assert os.WIFSIGNALED(seen["status"]) and os.WTERMSIG(seen["status"]) == signal.SIGTERM
