@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -197,7 +198,11 @@ def compute_mordred(
         columns = calc_columns
         if have_values.size == 0:
             have_values = np.zeros((0, len(columns)), np.float32)
-        nproc = nproc or max(1, min(2, os.cpu_count() or 1))
+        if nproc is None:
+            # Mordred's pool forks this process; forking while other threads run (a Gradio server,
+            # a browser driver, torch's intra-op pool) can leave a child blocked on a lock held at
+            # fork time, so only a single-threaded process computes in parallel.
+            nproc = max(1, min(2, os.cpu_count() or 1)) if threading.active_count() == 1 else 1
         bar = None
         if progress:
             from tqdm import tqdm
