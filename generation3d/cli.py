@@ -89,7 +89,7 @@ def _train_ae(a) -> int:
     torch.set_num_threads(a.threads)
     ds = PartDataset.load(_data_dir(a))
     ae, hist = train_autoencoder(ds, AEConfig(n_latents=a.latents, d_latent=a.latent_dim), steps=a.steps,
-                                 batch_size=a.batch_size, lr=a.lr, seed=a.seed, progress=True)
+                                 batch_size=a.batch_size, lr=a.lr, seed=a.seed, progress=True, run_dir=out)
     rec = reconstruction_metrics(ae, ds, "test")
     save_autoencoder(ae, out, {"history": hist, "test": rec, "seed": a.seed})
     write_json(out / "metrics.json", rec)
@@ -117,7 +117,7 @@ def _train(a) -> int:
                     route_on_compressed=a.route_on_compressed, learned_comp_bias=a.learned_comp_bias,
                     router_distill=a.router_distill, dense_warmup=a.dense_warmup)
     gen, stats, hist = train_generator(ds, ae, cfg, steps=a.steps, batch_size=a.batch_size,
-                                       lr=a.lr, seed=a.seed, progress=True)
+                                       lr=a.lr, seed=a.seed, progress=True, run_dir=out)
     MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"), categories=trained_categories(ds, a.max_parts)).save(
         out, {"history": hist, "seed": a.seed, "steps": a.steps})
     print(f"trained {a.attention} generator for {a.steps} steps: final loss {hist[-1]['loss']:.4f}; saved {out}")

@@ -14,20 +14,13 @@ from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
 from common.errors import DataError
+from generation3d.losses import chamfer_batch, collate, encode_parts, flow_errors
 
 DEFAULT_TAU = 0.05
 
 
 def _t(x) -> Tensor:
     return x if isinstance(x, Tensor) else torch.as_tensor(np.asarray(x), dtype=torch.float32)
-
-
-def chamfer_batch(a: Tensor, b: Tensor, exact: bool = False) -> Tensor:
-    """Squared Chamfer distance of batched clouds ``a (B,N,3)``, ``b (B,M,3)`` -> ``(B,)``.
-    ``exact`` computes differences directly (metrics) instead of the faster matmul expansion (training)."""
-    mode = "donot_use_mm_for_euclid_dist" if exact else "use_mm_for_euclid_dist_if_necessary"
-    d = torch.cdist(a, b, compute_mode=mode).pow(2)
-    return d.min(2).values.mean(1) + d.min(1).values.mean(1)
 
 
 def chamfer_distance(a, b) -> float:
@@ -181,7 +174,6 @@ def heldout_flow_loss(pipe, ds, levels: tuple[float, ...] = FLOW_LEVELS, batch_s
     mean per part) at fixed noise levels ``s`` with fixed noise (``seed``), category and text kept.
     Returns ``{"loss": z + box, "z", "box", "z_by_level", "box_by_level", "levels", "n_shapes"}``."""
     from generation3d.text import shape_descriptions
-    from generation3d.train import collate, encode_parts, flow_errors
 
     gen = pipe.gen.eval()
     ids = np.array([i for i in range(len(ds)) if ds.n_parts(i) <= gen.config.max_parts], dtype=np.int64)
