@@ -7,7 +7,7 @@
     moca train --data-dir data/parts --ae runs/ae --attention moca --out runs/moca --steps 2000
     moca sample --ckpt runs/moca --category chair --parts 12 --out chair.glb
     moca sample --ckpt runs/moca --category none --parts 9 --text "a chair with arms and a solid back" --out c.glb
-    moca eval --ckpt runs/moca --data-dir data/parts --n 32 --out runs/moca/eval.json
+    moca eval --ckpt runs/moca --data-dir data/parts --n 32 --out runs/moca/eval.json   # + category fidelity
     moca bench-attention --parts 8,16,32,64,128,256 --out results/bench
     moca load-mesh my_parts.glb --out preview.png
 """
@@ -162,10 +162,11 @@ def _eval(a) -> int:
     pipe = MoCAPipeline.load(a.ckpt)
     ds = PartDataset.load(_data_dir(a))
     res = evaluate_generator(pipe, ds, n_shapes=a.n, seed=a.seed, steps=a.steps,
-                             guidance=a.guidance, use_text=a.text)
+                             guidance=a.guidance, use_text=a.text, fidelity=not a.no_fidelity)
     res["ckpt"] = str(a.ckpt)
-    print(markdown_table([res], ["attention", "cd", "fscore", "part_cd", "part_fscore", "coverage", "mmd", "1nna",
-                                 "part_count_acc", "pen_gen", "pen_ref", "n_shapes"]))
+    cols = ["attention", "cd", "fscore", "part_cd", "part_fscore", "coverage", "mmd", "1nna", "part_count_acc",
+            "pen_gen", "pen_ref", "n_shapes"]
+    print(markdown_table([res], cols + ([] if a.no_fidelity else ["fidelity", "fidelity_real", "classifier_test_acc"])))
     if a.out:
         write_json(a.out, res)
     return 0
@@ -296,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, default=20)
     p.add_argument("--guidance", type=nonneg_float, default=1.0)
     p.add_argument("--text", action="store_true", help="also condition on each test shape's description")
+    p.add_argument("--no-fidelity", action="store_true",
+                   help="skip category fidelity (its classifier is trained on the dataset's training shapes "
+                        "on first use and cached)")
     p.set_defaults(fn=_eval)
 
     p = sub.add_parser("bench-attention", help="time/memory of MoCA vs full/top-k/local attention vs P")

@@ -277,6 +277,8 @@ CASES: list[tuple[str, str]] = [
     ("moca", "eval --ckpt {d}/ckpt --n 0"),
     ("moca", "eval --ckpt {d}/ckpt --guidance inf"),
     ("moca", "eval --ckpt {d}/ckpt --out {d}/existing.json"),
+    ("moca", "eval --ckpt {d}/ckpt --no-fidelity --n -1"),
+    ("moca", "eval --ckpt {d}/ckpt --no-fidelity --out {d}/existing.json"),
     ("moca", "flow-loss --ckpt {d}/ckpt --out {d}/afile/f.json"),
     ("moca", "flow-loss --ckpt {d}/ckpt --data-dir {d}/parts --out {d}/new.json"),
     ("moca", "bench-attention --parts 8,0 --out {d}/new_bench"),

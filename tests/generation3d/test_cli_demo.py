@@ -7,7 +7,8 @@ import pytest
 from generation3d.cli import main
 
 
-def test_cli_end_to_end(tmp_path, capsys):
+def test_cli_end_to_end(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MOE_APPS_CACHE", str(tmp_path / "cache"))  # the category classifier is cached there
     data, ae, run = tmp_path / "data", tmp_path / "ae", tmp_path / "run"
     assert main(["build-data", "--out", str(data), "--per-category", "3", "--scenes", "1", "--points", "64",
                  "--scene-parts", "20"]) == 0
@@ -25,6 +26,8 @@ def test_cli_end_to_end(tmp_path, capsys):
                  "--out", str(tmp_path / "e.json")]) == 0
     res = json.loads((tmp_path / "e.json").read_text())
     assert {"cd", "fscore", "part_fscore", "coverage", "mmd", "1nna", "part_count_acc", "pen_gen"} <= set(res)
+    assert 0 <= res["fidelity"] <= 1 and 0 <= res["classifier_test_acc"] <= 1
+    assert len(list((tmp_path / "cache" / "generation3d" / "classifier").iterdir())) == 1
     assert main(["train", "--data-dir", str(data), "--ae", str(ae), "--out", str(tmp_path / "run2"), "--steps", "1",
                  "--max-parts", "40", "--d-model", "32", "--layers", "1", "--threads", "1", "--proportional",
                  "--route-on-compressed", "--learned-comp-bias"]) == 0
