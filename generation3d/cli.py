@@ -113,9 +113,7 @@ def _train(a) -> int:
     ae = load_autoencoder(a.ae)
     cfg = GenConfig(n_latents=ae.config.n_latents, d_latent=ae.config.d_latent, max_parts=a.max_parts,
                     d_model=a.d_model, n_layers=a.layers, attention=a.attention, top_k=a.top_k,
-                    n_compressed=a.compressed, proportional_attention=a.proportional,
-                    route_on_compressed=a.route_on_compressed, learned_comp_bias=a.learned_comp_bias,
-                    router_distill=a.router_distill, dense_warmup=a.dense_warmup)
+                    n_compressed=a.compressed, router_distill=a.router_distill, dense_warmup=a.dense_warmup)
     gen, stats, hist = train_generator(ds, ae, cfg, steps=a.steps, batch_size=a.batch_size,
                                        lr=a.lr, seed=a.seed, progress=True, run_dir=out)
     MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"), categories=trained_categories(ds, a.max_parts)).save(
@@ -259,12 +257,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=positive_int, default=4)
     p.add_argument("--top-k", type=positive_int, default=4)
     p.add_argument("--compressed", type=positive_int, default=2, help="compressed tokens per non-selected component")
-    p.add_argument("--proportional", action="store_true",
-                   help="MoCA ablation: + log(T/C) on the compressed keys' logits (proportional attention)")
-    p.add_argument("--route-on-compressed", action="store_true",
-                   help="MoCA ablation: add the compressed keys' attention mass to the router score")
-    p.add_argument("--learned-comp-bias", action="store_true",
-                   help="MoCA ablation: learned per-head logit bias of the compressed keys")
     p.add_argument("--router-distill", type=nonneg_float, default=None, metavar="W",
                    help="weight of the router distillation loss KL(full-attention part mass || router); "
                         "default 0.5 for moca, 0 (off) otherwise")

@@ -29,8 +29,7 @@ def test_cli_end_to_end(tmp_path, capsys, monkeypatch):
     assert 0 <= res["fidelity"] <= 1 and 0 <= res["classifier_test_acc"] <= 1
     assert len(list((tmp_path / "cache" / "generation3d" / "classifier").iterdir())) == 1
     assert main(["train", "--data-dir", str(data), "--ae", str(ae), "--out", str(tmp_path / "run2"), "--steps", "1",
-                 "--max-parts", "40", "--d-model", "32", "--layers", "1", "--threads", "1", "--proportional",
-                 "--route-on-compressed", "--learned-comp-bias"]) == 0
+                 "--max-parts", "40", "--d-model", "32", "--layers", "1", "--threads", "1"]) == 0
     assert main(["flow-loss", "--ckpt", str(tmp_path / "run2"), "--data-dir", str(data), "--out", str(tmp_path / "f.json")]) == 0
     assert "held-out flow loss" in capsys.readouterr().out
     assert json.loads((tmp_path / "f.json").read_text())["loss"] > 0
