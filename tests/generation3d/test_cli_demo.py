@@ -90,6 +90,7 @@ def test_run_quick_tiny_config(tmp_path, monkeypatch):
     rows = run_quick(tmp_path, None, seed=0, config=tiny)
     assert {"app", "task", "method", "metric", "value", "split", "seed"} <= set(rows[0])
     assert {r["method"] for r in rows} >= {"moca", "full", "topk", "part_ae"}
+    assert {"fidelity", "classifier_test_acc"} <= {r["metric"] for r in rows if r["method"] == "moca"}
     assert (tmp_path / "generation3d.csv").is_file() and (tmp_path / "generation3d" / "scene_64parts.glb").is_file()
     assert (tmp_path / "generation3d" / "text_chair_9parts.png").is_file()
     assert (tmp_path / "cache" / "generation3d" / "demo_model" / "generator" / "config.json").is_file()
