@@ -14,7 +14,7 @@ from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
 from common.errors import DataError
-from generation3d.classifier import N_POINTS, category_fidelity, get_classifier, shape_cloud_fixed
+from generation3d.classifier import N_POINTS, category_fidelity, get_classifier, predict, shape_cloud_fixed
 from generation3d.data import shape_cloud
 from generation3d.losses import chamfer_batch, collate, encode_parts, flow_errors
 
@@ -132,7 +132,9 @@ def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int =
     which the category classifier of ``ds`` (``classifier.get_classifier``, cached; or the given
     ``(model, info)``) labels a generated shape with its requested category (``fidelity``), the
     same rate for the paired test shapes (``fidelity_real``) and the classifier's accuracy on all
-    test shapes (``classifier_test_acc``). Returns a dict with all settings."""
+    test shapes (``classifier_test_acc``), the fidelity per requested category
+    (``fidelity_by_category``) and the counts of the predicted categories (``predicted_categories``).
+    Returns a dict with all settings."""
     from generation3d.data import CATEGORIES
     from generation3d.text import describe_shape
 
@@ -163,9 +165,12 @@ def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int =
     out["part_count_acc"] = out.pop("count_ok")
     if fidelity:
         model, info = classifier if classifier is not None else get_classifier(ds)
+        req, pred = np.asarray(requested), predict(model, np.stack(fixed_gen))
         out.update({"fidelity": category_fidelity(model, np.stack(fixed_gen), requested),
                     "fidelity_real": category_fidelity(model, np.stack(fixed_ref), requested),
-                    "classifier_test_acc": info.get("test_accuracy")})
+                    "classifier_test_acc": info.get("test_accuracy"),
+                    "fidelity_by_category": {CATEGORIES[c]: float((pred[req == c] == c).mean()) for c in sorted(set(requested))},
+                    "predicted_categories": {CATEGORIES[c]: int((pred == c).sum()) for c in sorted(set(pred.tolist()))}})
     out.update({"n_shapes": int(len(ids)), "seed": seed, "steps": steps, "tau": tau, "guidance": guidance,
                 "n_points": n_points, "chamfer": "squared, sum of both directions", "attention": pipe.gen.config.attention,
                 "text_conditioned": use_text})

@@ -27,6 +27,8 @@ def test_cli_end_to_end(tmp_path, capsys, monkeypatch):
     res = json.loads((tmp_path / "e.json").read_text())
     assert {"cd", "fscore", "part_fscore", "coverage", "mmd", "1nna", "part_count_acc", "pen_gen"} <= set(res)
     assert 0 <= res["fidelity"] <= 1 and 0 <= res["classifier_test_acc"] <= 1
+    assert sum(res["predicted_categories"].values()) == res["n_shapes"] and set(res["fidelity_by_category"]) <= {
+        "chair", "table", "shelf", "lamp", "scene"}
     assert len(list((tmp_path / "cache" / "generation3d" / "classifier").iterdir())) == 1
     assert main(["train", "--data-dir", str(data), "--ae", str(ae), "--out", str(tmp_path / "run2"), "--steps", "1",
                  "--max-parts", "40", "--d-model", "32", "--layers", "1", "--threads", "1"]) == 0
