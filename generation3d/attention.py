@@ -30,12 +30,9 @@ warm-up with k = P (``full_attention``) and a router distillation loss towards t
 attention mass of full attention (``component_attention_mass``, ``router_distill_target``,
 ``router_kl``).
 
-Three opt-in variants (ablations; none improved held-out quality, see the README):
-``proportional`` adds ``log(T/C)`` to the compressed keys' logits (ToMe's proportional attention:
-C keys then carry the mass of T equal keys); ``learned_comp_bias`` adds a learned per-head logit
-bias to them instead (its gradient comes from one extra flash call per chunk in backward);
-``route_on_compressed`` adds to the router score the attention mass the component's mean query
-puts on each component's compressed keys (NSA-style block importance, no gradient).
+Three variants tried and removed because none improved held-out quality (proportional
+attention on the compressed keys, a learned compressed-key logit bias, routing on the compressed
+keys' attention mass) are listed in docs/experiments.md.
 """
 
 from __future__ import annotations
@@ -196,16 +193,10 @@ def _gather_chunk(kb, vb, kcb, vcb, sel_c, rest_c, gate_c, t):
     return kf, vf, vf_raw
 
 
-def _chunk_mask(bias, comp_bias, a, z, n_sel, n_keys):
-    """Additive logit mask of query components ``a:z``, ``(B*G | 1, 1 | H, 1, L)`` or None: the
-    padding mask ``bias (B, P, L)`` plus the per-head compressed-key bias ``comp_bias (H,)`` on
-    keys ``n_sel:`` (the compressed ones)."""
-    mask = None if bias is None else bias[:, a:z].reshape(-1, 1, 1, n_keys)
-    if comp_bias is None:
-        return mask
-    h = comp_bias.shape[0]
-    cb = torch.cat([comp_bias.new_zeros(h, n_sel), comp_bias[:, None].expand(h, n_keys - n_sel)], 1).view(1, h, 1, n_keys)
-    return cb if mask is None else mask + cb
+def _chunk_mask(bias, a, z, n_keys):
+    """Additive logit mask of query components ``a:z``, ``(B*G, 1, 1, L)``, from the padding mask
+    ``bias (B, P, L)``, or None."""
+    return None if bias is None else bias[:, a:z].reshape(-1, 1, 1, n_keys)
 
 
 def _heads(z: Tensor, h: int) -> Tensor:
@@ -219,7 +210,7 @@ class GatheredAttention(torch.autograd.Function):
 
     ``forward(x (B, P*T, d), w_qkv (3d, d), b_qkv (3d,), kc, vc (B, P*C, d) | None,
     gate (B,P,k) | None, sel (B,P,k) long, rest (B,P,R) | None, bias (B,P,L) additive float mask
-    | None, comp_bias (H,) learned logit bias of the compressed keys | None, P, H, step)
+    | None, P, H, step)
     -> (B, P, T, d)``; ``sel``/``rest`` hold global block ids ``b*P + j``.
 
     The Q/K/V projection is part of the function so that its backward can write dx in place.
@@ -229,7 +220,7 @@ class GatheredAttention(torch.autograd.Function):
     block with ``index_add_``. Peak memory: the projections, their gradients and one chunk."""
 
     @staticmethod
-    def forward(ctx, x, w_qkv, b_qkv, kc, vc, gate, sel, rest, bias, comp_bias, p, h, step):
+    def forward(ctx, x, w_qkv, b_qkv, kc, vc, gate, sel, rest, bias, p, h, step):
         b, n, d = x.shape
         t = n // p
         wq, bq = w_qkv[:d], b_qkv[:d]
@@ -245,7 +236,7 @@ class GatheredAttention(torch.autograd.Function):
             g = z - a
             kf, vf, _ = _gather_chunk(kb, vb, kcb, vcb, sel[:, a:z], None if rest is None else rest[:, a:z],
                                       None if gate is None else gate[:, a:z], t)
-            mask = _chunk_mask(bias, comp_bias, a, z, sel.shape[-1] * t, kf.shape[1])
+            mask = _chunk_mask(bias, a, z, kf.shape[1])
             # queries are projected per chunk (and again in backward): no full-size Q is kept
             qc = F.linear(x5[:, a:z].reshape(b * g, t, d), wq, bq)
             o, lse_c = _cpu_flash(_heads(qc, h), _heads(kf, h), _heads(vf, h), 0.0, False, attn_mask=mask)
@@ -254,13 +245,13 @@ class GatheredAttention(torch.autograd.Function):
                 lse = torch.empty(b, p, h, t, dtype=lse_c.dtype, device=x.device)
             lse[:, a:z] = lse_c.view(b, g, h, t)
             del kf, vf, qc, o  # free this chunk before the next one is gathered
-        ctx.save_for_backward(x, w_qkv, b_qkv, k, v, kc, vc, gate, sel, rest, bias, comp_bias, out, lse)
+        ctx.save_for_backward(x, w_qkv, b_qkv, k, v, kc, vc, gate, sel, rest, bias, out, lse)
         ctx.meta = (p, h, step)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, w_qkv, b_qkv, k, v, kc, vc, gate, sel, rest, bias, comp_bias, out, lse = ctx.saved_tensors
+        x, w_qkv, b_qkv, k, v, kc, vc, gate, sel, rest, bias, out, lse = ctx.saved_tensors
         p, h, step = ctx.meta
         b, n, d = x.shape
         t = n // p
@@ -279,29 +270,18 @@ class GatheredAttention(torch.autograd.Function):
             kcb, vcb = kc.view(b * p, -1), vc.view(b * p, -1)
             dkc, dvc = torch.zeros_like(kc), torch.zeros_like(vc)
         dgate = None if gate is None else torch.empty_like(gate)
-        dcomp = None if comp_bias is None else torch.zeros_like(comp_bias)
         x5, dx5 = x.view(b, p, t, d), dx.view(b, p, t, d)
         for a, z in _chunks(p, step):
             g = z - a
             sel_c, rest_c = sel[:, a:z], None if rest is None else rest[:, a:z]
             gate_c = None if gate is None else gate[:, a:z]
             kf, vf, vf_raw = _gather_chunk(kb, vb, kcb, vcb, sel_c, rest_c, gate_c, t)
-            n_sel = sel_c.shape[-1] * t
-            mask = _chunk_mask(bias, comp_bias, a, z, n_sel, kf.shape[1])
+            mask = _chunk_mask(bias, a, z, kf.shape[1])
             go_h = _heads(grad_out[:, a:z].reshape(b * g, t, d), h)
             q_h = _heads(F.linear(x5[:, a:z].reshape(b * g, t, d), wq, b_qkv[:d]), h)
             out_h, lse_h = _heads(out[:, a:z].reshape(b * g, t, d), h), lse[:, a:z].reshape(b * g, h, t)
             gq, gk, gv = _cpu_flash_bwd(go_h, q_h, _heads(kf, h), _heads(vf, h), out_h, lse_h, 0.0, False,
                                         attn_mask=mask)
-            if comp_bias is not None:
-                # d loss / d beta_h = sum_i m_i (dO_i . o^c_i - dO_i . O_i): m_i = softmax mass of query i
-                # on the compressed keys, o^c_i = its output over those keys alone (one more flash call)
-                pad = None if bias is None else bias[:, a:z, n_sel:].reshape(b * g, 1, 1, -1)
-                o_c, lse_c = _cpu_flash(q_h, _heads(kf[:, n_sel:], h), _heads(vf[:, n_sel:], h), 0.0, False, attn_mask=pad)
-                m_c = torch.exp(lse_c + comp_bias.view(1, h, 1) - lse_h)  # (B*G, H, T)
-                term = m_c * ((go_h * o_c).sum(-1) - (go_h * out_h).sum(-1))
-                dcomp += torch.where(m_c > 0, term, 0.0).sum((0, 2))
-                del o_c, lse_c, m_c, term
             # dQ of this chunk goes straight into dx (and dW_q): no full-size dQ buffer
             gq = gq.transpose(1, 2).reshape(b * g * t, d)
             dx5[:, a:z] = (gq @ wq).view(b, g, t, d)
@@ -328,10 +308,10 @@ class GatheredAttention(torch.autograd.Function):
         torch.mm(dk2.t(), x2, out=dw[d : 2 * d])
         torch.mm(dv2.t(), x2, out=dw[2 * d :])
         db[:d], db[d : 2 * d], db[2 * d :] = dq_sum, dk2.sum(0), dv2.sum(0)
-        return dx, dw, db, dkc, dvc, dgate, None, None, None, dcomp, None, None, None
+        return dx, dw, db, dkc, dvc, dgate, None, None, None, None, None, None
 
 
-def gathered_attention_reference(x, w_qkv, b_qkv, kc, vc, gate, sel, rest, bias, comp_bias, p, h, step):
+def gathered_attention_reference(x, w_qkv, b_qkv, kc, vc, gate, sel, rest, bias, p, h, step):
     """Same computation as ``GatheredAttention`` with plain autograd (public SDPA, no custom
     backward): the fallback off CPU / without the fused kernel, and the test reference."""
     b, n, d = x.shape
@@ -347,7 +327,7 @@ def gathered_attention_reference(x, w_qkv, b_qkv, kc, vc, gate, sel, rest, bias,
         g = z - a
         kf, vf, _ = _gather_chunk(kb, vb, kcb, vcb, sel[:, a:z], None if rest is None else rest[:, a:z],
                                   None if gate is None else gate[:, a:z], t)
-        mask = _chunk_mask(bias, comp_bias, a, z, sel.shape[-1] * t, kf.shape[1])
+        mask = _chunk_mask(bias, a, z, kf.shape[1])
         o = F.scaled_dot_product_attention(_heads(q5[:, a:z].reshape(b * g, t, d), h), _heads(kf, h), _heads(vf, h), attn_mask=mask)
         outs.append(o.transpose(1, 2).reshape(b, g, t, d))
     return torch.cat(outs, 1)
@@ -364,7 +344,7 @@ class SparseComponentAttention(ComponentAttention):
 
     def __init__(
         self, d_model: int, n_heads: int, top_k: int, n_compressed: int = 0, compression: str = "query",
-        gather_budget: float = 0.25, n_freq: int = 6, proportional: bool = False, learned_comp_bias: bool = False,
+        gather_budget: float = 0.25, n_freq: int = 6,
     ):
         super().__init__(d_model, n_heads)
         if top_k < 1:
@@ -372,12 +352,9 @@ class SparseComponentAttention(ComponentAttention):
         if n_compressed < 0:
             raise ValueError(f"n_compressed must be >= 0, got {n_compressed}")
         self.top_k, self.n_compressed = top_k, n_compressed
-        self.gather_budget, self.proportional = gather_budget, proportional
+        self.gather_budget = gather_budget
         self.box_pe = BoxEncoding(d_model, n_freq)
         self.compressor = ComponentCompressor(d_model, n_compressed, compression) if n_compressed else None
-        # per-head logit bias of the compressed keys: lets each head set how much softmax mass the
-        # compressed components take from the full ones (0 = plain joint softmax)
-        self.comp_logit_bias = nn.Parameter(torch.zeros(n_heads)) if n_compressed and learned_comp_bias else None
         self.last_selection: dict[str, Tensor] = {}
 
     def choose(self, x: Tensor, boxes: Tensor | None, valid: Tensor | None, k: int, kc: Tensor | None = None):
@@ -413,14 +390,7 @@ class SparseComponentAttention(ComponentAttention):
             g = torch.sigmoid(scores.gather(-1, sel).clamp(min=-30.0))
             gate = g / g.detach()  # (B, P, k), value exactly 1, gradient to the router
         padded = valid is not None and not bool(valid.all())
-        proportional = use_comp and self.proportional
         bias = None
-        if padded or proportional:
-            bias = torch.zeros(b, p, n_keys, dtype=x.dtype, device=x.device)  # additive logit bias (B, P, L)
-        if proportional:
-            # a compressed key stands for T/C tokens: log(T/C) gives it the softmax mass of T/C
-            # equal keys, so an unselected component is not under-weighted against full ones
-            bias[..., k_eff * t :] = math.log(t / c)
         if padded:
             bi = torch.arange(b, device=x.device)[:, None, None]
             own = sel == torch.arange(p, device=x.device)[None, :, None]
@@ -428,12 +398,11 @@ class SparseComponentAttention(ComponentAttention):
             if use_comp:
                 parts.append(valid[bi, rest].repeat_interleave(c, dim=-1))
             key_valid = torch.cat(parts, dim=-1)  # (B, P, L)
-            bias = bias.masked_fill(~key_valid, float("-inf"))
+            bias = torch.zeros(b, p, n_keys, dtype=x.dtype, device=x.device).masked_fill(~key_valid, float("-inf"))
         # chunk so that the gathered K+V of a chunk stay within gather_budget * (size of K and V)
         step = max(1, min(p, int(self.gather_budget * p * t // (2 * n_keys))))
-        comp_bias = self.comp_logit_bias if use_comp else None
         args = (x.reshape(b, p * t, d), self.qkv.weight, self.qkv.bias, kc, vc, gate, sel + boff,
-                None if rest is None else rest + boff, bias, comp_bias, p, h, step)
+                None if rest is None else rest + boff, bias, p, h, step)
         if _cpu_flash is not None and _cpu_flash_bwd is not None and x.device.type == "cpu":
             o = GatheredAttention.apply(*args)
         else:
@@ -506,11 +475,9 @@ class MoCAAttention(SparseComponentAttention):
     ``dense``: attend with k = P (computed as full attention, ``full_attention``; no routing, no
     compression) for a dense warm-up."""
 
-    def __init__(self, d_model: int, n_heads: int, top_k: int = 4, n_compressed: int = 2, d_router: int = 32,
-                 route_on_compressed: bool = False, **kw):
+    def __init__(self, d_model: int, n_heads: int, top_k: int = 4, n_compressed: int = 2, d_router: int = 32, **kw):
         super().__init__(d_model, n_heads, top_k, n_compressed, **kw)
         self.router = ComponentRouter(d_model, d_router)
-        self.route_on_compressed = route_on_compressed
         self.distill, self.dense = False, False
         self.distill_loss: Tensor | None = None
 
@@ -525,8 +492,7 @@ class MoCAAttention(SparseComponentAttention):
 
     def router_distill_loss(self, x: Tensor, boxes: Tensor | None, valid: Tensor | None) -> Tensor:
         """KL(full-attention part mass || router distribution), mean over query components; the
-        gradient reaches the router's own parameters only (the route_on_compressed term is not
-        part of the distilled score)."""
+        gradient reaches the router's own parameters only."""
         b, p, t, d = x.shape
         with torch.no_grad():
             q, k, _ = self.project(x.detach().reshape(b, p * t, d))
@@ -546,29 +512,9 @@ class MoCAAttention(SparseComponentAttention):
             return self.full_attention(x, valid)
         return super().forward(x, boxes, valid)
 
-    def compressed_importance(self, x: Tensor, kc: Tensor, valid: Tensor | None) -> Tensor:
-        """``log sum_h sum_c softmax_{(j,c)}(<qbar_p, k_{j,c}> / sqrt(d_h))``: ``(B, P, P)``, the
-        attention mass the mean query of component p (``qbar_p = W_q mean_t x_p``) puts on the
-        compressed keys of component j, summed over heads (NSA-style block importance; no
-        gradient). It ranks components by the layer's own attention instead of by the router's
-        separate projection alone."""
-        b, p, _, d = x.shape
-        h, c = self.n_heads, self.n_compressed
-        with torch.no_grad():
-            qbar = F.linear(x.mean(2), self.qkv.weight[:d], self.qkv.bias[:d])
-            qh = rearrange(qbar, "b p (h e) -> b h p e", h=h)
-            kh = rearrange(kc, "b n (h e) -> b h n e", h=h)
-            logits = qh @ kh.transpose(-1, -2) / math.sqrt(d // h)  # (B, H, P, P*C)
-            if valid is not None:
-                logits = logits.masked_fill(~valid.repeat_interleave(c, dim=1)[:, None, None, :], float("-inf"))
-            mass = logits.softmax(-1).view(b, h, p, p, c).sum((1, 4))
-            return mass.clamp(min=1e-12).log()
-
     def choose(self, x: Tensor, boxes: Tensor | None, valid: Tensor | None, k: int, kc: Tensor | None = None):
         pooled, centers = self.router_inputs(x, boxes)
         scores = self.router(pooled, centers, valid)
-        if self.route_on_compressed and kc is not None:
-            scores = scores + self.compressed_importance(x, kc, valid)
         idx, mask = self.router.select(scores, k)
         return idx, mask, scores
 

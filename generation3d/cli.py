@@ -7,7 +7,7 @@
     moca train --data-dir data/parts --ae runs/ae --attention moca --out runs/moca --steps 2000
     moca sample --ckpt runs/moca --category chair --parts 12 --out chair.glb
     moca sample --ckpt runs/moca --category none --parts 9 --text "a chair with arms and a solid back" --out c.glb
-    moca eval --ckpt runs/moca --data-dir data/parts --n 32 --out runs/moca/eval.json
+    moca eval --ckpt runs/moca --data-dir data/parts --n 32 --out runs/moca/eval.json   # + category fidelity
     moca bench-attention --parts 8,16,32,64,128,256 --out results/bench
     moca load-mesh my_parts.glb --out preview.png
 """
@@ -89,7 +89,7 @@ def _train_ae(a) -> int:
     torch.set_num_threads(a.threads)
     ds = PartDataset.load(_data_dir(a))
     ae, hist = train_autoencoder(ds, AEConfig(n_latents=a.latents, d_latent=a.latent_dim), steps=a.steps,
-                                 batch_size=a.batch_size, lr=a.lr, seed=a.seed, progress=True)
+                                 batch_size=a.batch_size, lr=a.lr, seed=a.seed, progress=True, run_dir=out)
     rec = reconstruction_metrics(ae, ds, "test")
     save_autoencoder(ae, out, {"history": hist, "test": rec, "seed": a.seed})
     write_json(out / "metrics.json", rec)
@@ -113,11 +113,9 @@ def _train(a) -> int:
     ae = load_autoencoder(a.ae)
     cfg = GenConfig(n_latents=ae.config.n_latents, d_latent=ae.config.d_latent, max_parts=a.max_parts,
                     d_model=a.d_model, n_layers=a.layers, attention=a.attention, top_k=a.top_k,
-                    n_compressed=a.compressed, proportional_attention=a.proportional,
-                    route_on_compressed=a.route_on_compressed, learned_comp_bias=a.learned_comp_bias,
-                    router_distill=a.router_distill, dense_warmup=a.dense_warmup)
+                    n_compressed=a.compressed, router_distill=a.router_distill, dense_warmup=a.dense_warmup)
     gen, stats, hist = train_generator(ds, ae, cfg, steps=a.steps, batch_size=a.batch_size,
-                                       lr=a.lr, seed=a.seed, progress=True)
+                                       lr=a.lr, seed=a.seed, progress=True, run_dir=out)
     MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"), categories=trained_categories(ds, a.max_parts)).save(
         out, {"history": hist, "seed": a.seed, "steps": a.steps})
     print(f"trained {a.attention} generator for {a.steps} steps: final loss {hist[-1]['loss']:.4f}; saved {out}")
@@ -162,10 +160,11 @@ def _eval(a) -> int:
     pipe = MoCAPipeline.load(a.ckpt)
     ds = PartDataset.load(_data_dir(a))
     res = evaluate_generator(pipe, ds, n_shapes=a.n, seed=a.seed, steps=a.steps,
-                             guidance=a.guidance, use_text=a.text)
+                             guidance=a.guidance, use_text=a.text, fidelity=not a.no_fidelity)
     res["ckpt"] = str(a.ckpt)
-    print(markdown_table([res], ["attention", "cd", "fscore", "part_cd", "part_fscore", "coverage", "mmd", "1nna",
-                                 "part_count_acc", "pen_gen", "pen_ref", "n_shapes"]))
+    cols = ["attention", "cd", "fscore", "part_cd", "part_fscore", "coverage", "mmd", "1nna", "part_count_acc",
+            "pen_gen", "pen_ref", "n_shapes"]
+    print(markdown_table([res], cols + ([] if a.no_fidelity else ["fidelity", "fidelity_real", "classifier_test_acc"])))
     if a.out:
         write_json(a.out, res)
     return 0
@@ -258,12 +257,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=positive_int, default=4)
     p.add_argument("--top-k", type=positive_int, default=4)
     p.add_argument("--compressed", type=positive_int, default=2, help="compressed tokens per non-selected component")
-    p.add_argument("--proportional", action="store_true",
-                   help="MoCA ablation: + log(T/C) on the compressed keys' logits (proportional attention)")
-    p.add_argument("--route-on-compressed", action="store_true",
-                   help="MoCA ablation: add the compressed keys' attention mass to the router score")
-    p.add_argument("--learned-comp-bias", action="store_true",
-                   help="MoCA ablation: learned per-head logit bias of the compressed keys")
     p.add_argument("--router-distill", type=nonneg_float, default=None, metavar="W",
                    help="weight of the router distillation loss KL(full-attention part mass || router); "
                         "default 0.5 for moca, 0 (off) otherwise")
@@ -296,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, default=20)
     p.add_argument("--guidance", type=nonneg_float, default=1.0)
     p.add_argument("--text", action="store_true", help="also condition on each test shape's description")
+    p.add_argument("--no-fidelity", action="store_true",
+                   help="skip category fidelity (its classifier is trained on the dataset's training shapes "
+                        "on first use and cached)")
     p.set_defaults(fn=_eval)
 
     p = sub.add_parser("bench-attention", help="time/memory of MoCA vs full/top-k/local attention vs P")

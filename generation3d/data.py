@@ -492,3 +492,10 @@ def param_to_box(params):
 def read_meta(data_dir: str | Path) -> dict:
     p = Path(data_dir) / "meta.json"
     return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def shape_cloud(parts_points, n: int = 1024, seed: int = 0) -> np.ndarray:
+    """Union of part clouds, subsampled to ``n`` points (area-agnostic, deterministic)."""
+    pts = np.concatenate([np.asarray(p) for p in parts_points])
+    rng = np.random.default_rng(seed)
+    return pts[rng.choice(len(pts), size=min(n, len(pts)), replace=False)]

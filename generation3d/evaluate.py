@@ -14,20 +14,15 @@ from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
 from common.errors import DataError
+from generation3d.classifier import N_POINTS, category_fidelity, get_classifier, predict, shape_cloud_fixed
+from generation3d.data import shape_cloud
+from generation3d.losses import chamfer_batch, collate, encode_parts, flow_errors
 
 DEFAULT_TAU = 0.05
 
 
 def _t(x) -> Tensor:
     return x if isinstance(x, Tensor) else torch.as_tensor(np.asarray(x), dtype=torch.float32)
-
-
-def chamfer_batch(a: Tensor, b: Tensor, exact: bool = False) -> Tensor:
-    """Squared Chamfer distance of batched clouds ``a (B,N,3)``, ``b (B,M,3)`` -> ``(B,)``.
-    ``exact`` computes differences directly (metrics) instead of the faster matmul expansion (training)."""
-    mode = "donot_use_mm_for_euclid_dist" if exact else "use_mm_for_euclid_dist_if_necessary"
-    d = torch.cdist(a, b, compute_mode=mode).pow(2)
-    return d.min(2).values.mean(1) + d.min(1).values.mean(1)
 
 
 def chamfer_distance(a, b) -> float:
@@ -110,13 +105,6 @@ def count_valid_parts(boxes: np.ndarray, min_size: float = 0.005, bound: float =
     return int(ok.sum())
 
 
-def shape_cloud(parts_points, n: int = 1024, seed: int = 0) -> np.ndarray:
-    """Union of part clouds, subsampled to ``n`` points (area-agnostic, deterministic)."""
-    pts = np.concatenate([np.asarray(p) for p in parts_points])
-    rng = np.random.default_rng(seed)
-    return pts[rng.choice(len(pts), size=min(n, len(pts)), replace=False)]
-
-
 def reconstruction_metrics(ae, ds, split: str = "test", tau: float = DEFAULT_TAU, max_parts: int = 2000) -> dict:
     """Part autoencoder on held-out parts: mean squared CD and F-score@tau in world coordinates."""
     from generation3d.data import from_canonical, to_canonical
@@ -132,21 +120,28 @@ def reconstruction_metrics(ae, ds, split: str = "test", tau: float = DEFAULT_TAU
 
 
 def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int = 20, tau: float = DEFAULT_TAU,
-                       guidance: float = 1.0, n_points: int = 1024, use_text: bool = False) -> dict:
+                       guidance: float = 1.0, n_points: int = 1024, use_text: bool = False,
+                       fidelity: bool = True, classifier: tuple | None = None) -> dict:
     """Generate one shape per test shape (same category and part count, seed ``seed + i``; with
     ``use_text`` also conditioned on the test shape's ``text.describe_shape``) and compare.
 
     Paired metrics: shape CD / F-score and Hungarian part CD / F-score against the test shape
     with the same request. Set metrics: COV / MMD / 1-NNA between the generated and test clouds.
     Also part-count accuracy (non-degenerate generated boxes == requested P) and penetration rate
-    (generated vs test). Returns a dict with all settings."""
+    (generated vs test). With ``fidelity``, category fidelity (``classifier.py``): the rate at
+    which the category classifier of ``ds`` (``classifier.get_classifier``, cached; or the given
+    ``(model, info)``) labels a generated shape with its requested category (``fidelity``), the
+    same rate for the paired test shapes (``fidelity_real``) and the classifier's accuracy on all
+    test shapes (``classifier_test_acc``), the fidelity per requested category
+    (``fidelity_by_category``) and the counts of the predicted categories (``predicted_categories``).
+    Returns a dict with all settings."""
     from generation3d.data import CATEGORIES
     from generation3d.text import describe_shape
 
     ids = ds.shape_ids("test", max_parts=pipe.gen.config.max_parts)[:n_shapes]
     if len(ids) == 0:
         raise DataError(f"no test shapes with at most {pipe.gen.config.max_parts} parts (the generator's trained maximum)")
-    rows, gen_clouds, ref_clouds = [], [], []
+    rows, gen_clouds, ref_clouds, fixed_gen, fixed_ref, requested = [], [], [], [], [], []
     for j, i in enumerate(ids):
         ref_pts, ref_boxes, cat = ds.shape(int(i))
         a, b = ds.offsets[i], ds.offsets[i + 1]
@@ -155,6 +150,10 @@ def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int =
         gc, rc = shape_cloud(g.points, n_points, seed), shape_cloud(ref_pts, n_points, seed)
         gen_clouds.append(gc)
         ref_clouds.append(rc)
+        if fidelity:
+            fixed_gen.append(shape_cloud_fixed(g.points, N_POINTS, seed + j))
+            fixed_ref.append(shape_cloud_fixed(ref_pts, N_POINTS, seed + j))
+            requested.append(cat)
         pm = part_metrics(list(g.points), list(ref_pts), tau)
         rows.append({
             "cd": chamfer_distance(gc, rc), "fscore": fscore(gc, rc, tau), **pm,
@@ -164,6 +163,14 @@ def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int =
     out = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
     out.update(set_metrics(gen_clouds, ref_clouds))
     out["part_count_acc"] = out.pop("count_ok")
+    if fidelity:
+        model, info = classifier if classifier is not None else get_classifier(ds)
+        req, pred = np.asarray(requested), predict(model, np.stack(fixed_gen))
+        out.update({"fidelity": category_fidelity(model, np.stack(fixed_gen), requested),
+                    "fidelity_real": category_fidelity(model, np.stack(fixed_ref), requested),
+                    "classifier_test_acc": info.get("test_accuracy"),
+                    "fidelity_by_category": {CATEGORIES[c]: float((pred[req == c] == c).mean()) for c in sorted(set(requested))},
+                    "predicted_categories": {CATEGORIES[c]: int((pred == c).sum()) for c in sorted(set(pred.tolist()))}})
     out.update({"n_shapes": int(len(ids)), "seed": seed, "steps": steps, "tau": tau, "guidance": guidance,
                 "n_points": n_points, "chamfer": "squared, sum of both directions", "attention": pipe.gen.config.attention,
                 "text_conditioned": use_text})
@@ -181,7 +188,6 @@ def heldout_flow_loss(pipe, ds, levels: tuple[float, ...] = FLOW_LEVELS, batch_s
     mean per part) at fixed noise levels ``s`` with fixed noise (``seed``), category and text kept.
     Returns ``{"loss": z + box, "z", "box", "z_by_level", "box_by_level", "levels", "n_shapes"}``."""
     from generation3d.text import shape_descriptions
-    from generation3d.train import collate, encode_parts, flow_errors
 
     gen = pipe.gen.eval()
     ids = np.array([i for i in range(len(ds)) if ds.n_parts(i) <= gen.config.max_parts], dtype=np.int64)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from common.errors import InputError
+from common.errors import CheckpointError, InputError
 from common.pretrained import PretrainedMixin, register_model
 from generation3d.attention import ATTENTION_KINDS, MoCAAttention, build_attention
 from generation3d.data import CATEGORIES
@@ -112,11 +112,6 @@ class GenConfig:
     attention: str = "moca"
     top_k: int = 4
     n_compressed: int = 2
-    # MoCA ablations, off by default (none improved held-out quality, see README "Closing the
-    # F-score gap"); keep the defaults off: checkpoints saved before the fields existed rely on them
-    proportional_attention: bool = False  # compressed keys get + log(T / C) (ToMe proportional attention)
-    route_on_compressed: bool = False  # add the compressed keys' attention mass to the router score
-    learned_comp_bias: bool = False  # learned per-head logit bias of the compressed keys
     # DeepSeek-V3.2 sparse-attention training recipe (training only, learned routers: moca / topk):
     # weight of the router distillation loss KL(full-attention part mass || router) and the fraction
     # of steps trained densely (k = P) first. None = the default: on for MoCA (README "Router
@@ -147,8 +142,24 @@ class GenConfig:
 
     @classmethod
     def from_dict(cls, config: dict) -> GenConfig:
-        """Config of a saved generator; the training-recipe fields it lacks (older checkpoints) are off."""
-        return cls(**{"router_distill": 0.0, "dense_warmup": 0.0, **config})
+        """Config of a saved generator; the training-recipe fields it lacks (older checkpoints) are
+        off; the fields of the removed MoCA variants must be off (``drop_removed_options``)."""
+        return cls(**{"router_distill": 0.0, "dense_warmup": 0.0, **drop_removed_options(config)})
+
+
+# MoCA variants removed from the product (none improved held-out quality; docs/experiments.md).
+# Checkpoints written while they existed (config version 1) hold them, all off unless opted in.
+REMOVED_OPTIONS = ("proportional_attention", "route_on_compressed", "learned_comp_bias")
+
+
+def drop_removed_options(config: dict) -> dict:
+    """``config`` without the removed variants' fields; CheckpointError when one of them is on
+    (that model cannot be rebuilt by this version)."""
+    on = [k for k in REMOVED_OPTIONS if config.get(k)]
+    if on:
+        raise CheckpointError(f"this generator was trained with the removed experimental option {on[0]!r} "
+                              "(see docs/experiments.md); retrain it without")
+    return {k: v for k, v in config.items() if k not in REMOVED_OPTIONS}
 
 
 def timestep_embedding(t: Tensor, dim: int) -> Tensor:
@@ -166,10 +177,7 @@ class DiTBlock(nn.Module):
         super().__init__()
         d = c.d_model
         self.norm1 = nn.LayerNorm(d, elementwise_affine=False)
-        # the two MoCA options act on compressed tokens only; the baselines are built without them
-        moca_kw = ({"proportional": c.proportional_attention, "route_on_compressed": c.route_on_compressed,
-                    "learned_comp_bias": c.learned_comp_bias} if c.attention == "moca" else {})
-        self.attn = build_attention(c.attention, d, c.n_heads, top_k=c.top_k, n_compressed=c.n_compressed, **moca_kw)
+        self.attn = build_attention(c.attention, d, c.n_heads, top_k=c.top_k, n_compressed=c.n_compressed)
         self.norm2 = nn.LayerNorm(d, elementwise_affine=False)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
         self.ada = nn.Linear(d, 6 * d)
@@ -188,7 +196,10 @@ class PartFlowTransformer(PretrainedMixin, nn.Module):
     long (``n_categories`` = null), n_parts (B,) long, valid (B,P) bool | None, text (B,d_text) |
     None, text_keep (B,) bool | None) -> (v_z, v_box)`` with the same shapes as ``z`` and ``box``.
     Rows of ``text`` with ``text_keep`` False (or all rows when ``text`` is None) use the null
-    text embedding."""
+    text embedding. Config version 2: the fields of the removed MoCA variants are gone
+    (``upgrade_config``)."""
+
+    config_version = 2
 
     def __init__(self, config: GenConfig | None = None):
         super().__init__()
@@ -258,6 +269,8 @@ class PartFlowTransformer(PretrainedMixin, nn.Module):
     def upgrade_config(cls, config: dict, from_version: int) -> dict:
         if from_version == 0:  # common.checkpoint wrote the GenConfig fields flat
             return {"config": asdict(GenConfig.from_dict(config))}
+        if from_version == 1:  # version 1 had the fields of the three removed MoCA variants
+            return {**config, "config": drop_removed_options(dict(config.get("config") or {}))}
         return super().upgrade_config(config, from_version)
 
     @classmethod

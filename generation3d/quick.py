@@ -62,7 +62,8 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, config
         res.update({"train_s": train_s, "final_loss": hist[-1]["loss"], "train_steps": cfg["gen_steps"]})
         results[attention] = res
         # train_s stays in eval.json only: the three runs are sequential, so load differences distort it
-        for metric in ("cd", "fscore", "part_fscore", "coverage", "mmd", "1nna", "part_count_acc", "pen_gen"):
+        for metric in ("cd", "fscore", "part_fscore", "coverage", "mmd", "1nna", "part_count_acc", "pen_gen", "fidelity",
+                       "classifier_test_acc"):
             rows.append({"method": attention, "metric": metric, "value": res[metric]})
     write_json(out / "eval.json", {"results": results, "config": cfg, "seed": seed, "ae": rec})
     pipes["moca"].save(out / "pipeline_moca")

@@ -1,20 +1,54 @@
-"""Training loops for the part autoencoder and the flow-matching generator."""
+"""Training of the part autoencoder and the flow-matching generator on the suite's Lightning
+engine (``common.engine``).
+
+Both are ``LightningModule`` s fitted by ``make_trainer`` for a fixed number of optimizer steps:
+AdamW, linear warm-up (5 % of the steps) then cosine decay to 0 (``warmup_cosine``, stepped per
+optimizer step), gradients clipped to norm 1, a NaN/Inf loss stops the run
+(``common.engine.TrainingDiverged``). Every random draw of the batches comes from a private
+``torch.Generator`` / ``numpy`` generator seeded with ``seed`` inside the batch stream, and the
+models are initialised right after ``make_trainer`` seeds the global RNGs, so a run repeats bit
+for bit. Checkpoints are written by the callers with the pipeline's save functions
+(``pipeline.save_autoencoder``, ``MoCAPipeline.save``); with ``run_dir`` Lightning's CSV log of
+the training loss goes to ``run_dir/logs``.
+
+* Autoencoder: batches of ``batch_size`` training parts drawn with replacement; loss = squared
+  Chamfer distance between the reconstruction and the part's points in its box frame.
+* Generator: batches of training shapes with similar part counts (``shape_batches``: sorted
+  buckets, shuffled order, reshuffled every pass), rectified-flow loss
+  (``losses.flow_matching_loss``); for MoCA the DeepSeek-V3.2 recipe: dense (k = P) for the first
+  ``config.dense_warmup`` of the steps and the router distillation loss with weight
+  ``config.router_distill`` throughout (README "Router distillation + dense warm-up").
+"""
 
 from __future__ import annotations
 
 import math
 import time
+import warnings
+from pathlib import Path
 
+import lightning.pytorch as L
 import numpy as np
 import torch
-from tqdm import tqdm
+from torch import Tensor
+from torch.utils.data import DataLoader, IterableDataset
 
+from common.engine import fit, make_trainer
 from common.errors import InputError
-from common.seed import seed_everything
-from generation3d.data import PartDataset, box_to_param, to_canonical
-from generation3d.evaluate import chamfer_batch
+from generation3d.data import PartDataset, to_canonical
+from generation3d.losses import (
+    chamfer_batch,
+    collate,
+    draw_flow_noise,
+    encode_parts,
+    flow_matching_loss,
+    latent_stats,
+)
 from generation3d.model import AEConfig, GenConfig, PartAutoencoder, PartFlowTransformer
 from generation3d.text import default_encoder, shape_descriptions
+
+GRAD_CLIP = 1.0  # max global gradient norm
+LOG_EVERY = 50  # history entries every this many steps (and the last)
 
 
 def warmup_cosine(opt: torch.optim.Optimizer, steps: int, warmup_frac: float = 0.05):
@@ -24,38 +58,83 @@ def warmup_cosine(opt: torch.optim.Optimizer, steps: int, warmup_frac: float = 0
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
 
 
+def _loader(batches: IterableDataset, seed: int) -> DataLoader:
+    # a private generator: the loader's base seed must not consume the global RNG
+    return DataLoader(batches, batch_size=None, generator=torch.Generator().manual_seed(seed))
+
+
+def _fit(trainer: L.Trainer, module: L.LightningModule) -> None:
+    with warnings.catch_warnings():  # the batch stream is sized on purpose
+        warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
+        fit(trainer, module, resume=False)
+
+
+def _trainer(run_dir, steps: int, seed: int, progress: bool) -> L.Trainer:
+    if steps < 1:
+        raise InputError(f"steps must be >= 1, got {steps}")
+    return make_trainer(run_dir, max_steps=steps, grad_clip=GRAD_CLIP, seed=seed, progress=progress,
+                        checkpoint=False, use_distributed_sampler=False, log_every_n_steps=LOG_EVERY)
+
+
+class PartBatches(IterableDataset):
+    """``steps`` batches ``(batch_size, M, 3)`` of rows of ``points (N, M, 3)`` drawn with
+    replacement by one ``torch.Generator`` seeded with ``seed``."""
+
+    def __init__(self, points: Tensor, batch_size: int, steps: int, seed: int) -> None:
+        self.points, self.batch_size, self.steps, self.seed = points, batch_size, steps, seed
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):
+        gen = torch.Generator().manual_seed(self.seed)
+        for _ in range(self.steps):
+            yield self.points[torch.randint(len(self.points), (self.batch_size,), generator=gen)]
+
+
+class AutoencoderModule(L.LightningModule):
+    """Squared-Chamfer reconstruction of part clouds ``(b, M, 3)`` (box frame) by ``model``;
+    AdamW (weight decay 1e-4) with ``warmup_cosine``. ``history``: ``{"step", "loss"}`` every
+    ``LOG_EVERY`` steps and at the last."""
+
+    def __init__(self, model: PartAutoencoder, points: Tensor, steps: int, batch_size: int, lr: float, seed: int):
+        super().__init__()
+        self.model, self.points = model, points
+        self.steps, self.batch_size, self.lr, self.seed = steps, batch_size, lr, seed
+        self.history: list[dict] = []
+
+    def train_dataloader(self) -> DataLoader:
+        return _loader(PartBatches(self.points, self.batch_size, self.steps, self.seed), self.seed)
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=1e-4)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": warmup_cosine(opt, self.steps), "interval": "step"}}
+
+    def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
+        loss = chamfer_batch(self.model(batch), batch).mean()
+        self.log("train_loss", loss.detach())
+        step = self.global_step
+        if step % LOG_EVERY == 0 or step == self.steps - 1:
+            self.history.append({"step": step, "loss": float(loss.detach())})
+        return loss
+
+
 def train_autoencoder(
     ds: PartDataset, config: AEConfig | None = None, steps: int = 300, batch_size: int = 64, lr: float = 2e-3,
-    seed: int = 0, progress: bool = False,
+    seed: int = 0, progress: bool = False, run_dir: str | Path | None = None,
 ) -> tuple[PartAutoencoder, list[dict]]:
-    """Fit the part AE on the training parts with the squared Chamfer loss. Returns (model, history)."""
-    gen = seed_everything(seed)
-    model = PartAutoencoder(config)
+    """Fit the part AE on the training parts with the squared Chamfer loss for ``steps`` steps.
+    ``run_dir``: where Lightning's CSV log goes (None: no files). Returns (model in eval mode,
+    history)."""
     idx = ds.part_indices("train")
+    if len(idx) == 0:
+        raise InputError("the dataset has no training parts")
+    trainer = _trainer(run_dir, steps, seed, progress)
+    model = PartAutoencoder(config)  # initialised after make_trainer seeded the RNGs
     pts = torch.from_numpy(to_canonical(ds.points[idx], ds.boxes[idx])).float()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
-    sched = warmup_cosine(opt, steps)
-    history = []
-    model.train()
-    for step in tqdm(range(steps), disable=not progress, desc="train-ae"):
-        b = pts[torch.randint(len(pts), (batch_size,), generator=gen)]
-        loss = chamfer_batch(model(b), b).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        if step % 50 == 0 or step == steps - 1:
-            history.append({"step": step, "loss": float(loss.detach())})
-    model.eval()
-    return model, history
-
-
-@torch.no_grad()
-def encode_parts(ae: PartAutoencoder, ds: PartDataset, batch_size: int = 512) -> torch.Tensor:
-    """Latents of every part in the dataset: (N_parts, T, d_z)."""
-    pts = torch.from_numpy(to_canonical(ds.points, ds.boxes)).float()
-    return torch.cat([ae.encode(pts[i : i + batch_size]) for i in range(0, len(pts), batch_size)])
+    module = AutoencoderModule(model, pts, steps, batch_size, lr, seed)
+    _fit(trainer, module)
+    return model.eval(), module.history
 
 
 def shape_batches(ds: PartDataset, ids: np.ndarray, batch_size: int, rng: np.random.Generator, max_tokens: int | None = None):
@@ -74,111 +153,93 @@ def shape_batches(ds: PartDataset, ids: np.ndarray, batch_size: int, rng: np.ran
     return batches
 
 
-def collate(ds: PartDataset, latents: torch.Tensor, ids, stats: dict, text: torch.Tensor | None = None) -> dict:
-    """Pad shapes to the largest P in the batch: z (B,P,T,dz), box (B,P,6) as standardised
-    ``box_to_param`` (centre, log size), valid (B,P); ``text (B, d_text)`` rows of the per-shape
-    embeddings ``text (S, d_text)`` when given."""
-    p_max = max(ds.n_parts(i) for i in ids)
-    t, dz = latents.shape[1:]
-    z = torch.zeros(len(ids), p_max, t, dz)
-    box = torch.zeros(len(ids), p_max, 6)
-    valid = torch.zeros(len(ids), p_max, dtype=torch.bool)
-    for j, i in enumerate(ids):
-        a, b = ds.offsets[i], ds.offsets[i + 1]
-        z[j, : b - a] = (latents[a:b] - stats["z_mean"]) / stats["z_std"]
-        box[j, : b - a] = (box_to_param(torch.from_numpy(ds.boxes[a:b])) - stats["box_mean"]) / stats["box_std"]
-        valid[j, : b - a] = True
-    return {
-        "z": z, "box": box, "valid": valid, "category": torch.from_numpy(ds.category[ids]).long(),
-        "n_parts": valid.sum(1), "text": None if text is None else text[torch.as_tensor(ids)],
-    }
+class ShapeBatches(IterableDataset):
+    """``steps`` flow-matching batches: ``collate`` of the ``shape_batches`` of ``ids`` (order
+    from ``np.random.default_rng(seed)``, reshuffled every pass over the shapes) plus
+    ``"noise"``, the step's ``draw_flow_noise`` from one ``torch.Generator`` seeded with ``seed``."""
+
+    def __init__(self, ds: PartDataset, ids: np.ndarray, latents: Tensor, stats: dict, text: Tensor | None,
+                 batch_size: int, max_tokens: int | None, steps: int, seed: int) -> None:
+        self.ds, self.ids, self.latents, self.stats, self.text = ds, ids, latents, stats, text
+        self.batch_size, self.max_tokens, self.steps, self.seed = batch_size, max_tokens, steps, seed
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):
+        rng, gen = np.random.default_rng(self.seed), torch.Generator().manual_seed(self.seed)
+        step = 0
+        while step < self.steps:
+            for ids_b in shape_batches(self.ds, self.ids, self.batch_size, rng, self.max_tokens):
+                if step >= self.steps:
+                    break
+                batch = collate(self.ds, self.latents, ids_b, self.stats, self.text)
+                batch["noise"] = draw_flow_noise(batch, gen)
+                yield batch
+                step += 1
 
 
-def latent_stats(ds: PartDataset, latents: torch.Tensor) -> dict:
-    """Per-channel mean / std of the training parts' latents and box parameters (centre, log size)."""
-    idx = torch.from_numpy(ds.part_indices("train"))
-    z, box = latents[idx], box_to_param(torch.from_numpy(ds.boxes[idx.numpy()]))
-    return {
-        "z_mean": z.mean((0, 1)), "z_std": z.std((0, 1)).clamp(min=1e-4),
-        "box_mean": box.mean(0), "box_std": box.std(0).clamp(min=1e-4),
-    }
+class GeneratorModule(L.LightningModule):
+    """Rectified-flow training of ``model`` on ``ShapeBatches``; AdamW (no weight decay) with
+    ``warmup_cosine``; MoCA's dense warm-up and router distillation per step (module docstring).
+    ``history``: ``{"step", "loss", "time_s"[, "router_distill"]}`` every ``LOG_EVERY`` steps and
+    at the last (``loss`` without the distillation term)."""
 
+    def __init__(self, model: PartFlowTransformer, batches: ShapeBatches, steps: int, lr: float, seed: int):
+        super().__init__()
+        self.model, self.batches, self.steps, self.lr, self.seed = model, batches, steps, lr, seed
+        cfg = model.config
+        self.distill, self.n_dense = cfg.router_distill > 0, int(round(cfg.dense_warmup * steps))
+        self.history: list[dict] = []
+        self.t0 = time.perf_counter()
 
-def flow_errors(
-    model: PartFlowTransformer, batch: dict, s: torch.Tensor, ez: torch.Tensor, eb: torch.Tensor,
-    cat: torch.Tensor, text_keep: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-part squared velocity errors ``(B, P)`` of latents and boxes at noise levels ``s (B,)``
-    with noise ``ez, eb``: ``x_s = (1 - s) x_0 + s eps`` and target ``eps - x_0`` (rectified flow)."""
-    z0, box0 = batch["z"], batch["box"]
-    zs = (1 - s[:, None, None, None]) * z0 + s[:, None, None, None] * ez
-    bs = (1 - s[:, None, None]) * box0 + s[:, None, None] * eb
-    vz, vb = model(zs, bs, s * 1000, cat, batch["n_parts"], batch["valid"], batch.get("text"), text_keep)
-    return ((vz - (ez - z0)) ** 2).mean((2, 3)), ((vb - (eb - box0)) ** 2).mean(2)
+    def train_dataloader(self) -> DataLoader:
+        return _loader(self.batches, self.seed)
 
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=0.0)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": warmup_cosine(opt, self.steps), "interval": "step"}}
 
-def flow_matching_loss(model: PartFlowTransformer, batch: dict, gen: torch.Generator, null_prob: float = 0.1) -> torch.Tensor:
-    """Rectified-flow loss ``|| v_theta(x_s, s) - (eps - x_0) ||^2`` over valid parts,
-    ``x_s = (1 - s) x_0 + s eps``, ``s ~ logit-normal`` (as in SD3). Category and text are each
-    dropped to their null embedding with probability ``null_prob`` (for CFG / unconditional)."""
-    z0, box0, valid = batch["z"], batch["box"], batch["valid"]
-    b = z0.shape[0]
-    s = torch.sigmoid(torch.randn(b, generator=gen))
-    ez, eb = torch.randn(z0.shape, generator=gen), torch.randn(box0.shape, generator=gen)
-    cat = batch["category"].clone()
-    drop = torch.rand(b, generator=gen) < null_prob
-    cat[drop] = model.config.n_categories
-    text_keep = torch.rand(b, generator=gen) >= null_prob
-    err_z, err_b = flow_errors(model, batch, s, ez, eb, cat, text_keep)
-    m = valid.float()
-    return ((err_z + err_b) * m).sum() / m.sum()
+    def on_train_start(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        step = self.global_step
+        if self.distill or self.n_dense:
+            self.model.set_sparse_training(distill=self.distill, dense=step < self.n_dense)
+        noise = batch.pop("noise")
+        loss = flow_matching_loss(self.model, batch, noise)
+        aux = self.model.router_distill_loss() if self.distill else None
+        self.log("train_loss", loss.detach())
+        if step % LOG_EVERY == 0 or step == self.steps - 1:
+            self.history.append({"step": step, "loss": float(loss.detach()), "time_s": time.perf_counter() - self.t0,
+                                 **({} if aux is None else {"router_distill": float(aux.detach())})})
+        return loss if aux is None else loss + self.model.config.router_distill * aux
+
+    def on_train_end(self) -> None:
+        if self.distill or self.n_dense:
+            self.model.set_sparse_training(False, False)
 
 
 def train_generator(
     ds: PartDataset, ae: PartAutoencoder, config: GenConfig | None = None, steps: int = 300, batch_size: int = 16,
     lr: float = 1e-3, seed: int = 0, progress: bool = False, max_tokens: int = 512, text_encoder=None,
+    run_dir: str | Path | None = None,
 ) -> tuple[PartFlowTransformer, dict, list[dict]]:
     """Train on training shapes with at most ``config.max_parts`` parts, conditioned on category,
     part count and the MiniLM embedding of each shape's description (``text.describe_shape``;
-    ``text_encoder`` defaults to ``text.default_encoder()``). Returns (model, stats, history)."""
-    gen = seed_everything(seed)
-    rng = np.random.default_rng(seed)
+    ``text_encoder`` defaults to ``text.default_encoder()``). ``run_dir``: where Lightning's CSV
+    log goes (None: no files). Returns (model in eval mode, latent stats as lists, history)."""
     config = config or GenConfig()
     ids = ds.shape_ids("train", max_parts=config.max_parts)
     if len(ids) == 0:
         raise InputError(f"no training shapes with at most {config.max_parts} parts (raise --max-parts)")
+    trainer = _trainer(run_dir, steps, seed, progress)
     latents = encode_parts(ae, ds)
     stats = latent_stats(ds, latents)
     text = torch.from_numpy((text_encoder or default_encoder()).encode(shape_descriptions(ds)))
-    model = PartFlowTransformer(config)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = warmup_cosine(opt, steps)
-    history, step, t0 = [], 0, time.perf_counter()
-    # DeepSeek-V3.2 recipe (off by default): dense (k = P) for the first n_dense steps, router
-    # distillation loss with weight config.router_distill throughout
-    distill, n_dense = config.router_distill > 0, int(round(config.dense_warmup * steps))
-    model.train()
-    pbar = tqdm(total=steps, disable=not progress, desc=f"train-{config.attention}")
-    while step < steps:
-        for ids_b in shape_batches(ds, ids, batch_size, rng, max_tokens):
-            if step >= steps:
-                break
-            if distill or n_dense:
-                model.set_sparse_training(distill=distill, dense=step < n_dense)
-            loss = flow_matching_loss(model, collate(ds, latents, ids_b, stats, text), gen)
-            aux = model.router_distill_loss() if distill else None
-            opt.zero_grad(set_to_none=True)
-            (loss if aux is None else loss + config.router_distill * aux).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            if step % 50 == 0 or step == steps - 1:
-                history.append({"step": step, "loss": float(loss.detach()), "time_s": time.perf_counter() - t0,
-                                **({} if aux is None else {"router_distill": float(aux.detach())})})
-            step += 1
-            pbar.update(1)
-    pbar.close()
-    if distill or n_dense:
-        model.set_sparse_training(False, False)
-    model.eval()
-    return model, {k: v.tolist() for k, v in stats.items()}, history
+    model = PartFlowTransformer(config)  # initialised after make_trainer seeded the RNGs
+    batches = ShapeBatches(ds, ids, latents, stats, text, batch_size, max_tokens, steps, seed)
+    module = GeneratorModule(model, batches, steps, lr, seed)
+    _fit(trainer, module)
+    return model.eval(), {k: v.tolist() for k, v in stats.items()}, module.history

@@ -289,6 +289,9 @@ CASES: list[tuple[str, str]] = [
     ("moca", "eval --ckpt {d}/ckpt --n 0"),
     ("moca", "eval --ckpt {d}/ckpt --guidance inf"),
     ("moca", "eval --ckpt {d}/ckpt --out {d}/existing.json"),
+    ("moca", "eval --ckpt {d}/ckpt --no-fidelity --n -1"),
+    ("moca", "train --ae {d}/missing_ae --proportional --out {d}/new_run"),  # a removed MoCA variant
+    ("moca", "eval --ckpt {d}/ckpt --no-fidelity --out {d}/existing.json"),
     ("moca", "flow-loss --ckpt {d}/ckpt --out {d}/afile/f.json"),
     ("moca", "flow-loss --ckpt {d}/ckpt --data-dir {d}/parts --out {d}/new.json"),
     ("moca", "bench-attention --parts 8,0 --out {d}/new_bench"),

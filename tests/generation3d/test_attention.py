@@ -1,6 +1,5 @@
 """MoCA attention: equivalence with full attention at k = P, routing, compression, gradients."""
 
-import math
 
 import pytest
 import torch
@@ -150,92 +149,3 @@ def test_build_attention_rejects_unknown_kind_and_bad_heads():
         build_attention("dense", 16, 2)
     with pytest.raises(ValueError, match="divisible"):
         FullAttention(10, 3)
-
-
-def test_proportional_compressed_keys_reproduce_full_attention_on_constant_components():
-    """If every component's T tokens are equal, a chunk-mean compressed token equals them, and
-    C keys with + log(T/C) carry the softmax mass of the T full keys: MoCA with any k is then
-    exactly full attention; without the bias the compressed components are under-weighted."""
-    torch.manual_seed(0)
-    full = FullAttention(16, 2).double()
-    tok = torch.randn(2, 6, 1, 16, dtype=torch.float64)
-    x = tok.expand(-1, -1, 8, -1).contiguous()
-    for train in (False, True):
-        for proportional, matches in ((True, True), (False, False)):
-            m = _copy(MoCAAttention(16, 2, top_k=2, n_compressed=2, compression="chunk", proportional=proportional), full)
-            y = m.double().train(train)(x)
-            assert torch.allclose(y, full(x), atol=1e-12, rtol=0) == matches
-
-
-def test_proportional_bias_keeps_padding_masked():
-    torch.manual_seed(0)
-    m = MoCAAttention(16, 2, top_k=2, n_compressed=2, proportional=True).double().eval()
-    x, boxes = torch.randn(1, 6, 4, 16, dtype=torch.float64), torch.rand(1, 6, 6, dtype=torch.float64)
-    valid = torch.tensor([[1, 1, 1, 1, 0, 0]], dtype=torch.bool)
-    y = m(x, boxes, valid)
-    x2 = x.clone()
-    x2[:, 4:] = torch.randn(1, 2, 4, 16, dtype=torch.float64) * 10
-    boxes2 = boxes.clone()
-    boxes2[:, 4:] = torch.rand(1, 2, 6, dtype=torch.float64)
-    # padding parts change nothing for the valid ones (their keys are masked after the bias is added)
-    torch.testing.assert_close(m(x2, boxes2, valid)[valid], y[valid], atol=1e-12, rtol=0)
-
-
-def test_route_on_compressed_picks_the_component_the_queries_attend_to():
-    """Router zeroed (all its scores tie, so it alone picks the lowest indices); W_q = W_k = I and
-    constant components u_j: the compressed importance of j for p is largest where <u_p, u_j> is."""
-    d = 8
-    x = torch.zeros(1, 5, 4, d)
-    x[0, :, :, :] = 0.1 * torch.eye(d)[:5, None, :]  # u_j = 0.1 e_j: nearly orthogonal components
-    x[0, 3] = 3.0 * torch.eye(d)[0]  # component 3 points along component 0's query
-    for on, expected in ((False, [0, 1]), (True, [0, 3])):
-        m = MoCAAttention(d, 2, top_k=2, n_compressed=2, compression="chunk", route_on_compressed=on).eval()
-        with torch.no_grad():
-            for lin in (m.router.to_q, m.router.to_k):
-                lin.weight.zero_()
-                lin.bias.zero_()
-            m.qkv.weight.zero_()
-            m.qkv.bias.zero_()
-            m.qkv.weight[:d] = torch.eye(d)
-            m.qkv.weight[d : 2 * d] = torch.eye(d)
-        m(x)
-        assert m.last_selection["indices"][0, 0].tolist() == expected
-
-
-@pytest.mark.parametrize("proportional", [False, True])
-def test_learned_compressed_bias_gradient_matches_autograd_reference(monkeypatch, proportional):
-    """The fused backward's d loss / d beta (one extra flash call) equals plain autograd through
-    SDPA with the bias in the mask, with and without padding."""
-    torch.manual_seed(0)
-    m = MoCAAttention(16, 2, top_k=2, n_compressed=2, gather_budget=0.3, proportional=proportional,
-                      learned_comp_bias=True).double().train()
-    with torch.no_grad():
-        m.comp_logit_bias.copy_(torch.tensor([0.7, -1.3]))
-    x = torch.randn(2, 6, 4, 16, dtype=torch.float64, requires_grad=True)
-    boxes = torch.rand(2, 6, 6, dtype=torch.float64)
-    for valid in (None, torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]], dtype=torch.bool)):
-        def run(valid=valid):
-            y = m(x, boxes, valid)
-            return y, torch.autograd.grad((y + y.square()).sum(), [x, m.comp_logit_bias, m.qkv.weight])
-
-        y, g = run()
-        with monkeypatch.context() as mp:
-            mp.setattr(A.GatheredAttention, "apply", A.gathered_attention_reference)
-            y_ref, g_ref = run()
-        torch.testing.assert_close(y, y_ref, atol=1e-12, rtol=0)
-        assert g[1].abs().min() > 0
-        for a, b in zip(g, g_ref, strict=True):
-            torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
-
-
-def test_compressed_bias_shifts_mass_like_a_logit_offset():
-    """beta = log 2 on the compressed keys is the same as duplicating every compressed key/value."""
-    torch.manual_seed(0)
-    m = MoCAAttention(16, 2, top_k=2, n_compressed=1, proportional=False, learned_comp_bias=True).double().eval()
-    m2 = MoCAAttention(16, 2, top_k=2, n_compressed=2, proportional=False).double().eval()
-    m2.load_state_dict({k: v for k, v in m.state_dict().items() if k != "compressor.queries"}, strict=False)
-    with torch.no_grad():
-        m.comp_logit_bias.fill_(math.log(2.0))
-        m2.compressor.queries.copy_(m.compressor.queries.expand(2, -1))  # two identical compressed tokens
-    x, boxes = torch.randn(1, 5, 4, 16, dtype=torch.float64), torch.rand(1, 5, 6, dtype=torch.float64)
-    torch.testing.assert_close(m(x, boxes), m2(x, boxes), atol=1e-12, rtol=0)

@@ -7,7 +7,8 @@ import pytest
 from generation3d.cli import main
 
 
-def test_cli_end_to_end(tmp_path, capsys):
+def test_cli_end_to_end(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MOE_APPS_CACHE", str(tmp_path / "cache"))  # the category classifier is cached there
     data, ae, run = tmp_path / "data", tmp_path / "ae", tmp_path / "run"
     assert main(["build-data", "--out", str(data), "--per-category", "3", "--scenes", "1", "--points", "64",
                  "--scene-parts", "20"]) == 0
@@ -25,9 +26,12 @@ def test_cli_end_to_end(tmp_path, capsys):
                  "--out", str(tmp_path / "e.json")]) == 0
     res = json.loads((tmp_path / "e.json").read_text())
     assert {"cd", "fscore", "part_fscore", "coverage", "mmd", "1nna", "part_count_acc", "pen_gen"} <= set(res)
+    assert 0 <= res["fidelity"] <= 1 and 0 <= res["classifier_test_acc"] <= 1
+    assert sum(res["predicted_categories"].values()) == res["n_shapes"] and set(res["fidelity_by_category"]) <= {
+        "chair", "table", "shelf", "lamp", "scene"}
+    assert len(list((tmp_path / "cache" / "generation3d" / "classifier").iterdir())) == 1
     assert main(["train", "--data-dir", str(data), "--ae", str(ae), "--out", str(tmp_path / "run2"), "--steps", "1",
-                 "--max-parts", "40", "--d-model", "32", "--layers", "1", "--threads", "1", "--proportional",
-                 "--route-on-compressed", "--learned-comp-bias"]) == 0
+                 "--max-parts", "40", "--d-model", "32", "--layers", "1", "--threads", "1"]) == 0
     assert main(["flow-loss", "--ckpt", str(tmp_path / "run2"), "--data-dir", str(data), "--out", str(tmp_path / "f.json")]) == 0
     assert "held-out flow loss" in capsys.readouterr().out
     assert json.loads((tmp_path / "f.json").read_text())["loss"] > 0
@@ -88,6 +92,7 @@ def test_run_quick_tiny_config(tmp_path, monkeypatch):
     rows = run_quick(tmp_path, None, seed=0, config=tiny)
     assert {"app", "task", "method", "metric", "value", "split", "seed"} <= set(rows[0])
     assert {r["method"] for r in rows} >= {"moca", "full", "topk", "part_ae"}
+    assert {"fidelity", "classifier_test_acc"} <= {r["metric"] for r in rows if r["method"] == "moca"}
     assert (tmp_path / "generation3d.csv").is_file() and (tmp_path / "generation3d" / "scene_64parts.glb").is_file()
     assert (tmp_path / "generation3d" / "text_chair_9parts.png").is_file()
     assert (tmp_path / "cache" / "generation3d" / "demo_model" / "generator" / "config.json").is_file()

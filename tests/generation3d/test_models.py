@@ -169,32 +169,35 @@ def test_training_with_too_small_max_parts_is_a_clear_error(tiny_data, tiny_pipe
     assert "divisible" in capsys.readouterr().err
 
 
-def test_moca_ablation_options_round_trip_and_older_configs_load_with_them_off(tiny_pipeline, tmp_path):
+def test_checkpoints_with_the_removed_moca_variants_load_when_they_were_off(tiny_pipeline, tmp_path):
+    """Config version 1 held the fields of the three removed MoCA variants (all False unless opted
+    in), format 1 the flat GenConfig: both load with the fields dropped, to the same outputs; a
+    model trained with a removed variant on is a one-line CheckpointError."""
     import json
     import shutil
-    torch.manual_seed(0)
-    cfg = GenConfig(n_latents=4, d_latent=3, max_parts=10, d_model=16, n_heads=2, n_layers=2, top_k=2,
-                    proportional_attention=True, route_on_compressed=True, learned_comp_bias=True)
-    model = PartFlowTransformer(cfg)
-    for p in model.parameters():
-        p.data.add_(0.01 * torch.randn_like(p))
-    model.eval()
-    assert model.blocks[0].attn.comp_logit_bias.shape == (2,)
-    args = (torch.randn(2, 7, 4, 3), torch.randn(2, 7, 6), torch.tensor([10.0, 900.0]), torch.tensor([0, 5]),
+
+    from common.errors import CheckpointError
+
+    new = MoCAPipeline.load(tiny_pipeline).gen
+    args = (torch.randn(2, 7, 4, 4), torch.randn(2, 7, 6), torch.tensor([10.0, 900.0]), torch.tensor([0, 2]),
             torch.tensor([7, 5]), torch.tensor([[1] * 7, [1] * 5 + [0] * 2], dtype=torch.bool))
-    model.save_pretrained(tmp_path / "new")
-    clone = PartFlowTransformer.from_pretrained(tmp_path / "new")
-    for a, b in zip(model(*args), clone(*args), strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
-    # a generator saved (by common.checkpoint, format 1) before the options existed has none of the keys:
-    # it loads with all of them off
-    old = tmp_path / "old"
-    shutil.copytree(tiny_pipeline, old)
-    meta = old / "generator" / "config.json"
-    d = json.loads(meta.read_text())
-    d = {"format_version": 1, "config": d["config"]["config"], "extra": d["extra"]}
-    for key in ("proportional_attention", "route_on_compressed", "learned_comp_bias"):
-        d["config"].pop(key)
-    meta.write_text(json.dumps(d))
-    c = MoCAPipeline.load(old).gen.config
-    assert not (c.proportional_attention or c.route_on_compressed or c.learned_comp_bias)
+    removed = {"proportional_attention": False, "route_on_compressed": False, "learned_comp_bias": False}
+    for fmt in (1, 2):
+        old = tmp_path / f"v{fmt}"
+        shutil.copytree(tiny_pipeline, old)
+        meta = old / "generator" / "config.json"
+        d = json.loads(meta.read_text())
+        if fmt == 1:
+            d = {"format_version": 1, "config": {**d["config"]["config"], **removed}, "extra": d["extra"]}
+        else:
+            d["config_version"] = 1
+            d["config"]["config"].update(removed)
+        meta.write_text(json.dumps(d))
+        loaded = MoCAPipeline.load(old).gen
+        for a, b in zip(new(*args), loaded(*args), strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        cfg_key = d["config"] if fmt == 1 else d["config"]["config"]
+        cfg_key["learned_comp_bias"] = True
+        meta.write_text(json.dumps(d))
+        with pytest.raises(CheckpointError, match="removed experimental option 'learned_comp_bias'"):
+            MoCAPipeline.load(old)
