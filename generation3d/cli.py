@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sample", help="generate one shape and export it")
     add_common_args(p, out_default="sample.glb")
     p.add_argument("--ckpt", required=True)
-    p.add_argument("--category", default="chair", help="chair, table, shelf, lamp, scene or none")
+    p.add_argument("--category", default="chair", help="a category the model was trained on (chair, table, shelf, lamp, scene, sofa, bed) or none")
     p.add_argument("--parts", type=positive_int, default=8)
     p.add_argument("--steps", type=positive_int, default=25)
     p.add_argument("--guidance", type=nonneg_float, default=1.0)
