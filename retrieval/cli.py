@@ -119,6 +119,11 @@ def _parser() -> argparse.ArgumentParser:
     bn.add_argument(
         "--search-threads", type=positive_int, default=1, help="threads for both NumPy (BLAS) and faiss (default 1)"
     )
+    bn.add_argument(
+        "--json",
+        default=None,
+        help="also write the rows (and the command's settings) to this JSON file, e.g. for docs/results/",
+    )
     bn.add_argument("--seed", type=seed_int, default=0)
     add_overwrite_arg(bn)
     return p
@@ -233,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
 
         methods = resolve_methods(args.methods)
         out = Path(args.out)
-        check_outputs(dirs=[out], inputs=[args.root], overwrite=args.overwrite)
+        rows, search_rows = None, None
+        check_outputs(files=[args.json], dirs=[out], inputs=[args.root], overwrite=args.overwrite)
         if not args.search_only and args.phase1_epochs + args.phase2_epochs == 0:
             raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
         if not args.search_only:
@@ -242,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                 from .data import BuildConfig, build_benchmark
 
                 build_benchmark(root, BuildConfig(seed=args.seed))
-            run_retrieval_bench(
+            rows = run_retrieval_bench(
                 root,
                 out,
                 args.variants,
@@ -252,13 +258,16 @@ def main(argv: list[str] | None = None) -> int:
                 seed=args.seed,
             )
         if args.search or args.search_only:
-            run_search_bench(
+            search_rows = run_search_bench(
                 out,
                 n=args.search_n,
                 n_queries=args.search_queries,
                 threads=args.search_threads,
                 seed=args.seed,
             )
+        if args.json:
+            config = {k: v for k, v in vars(args).items() if k not in ("cmd", "json", "overwrite")}
+            write_json(Path(args.json), {"config": config, "rows": rows, "search": search_rows})
         return 0
     return 2  # pragma: no cover
 

@@ -333,6 +333,7 @@ CASES: list[tuple[str, str]] = [
     ("moa3cir", "bench --search-only --search-queries 0 --out {d}/new_bench"),
     ("moa3cir", "bench --search-only --search-threads 0 --out {d}/new_bench"),
     ("moa3cir", "bench --out {d}/full"),
+    ("moa3cir", "bench --search-only --out {d}/new_bench --json {d}/existing.json"),
     ("moa3cir", "bench --phase1-epochs 0 --phase2-epochs 0 --out {d}/new_bench"),
     # --- mixscent
     ("mixscent", "pretrain --epochs 0 --encoder {d}/new_enc"),

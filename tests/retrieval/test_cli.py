@@ -120,9 +120,10 @@ def test_bench_methods_subset_and_bad_method(tiny_bench, cached_env, tmp_path, c
     out = tmp_path / "bench"
     argv = ["bench", "--root", str(root), "--out", str(out), "--variants", "controlled"]
     argv += ["--phase1-epochs", "0", "--phase2-epochs", "1", "--methods", "no-routing", "image-only"]
-    assert main(argv) == 0
+    assert main([*argv, "--json", str(tmp_path / "rows.json")]) == 0
     rows = json.loads((out / "retrieval_bench.json").read_text())
     assert [r["method"] for r in rows] == ["MoA3CIR w/o routing (uniform groups)", "image-only"]
+    assert json.loads((tmp_path / "rows.json").read_text())["rows"] == rows
     assert all(r["split"] == "test" and r["seed"] == 0 for r in rows)
     assert main(["bench", "--root", str(root), "--out", str(tmp_path / "b2"), "--methods", "nope"]) == 2
     assert "unknown method 'nope'" in capsys.readouterr().err and not (tmp_path / "b2").exists()
@@ -168,6 +169,19 @@ def test_search_bench_small(tmp_path):
         == 0
     )
     assert json.loads((out / "search_bench.json").read_text())[0]["n"] == 1100
+    # --json writes the same rows plus the settings; an existing file is kept without --overwrite
+    res = tmp_path / "res.json"
+    argv = ["bench", "--search-only", "--search-n", "1100", "--search-queries", "5"]
+    argv += ["--out", str(tmp_path / "c2")]
+    assert main([*argv, "--json", str(res)]) == 0
+    doc = json.loads(res.read_text())
+    assert doc["rows"] is None
+    assert doc["search"] == json.loads((tmp_path / "c2" / "search_bench.json").read_text())
+    assert doc["config"]["search_n"] == 1100 and doc["config"]["search_queries"] == 5
+    assert doc["config"]["out"] == str(tmp_path / "c2") and "json" not in doc["config"]
+    res.write_text("keep")
+    assert main([*argv[:-1], str(tmp_path / "c3"), "--json", str(res)]) == 2
+    assert res.read_text() == "keep" and not (tmp_path / "c3").exists()
 
 
 def test_numpy_topk_partition_and_sort_agree_with_a_hand_ranking():
