@@ -41,15 +41,12 @@ knows, corrupt, missing or of another model is a one-line ``CheckpointError``.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import inspect
 import json
 import math
 import os
-import stat
-import tempfile
 import types
 import typing
 import uuid
@@ -62,6 +59,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 
 from common.errors import CheckpointError
+from common.io import atomic_write, dumps_json
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -194,6 +192,9 @@ class PretrainedMixin:
     model_type: ClassVar[str]
     app: ClassVar[str]
     config_version: ClassVar[int] = 1
+    # the constructor argument that a ``common.checkpoint`` (config version 0) checkpoint's flat
+    # config fills, for models built from one config dataclass; None: no such checkpoints exist
+    legacy_config_arg: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -213,7 +214,10 @@ class PretrainedMixin:
     @classmethod
     def upgrade_config(cls, config: dict[str, Any], from_version: int) -> dict[str, Any]:
         """Convert a config of ``config_version`` ``from_version`` (0: a ``common.checkpoint``
-        format-1 checkpoint) to the current one. The default knows no older version."""
+        format-1 checkpoint) to the current one. The default reads version 0 as the flat fields of
+        ``legacy_config_arg`` when the class names one, and knows no other older version."""
+        if from_version == 0 and cls.legacy_config_arg is not None:
+            return {cls.legacy_config_arg: config}
         raise CheckpointError(
             f"this {cls.app} '{cls.model_type}' checkpoint has config version {from_version}, which this "
             f"version (config version {cls.config_version}) cannot read; retrain the model"
@@ -251,13 +255,12 @@ class PretrainedMixin:
     # -- save / load
     def save_pretrained(self, path_dir: str | os.PathLike, extra: dict[str, Any] | None = None) -> Path:
         """Write ``model.safetensors`` + ``config.json`` into the directory ``path_dir`` (created);
-        returns it. Both files are written to temporary files first and then replaced one
-        right after the other; their shared ``weights_id`` makes a torn pair a CheckpointError."""
+        returns it. Each file is written with :func:`common.io.atomic_write` (kept permissions, no
+        temp file left behind), both before either replaces its target: the weights are replaced,
+        then the config. Their shared ``weights_id`` makes a torn pair a CheckpointError."""
         cls = type(self)
         if "model_type" not in vars(cls):
             raise TypeError(f"{cls.__qualname__} is not registered: decorate it with @register_model(name)")
-        from common.io import _jsonable
-
         tensors, state = self.checkpoint_state()
         weights_id = uuid.uuid4().hex
         meta = {
@@ -266,28 +269,22 @@ class PretrainedMixin:
             "model_type": cls.model_type,
             "config_version": cls.config_version,
             "config": self.pretrained_config,
-            "extra": _jsonable(extra or {}),
+            "extra": extra or {},
             "weights_id": weights_id,
         }
         if state:
-            meta["state"] = _jsonable(state)
-        text = json.dumps(meta, indent=2, allow_nan=False) + "\n"
+            meta["state"] = state
+        text = dumps_json(meta, indent=2) + "\n"
         blob = safetensors_bytes(_detached(tensors), metadata={"weights_id": weights_id})
         path = Path(path_dir)
         if path.exists() and not path.is_dir():
             raise CheckpointError(f"cannot save a checkpoint to {path}: it exists and is not a directory")
-        path.mkdir(parents=True, exist_ok=True)
-        staged: list[tuple[str, Path]] = []
-        try:
-            staged.append((_stage(path / WEIGHTS, blob), path / WEIGHTS))
-            staged.append((_stage(path / CONFIG, text.encode("utf-8")), path / CONFIG))
-            for tmp, target in staged:
-                os.replace(tmp, target)
-        except BaseException:
-            for tmp, _ in staged:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-            raise
+        # the inner block (weights) is replaced first, the outer (config) right after; an error in
+        # either removes both temporary files
+        with atomic_write(path / CONFIG, "w", encoding="utf-8") as config_file, \
+                atomic_write(path / WEIGHTS, "wb") as weights_file:
+            config_file.write(text)
+            weights_file.write(blob)
         return path
 
     @classmethod
@@ -424,24 +421,6 @@ def _detached(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         seen.add(key)
         out[k] = t
     return out
-
-
-def _stage(target: Path, data: bytes) -> str:
-    """Write ``data`` to a synced temporary file beside ``target`` (with ``target``'s permissions
-    when it exists); returns its name. Removed on error."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if target.exists():
-            os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return tmp
 
 
 def _read_weights(info: CheckpointInfo) -> dict[str, torch.Tensor]:
