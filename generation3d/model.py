@@ -53,6 +53,8 @@ class AEConfig:
 class PartAutoencoder(PretrainedMixin, nn.Module):
     """Point cloud of one part -> T latent tokens -> point cloud (see module docstring)."""
 
+    legacy_config_arg = "config"  # common.checkpoint wrote the AEConfig fields flat
+
     def __init__(self, config: AEConfig | None = None):
         super().__init__()
         self.config = c = config or AEConfig()
@@ -83,12 +85,6 @@ class PartAutoencoder(PretrainedMixin, nn.Module):
 
     def forward(self, points: Tensor) -> Tensor:
         return self.decode(self.encode(points))
-
-    @classmethod
-    def upgrade_config(cls, config: dict, from_version: int) -> dict:
-        if from_version == 0:  # common.checkpoint wrote the AEConfig fields flat
-            return {"config": config}
-        return super().upgrade_config(config, from_version)
 
     @classmethod
     def tiny_example(cls):

@@ -47,6 +47,8 @@ class MolEncoder(PretrainedMixin, nn.Module):
     Input: PyG batch with ``x (n_atoms, ATOM_DIM)``, ``edge_index (2, E)``,
     ``edge_attr (E, BOND_DIM)``, ``batch (n_atoms,)``. Output: ``(n_mols, emb_dim)``."""
 
+    legacy_config_arg = "cfg"  # common.checkpoint wrote the config fields flat
+
     def __init__(self, cfg: MolEncoderConfig):
         super().__init__()
         self.cfg = cfg
@@ -73,12 +75,6 @@ class MolEncoder(PretrainedMixin, nn.Module):
             )
         pooled = torch.cat([global_mean_pool(h, graph.batch), global_max_pool(h, graph.batch)], dim=-1)
         return self.out(pooled)
-
-    @classmethod
-    def upgrade_config(cls, config: dict, from_version: int) -> dict:
-        if from_version == 0:
-            return {"cfg": config}
-        return super().upgrade_config(config, from_version)
 
     @classmethod
     def tiny_example(cls):
@@ -226,6 +222,8 @@ class MixScentNet(PretrainedMixin, nn.Module):
     ``s (P, set_dim)`` (overlap, set distances; symmetric by construction), standardised by the
     buffers ``set_mean``/``set_std`` that training fits on its training pairs."""
 
+    legacy_config_arg = "cfg"  # common.checkpoint wrote the config fields flat
+
     def __init__(self, cfg: MixScentConfig):
         super().__init__()
         self.cfg = cfg
@@ -321,12 +319,6 @@ class MixScentNet(PretrainedMixin, nn.Module):
 
     def config_dict(self) -> dict:
         return asdict(self.cfg)
-
-    @classmethod
-    def upgrade_config(cls, config: dict, from_version: int) -> dict:
-        if from_version == 0:
-            return {"cfg": config}
-        return super().upgrade_config(config, from_version)
 
     @classmethod
     def tiny_example(cls):
