@@ -13,6 +13,7 @@ same run against the same model forced to its full route (deepest scan, all leve
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -249,8 +250,8 @@ class Budget:
 
 SCALING_BUDGETS = (
     Budget("S", d_model=16, steps=200, seeds=(0, 1)),
-    Budget("M", d_model=32, steps=600),
-    Budget("L", d_model=48, steps=1800),  # sized for about 30 min per model on 2 CPU cores
+    Budget("M", d_model=24, steps=500),
+    Budget("L", d_model=32, steps=1200),  # about 5-15 min per model on one CPU thread (Mamba slowest)
 )
 SCALING_DATASETS = (("fashion-mnist", 1), ("sweethome3d", 3))  # (data spec, channels), both at 32 px
 
@@ -293,14 +294,41 @@ def plot_scaling(summary: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def run_scaling(out_dir: str | Path, cfg: ScalingConfig | None = None, log=None) -> dict:
+def _row_key(row: dict) -> tuple:
+    return tuple(row[k] for k in ("dataset", "budget", "d_model", "steps", "seed", "model"))
+
+
+def _load_done_rows(path: Path, cfg: ScalingConfig) -> dict[tuple, dict]:
+    """Rows of an earlier (possibly interrupted) run in ``path`` made under the same settings."""
+    done = {}
+    if not path.exists():
+        return done
+    sig = _scaling_signature(cfg)
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:  # a line torn by an interruption
+            continue
+        if rec.get("signature") == sig:
+            done[_row_key(rec["row"])] = rec["row"]
+    return done
+
+
+def _scaling_signature(cfg: ScalingConfig) -> dict:
+    return {k: getattr(cfg, k) for k in ("size", "batch_size", "train_limit", "n_real", "n_samples",
+                                         "sample_steps")}
+
+
+def run_scaling(out_dir: str | Path, cfg: ScalingConfig | None = None, log=None, resume: bool = False) -> dict:
     """MoH vs plain Mamba vs DiT vs UNet at each budget of ``cfg.budgets`` (``SCALING_BUDGETS``:
     MoH at ``d_model``, the baselines parameter-matched to it, all trained ``steps`` steps on the
     same batches per seed), on each dataset at ``cfg.size`` px. Quality: the EfficientNet-Lite0 FID
     of ``n_samples`` DDIM samples against the test split. Writes ``scaling.csv``,
     ``scaling_summary.csv``, ``scaling.json`` and ``scaling.png`` into ``out_dir``; returns
     ``{"config", "budgets", "rows", "summary"}`` (``summary``: mean FID and FID ratio to plain
-    Mamba over seeds, per dataset, budget and model)."""
+    Mamba over seeds, per dataset, budget and model). Every finished run is appended to
+    ``scaling_rows.jsonl``; with ``resume`` the runs found there under the same settings are not
+    repeated (training is deterministic under its seed, so the rows are what a rerun would give)."""
     from vision.data import load_dataset
     from vision.evaluate import efficientnet_lite0_fid
 
@@ -311,6 +339,12 @@ def run_scaling(out_dir: str | Path, cfg: ScalingConfig | None = None, log=None)
     torch.set_num_threads(cfg.threads)
     budgets = [b for b in SCALING_BUDGETS if b.name in cfg.budgets]
     channels = dict(SCALING_DATASETS)
+    rows_path = out / "scaling_rows.jsonl"
+    done = _load_done_rows(rows_path, cfg) if resume else {}
+    if not resume:
+        rows_path.unlink(missing_ok=True)
+    if done:
+        log(f"resuming: {len(done)} finished runs found in {rows_path}")
     rows = []
     for ds in cfg.datasets:
         ch = channels[ds]
@@ -322,6 +356,10 @@ def run_scaling(out_dir: str | Path, cfg: ScalingConfig | None = None, log=None)
                 continue
             for seed in b.seeds:
                 for name in cfg.models:
+                    key = (ds, b.name, b.d_model, b.steps, seed, name)
+                    if key in done:
+                        rows.append(done[key])
+                        continue
                     t0 = time.perf_counter()
                     seed_everything(seed)
                     model = build_model(name, sample_size=cfg.size, in_channels=ch, d_model=b.d_model)
@@ -336,6 +374,8 @@ def run_scaling(out_dir: str | Path, cfg: ScalingConfig | None = None, log=None)
                            "train_s_per_step": res.time_per_step_s, "efficientnet_lite0_fid": fid,
                            "wall_s": time.perf_counter() - t0}
                     rows.append(row)
+                    with open(rows_path, "a") as fh:
+                        fh.write(json.dumps({"signature": _scaling_signature(cfg), "row": row}) + "\n")
                     log(f"[{ds} {b.name} seed {seed}] {name}: {row['params']:,} params, FID {fid:.1f}, "
                         f"{res.time_per_step_s:.3f} s/step, {row['wall_s']:.0f} s in all")
     summary = []

@@ -28,6 +28,7 @@ from common.cli import (  # noqa: E402
     positive_int,
     subcommand_main,
 )
+from common.errors import InputError  # noqa: E402
 
 
 def _checkpoint_dir(path: str) -> Path:
@@ -142,6 +143,8 @@ def _bench(a) -> int:
     from vision.bench import QUICK, BenchConfig, run_bench
 
     json_path = Path(a.json) if a.json else None
+    if a.resume and not a.scaling:
+        raise InputError("--resume applies to --scaling only")
     if a.scaling:
         return _bench_scaling(a, json_path)
     check_outputs(files=[json_path] if json_path else (), dirs=[a.out or "runs/vision_bench"],
@@ -167,9 +170,10 @@ def _bench_scaling(a, json_path: Path | None) -> int:
 
     out = Path(a.out or "runs/vision_scaling")
     plot_path = json_path.with_suffix(".png") if json_path else None
-    check_outputs(files=[p for p in (json_path, plot_path) if p], dirs=[out], overwrite=a.overwrite)
+    check_outputs(files=[p for p in (json_path, plot_path) if p], dirs=[] if a.resume else [out],
+                  overwrite=a.overwrite)
     overrides = {k: tuple(v) for k, v in (("budgets", a.budgets), ("datasets", a.datasets), ("models", a.models)) if v}
-    result = run_scaling(out, ScalingConfig(**overrides))
+    result = run_scaling(out, ScalingConfig(**overrides), resume=a.resume)
     if json_path is not None:  # the README's source: config, per-run rows and the summary, plot beside it
         write_json(json_path, result)
         shutil.copyfile(out / "scaling.png", plot_path)
@@ -229,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--budgets", nargs="+", choices=("S", "M", "L"), help="with --scaling: budgets to run")
     b.add_argument("--datasets", nargs="+", choices=("fashion-mnist", "sweethome3d"),
                    help="with --scaling: datasets to run")
+    b.add_argument("--resume", action="store_true",
+                   help="with --scaling: continue in an existing --out directory, keeping its finished runs")
     b.set_defaults(fn=_bench)
     return p
 

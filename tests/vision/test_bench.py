@@ -103,3 +103,32 @@ def test_scaling_harness_rows_summary_ratios_and_plot(tmp_path, monkeypatch):
     for f in ("scaling.csv", "scaling_summary.csv", "scaling.json", "scaling.png", "samples_fashion-mnist_S_moh.png"):
         assert (tmp_path / f).is_file(), f
     assert json.loads((tmp_path / "scaling.json").read_text())["summary"][0]["dataset"] == "fashion-mnist"
+
+
+def test_scaling_resume_keeps_finished_runs(tmp_path, monkeypatch):
+    """An interrupted scaling run resumes: the runs recorded in scaling_rows.jsonl are not repeated,
+    the missing one is, and the rows are those of an uninterrupted run; other settings start afresh."""
+    import vision.evaluate
+
+    calls = []
+
+    def fake_fid(real, fake, encoder=None):
+        calls.append(1)
+        return float(fake.mean()) + 10.0
+
+    monkeypatch.setattr(vision.evaluate, "efficientnet_lite0_fid", fake_fid)
+    monkeypatch.setattr(bench, "SCALING_BUDGETS", (bench.Budget("S", 8, 2, seeds=(0,)),))
+    cfg = bench.ScalingConfig(budgets=("S",), datasets=("fashion-mnist",), models=("moh", "mamba"), size=32,
+                              batch_size=4, train_limit=32, n_real=8, n_samples=4, sample_steps=2)
+    full = bench.run_scaling(tmp_path, cfg)
+    assert len(calls) == 2
+    log = tmp_path / "scaling_rows.jsonl"
+    first = log.read_text().splitlines()[0]
+    log.write_text(first + "\n" + '{"torn": ')  # interrupted during the second run
+    res = bench.run_scaling(tmp_path, cfg, resume=True)
+    assert len(calls) == 3  # only mamba ran again
+    strip = [{k: v for k, v in r.items() if k not in ("wall_s", "train_s_per_step")} for r in res["rows"]]
+    assert strip == [{k: v for k, v in r.items() if k not in ("wall_s", "train_s_per_step")} for r in full["rows"]]
+    other = bench.ScalingConfig(**{**cfg.__dict__, "n_samples": 6})
+    bench.run_scaling(tmp_path, other, resume=True)
+    assert len(calls) == 5  # different settings: nothing reused
