@@ -244,6 +244,8 @@ CASES: list[tuple[str, str]] = [
     ("moh", "bench --scaling --datasets cifar --out {d}/new_bench"),
     ("moh", "bench --scaling --out {d}/full"),
     ("moh", "bench --scaling --json {d}/existing.json --out {d}/new_bench"),
+    ("moh", "bench --resume --out {d}/new_bench"),
+    ("moh", "bench --scaling --resume --json {d}/existing.json --out {d}/new_bench"),
     # --- moca
     ("moca", "build-data --per-category 0 --out {d}/new_data"),
     ("moca", "build-data --points 0 --out {d}/new_data"),
