@@ -251,7 +251,7 @@ class Budget:
 SCALING_BUDGETS = (
     Budget("S", d_model=16, steps=200, seeds=(0, 1)),
     Budget("M", d_model=24, steps=500),
-    Budget("L", d_model=32, steps=1200),  # about 5-15 min per model on one CPU thread (Mamba slowest)
+    Budget("L", d_model=32, steps=700),  # about 5-15 min per model on one CPU thread (Mamba slowest)
 )
 SCALING_DATASETS = (("fashion-mnist", 1), ("sweethome3d", 3))  # (data spec, channels), both at 32 px
 
