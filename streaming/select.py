@@ -21,7 +21,8 @@ data (``streaming.train.k_subspaces_missing``, MoSAIC's own pretraining, with a 
 4. **One-standard-error rule** (Hastie, Tibshirani & Friedman, ESL §7.10): among the evaluated
    points whose mean paired difference to the lowest-error point is within one standard error of
    that difference (over samples), the one with the fewest parameters ``S r + K r (n - r)``
-   (coefficients + bases; ties to the lower ``K``) wins. Extra experts or directions that do not
+   (coefficients + bases; ties to the lower ``K``) wins; a point within ``REL_TOL`` (10 %) of the
+   lowest mean error is admitted too. Extra experts or directions that do not
    lower the error beyond noise are not kept.
 
 The evidence (``KrEstimate``): every evaluated point with its ``cv_nrmse``, paired difference and
@@ -55,6 +56,10 @@ PATIENCE = 2
 LOOKAHEAD = 3
 #: a K that lowers the best error by less than this fraction does not count as an improvement
 K_GAIN = 0.01
+#: the one-standard-error rule also admits a point whose mean held-out error is within this fraction of
+#: the lowest (about half of it in NRMSE): at the noise floor the paired standard error is tiny, and an
+#: extra expert fitting a few samples' noise would otherwise count as a real gain
+REL_TOL = 0.1
 #: "most samples": the share of samples at m <= r above which the observed-count check warns
 LOW_OBS_SHARE = 0.5
 
@@ -247,7 +252,7 @@ def estimate_K_r(
         se = float(d.std(ddof=1) / math.sqrt(S))
         table.append({"K": k, "r": q, "cv_nrmse": math.sqrt(cv(k, q) * unit * S / hidden_energy),
                       "diff": float(d.mean()), "se": se, "params": S * q + k * q * (n - q),
-                      "eligible": bool(d.mean() <= se)})
+                      "eligible": bool(d.mean() <= se or cv(k, q) <= (1 + REL_TOL) * cv(k0, q0))})
     chosen = min((t for t in table if t["eligible"]), key=lambda t: (t["params"], t["K"]))
     K_hat, r_hat = chosen["K"], chosen["r"]
 

@@ -47,10 +47,10 @@ def test_fixed_K_or_r_searches_only_the_other(planted):
 
 
 def test_under_specified_grid_stops_at_its_edge_and_says_so(planted):
-    est = estimate_K_r(planted.source_values, k_max=2, r_max=1)
-    assert (est.K, est.r) == (2, 1)
-    assert any("K=2 is the grid's upper bound" in w for w in est.warnings)
-    assert any("r=1 is the grid's upper bound" in w for w in est.warnings)
+    est = estimate_K_r(planted.source_values, r=2, k_max=2)  # two subspaces explain 2/3 of the samples, one 1/3
+    assert est.K == 2 and any("K=2 is the grid's upper bound" in w for w in est.warnings)
+    est = estimate_K_r(planted.source_values, K=3, r_max=1)
+    assert est.r == 1 and any("r=1 is the grid's upper bound" in w for w in est.warnings)
 
 
 def test_bad_arguments_raise_input_error(planted):
@@ -83,10 +83,10 @@ def test_fit_auto_keeps_the_estimate_in_the_checkpoint(planted, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fit_auto(planted.source_values, K=3, r=2, pretrain_restarts=1)  # no estimate, no warning
-    sparse = planted.source_values.copy()
-    sparse[:, 3:] = np.nan  # m <= 3 everywhere: a rank-3 subspace cannot be learnt
+    mask = np.zeros(planted.source_values.shape, bool)
+    mask[:, :3] = True  # m = 3 everywhere: a rank-3 subspace cannot be learnt
     with pytest.raises(InputError, match="more than 3 observed entries"):
-        fit_auto(sparse, K=2, r=3)
+        fit_auto(np.nan_to_num(planted.source_values), mask=mask, K=2, r=3)
 
 
 def test_cli_pretrain_auto_end_to_end(tmp_path, capsys):
