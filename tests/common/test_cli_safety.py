@@ -161,7 +161,6 @@ CASES: list[tuple[str, str]] = [
     ("mosaic", "bench --out {d}/new_stress --suite bogus"),
     ("mosaic", "bench --out {d}/new_stress --cells abrupt/*"),
     ("mosaic", "bench --suite auto-kr --json {d}/existing.json"),
-    ("mosaic", "bench --suite auto-kr --json {d}/stream.npz --overwrite"),
     ("mosaic", "bench --suite auto-kr --families bogus"),
     ("mosaic", "bench --suite auto-kr --obs-fracs 0"),
     ("mosaic", "bench --out {d}/new_bench --json {d}/new.json"),
