@@ -75,17 +75,47 @@ def _source(stream, n_source: int) -> np.ndarray:
     return stream.values[:n_source]
 
 
+def _auto_or_int(text: str) -> int | str:
+    """argparse type of ``--K`` / ``--r`` of ``pretrain``: ``auto`` or a positive integer."""
+    return "auto" if text == "auto" else positive_int(text)
+
+
+def _warn_low_observed(values: np.ndarray, r: int, what: str) -> None:
+    """Print the observed-count check's warning line (``streaming.select.check_observed``); an
+    InputError (exit 2) when no sample can identify a rank-r subspace."""
+    from streaming.select import check_observed
+
+    msg = check_observed(~np.isnan(values), r, what, warn=False)
+    if msg:
+        print(f"warning: {msg}", file=sys.stderr)
+
+
 def cmd_pretrain(a: argparse.Namespace) -> int:
     from streaming.data import load_stream
-    from streaming.model import MoSAIC
+    from streaming.select import estimate_K_r, save_model
 
     check_outputs(dirs=[a.out], inputs=[a.input], overwrite=a.overwrite)
     _threads()
     stream = load_stream(a.input)
-    model = MoSAIC(stream.n, a.r, a.K, seed=a.seed, pretrain_restarts=a.restarts)
-    model.fit(_source(stream, a.n_source))
-    model.save(a.out)
-    print(f"pretrained {a.K} experts of rank {a.r} on n={stream.n}; saved to {a.out}")
+    source = _source(stream, a.n_source)
+    K, r, estimate = a.K, a.r, None
+    if "auto" in (K, r):
+        estimate = estimate_K_r(source, K=K, r=r, k_max=a.k_max, r_max=a.r_max, restarts=a.select_restarts,
+                                seed=a.seed)
+        for note in estimate.warnings:
+            print(f"warning: {note}", file=sys.stderr)
+        print(f"estimated {estimate.summary()}")
+        K, r = estimate.K, estimate.r
+    else:
+        _warn_low_observed(source, r, "source samples")
+    from streaming.model import MoSAIC
+
+    model = MoSAIC(stream.n, r, K, seed=a.seed, pretrain_restarts=a.restarts)
+    model.fit(source)
+    model.selection_ = estimate
+    save_model(model, a.out)
+    print(f"pretrained {K} experts of rank {r} on n={stream.n}; saved to {a.out}"
+          + (" (the K/r estimate and its evidence are in config.json, extra.auto_K_r)" if estimate else ""))
     return 0
 
 
@@ -105,7 +135,10 @@ def cmd_stream(a: argparse.Namespace) -> int:
             raise InputError("pass --model CHECKPOINT, or --K and --r (pretrained on the file's source unless --no-pretrain)")
         model = MoSAIC(stream.n, a.r, a.K, seed=a.seed)
         if not a.no_pretrain:
-            model.fit(_source(stream, a.n_source))
+            source = _source(stream, a.n_source)
+            _warn_low_observed(source, a.r, "source samples")
+            model.fit(source)
+    _warn_low_observed(stream.values, model.r, "stream samples")
     epoch = stream.epoch if (stream.epoch is not None and not a.ignore_epochs) else None
     completed, routes = model.process(stream.values, epoch=epoch)
     with atomic_write(a.output, "wb") as f:
@@ -190,6 +223,16 @@ def cmd_data(a: argparse.Namespace) -> int:
 def cmd_bench(a: argparse.Namespace) -> int:
     from streaming.bench import run_bench, throughput_bench
 
+    if a.suite == "auto-kr":
+        from streaming.stress import run_auto_kr
+
+        check_outputs(files=[a.json], overwrite=a.overwrite)
+        _threads()
+        run_auto_kr(a.json, families=a.families, obs_fracs=a.obs_fracs, seeds=a.stress_seeds, tuning=a.tuning,
+                    command="mosaic bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "")
+        return 0
+    if a.json or a.obs_fracs:
+        raise InputError("--json and --obs-fracs need --suite auto-kr")
     check_outputs(dirs=[a.out], overwrite=a.overwrite)
     _threads()
     if a.suite == "stress":
@@ -248,8 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("pretrain", help="pretrain MoSAIC experts on a file's source samples")
     s.add_argument("--input", required=True)
-    s.add_argument("--K", type=positive_int, required=True)
-    s.add_argument("--r", type=positive_int, required=True)
+    s.add_argument("--K", type=_auto_or_int, required=True, help="number of experts, or 'auto' (estimated)")
+    s.add_argument("--r", type=_auto_or_int, required=True, help="rank of each expert, or 'auto' (estimated)")
+    s.add_argument("--k-max", type=positive_int, default=20, help="--K auto: largest K tried")
+    s.add_argument("--r-max", type=positive_int, default=20, help="--r auto: largest r tried")
+    s.add_argument("--select-restarts", type=positive_int, default=3,
+                   help="--K/--r auto: k-subspaces restarts per (K, r) point")
     s.add_argument("--restarts", type=positive_int, default=16)
     s.add_argument("--n-source", type=nonneg_int, default=0, help="without source_values: pretrain on the first N samples")
     s.add_argument("--seed", type=seed_int, default=0)
@@ -300,8 +347,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--throughput-drift", choices=("abrupt", "none"), default="abrupt",
                    help="--throughput stream: one abrupt replacement at mid-stream (change buffer timed) or none (steady state)")
     s.add_argument("--repeats", type=positive_int, default=3, help="timed runs per method for --throughput (best is kept)")
-    s.add_argument("--suite", choices=("standard", "stress"), default="standard",
-                   help="stress: generator families beyond the geodesic one (streaming/stress.py)")
+    s.add_argument("--suite", choices=("standard", "stress", "auto-kr"), default="standard",
+                   help="stress: generator families beyond the geodesic one (streaming/stress.py); auto-kr: "
+                        "the K/r estimator on the stress families (streaming.stress.run_auto_kr)")
+    s.add_argument("--json", default=None, help="auto-kr: write the result JSON here")
+    s.add_argument("--obs-fracs", type=fraction, nargs="+", default=None,
+                   help="auto-kr: observed fractions (default 0.2 0.35 0.5)")
     s.add_argument("--cells", nargs="+", default=None,
                    help="stress cells as glob patterns over family/obsPP/spec/epochs, or 'all' "
                         "(default: */obs35/exact/*)")

@@ -370,3 +370,74 @@ def run_stress(out: Path, cells=None, families=None, tuning: bool = False, ablat
         print("k-GROUSE step:", result["kgrouse_eta_grid"])
     print("targets:", targets)
     return result
+
+
+def auto_kr_trial(family: str, obs_frac: float, seed_index: int, seed: int) -> dict:
+    """One stream of the stress suite: ``streaming.select.estimate_K_r`` on its source samples, and
+    MoSAIC's NRMSE (epochs given) with the estimated and with the true ``(K, r)`` (one run when equal)."""
+    import warnings
+
+    from streaming.data import generate_stream
+    from streaming.model import MoSAIC
+    from streaming.select import estimate_K_r
+    from streaming.train import run_online
+
+    _limit_threads()
+    stream = generate_stream(stream_config(family, obs_frac, seed))
+    n, r_true, K_true = SHAPE
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = estimate_K_r(stream.source_values, seed=seed_index)
+    select_s = time.perf_counter() - t0
+
+    def nrmse(K: int, r: int) -> float:
+        model = MoSAIC(n, r, K, seed=seed_index).fit(stream.source_values)
+        return _nrmse_rows(stream, run_online(model, stream.values, stream.epoch).completed)["nrmse"]
+
+    true_nrmse = nrmse(K_true, r_true)
+    correct = (est.K, est.r) == (K_true, r_true)
+    est_nrmse = true_nrmse if correct else nrmse(est.K, est.r)
+    return {"cell": f"{family}/obs{round(100 * obs_frac)}", "family": family, "obs_frac": obs_frac, "seed": seed,
+            "K_true": K_true, "r_true": r_true, "K_hat": est.K, "r_hat": est.r, "correct": correct,
+            "nrmse_true_Kr": true_nrmse, "nrmse_estimated_Kr": est_nrmse, "nrmse_ratio": est_nrmse / true_nrmse,
+            "select_s": select_s, "points": len(est.table), "margin": est.margin, "warnings": est.warnings}
+
+
+def run_auto_kr(json_path, families=None, obs_fracs=None, seeds: int | None = None, tuning: bool = False,
+                command: str = "") -> dict:
+    """``mosaic bench --suite auto-kr``: the K/r estimator on every (family, observed fraction) cell
+    of the stress suite (true ``(K, r) = (4, 4)``), on the first ``seeds`` test seeds (``tuning``: the
+    tuning seeds). Per cell: how often the estimate is exactly right and the mean ratio of MoSAIC's
+    NRMSE with the estimated vs the true ``(K, r)``; the targets of issue 33 (>= 90 % of cells right,
+    NRMSE within 10 %) over cells. Writes ``json_path`` (when given) and prints the table."""
+    for f in families or ():
+        if f not in FAMILIES:
+            raise InputError(f"unknown family {f!r}; choose from {sorted(FAMILIES)}")
+    seed_list = (TUNING_SEEDS if tuning else TEST_SEEDS)[: seeds or None]
+    t0 = time.perf_counter()
+    trials = [auto_kr_trial(f, o, i, seed) for f in (families or FAMILIES) for o in (obs_fracs or OBS_FRACS)
+              for i, seed in enumerate(seed_list)]
+    cells = []
+    for cell in dict.fromkeys(t["cell"] for t in trials):
+        sel = [t for t in trials if t["cell"] == cell]
+        ratio = np.array([t["nrmse_ratio"] for t in sel])
+        cells.append({"cell": cell, "seeds": len(sel), "correct_share": float(np.mean([t["correct"] for t in sel])),
+                      "estimates": [f"{t['K_hat']},{t['r_hat']}" for t in sel],
+                      "nrmse_true_Kr": float(np.mean([t["nrmse_true_Kr"] for t in sel])),
+                      "nrmse_estimated_Kr": float(np.mean([t["nrmse_estimated_Kr"] for t in sel])),
+                      "nrmse_ratio_mean": float(ratio.mean()), "nrmse_ratio_max": float(ratio.max()),
+                      "select_s_mean": float(np.mean([t["select_s"] for t in sel]))})
+    targets = {"cells": len(cells), "cells_right_ge_90pct": sum(c["correct_share"] >= 0.9 for c in cells),
+               "trials_right": sum(t["correct"] for t in trials), "trials": len(trials),
+               "cells_nrmse_within_10pct": sum(c["nrmse_ratio_mean"] <= 1.1 for c in cells)}
+    result = {"command": command, "seeds": list(seed_list), "tuning": tuning, "test_seeds": list(TEST_SEEDS),
+              "tuning_seeds": list(TUNING_SEEDS), "shape_n_r_K": list(SHAPE), "epochs": EPOCHS,
+              "samples_per_epoch": SAMPLES_PER_EPOCH, "families": FAMILIES, "targets": targets, "cells": cells,
+              "trials": trials, "wall_s": time.perf_counter() - t0}
+    if json_path:
+        write_json(json_path, result)
+    print(markdown_table(cells, ["cell", "seeds", "correct_share", "estimates", "nrmse_true_Kr", "nrmse_estimated_Kr",
+                                 "nrmse_ratio_mean"]))
+    print("targets:", targets)
+    return result

@@ -1,0 +1,312 @@
+"""Unknown ``K`` and ``r``: model selection for MoSAIC's pretraining, and the observed-count check.
+
+``estimate_K_r(source)`` picks the number of subspaces ``K`` and their rank ``r`` from partially
+observed source samples ``(S, n)`` by **entry-wise cross-validation** of k-subspaces with missing
+data (``streaming.train.k_subspaces_missing``, MoSAIC's own pretraining, with a few restarts):
+
+1. Hide a share ``holdout`` of every sample's observed entries (``floor(holdout · m)`` at random;
+   samples with ``m <= 2`` keep all theirs). The rest are the visible entries.
+2. For a candidate ``(K, r)``, fit ``K`` rank-``r`` subspaces to the visible entries, route each
+   sample to the subspace with the lowest MAP-ridge residual on its visible entries and predict its
+   hidden entries from it: the completion a stream would get. Its error ``e_s = Σ_hidden (x̂ - x)²``
+   per sample, over the mean hidden energy, has mean ``cv`` (``cv_nrmse = sqrt(Σ e / Σ x²)``).
+   Too small a ``K`` or ``r`` leaves signal unexplained; too large an ``r`` fits each sample's
+   coefficients to noise (they are pinned by ``m - r`` entries); too large a ``K`` only splits
+   clusters, so its error is flat.
+3. Search: for ``K = 1, 2, …`` the best rank ``r*(K)`` by a scan ``r = 1, 2, …`` that stops after
+   ``LOOKAHEAD`` ranks in a row without a lower error (below the true rank the error of a wrong
+   clustering need not fall monotonically); the ``K`` loop stops after ``patience`` values of ``K``
+   that lower the best error by less than ``1 %`` (the error is flat beyond the true ``K``). A fixed
+   ``K`` or ``r`` (an int) is kept and only the other is searched.
+4. **One-standard-error rule** (Hastie, Tibshirani & Friedman, ESL §7.10): among the evaluated
+   points whose mean paired difference to the lowest-error point is within one standard error of
+   that difference (over samples), the one with the fewest parameters ``S r + K r (n - r)``
+   (coefficients + bases; ties to the lower ``K``) wins; a point within ``REL_TOL`` (10 %) of the
+   lowest mean error is admitted too. Extra experts or directions that do not
+   lower the error beyond noise are not kept.
+
+The evidence (``KrEstimate``): every evaluated point with its ``cv_nrmse``, paired difference and
+standard error to the best point, parameter count and eligibility; the chosen and the lowest-error
+points; the ``margin`` (relative error increase of the best evaluated model with one expert or one
+direction fewer: how clearly the smaller models lose) and warnings (grid edge, low observed counts).
+
+``check_observed(M, r)`` is the bad-input check of issue 33: a rank-``r`` subspace is identified by a
+sample only through ``m > r`` observed entries (with ``m <= r`` any subspace fits it exactly), so
+most samples at ``m <= r`` warn (``LowObservationWarning``) and no sample with ``m > r`` at all is
+an ``InputError`` (nothing can be learnt).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from common.errors import InputError
+
+#: defaults of the grid bounds, the held-out share, the restarts per fit, the K patience
+K_MAX = 20
+R_MAX = 20
+HOLDOUT = 0.2
+RESTARTS = 3
+PATIENCE = 2
+#: the rank scan of one K stops after this many ranks in a row that do not lower its error
+LOOKAHEAD = 3
+#: a K that lowers the best error by less than this fraction does not count as an improvement
+K_GAIN = 0.01
+#: the one-standard-error rule also admits a point whose mean held-out error is within this fraction of
+#: the lowest (about half of it in NRMSE): at the noise floor the paired standard error is tiny, and an
+#: extra expert fitting a few samples' noise would otherwise count as a real gain
+REL_TOL = 0.1
+#: "most samples": the share of samples at m <= r above which the observed-count check warns
+LOW_OBS_SHARE = 0.5
+
+
+class LowObservationWarning(UserWarning):
+    """Most samples have too few observed entries (``m <= r``) to identify a rank-``r`` subspace."""
+
+
+def observed_mask(x: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``x (S, n)`` (NaN = unobserved unless ``mask (S, n)`` bool is given) -> zero-filled
+    ``X0 (S, n)`` and ``M (S, n)``; InputError for a wrong shape, an empty sample or a non-finite
+    observed value."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2:
+        raise InputError(f"source samples must be a (S, n) array with S, n >= 2, got shape {x.shape}")
+    M = ~np.isnan(x) if mask is None else np.asarray(mask, dtype=bool)
+    if M.shape != x.shape:
+        raise InputError(f"mask must have the shape of the samples {x.shape}, got {M.shape}")
+    empty = ~M.any(1)
+    if empty.any():
+        raise InputError(f"sample {int(np.flatnonzero(empty)[0])} has no observed entry")
+    if not np.isfinite(x[M]).all():
+        raise InputError("observed values contain NaN or inf")
+    return np.where(M, x, 0.0), M
+
+
+def check_observed(M: np.ndarray, r: int, what: str = "samples", warn: bool = True) -> str | None:
+    """Observed-count check for rank ``r`` on ``M (S, n)`` bool (True = observed).
+
+    Raises InputError when no sample has more than ``r`` observed entries (no subspace of rank
+    ``r`` can be learnt or tracked); returns a one-line message, and issues it as a
+    ``LowObservationWarning`` when ``warn``, when more than half of the samples have ``m <= r``
+    (their completion is unconstrained); returns None otherwise."""
+    m = np.asarray(M, dtype=bool).sum(1)
+    if m.size == 0:
+        return None
+    if (m <= r).all():
+        raise InputError(f"every one of the {m.size} {what} has at most {int(m.max())} observed entries: a rank-{r} "
+                         f"subspace needs more than {r} observed entries per sample (lower r or observe more)")
+    low = float((m <= r).mean())
+    if low <= LOW_OBS_SHARE:
+        return None
+    msg = (f"{100 * low:.0f}% of the {m.size} {what} have at most r={r} observed entries (median "
+           f"{float(np.median(m)):g}): a rank-{r} subspace is not identified by them and their completions are "
+           f"unreliable (lower r or observe more)")
+    if warn:
+        warnings.warn(msg, LowObservationWarning, stacklevel=2)
+    return msg
+
+
+def split_entries(M: np.ndarray, holdout: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Hide ``floor(holdout · m)`` random observed entries of every sample with ``m > 2``:
+    ``M (S, n)`` -> ``(visible (S, n), hidden (S, n))`` bool, disjoint, union ``M``."""
+    hidden = np.zeros_like(M)
+    for s, m in enumerate(M.sum(1)):
+        h = int(holdout * m) if m > 2 else 0
+        if h:
+            hidden[s, rng.choice(np.flatnonzero(M[s]), size=h, replace=False)] = True
+    return M & ~hidden, hidden
+
+
+@dataclass
+class KrEstimate:
+    """Chosen ``K`` and ``r`` and the evidence (see the module docstring). ``table``: one dict per
+    evaluated point (``K``, ``r``, ``cv_nrmse``, ``diff`` and ``se`` of the paired difference to the
+    lowest-error point in units of the mean hidden energy, ``params``, ``eligible``), in evaluation
+    order."""
+
+    K: int
+    r: int
+    best_error_K: int
+    best_error_r: int
+    cv_nrmse: float
+    margin: dict
+    table: list[dict]
+    warnings: list[str] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        """One line: the estimate, its held-out error and margins."""
+        parts = [f"K={self.K} r={self.r}: held-out NRMSE {self.cv_nrmse:.4f} over {len(self.table)} (K, r) points"]
+        for name, value in self.margin.items():
+            if value is not None:
+                parts.append(f"{name} {value:+.1%}")
+        return "; ".join(parts)
+
+
+def _bound(value, name: str, hi: int) -> int | None:
+    if value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= hi:
+        raise InputError(f"{name} must be 'auto' or an integer in [1, {hi}], got {value!r}")
+    return int(value)
+
+
+def estimate_K_r(
+    source: np.ndarray,
+    mask: np.ndarray | None = None,
+    K: int | str = "auto",
+    r: int | str = "auto",
+    k_max: int = K_MAX,
+    r_max: int = R_MAX,
+    holdout: float = HOLDOUT,
+    restarts: int = RESTARTS,
+    patience: int = PATIENCE,
+    seed: int = 0,
+) -> KrEstimate:
+    """Estimate the number of subspaces ``K`` and their rank ``r`` of source samples ``(S, n)``
+    (NaN = unobserved, or ``mask (S, n)`` bool) by held-out completion error (module docstring).
+
+    ``K`` / ``r``: ``"auto"`` or a fixed int (only the other is searched). Grid: ``1 <= K <= k_max``,
+    ``1 <= r <= min(r_max, n - 1, median visible count - 1)``. Returns a ``KrEstimate``; InputError
+    for bad samples or bounds; a ``LowObservationWarning`` when most samples have ``m <= r``."""
+    from streaming.linalg import batch_fit
+    from streaming.train import k_subspaces_missing, map_ridge
+
+    X0, M = observed_mask(source, mask)
+    S, n = X0.shape
+    for name, v, lo in (("k_max", k_max, 1), ("r_max", r_max, 1), ("restarts", restarts, 1), ("patience", patience, 1)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+            raise InputError(f"{name} must be an integer >= {lo}, got {v!r}")
+    if not 0.0 < holdout < 1.0:
+        raise InputError(f"holdout must be in (0, 1), got {holdout!r}")
+    K_fixed, r_fixed = _bound(K, "K", max(k_max, S)), _bound(r, "r", n - 1)
+    rng = np.random.default_rng([seed, 7])
+    visible, hidden = split_entries(M, holdout, rng)
+    Xv = np.where(visible, X0, 0.0)
+    hidden_energy = float((X0[hidden] ** 2).sum())
+    if not hidden.any() or hidden_energy <= 0:
+        raise InputError("the source samples have too few observed entries to hold any out (need m >= 3 per sample)")
+    unit = hidden_energy / S  # per-sample errors in units of the mean hidden energy
+    m_vis = visible.sum(1)
+    r_lim = min(r_max, n - 1, max(1, int(np.median(m_vis)) - 1))
+    notes: list[str] = []
+    if r_fixed is not None:
+        r_lim = r_fixed
+        msg = check_observed(M, r_fixed, "source samples", warn=True)
+        if msg:
+            notes.append(msg)
+    elif r_lim < r_max:
+        notes.append(f"r searched up to {r_lim} only: the median sample has {int(np.median(m_vis))} visible "
+                     f"entries, and a rank-r fit needs more than r")
+
+    cache: dict[tuple[int, int], np.ndarray] = {}
+
+    def errors(k: int, q: int) -> np.ndarray:
+        """Per-sample held-out squared errors ``(S,)`` of the (k, q) model, in units of ``unit``."""
+        if (k, q) not in cache:
+            res = k_subspaces_missing(Xv, visible, k, q, restarts=1 if k == 1 else restarts, seed=seed)
+            U = res.bases
+            ridge = map_ridge(U, Xv, visible, res.labels)
+            W, rv = batch_fit(U, Xv, visible, ridge=ridge)
+            route = np.argmin(rv / np.maximum((Xv * Xv).sum(1), 1e-300)[:, None], axis=1)
+            pred = np.einsum("sir,sr->si", U[route], W[np.arange(S), route])
+            cache[(k, q)] = (np.where(hidden, pred - X0, 0.0) ** 2).sum(1) / unit
+        return cache[(k, q)]
+
+    def cv(k: int, q: int) -> float:
+        return float(errors(k, q).mean())
+
+    def best_rank(k: int) -> int:
+        """Scan r = 1, 2, ... until ``LOOKAHEAD`` ranks in a row fail to lower the error; the best."""
+        if r_fixed is not None:
+            cv(k, r_fixed)
+            return r_fixed
+        q_best, q = 1, 1
+        while q <= r_lim and q - q_best <= LOOKAHEAD:
+            if cv(k, q) < cv(k, q_best):
+                q_best = q
+            q += 1
+        return q_best
+
+    Ks = [K_fixed] if K_fixed is not None else range(1, min(k_max, S) + 1)
+    best, stale = math.inf, 0
+    for k in Ks:
+        e = cv(k, best_rank(k))
+        stale = 0 if e < best * (1 - K_GAIN) else stale + 1
+        best = min(best, e)
+        if stale >= patience:
+            break
+
+    keys = list(cache)
+    k0, q0 = min(keys, key=lambda kq: cv(*kq))
+    table = []
+    for k, q in keys:
+        d = cache[(k, q)] - cache[(k0, q0)]
+        se = float(d.std(ddof=1) / math.sqrt(S))
+        table.append({"K": k, "r": q, "cv_nrmse": math.sqrt(cv(k, q) * unit * S / hidden_energy),
+                      "diff": float(d.mean()), "se": se, "params": S * q + k * q * (n - q),
+                      "eligible": bool(d.mean() <= se or cv(k, q) <= (1 + REL_TOL) * cv(k0, q0))})
+    chosen = min((t for t in table if t["eligible"]), key=lambda t: (t["params"], t["K"]))
+    K_hat, r_hat = chosen["K"], chosen["r"]
+
+    def rel(k: int, q: int) -> float | None:
+        return cv(k, q) / cv(K_hat, r_hat) - 1.0 if (k, q) in cache else None
+
+    margin = {"one_expert_fewer": rel(K_hat - 1, r_hat), "one_rank_fewer": rel(K_hat, r_hat - 1),
+              "one_expert_more": rel(K_hat + 1, r_hat), "one_rank_more": rel(K_hat, r_hat + 1)}
+    if K_fixed is None and K_hat == min(k_max, S):
+        notes.append(f"K={K_hat} is the grid's upper bound: the true K may be larger (raise k_max)")
+    if r_fixed is None and r_hat == r_lim:
+        notes.append(f"r={r_hat} is the grid's upper bound: the true r may be larger (raise r_max or observe more)")
+    if r_fixed is None:
+        msg = check_observed(M, r_hat, "source samples", warn=True)
+        if msg:
+            notes.append(msg)
+    return KrEstimate(
+        K=K_hat, r=r_hat, best_error_K=k0, best_error_r=q0, cv_nrmse=chosen["cv_nrmse"], margin=margin,
+        table=table, warnings=notes,
+        settings={"k_max": k_max, "r_max": r_max, "r_searched_up_to": r_lim, "holdout": holdout,
+                  "restarts": restarts, "patience": patience, "seed": seed, "samples": S, "n": n,
+                  "K": K if K == "auto" else int(K), "r": r if r == "auto" else int(r)},
+    )
+
+
+def fit_auto(source: np.ndarray, mask: np.ndarray | None = None, K: int | str = "auto", r: int | str = "auto",
+             k_max: int = K_MAX, r_max: int = R_MAX, **config):
+    """Pretrain MoSAIC on source samples ``(S, n)`` with ``K`` and/or ``r`` = ``"auto"`` estimated
+    by ``estimate_K_r`` (with ``seed=config.get("seed", 0)``); ints are used as given. Returns the
+    fitted ``MoSAIC`` with the estimate in ``selection_`` (a ``KrEstimate``, None when both were
+    given); ``save_model`` keeps it in the checkpoint's metadata."""
+    from streaming.model import MoSAIC
+
+    X0, M = observed_mask(source, mask)
+    estimate = None
+    if K == "auto" or r == "auto":
+        estimate = estimate_K_r(X0, M, K=K, r=r, k_max=k_max, r_max=r_max, seed=config.get("seed", 0))
+        K, r = estimate.K, estimate.r
+    else:
+        check_observed(M, int(r), "source samples")
+    model = MoSAIC(X0.shape[1], int(r), int(K), **config).fit(X0, M)
+    model.selection_ = estimate
+    return model
+
+
+def save_model(model, path_dir) -> None:
+    """``model.save_pretrained(path_dir)`` with ``model.selection_`` (when set) as the checkpoint's
+    ``extra["auto_K_r"]`` (read back by ``selection_of``)."""
+    estimate = getattr(model, "selection_", None)
+    model.save_pretrained(path_dir, extra={"auto_K_r": estimate.to_dict()} if estimate is not None else None)
+
+
+def selection_of(path_dir) -> dict | None:
+    """The ``KrEstimate.to_dict()`` stored in a checkpoint directory by ``save_model`` (None if none)."""
+    from common.pretrained import checkpoint_info
+
+    return checkpoint_info(path_dir).extra.get("auto_K_r")
