@@ -15,11 +15,14 @@ MoCA (mixture of components attention), per layer:
    (learned-query pooling or mean-pooled chunks of the component's tokens, plus its box
    encoding), so every component is still seen: ``L = k*T + C*(P-k)`` keys per query block.
 
-Implementation: keys/values of the selected and the compressed components are gathered per
-query component into ``(B*P, H, L, d_h)`` blocks and handed to the fused
-``torch.nn.functional.scaled_dot_product_attention``; query components are processed in chunks
-and each chunk is gathered again and recomputed in backward (``GatheredAttention``), so the
-gathered blocks never exceed a fixed budget and memory stays linear in P*T. With ``k = P`` and ``n_compressed = 0`` this is exactly full attention.
+Implementation (``GatheredAttention``): the one softmax over ``k*T + C*(P-k)`` keys is computed as
+two fused ``scaled_dot_product_attention`` kernels merged by their log-sum-exps (split-KV): the
+selected components' keys/values are gathered for chunks of query components into
+``(B*G, H, k*T, d_h)`` blocks; the compressed keys are shared by all queries, so every query attends
+to all ``P*C`` of them in one call with the selected (and padding) components masked. Chunks are
+gathered again in backward, so the gathered blocks never exceed a fixed budget and memory stays
+linear in P*T (plus a ``(P*T, P*C)`` mask). With ``k = P`` and ``n_compressed = 0`` this is exactly
+full attention.
 
 The router's top-k choice is not differentiable; in training the selected components' values are
 multiplied by ``g / stopgrad(g)`` with ``g = sigmoid(s)``: the forward value is exactly 1, and the

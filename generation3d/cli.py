@@ -10,6 +10,7 @@
     moca sample --ckpt runs/moca --category none --parts 9 --text "a chair with arms and a solid back" --out c.glb
     moca eval --ckpt runs/moca --data-dir data/parts --n 32 --out runs/moca/eval.json   # + category fidelity
     moca bench-attention --parts 8,16,32,64,128,256 --out results/bench
+    moca bench-scenes --parts 32,64,128,256 --tokens 8,32 --out docs/results/generation3d/scenes.json
     moca load-mesh my_parts.glb --out preview.png
 """
 
@@ -212,6 +213,19 @@ def _bench(a) -> int:
     return 0
 
 
+def _bench_scenes(a) -> int:
+    import torch
+
+    from generation3d.bench import run_scene_bench
+
+    out = Path(a.out or "docs/results/generation3d/scenes.json")
+    check_outputs(files=[out], overwrite=a.overwrite)
+    torch.set_num_threads(a.threads)
+    run_scene_bench(out, parts=tuple(a.parts), tokens=tuple(a.tokens), repeats=a.repeats, top_k=a.top_k,
+                    n_compressed=a.compressed, seed=a.seed)
+    return 0
+
+
 def _load_mesh(a) -> int:
     from generation3d.data import load_part_mesh
     from generation3d.render import render_preview
@@ -318,6 +332,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compressed", type=positive_int, default=2)
     p.add_argument("--threads", type=positive_int, default=1)
     p.set_defaults(fn=_bench)
+
+    p = sub.add_parser("bench-scenes", help="training-step time/memory of the generator on P-component scenes, "
+                                            "MoCA vs full attention")
+    add_common_args(p, out_default="docs/results/generation3d/scenes.json")
+    p.add_argument("--parts", type=int_list(1), default="32,64,128,256")
+    p.add_argument("--tokens", type=int_list(1), default="8", help="latent tokens T per component (8 = the AE's default)")
+    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument("--top-k", type=positive_int, default=4)
+    p.add_argument("--compressed", type=positive_int, default=2)
+    p.add_argument("--threads", type=positive_int, default=1)
+    p.set_defaults(fn=_bench_scenes)
 
     p = sub.add_parser("load-mesh", help="load a part-segmented GLB/OBJ and list its parts")
     add_common_args(p)
