@@ -15,11 +15,14 @@ MoCA (mixture of components attention), per layer:
    (learned-query pooling or mean-pooled chunks of the component's tokens, plus its box
    encoding), so every component is still seen: ``L = k*T + C*(P-k)`` keys per query block.
 
-Implementation: keys/values of the selected and the compressed components are gathered per
-query component into ``(B*P, H, L, d_h)`` blocks and handed to the fused
-``torch.nn.functional.scaled_dot_product_attention``; query components are processed in chunks
-and each chunk is gathered again and recomputed in backward (``GatheredAttention``), so the
-gathered blocks never exceed a fixed budget and memory stays linear in P*T. With ``k = P`` and ``n_compressed = 0`` this is exactly full attention.
+Implementation (``GatheredAttention``): the one softmax over ``k*T + C*(P-k)`` keys is computed as
+two fused ``scaled_dot_product_attention`` kernels merged by their log-sum-exps (split-KV): the
+selected components' keys/values are gathered for chunks of query components into
+``(B*G, H, k*T, d_h)`` blocks; the compressed keys are shared by all queries, so every query attends
+to all ``P*C`` of them in one call with the selected (and padding) components masked. Chunks are
+gathered again in backward, so the gathered blocks never exceed a fixed budget and memory stays
+linear in P*T (plus a ``(P*T, P*C)`` mask). With ``k = P`` and ``n_compressed = 0`` this is exactly
+full attention.
 
 The router's top-k choice is not differentiable; in training the selected components' values are
 multiplied by ``g / stopgrad(g)`` with ``g = sigmoid(s)``: the forward value is exactly 1, and the
@@ -47,6 +50,7 @@ from torch import Tensor, nn
 from moe import topk_select
 
 ATTENTION_KINDS = ("full", "moca", "topk", "local")
+DISTILL_QUERIES = 32  # router distillation: at most this many query components per layer and step
 
 
 class BoxEncoding(nn.Module):
@@ -174,29 +178,34 @@ _cpu_flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cp
 _cpu_flash_bwd = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
 
 
-def _gather_chunk(kb, vb, kcb, vcb, sel_c, rest_c, gate_c, t):
-    """Gather the keys/values of one chunk of G query components.
+NEG = -1e30  # additive logit of a masked compressed key (finite: a row may mask all of them)
 
-    kb, vb: (B*P, T*d) component blocks; kcb, vcb: (B*P, C*d) compressed blocks or None;
-    sel_c: (B, G, k) global block ids; rest_c: (B, G, R) or None; gate_c: (B, G, k) or None.
-    Returns k, v: (B*G, L, d) and the raw (ungated) selected values (B*G, k, T*d)."""
+
+def _gather_chunk(kb, vb, sel_c, gate_c, t):
+    """Gather the keys/values of the selected components of one chunk of G query components.
+
+    kb, vb: (B*P, T*d) component blocks; sel_c: (B, G, k) global block ids; gate_c: (B, G, k) or None.
+    Returns k, v: (B*G, k*T, d) and the raw (ungated) selected values (B*G, k, T*d)."""
     b, g, kk = sel_c.shape
     d = kb.shape[1] // t
     vf_raw = vb.index_select(0, sel_c.reshape(-1)).view(b * g, kk, t * d)
     vf = vf_raw if gate_c is None else vf_raw * gate_c.reshape(b * g, kk, 1)
     kf = kb.index_select(0, sel_c.reshape(-1)).view(b * g, kk * t, d)
-    vf = vf.view(b * g, kk * t, d)
-    if rest_c is not None:
-        kc = kcb.index_select(0, rest_c.reshape(-1)).view(b * g, -1, d)
-        vc = vcb.index_select(0, rest_c.reshape(-1)).view(b * g, -1, d)
-        kf, vf = torch.cat([kf, kc], 1), torch.cat([vf, vc], 1)
-    return kf, vf, vf_raw
+    return kf, vf.view(b * g, kk * t, d), vf_raw
 
 
 def _chunk_mask(bias, a, z, n_keys):
     """Additive logit mask of query components ``a:z``, ``(B*G, 1, 1, L)``, from the padding mask
     ``bias (B, P, L)``, or None."""
     return None if bias is None else bias[:, a:z].reshape(-1, 1, 1, n_keys)
+
+
+def _compressed_mask(comp_ok: Tensor, t: int, c: int, dtype) -> Tensor:
+    """``comp_ok (B, P, P)`` bool (query component p may see the compressed tokens of j) ->
+    additive mask ``(B, 1, P*T, P*C)`` (0 or ``NEG``) over all compressed keys."""
+    b, p, _ = comp_ok.shape
+    ok = comp_ok[:, :, None, :, None].expand(b, p, t, p, c).reshape(b, 1, p * t, p * c)
+    return torch.zeros(ok.shape, dtype=dtype, device=comp_ok.device).masked_fill_(~ok, NEG)
 
 
 def _heads(z: Tensor, h: int) -> Tensor:
@@ -206,145 +215,144 @@ def _heads(z: Tensor, h: int) -> Tensor:
 
 
 class GatheredAttention(torch.autograd.Function):
-    """Block-sparse attention with linear memory (CPU fused flash kernel).
+    """Block-sparse attention with linear memory in the selected blocks (CPU fused flash kernel).
 
     ``forward(x (B, P*T, d), w_qkv (3d, d), b_qkv (3d,), kc, vc (B, P*C, d) | None,
-    gate (B,P,k) | None, sel (B,P,k) long, rest (B,P,R) | None, bias (B,P,L) additive float mask
-    | None, P, H, step)
-    -> (B, P, T, d)``; ``sel``/``rest`` hold global block ids ``b*P + j``.
+    gate (B,P,k) | None, sel (B,P,k) long, bias (B,P,k*T) additive float mask | None,
+    comp_ok (B,P,P) bool | None, P, H, step) -> (B, P, T, d)``; ``sel`` holds global block ids
+    ``b*P + j``.
 
-    The Q/K/V projection is part of the function so that its backward can write dx in place.
-    Forward runs ``step`` query components at a time and keeps only the outputs and the
-    log-sum-exp of each query; backward gathers each chunk's keys again, calls the fused flash
-    backward kernel, folds dQ of the chunk straight into dx and accumulates dK/dV per component
-    block with ``index_add_``. Peak memory: the projections, their gradients and one chunk."""
+    The one softmax of a query component over [the k*T tokens of its selected components, the
+    compressed tokens of the others] is computed as two attentions merged by their log-sum-exps
+    (split-KV): (A) the selected blocks, gathered for ``step`` query components at a time; (B)
+    every query against all P*C compressed keys at once (they are shared by all queries), with
+    the selected (and padding) components' compressed keys masked by ``comp_ok``. Backward calls
+    the fused flash backward kernel for A (per chunk, gathered again) and B with the merged output
+    and log-sum-exp, which gives exactly the gradients of the joint softmax; dK/dV of A are
+    accumulated per block with ``index_add_``. The Q/K/V projection is part of the function so
+    that its backward writes dx directly."""
 
     @staticmethod
-    def forward(ctx, x, w_qkv, b_qkv, kc, vc, gate, sel, rest, bias, p, h, step):
+    def forward(ctx, x, w_qkv, b_qkv, kc, vc, gate, sel, bias, comp_ok, p, h, step):
         b, n, d = x.shape
-        t = n // p
-        wq, bq = w_qkv[:d], b_qkv[:d]
-        k, v = (F.linear(x, w_qkv[i * d : (i + 1) * d], b_qkv[i * d : (i + 1) * d]) for i in (1, 2))
+        t, e = n // p, d // h
+        q, k, v = (F.linear(x, w_qkv[i * d : (i + 1) * d], b_qkv[i * d : (i + 1) * d]) for i in range(3))
         kb, vb = k.view(b * p, t * d), v.view(b * p, t * d)
-        kcb = vcb = None
-        if kc is not None:
-            kcb, vcb = kc.view(b * p, -1), vc.view(b * p, -1)
-        x5 = x.view(b, p, t, d)
-        out = torch.empty(b, p, t, d, dtype=x.dtype, device=x.device)
+        q5 = q.view(b, p, t, d)
+        out = torch.empty(b, p, t, h, e, dtype=x.dtype, device=x.device)
         lse = None
         for a, z in _chunks(p, step):
             g = z - a
-            kf, vf, _ = _gather_chunk(kb, vb, kcb, vcb, sel[:, a:z], None if rest is None else rest[:, a:z],
-                                      None if gate is None else gate[:, a:z], t)
-            mask = _chunk_mask(bias, a, z, kf.shape[1])
-            # queries are projected per chunk (and again in backward): no full-size Q is kept
-            qc = F.linear(x5[:, a:z].reshape(b * g, t, d), wq, bq)
-            o, lse_c = _cpu_flash(_heads(qc, h), _heads(kf, h), _heads(vf, h), 0.0, False, attn_mask=mask)
-            out[:, a:z] = o.transpose(1, 2).reshape(b, g, t, d)
+            kf, vf, _ = _gather_chunk(kb, vb, sel[:, a:z], None if gate is None else gate[:, a:z], t)
+            o, lse_c = _cpu_flash(_heads(q5[:, a:z].reshape(b * g, t, d), h), _heads(kf, h), _heads(vf, h), 0.0, False,
+                                  attn_mask=_chunk_mask(bias, a, z, kf.shape[1]))
+            out[:, a:z] = o.transpose(1, 2).reshape(b, g, t, h, e)
             if lse is None:
                 lse = torch.empty(b, p, h, t, dtype=lse_c.dtype, device=x.device)
             lse[:, a:z] = lse_c.view(b, g, h, t)
-            del kf, vf, qc, o  # free this chunk before the next one is gathered
-        ctx.save_for_backward(x, w_qkv, b_qkv, k, v, kc, vc, gate, sel, rest, bias, out, lse)
+            del kf, vf, o  # free this chunk before the next one is gathered
+        if kc is not None:
+            oc, lse_c = _cpu_flash(_heads(q, h), _heads(kc, h), _heads(vc, h), 0.0, False,
+                                   attn_mask=_compressed_mask(comp_ok, t, kc.shape[1] // p, x.dtype))
+            lse_c = lse_c.view(b, h, p, t).permute(0, 2, 1, 3)  # (B, P, H, T)
+            total = torch.logaddexp(lse, lse_c)
+            w_sel, w_comp = ((lse - total).exp().transpose(2, 3)[..., None],
+                             (lse_c - total).exp().transpose(2, 3)[..., None])  # (B, P, T, H, 1)
+            out = out * w_sel.to(x.dtype) + oc.view(b, h, p, t, e).permute(0, 2, 3, 1, 4) * w_comp.to(x.dtype)
+            lse = total
+        out = out.reshape(b, p, t, d)
+        ctx.save_for_backward(x, w_qkv, b_qkv, k, v, kc, vc, gate, sel, bias, comp_ok, out, lse)
         ctx.meta = (p, h, step)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, w_qkv, b_qkv, k, v, kc, vc, gate, sel, rest, bias, out, lse = ctx.saved_tensors
+        x, w_qkv, b_qkv, k, v, kc, vc, gate, sel, bias, comp_ok, out, lse = ctx.saved_tensors
         p, h, step = ctx.meta
         b, n, d = x.shape
         t = n // p
         wq, wk, wv = w_qkv[:d], w_qkv[d : 2 * d], w_qkv[2 * d :]
         grad_out = grad_out.contiguous()
+        q = F.linear(x, wq, b_qkv[:d])  # recomputed: no full-size Q is kept between forward and backward
         kb, vb = k.view(b * p, t * d), v.view(b * p, t * d)
-        dx = torch.empty_like(x)
-        dw = torch.empty_like(w_qkv)
-        db = torch.empty(3 * d, dtype=x.dtype, device=x.device)
-        dq_sum = torch.zeros(d, dtype=x.dtype, device=x.device)
-        dwq = torch.zeros_like(wq)
+        dq = torch.empty_like(q)
         dk, dv = torch.zeros_like(k), torch.zeros_like(v)
         dkb, dvb = dk.view(b * p, t * d), dv.view(b * p, t * d)
-        kcb = vcb = dkc = dvc = None
-        if kc is not None:
-            kcb, vcb = kc.view(b * p, -1), vc.view(b * p, -1)
-            dkc, dvc = torch.zeros_like(kc), torch.zeros_like(vc)
         dgate = None if gate is None else torch.empty_like(gate)
-        x5, dx5 = x.view(b, p, t, d), dx.view(b, p, t, d)
+        q5, dq5, go5, out5 = q.view(b, p, t, d), dq.view(b, p, t, d), grad_out.view(b, p, t, d), out.view(b, p, t, d)
         for a, z in _chunks(p, step):
             g = z - a
-            sel_c, rest_c = sel[:, a:z], None if rest is None else rest[:, a:z]
-            gate_c = None if gate is None else gate[:, a:z]
-            kf, vf, vf_raw = _gather_chunk(kb, vb, kcb, vcb, sel_c, rest_c, gate_c, t)
-            mask = _chunk_mask(bias, a, z, kf.shape[1])
-            go_h = _heads(grad_out[:, a:z].reshape(b * g, t, d), h)
-            q_h = _heads(F.linear(x5[:, a:z].reshape(b * g, t, d), wq, b_qkv[:d]), h)
-            out_h, lse_h = _heads(out[:, a:z].reshape(b * g, t, d), h), lse[:, a:z].reshape(b * g, h, t)
-            gq, gk, gv = _cpu_flash_bwd(go_h, q_h, _heads(kf, h), _heads(vf, h), out_h, lse_h, 0.0, False,
-                                        attn_mask=mask)
-            # dQ of this chunk goes straight into dx (and dW_q): no full-size dQ buffer
-            gq = gq.transpose(1, 2).reshape(b * g * t, d)
-            dx5[:, a:z] = (gq @ wq).view(b, g, t, d)
-            dwq.addmm_(gq.t(), x5[:, a:z].reshape(b * g * t, d))
-            dq_sum += gq.sum(0)
-            gk = gk.transpose(1, 2).reshape(b * g, -1, d)
-            gv = gv.transpose(1, 2).reshape(b * g, -1, d)
+            sel_c, gate_c = sel[:, a:z], None if gate is None else gate[:, a:z]
+            kf, vf, vf_raw = _gather_chunk(kb, vb, sel_c, gate_c, t)
+            gq, gk, gv = _cpu_flash_bwd(_heads(go5[:, a:z].reshape(b * g, t, d), h), _heads(q5[:, a:z].reshape(b * g, t, d), h),
+                                        _heads(kf, h), _heads(vf, h), _heads(out5[:, a:z].reshape(b * g, t, d), h),
+                                        lse[:, a:z].reshape(b * g, h, t), 0.0, False,
+                                        attn_mask=_chunk_mask(bias, a, z, kf.shape[1]))
+            dq5[:, a:z] = gq.transpose(1, 2).reshape(b, g, t, d)
             kk = sel_c.shape[-1]
-            gvf = gv[:, : kk * t].reshape(b * g, kk, t * d)
+            gk = gk.transpose(1, 2).reshape(b * g * kk, t * d)
+            gvf = gv.transpose(1, 2).reshape(b * g, kk, t * d)
             if gate is not None:
                 dgate[:, a:z] = (gvf * vf_raw).sum(-1).view(b, g, kk)
                 gvf = gvf * gate_c.reshape(b * g, kk, 1)
-            dkb.index_add_(0, sel_c.reshape(-1), gk[:, : kk * t].reshape(b * g * kk, t * d))
+            dkb.index_add_(0, sel_c.reshape(-1), gk)
             dvb.index_add_(0, sel_c.reshape(-1), gvf.reshape(b * g * kk, t * d))
-            if rest_c is not None:
-                c_d = kcb.shape[1]
-                dkc.view(b * p, c_d).index_add_(0, rest_c.reshape(-1), gk[:, kk * t :].reshape(-1, c_d))
-                dvc.view(b * p, c_d).index_add_(0, rest_c.reshape(-1), gv[:, kk * t :].reshape(-1, c_d))
             del kf, vf, vf_raw, gq, gk, gv, gvf  # free this chunk before the next one is gathered
-        x2, dk2, dv2 = x.view(-1, d), dk.view(-1, d), dv.view(-1, d)
-        dx2 = dx.view(-1, d)
-        dx2.addmm_(dk2, wk).addmm_(dv2, wv)
-        dw[:d] = dwq
-        torch.mm(dk2.t(), x2, out=dw[d : 2 * d])
-        torch.mm(dv2.t(), x2, out=dw[2 * d :])
-        db[:d], db[d : 2 * d], db[2 * d :] = dq_sum, dk2.sum(0), dv2.sum(0)
+        dkc = dvc = None
+        if kc is not None:
+            lse_all = lse.permute(0, 2, 1, 3).reshape(b, h, p * t)
+            gq, gkc, gvc = _cpu_flash_bwd(_heads(grad_out.view(b, p * t, d), h), _heads(q, h), _heads(kc, h), _heads(vc, h),
+                                          _heads(out.view(b, p * t, d), h), lse_all, 0.0, False,
+                                          attn_mask=_compressed_mask(comp_ok, t, kc.shape[1] // p, x.dtype))
+            dq += gq.transpose(1, 2).reshape(b, p * t, d)
+            dkc, dvc = gkc.transpose(1, 2).reshape(kc.shape), gvc.transpose(1, 2).reshape(vc.shape)
+        x2, dq2, dk2, dv2 = x.view(-1, d), dq.view(-1, d), dk.view(-1, d), dv.view(-1, d)
+        dx = torch.mm(dq2, wq).addmm_(dk2, wk).addmm_(dv2, wv).view(b, n, d)
+        dw = torch.cat([dq2.t() @ x2, dk2.t() @ x2, dv2.t() @ x2])
+        db = torch.cat([dq2.sum(0), dk2.sum(0), dv2.sum(0)])
         return dx, dw, db, dkc, dvc, dgate, None, None, None, None, None, None
 
 
-def gathered_attention_reference(x, w_qkv, b_qkv, kc, vc, gate, sel, rest, bias, p, h, step):
+def gathered_attention_reference(x, w_qkv, b_qkv, kc, vc, gate, sel, bias, comp_ok, p, h, step):
     """Same computation as ``GatheredAttention`` with plain autograd (public SDPA, no custom
-    backward): the fallback off CPU / without the fused kernel, and the test reference."""
+    backward; one softmax per query component over its concatenated selected and compressed keys):
+    the fallback off CPU / without the fused kernel, and the test reference."""
     b, n, d = x.shape
     t = n // p
     q, k, v = (F.linear(x, w_qkv[i * d : (i + 1) * d], b_qkv[i * d : (i + 1) * d]) for i in range(3))
     kb, vb = k.reshape(b * p, t * d), v.reshape(b * p, t * d)
-    kcb = vcb = None
-    if kc is not None:
-        kcb, vcb = kc.reshape(b * p, -1), vc.reshape(b * p, -1)
     q5 = q.reshape(b, p, t, d)
     outs = []
     for a, z in _chunks(p, step):
         g = z - a
-        kf, vf, _ = _gather_chunk(kb, vb, kcb, vcb, sel[:, a:z], None if rest is None else rest[:, a:z],
-                                  None if gate is None else gate[:, a:z], t)
+        kf, vf, _ = _gather_chunk(kb, vb, sel[:, a:z], None if gate is None else gate[:, a:z], t)
         mask = _chunk_mask(bias, a, z, kf.shape[1])
+        if kc is not None:
+            n_c = kc.shape[1]
+            kf = torch.cat([kf, kc.repeat_interleave(g, dim=0)], 1)
+            vf = torch.cat([vf, vc.repeat_interleave(g, dim=0)], 1)
+            ok = comp_ok[:, a:z].repeat_interleave(n_c // p, dim=-1).reshape(b * g, 1, 1, n_c)
+            comp_bias = torch.zeros(ok.shape, dtype=x.dtype, device=x.device).masked_fill(~ok, float("-inf"))
+            sel_bias = mask if mask is not None else torch.zeros(b * g, 1, 1, kf.shape[1] - n_c, dtype=x.dtype,
+                                                                  device=x.device)
+            mask = torch.cat([sel_bias, comp_bias], -1)
         o = F.scaled_dot_product_attention(_heads(q5[:, a:z].reshape(b * g, t, d), h), _heads(kf, h), _heads(vf, h), attn_mask=mask)
         outs.append(o.transpose(1, 2).reshape(b, g, t, d))
     return torch.cat(outs, 1)
-
 
 class SparseComponentAttention(ComponentAttention):
     """Each query component attends to a chosen set of k components at full resolution (and,
     when ``n_compressed > 0``, to C compressed tokens of every other component), in one softmax.
 
     Subclasses implement ``choose(x, boxes, valid, k, kc) -> (indices (B,P,k), mask (B,P,P), scores|None)``.
-    Query components are processed in chunks whose gathered keys+values stay below
-    ``gather_budget`` times the size of the layer's own K and V; chunks are recomputed in
-    backward (``GatheredAttention``), so memory stays linear in P*T."""
+    The selected components' keys+values are gathered for chunks of query components that stay
+    below ``gather_budget`` times the size of the layer's own K and V, and gathered again in
+    backward (``GatheredAttention``); the compressed keys are shared by all query components and
+    never gathered (only a ``(B, P*T, P*C)`` logit mask marks the selected ones)."""
 
     def __init__(
         self, d_model: int, n_heads: int, top_k: int, n_compressed: int = 0, compression: str = "query",
-        gather_budget: float = 0.25, n_freq: int = 6,
+        gather_budget: float = 1.0, n_freq: int = 6,
     ):
         super().__init__(d_model, n_heads)
         if top_k < 1:
@@ -371,7 +379,7 @@ class SparseComponentAttention(ComponentAttention):
         h, c = self.n_heads, self.n_compressed
         k_eff = min(self.top_k, p)
         use_comp = self.compressor is not None and k_eff < p
-        kc = vc = rest = None
+        kc = vc = comp_ok = None
         if use_comp:
             pe = self.box_pe(boxes) if boxes is not None else None
             # compressed tokens only need keys and values (same projections as the full tokens)
@@ -382,27 +390,21 @@ class SparseComponentAttention(ComponentAttention):
             self.last_selection["scores"] = scores.detach()
         boff = torch.arange(b, device=x.device)[:, None, None] * p
         if use_comp:
-            # unselected components (False sorts first), ascending index order
-            rest = torch.argsort(sel_mask.to(torch.int8), dim=-1, stable=True)[..., : p - k_eff]
-        n_keys = self.keys_per_query(p, t)
+            # compressed tokens of the unselected (valid) components
+            comp_ok = ~sel_mask if valid is None else ~sel_mask & valid[:, None, :]
         gate = None
         if scores is not None and self.training and torch.is_grad_enabled():
             g = torch.sigmoid(scores.gather(-1, sel).clamp(min=-30.0))
             gate = g / g.detach()  # (B, P, k), value exactly 1, gradient to the router
-        padded = valid is not None and not bool(valid.all())
         bias = None
-        if padded:
+        if valid is not None and not bool(valid.all()):
             bi = torch.arange(b, device=x.device)[:, None, None]
             own = sel == torch.arange(p, device=x.device)[None, :, None]
-            parts = [(valid[bi, sel] | own).repeat_interleave(t, dim=-1)]
-            if use_comp:
-                parts.append(valid[bi, rest].repeat_interleave(c, dim=-1))
-            key_valid = torch.cat(parts, dim=-1)  # (B, P, L)
-            bias = torch.zeros(b, p, n_keys, dtype=x.dtype, device=x.device).masked_fill(~key_valid, float("-inf"))
-        # chunk so that the gathered K+V of a chunk stay within gather_budget * (size of K and V)
-        step = max(1, min(p, int(self.gather_budget * p * t // (2 * n_keys))))
-        args = (x.reshape(b, p * t, d), self.qkv.weight, self.qkv.bias, kc, vc, gate, sel + boff,
-                None if rest is None else rest + boff, bias, p, h, step)
+            key_valid = (valid[bi, sel] | own).repeat_interleave(t, dim=-1)  # (B, P, k*T)
+            bias = torch.zeros(key_valid.shape, dtype=x.dtype, device=x.device).masked_fill(~key_valid, float("-inf"))
+        # chunk so that the gathered selected K+V of a chunk stay within gather_budget * (size of K and V)
+        step = max(1, min(p, int(self.gather_budget * p // (2 * k_eff))))
+        args = (x.reshape(b, p * t, d), self.qkv.weight, self.qkv.bias, kc, vc, gate, sel + boff, bias, comp_ok, p, h, step)
         if _cpu_flash is not None and _cpu_flash_bwd is not None and x.device.type == "cpu":
             o = GatheredAttention.apply(*args)
         else:
@@ -411,23 +413,28 @@ class SparseComponentAttention(ComponentAttention):
 
 
 @torch.no_grad()
-def component_attention_mass(q: Tensor, k: Tensor, p: int, n_heads: int, valid: Tensor | None = None) -> Tensor:
+def component_attention_mass(q: Tensor, k: Tensor, p: int, n_heads: int, valid: Tensor | None = None,
+                             queries: Tensor | None = None) -> Tensor:
     """Part-level attention of full attention: ``q, k (B, P*T, d)`` (one layer's queries and keys
     of all full-resolution tokens) -> ``(B, P, P)``, entry ``(p, j)`` = the softmax mass (over all
     valid keys) that the queries of component p put on the tokens of component j, averaged over
-    p's tokens and the heads. Rows sum to 1 over the valid key components; no gradient."""
+    p's tokens and the heads. Rows sum to 1 over the valid key components; no gradient. With
+    ``queries (G,)`` (component indices) only those rows are computed; the others are 0."""
     b, n, d = q.shape
     t, e = n // p, d // n_heads
     kh = _heads(k, n_heads)
     key_ok = None if valid is None else valid.repeat_interleave(t, dim=1)[:, None, None, :]
-    out = q.new_empty(b, p, p)
+    out = q.new_empty(b, p, p) if queries is None else q.new_zeros(b, p, p)
+    q4 = q.view(b, p, t, d)
+    rows = torch.arange(p, device=q.device) if queries is None else queries
     # query components in chunks whose logits (B, H, G*T, P*T) stay within twice the size of K:
-    # memory linear in P*T (the target is O((P*T)^2) in time only)
-    for a, z in _chunks(p, max(1, 2 * d // (n_heads * t))):
-        logits = _heads(q[:, a * t : z * t], n_heads) @ kh.transpose(-1, -2) / math.sqrt(e)
+    # memory linear in P*T (the target is O((P*T)^2 / P * G) in time only)
+    for a, z in _chunks(len(rows), max(1, 2 * d // (n_heads * t))):
+        r = rows[a:z]
+        logits = _heads(q4[:, r].reshape(b, len(r) * t, d), n_heads) @ kh.transpose(-1, -2) / math.sqrt(e)
         if key_ok is not None:
             logits = logits.masked_fill(~key_ok, float("-inf"))
-        out[:, a:z] = logits.softmax(-1).view(b, n_heads, z - a, t, p, t).sum(-1).mean((1, 3))
+        out[:, r] = logits.softmax(-1).view(b, n_heads, len(r), t, p, t).sum(-1).mean((1, 3))
     return out
 
 
@@ -471,7 +478,9 @@ class MoCAAttention(SparseComponentAttention):
     ``distill``: store ``distill_loss`` = KL(target || softmax(router scores)), target = the
     part-level attention mass of this layer's own queries under full attention
     (``component_attention_mass``, own part dropped, ``router_distill_target``), detached, and the
-    router scored from detached pooled features, so the loss trains the router only;
+    router scored from detached pooled features, so the loss trains the router only; above
+    ``DISTILL_QUERIES`` components the KL is the mean over that many query components drawn at
+    random (global RNG) each step, an unbiased estimate at a fraction of the cost;
     ``dense``: attend with k = P (computed as full attention, ``full_attention``; no routing, no
     compression) for a dense warm-up."""
 
@@ -494,9 +503,13 @@ class MoCAAttention(SparseComponentAttention):
         """KL(full-attention part mass || router distribution), mean over query components; the
         gradient reaches the router's own parameters only."""
         b, p, t, d = x.shape
+        queries = None
+        if p > DISTILL_QUERIES:  # an unbiased subsample of the rows: the target costs O(G*T * P*T), not O((P*T)^2)
+            queries = torch.randperm(p, device=x.device)[:DISTILL_QUERIES].sort().values
         with torch.no_grad():
             q, k, _ = self.project(x.detach().reshape(b, p * t, d))
-            target, rows = router_distill_target(component_attention_mass(q, k, p, self.n_heads, valid), valid)
+            mass = component_attention_mass(q, k, p, self.n_heads, valid, queries)
+            target, rows = router_distill_target(mass, valid)
         pooled, centers = self.router_inputs(x, boxes)
         scores = self.router(pooled.detach(), None if centers is None else centers.detach(), valid)
         return router_kl(scores, target, rows)

@@ -156,3 +156,82 @@ def run_bench(out_dir: Path, **kw) -> list[dict]:
     print(markdown_table(rows, cols))
     print(f"MoCA faster than full attention from P = {summary['crossover_parts_moca']} on")
     return rows
+
+
+# ---------------------------------------------------------------- scenes: whole training steps
+SCENE_PARTS = (32, 64, 128, 256)
+SCENE_METHODS = ("full", "moca", "moca_no_distill")
+
+
+def bench_scene_training(
+    parts: tuple[int, ...] = SCENE_PARTS, tokens: tuple[int, ...] = (8,), d_model: int = 128, n_layers: int = 4,
+    top_k: int = 4, n_compressed: int = 2, repeats: int = 3, seed: int = 0, threads: int | None = None,
+) -> list[dict]:
+    """Time and peak memory of one generator training step (forward + backward + AdamW step of the
+    whole ``PartFlowTransformer``, rectified-flow loss, batch of one scene of P components of T
+    tokens), full attention vs MoCA in its sparse phase with router distillation (the recipe's
+    steady state) and without. Same inputs for all methods (content does not change the cost),
+    interleaved repeats; peak memory by ``peak_memory_bytes``. Rows ``{method, parts, tokens,
+    time_ms (median), peak_mem_mb, speedup_vs_full, mem_ratio_vs_full, ...settings}``."""
+    from generation3d.losses import draw_flow_noise, flow_matching_loss
+    from generation3d.model import GenConfig, PartFlowTransformer
+
+    if threads:
+        torch.set_num_threads(threads)
+    rows = []
+    for t in tokens:
+        for p in parts:
+            if p < 1 or t < 1:
+                raise InputError(f"parts and tokens must be >= 1, got {p} and {t}")
+            gen = torch.Generator().manual_seed(seed)
+            batch = {"z": torch.randn(1, p, t, 8, generator=gen), "box": torch.randn(1, p, 6, generator=gen),
+                     "valid": torch.ones(1, p, dtype=torch.bool), "category": torch.tensor([4]),
+                     "n_parts": torch.tensor([p]), "text": None}
+            noise = draw_flow_noise(batch, gen)
+            models, opts = {}, {}
+            for m in SCENE_METHODS:
+                torch.manual_seed(seed)
+                cfg = GenConfig(n_latents=t, d_latent=8, max_parts=p, d_model=d_model, n_layers=n_layers,
+                                attention="full" if m == "full" else "moca", top_k=top_k, n_compressed=n_compressed,
+                                router_distill=0.5 if m == "moca" else 0.0, dense_warmup=0.0)
+                models[m] = PartFlowTransformer(cfg).train()
+                models[m].set_sparse_training(distill=m == "moca", dense=False)
+                opts[m] = torch.optim.AdamW(models[m].parameters(), lr=1e-4)
+
+            def step(m, models=models, opts=opts, batch=batch, noise=noise):
+                model = models[m]
+                loss = flow_matching_loss(model, batch, noise)
+                aux = model.router_distill_loss()
+                (loss if aux is None else loss + 0.5 * aux).backward()
+                opts[m].step()
+                opts[m].zero_grad(set_to_none=True)
+
+            times = {m: [] for m in SCENE_METHODS}
+            for m in SCENE_METHODS:  # warm-up (also creates the optimizer state)
+                step(m)
+            for _ in range(repeats):
+                for m in SCENE_METHODS:
+                    t0 = time.perf_counter()
+                    step(m)
+                    times[m].append(time.perf_counter() - t0)
+            for m in SCENE_METHODS:
+                rows.append({"method": m, "parts": p, "tokens": t, "time_ms": 1e3 * statistics.median(times[m]),
+                             "peak_mem_mb": peak_memory_bytes(lambda m=m: step(m)) / 2**20, "d_model": d_model,
+                             "n_layers": n_layers, "top_k": top_k, "n_compressed": n_compressed, "repeats": repeats,
+                             "threads": torch.get_num_threads()})
+    full = {(r["parts"], r["tokens"]): r for r in rows if r["method"] == "full"}
+    for r in rows:
+        f = full[r["parts"], r["tokens"]]
+        r["speedup_vs_full"] = f["time_ms"] / r["time_ms"]
+        r["mem_ratio_vs_full"] = r["peak_mem_mb"] / f["peak_mem_mb"]
+    return rows
+
+
+def run_scene_bench(out_json: Path, **kw) -> list[dict]:
+    """``bench_scene_training`` -> markdown table on stdout and ``out_json`` (``{"rows", "settings"}``)."""
+    rows = bench_scene_training(**kw)
+    write_json(Path(out_json), {"rows": rows, "settings": {k: list(v) if isinstance(v, tuple) else v
+                                                            for k, v in kw.items()}})
+    print(markdown_table(rows, ["method", "parts", "tokens", "time_ms", "speedup_vs_full", "peak_mem_mb",
+                                "mem_ratio_vs_full"]))
+    return rows

@@ -3,12 +3,14 @@
     moca build-data --out data/parts --per-category 200 --scenes 8
     moca build-data --source sweethome3d --out data/furniture
     moca build-data --source my_shapes/ --up y --out data/mine
+    moca build-data --source scenes --scenes 64 --scene-parts 32 --scene-max-parts 256 --out data/scenes
     moca train-ae --data-dir data/parts --out runs/ae --steps 1500
     moca train --data-dir data/parts --ae runs/ae --attention moca --out runs/moca --steps 2000
     moca sample --ckpt runs/moca --category chair --parts 12 --out chair.glb
     moca sample --ckpt runs/moca --category none --parts 9 --text "a chair with arms and a solid back" --out c.glb
     moca eval --ckpt runs/moca --data-dir data/parts --n 32 --out runs/moca/eval.json   # + category fidelity
     moca bench-attention --parts 8,16,32,64,128,256 --out results/bench
+    moca bench-scenes --parts 32,64,128,256 --tokens 8,32 --out docs/results/generation3d/scenes.json
     moca load-mesh my_parts.glb --out preview.png
 """
 
@@ -51,16 +53,27 @@ def _build_data(a) -> int:
 
     out = Path(a.out) if a.out else _data_dir(a)
     source = a.source
-    if source not in ("procedural", "sweethome3d"):
+    if source not in ("procedural", "sweethome3d", "scenes"):
         if not Path(source).is_dir():
-            raise InputError(f"--source must be procedural, sweethome3d or an existing folder; {source!r} is none")
+            raise InputError(f"--source must be procedural, sweethome3d, scenes or an existing folder; {source!r} is none")
         if out.resolve().is_relative_to(Path(source).resolve()):
             raise InputError(f"--out {out} is inside the source folder {source}; choose another path")
-    inputs = [a.furniture_dir] if source == "sweethome3d" else [] if source == "procedural" else [source]
+    inputs = [a.furniture_dir] if source in ("sweethome3d", "scenes") else [] if source == "procedural" else [source]
+    if source == "scenes" and not 1 <= a.scene_parts <= a.scene_max_parts:
+        raise InputError(f"--scene-parts ({a.scene_parts}) must not exceed --scene-max-parts ({a.scene_max_parts})")
+    if source == "scenes" and a.scenes < 1:
+        raise InputError("--scenes must be at least 1 for --source scenes")
     check_outputs(dirs=[out], inputs=inputs, overwrite=a.overwrite)
     if source == "procedural":
         build_dataset(out, n_per_category=a.per_category, n_scenes=a.scenes, n_points=a.points,
                       seed=a.seed, min_scene_parts=a.scene_parts)
+    elif source == "scenes":
+        from generation3d.scenes import build_scene_dataset
+
+        build_scene_dataset(out, n_scenes=a.scenes, min_parts=a.scene_parts, max_parts=a.scene_max_parts,
+                            n_points=a.points, seed=a.seed, furniture_dir=a.furniture_dir,
+                            item_max_parts=a.max_parts, progress=True)
+        print(f"items used listed with their creators and licences in {out / 'ATTRIBUTION.csv'}")
     else:
         from generation3d.sources import build_real_dataset
 
@@ -200,6 +213,19 @@ def _bench(a) -> int:
     return 0
 
 
+def _bench_scenes(a) -> int:
+    import torch
+
+    from generation3d.bench import run_scene_bench
+
+    out = Path(a.out or "docs/results/generation3d/scenes.json")
+    check_outputs(files=[out], overwrite=a.overwrite)
+    torch.set_num_threads(a.threads)
+    run_scene_bench(out, parts=tuple(a.parts), tokens=tuple(a.tokens), repeats=a.repeats, top_k=a.top_k,
+                    n_compressed=a.compressed, seed=a.seed)
+    return 0
+
+
 def _load_mesh(a) -> int:
     from generation3d.data import load_part_mesh
     from generation3d.render import render_preview
@@ -221,16 +247,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build-data", help="build a part-labelled dataset (procedural, Sweet Home 3D or your folder)")
     add_common_args(p)
     p.add_argument("--source", default="procedural",
-                   help="procedural (made here), sweethome3d (Debian's sweethome3d-furniture, read in place) or a "
-                        "folder of part-labelled meshes (formats in generation3d/README.md)")
+                   help="procedural (made here), sweethome3d (Debian's sweethome3d-furniture, read in place), "
+                        "scenes (rooms composed from the sweethome3d furniture) or a folder of part-labelled "
+                        "meshes (formats in generation3d/README.md)")
     p.add_argument("--per-category", type=positive_int, default=200, help="procedural: shapes per category")
-    p.add_argument("--scenes", type=nonneg_int, default=8, help="procedural: number of scenes")
-    p.add_argument("--scene-parts", type=positive_int, default=64, help="procedural: minimum parts per scene")
+    p.add_argument("--scenes", type=nonneg_int, default=8, help="procedural / scenes: number of scenes")
+    p.add_argument("--scene-parts", type=positive_int, default=64, help="procedural / scenes: minimum parts per scene")
+    p.add_argument("--scene-max-parts", type=positive_int, default=256, help="scenes: maximum parts per scene")
     p.add_argument("--points", type=positive_int, default=256, help="surface points per part")
     p.add_argument("--max-parts", type=positive_int, default=64,
-                   help="sweethome3d / folder: shapes with more parts (after merging tiny ones) are skipped")
+                   help="sweethome3d / scenes / folder: shapes (items) with more parts (after merging tiny ones) "
+                        "are skipped")
     p.add_argument("--furniture-dir", default=None,
-                   help="sweethome3d: folder of .sh3f archives (default $MOE_APPS_SWEETHOME3D or "
+                   help="sweethome3d / scenes: folder of .sh3f archives (default $MOE_APPS_SWEETHOME3D or "
                         "/usr/share/sweethome3d/furniture)")
     p.add_argument("--up", default="z", choices=["y", "z"], help="folder: the meshes' up axis (y is rotated to z)")
     p.set_defaults(fn=_build_data)
@@ -303,6 +332,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compressed", type=positive_int, default=2)
     p.add_argument("--threads", type=positive_int, default=1)
     p.set_defaults(fn=_bench)
+
+    p = sub.add_parser("bench-scenes", help="training-step time/memory of the generator on P-component scenes, "
+                                            "MoCA vs full attention")
+    add_common_args(p, out_default="docs/results/generation3d/scenes.json")
+    p.add_argument("--parts", type=int_list(1), default="32,64,128,256")
+    p.add_argument("--tokens", type=int_list(1), default="8", help="latent tokens T per component (8 = the AE's default)")
+    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument("--top-k", type=positive_int, default=4)
+    p.add_argument("--compressed", type=positive_int, default=2)
+    p.add_argument("--threads", type=positive_int, default=1)
+    p.set_defaults(fn=_bench_scenes)
 
     p = sub.add_parser("load-mesh", help="load a part-segmented GLB/OBJ and list its parts")
     add_common_args(p)

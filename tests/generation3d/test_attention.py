@@ -105,9 +105,10 @@ def test_unselected_components_still_reach_the_output_only_with_compression():
         assert bool(g[0, far].abs().sum() > 0) == reaches
 
 
-def test_fused_backward_matches_autograd_reference(monkeypatch):
+@pytest.mark.parametrize("top_k", [2, 3])  # 3: the padded shape's valid parts are all selected, no compressed key left
+def test_fused_backward_matches_autograd_reference(monkeypatch, top_k):
     torch.manual_seed(0)
-    m = MoCAAttention(16, 2, top_k=2, n_compressed=2, gather_budget=0.3).double().train()
+    m = MoCAAttention(16, 2, top_k=top_k, n_compressed=2, gather_budget=1.0).double().train()
     x = torch.randn(2, 5, 4, 16, dtype=torch.float64, requires_grad=True)
     boxes = torch.rand(2, 5, 6, dtype=torch.float64)
     valid = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]], dtype=torch.bool)

@@ -37,6 +37,33 @@ def test_component_mass_is_the_full_attention_softmax_summed_per_part(p):
     ref = att.view(2, 2, p, 3, p, 3).sum(-1).mean((1, 3))
     torch.testing.assert_close(mass, ref, atol=1e-12, rtol=0)
     torch.testing.assert_close(mass.sum(-1), torch.ones(2, p, dtype=torch.float64), atol=1e-12, rtol=0)
+    rows = torch.tensor([0, 2, p - 1])
+    sub = component_attention_mass(q, k, p, 2, queries=rows)
+    torch.testing.assert_close(sub[:, rows], ref[:, rows], atol=1e-12, rtol=0)
+    others = torch.ones(p, dtype=torch.bool)
+    others[rows] = False
+    assert (sub[:, others] == 0).all()
+
+
+def test_distillation_above_the_cap_is_the_kl_over_a_random_subset_of_query_components(monkeypatch):
+    import generation3d.attention as A
+
+    monkeypatch.setattr(A, "DISTILL_QUERIES", 3)
+    torch.manual_seed(2)
+    layer = MoCAAttention(16, 2, top_k=2).double()
+    x, boxes = torch.randn(1, 7, 3, 16, dtype=torch.float64), torch.rand(1, 7, 6, dtype=torch.float64)
+    torch.manual_seed(5)
+    loss = layer.router_distill_loss(x, boxes, None)
+    torch.manual_seed(5)
+    rows = torch.randperm(7)[:3]  # the same draw
+    q, k = _qk(layer, x)
+    target, _ = router_distill_target(component_attention_mass(q, k, 7, 2))
+    pooled, centers = layer.router_inputs(x, boxes)
+    scores = layer.router(pooled, centers)
+    logp = scores.masked_fill(torch.eye(7, dtype=torch.bool), float("-inf")).log_softmax(-1)
+    kl = [(target[0, r] * (target[0, r].clamp(min=1e-30).log() - logp[0, r]).where(target[0, r] > 0, 0.0)).sum()
+          for r in rows.tolist()]
+    torch.testing.assert_close(loss, torch.stack(kl).mean(), atol=1e-12, rtol=0)
 
 
 def test_distill_target_sums_to_one_over_valid_components_and_ignores_padding():
