@@ -3,6 +3,7 @@ runs, validation-weighted stacks and one real-data fold."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from pathlib import Path
@@ -74,4 +75,46 @@ def test_stack_components_are_bench_methods():
         assert "," not in name, f"`variant_bench --variants` splits on commas: {name}"
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not (DATA / "olfaction" / "mixture_pairs.csv").is_file(), reason="no data")
+def test_bench_set_feature_rows_on_real_data(tmp_path):
+    """One random-CV fold of the real bench with a tiny random encoder: the set-feature regressors
+    and the set-feature network are rows of the table, an equal-weight mean is exactly the mean of
+    its components' test predictions, and the set regressors are well above chance."""
+    from experiments.olfaction.variant_bench import SET_RIDGE_NAME, SET_TREES_NAME, run_bench
+    from olfaction.data import load_pairs
+    from olfaction.model import MixScentConfig, MolEncoderConfig
+    from olfaction.pipeline import random_encoder
+    from olfaction.train import DistanceTrainConfig
 
+    enc = random_encoder(MolEncoderConfig(hidden=16, layers=2, emb_dim=16), seed=0)
+    enc.save_pretrained(tmp_path / "enc")
+    mean_name = "Set trees + ridge (equal)"
+    assert EQUAL_MEANS[mean_name] == (SET_TREES_NAME, SET_RIDGE_NAME)
+    rows = run_bench(
+        DATA,
+        tmp_path / "out",
+        families=("random_cv",),
+        folds=1,
+        variants=("MixScentNet (+Mordred +set features)", mean_name),
+        mcfg=MixScentConfig(hidden=16, heads=2),
+        tcfg=DistanceTrainConfig(epochs=2, patience=2),
+        encoder_dir=tmp_path / "enc",
+        rf_trees=20,
+        n_boot=20,
+        progress=False,
+    )
+    by_method = {r["method"]: r for r in rows if r["family"] == "random_cv"}
+    for name in (SET_TREES_NAME, SET_RIDGE_NAME, mean_name, "MixScentNet (+Mordred +set features)"):
+        assert name in by_method, name
+    assert by_method[SET_TREES_NAME]["all_pearson"] > 0.6 and by_method[SET_RIDGE_NAME]["all_pearson"] > 0.6
+    with open(tmp_path / "out" / "olfaction_bench_folds.csv", newline="") as f:
+        fold_rmse = {r["method"]: float(r["all_rmse"]) for r in csv.DictReader(f)}
+    dump = json.loads((tmp_path / "out" / "olfaction_bench_predictions.json").read_text())[0]
+    # an equal mean alone (no stack) still dumps its components' validation predictions
+    for name in (SET_TREES_NAME, SET_RIDGE_NAME):
+        assert len(dump["val_pred"][name]) == len(dump["validation"]), name
+    trees, ridge = (np.asarray(dump["test_pred"][k]) for k in (SET_TREES_NAME, SET_RIDGE_NAME))
+    y_test = load_pairs(DATA).y.astype(np.float64)[np.asarray(dump["testing"])]
+    mean_rmse = float(np.sqrt(np.mean((0.5 * (trees + ridge) - y_test) ** 2)))
+    assert fold_rmse[mean_name] == pytest.approx(mean_rmse, rel=1e-5)
