@@ -312,10 +312,12 @@ class SetRegressors:
     # -- saved form: arrays (safetensors) + a JSON state
     def arrays(self) -> dict[str, np.ndarray]:
         """``{"<kind>/<plain|partner>/<name>": array}`` of the fitted models and
-        ``"mordred/values"`` ``(N, D)``, the raw Mordred rows of the training molecules."""
+        ``"mordred/values"``, ``"mordred/missing"`` ``(N, D)``: the raw Mordred rows of the training
+        molecules (NaN as 0 plus a mask)."""
         out = {f"{model}/{name}": a for model, arrs in self._arrays.items() for name, a in arrs.items()}
-        mols = sorted(self.mordred_)
-        out["mordred/values"] = np.stack([self.mordred_[s] for s in mols]).astype(np.float32)
+        values = np.stack([self.mordred_[s] for s in sorted(self.mordred_)]).astype(np.float32)
+        # NaN (a failed descriptor) travels as a mask: saved tensors stay comparable
+        out["mordred/values"], out["mordred/missing"] = np.nan_to_num(values, nan=0.0), np.isnan(values).astype(np.uint8)
         return out
 
     def state(self) -> dict:
@@ -350,7 +352,8 @@ class SetRegressors:
             self.models_[kind] = reg
         self._arrays = {}
         arrays = dict(arrays)
-        values = arrays.pop("mordred/values", np.zeros((0, 0), np.float32))
+        values = np.array(arrays.pop("mordred/values", np.zeros((0, 0))), np.float32)
+        values[np.asarray(arrays.pop("mordred/missing", np.zeros(values.shape)), bool)] = np.nan
         self.mordred_ = dict(zip(state.get("mordred_smiles", []), np.asarray(values, np.float32), strict=True))
         for key, a in arrays.items():
             kind, part, name = key.split("/")
