@@ -12,8 +12,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.ensemble import HistGradientBoostingRegressor, RandomForestRegressor
-from sklearn.linear_model import LinearRegression
 
 from .features import DescriptorScaler, morgan_counts, rdkit_descriptors
 
@@ -58,6 +56,8 @@ class PairForest:
     """Random forest regressor on :func:`pair_features` (scikit-learn estimator API)."""
 
     def __init__(self, n_estimators: int = 300, seed: int = 0, n_jobs: int = 1, max_features: float = 0.33):
+        from sklearn.ensemble import RandomForestRegressor  # lazy: the predict path never fits
+
         self.rf = RandomForestRegressor(
             n_estimators=n_estimators,
             random_state=seed,
@@ -79,6 +79,8 @@ class PairBoosting:
     learning rate and number of rounds (no early stopping, so no rows are held out inside)."""
 
     def __init__(self, max_iter: int = 300, learning_rate: float = 0.05, seed: int = 0):
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
         self.gb = HistGradientBoostingRegressor(
             max_iter=max_iter,
             learning_rate=learning_rate,
@@ -116,6 +118,8 @@ class SnitzAngle:
         lo, hi = mat.min(axis=0), mat.max(axis=0)
         span = np.where(hi - lo > 1e-12, hi - lo, 1.0)
         self.table = {k: (table[k] - lo) / span for k in keys}
+        from sklearn.linear_model import LinearRegression
+
         self.lin = LinearRegression()
 
     def angles(self, mix_a, mix_b) -> np.ndarray:

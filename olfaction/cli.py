@@ -77,14 +77,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--samples", type=positive_int, default=30)
     s.add_argument("--dataset", default="Bushdid", help="experiment the distances are predicted for")
 
-    s = sub.add_parser("bench", help="full benchmark vs baselines (table + CSV)")
-    add_common_args(s, out_default="runs/olfaction_bench")
-    s.add_argument("--families", default="random_cv,lso_molecules,strict_lmo")
-    s.add_argument("--folds", type=positive_int, default=5)
-    s.add_argument("--variants", default=None, help="comma-separated subset of MixScentNet variants")
-    s.add_argument("--epochs", type=positive_int, default=60)
-    s.add_argument("--encoder", default=None)
-    s.add_argument("--merge", default=None, help="comma-separated bench output dirs to merge into --out")
+    s = sub.add_parser("bench", help="distance benchmark: RF, the networks alone, set regressors, the predictor")
+    add_common_args(s, out_default="docs/results/olfaction/bench.json")
+    s.add_argument("--families", default="random_cv,lso_molecules,strict_lmo,leave_dataset")
+    s.add_argument("--folds", type=positive_int, default=5, help="splits per family (leave_dataset has 3)")
+    s.add_argument("--epochs", type=positive_int, default=60, help="network epochs (at most)")
+    s.add_argument("--trees", type=positive_int, default=300, help="trees of the set regressors")
+    s.add_argument("--encoder", default=None, help="pretrained encoder directory (default: cache dir/encoder)")
 
     s = sub.add_parser("quick", help="minutes-long demo run: one fold, tiny model vs RF")
     add_common_args(s, out_default="runs/olfaction_quick")
@@ -102,8 +101,6 @@ def _split(data_dir: Path, value: str, n_rows: int):
 
 def _check_io(args) -> None:
     """Check every path ``args.cmd`` writes (and that none is one it reads) before any work."""
-    from .pipeline import default_encoder_dir
-
     cmd = args.cmd
     if cmd == "train" and not args.out:
         raise InputError("train needs --out DIR for the model")
@@ -112,14 +109,14 @@ def _check_io(args) -> None:
         inputs.append(getattr(args, "encoder", None))
     if cmd in ("train", "eval") and Path(args.split).suffix:
         inputs.append(args.split)
-    if cmd == "bench" and args.merge:
-        inputs += [d for d in args.merge.split(",") if d]
     files, dirs = [], []
     if cmd == "pretrain":
+        from .pipeline import default_encoder_dir
+
         dirs.append(args.encoder or default_encoder_dir())
-    elif cmd in ("eval", "predict"):
+    elif cmd in ("eval", "predict", "bench"):
         files.append(args.out)
-    elif cmd in ("train", "white", "bench", "quick"):
+    elif cmd in ("train", "white", "quick"):
         dirs.append(args.out)
     check_outputs(files=files, dirs=dirs, inputs=inputs, overwrite=args.overwrite)
 
@@ -134,10 +131,12 @@ def _encoder(value):
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _check_io(args)
+    if args.cmd == "predict":  # the light path: no training code is imported
+        return _predict(args)
     from . import pipeline
     from .data import load_pairs
-    from .model import MixScentConfig, MolEncoderConfig
-    from .train import DistanceTrainConfig, PretrainConfig
+    from .model import DistanceTrainConfig, MixScentConfig, MolEncoderConfig
+    from .train import PretrainConfig
 
     if args.cmd == "featurize":
         print(pipeline.featurize(resolve_data_dir(args.data_dir), limit=args.limit, nproc=args.nproc))
@@ -184,23 +183,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "eval" and args.out:
             write_json(Path(args.out), metrics)
         return 0
-    if args.cmd == "predict":
-        from .predictor import MixturePredictor
-
-        rows = _read_pairs_csv(Path(args.csv)) if args.csv else None  # fails before the model loads
-        if rows is None and (not args.mix1 or not args.mix2 or not args.dataset):
-            raise InputError("predict needs --mix1, --mix2 and --dataset, or --csv")
-        predictor = MixturePredictor.from_pretrained(Path(args.model))
-        if rows is not None:
-            return _predict_csv(predictor, rows, args)
-        from .data import parse_mixture_text
-
-        a, b = parse_mixture_text(args.mix1, "mixture 1"), parse_mixture_text(args.mix2, "mixture 2")
-        parts = predictor.predict_components([a], [b], [args.dataset])
-        print(f"{parts['combined'][0]:.4f}")
-        if args.components:
-            print(", ".join(f"{k} {v[0]:.4f}" for k, v in parts.items() if k != "combined"))
-        return 0
     if args.cmd == "labels":
         from .data import parse_mixture_text
         from .predictor import MixturePredictor
@@ -227,26 +209,24 @@ def main(argv: list[str] | None = None) -> int:
         print(trend)
         return 0
     if args.cmd == "bench":
-        from .bench import ENSEMBLES, EQUAL_MEANS, STACKS, VARIANTS, merge_results, run_bench
+        from .bench import FAMILIES, format_table, run_bench
 
-        if args.merge:
-            merge_results([Path(d) for d in args.merge.split(",")], Path(args.out))
-            return 0
-        known = {**VARIANTS, **ENSEMBLES, **EQUAL_MEANS, **STACKS}
-        variants = tuple(v.strip() for v in args.variants.split(",")) if args.variants else tuple(known)
-        unknown = [v for v in variants if v not in known]
+        families = tuple(f.strip() for f in args.families.split(",") if f.strip())
+        unknown = [f for f in families if f not in FAMILIES] or ([] if families else ["(none)"])
         if unknown:
-            raise InputError(f"unknown variant {unknown[0]!r}; choose from {sorted(known)}")
-        run_bench(
+            raise InputError(f"unknown split family {unknown[0]!r} (choose from {', '.join(FAMILIES)})")
+        result = run_bench(
             resolve_data_dir(args.data_dir),
-            Path(args.out),
-            families=tuple(args.families.split(",")),
+            _encoder(args.encoder),
+            families=families,
             folds=args.folds,
-            variants=variants,
             seed=args.seed,
-            tcfg=DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
-            encoder_dir=Path(args.encoder) if args.encoder else None,
+            training=DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
+            n_estimators=args.trees,
         )
+        command = " ".join(["mixscent", *(argv if argv is not None else sys.argv[1:])])
+        write_json(Path(args.out), {"command": command, **result})
+        print(format_table(result["rows"]))
         return 0
     if args.cmd == "quick":
         from .quick import run_quick
@@ -257,6 +237,27 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown_table(rows))
         return 0
     return 2
+
+
+def _predict(args) -> int:
+    """``mixscent predict``: load the saved predictor (nothing is fitted) and print / write
+    distances."""
+    from .predictor import MixturePredictor
+
+    rows = _read_pairs_csv(Path(args.csv)) if args.csv else None  # fails before the model loads
+    if rows is None and (not args.mix1 or not args.mix2 or not args.dataset):
+        raise InputError("predict needs --mix1, --mix2 and --dataset, or --csv")
+    predictor = MixturePredictor.from_pretrained(Path(args.model))
+    if rows is not None:
+        return _predict_csv(predictor, rows, args)
+    from .data import parse_mixture_text
+
+    a, b = parse_mixture_text(args.mix1, "mixture 1"), parse_mixture_text(args.mix2, "mixture 2")
+    parts = predictor.predict_components([a], [b], [args.dataset])
+    print(f"{parts['combined'][0]:.4f}")
+    if args.components:
+        print(", ".join(f"{k} {v[0]:.4f}" for k, v in parts.items() if k != "combined"))
+    return 0
 
 
 def _read_pairs_csv(path: Path) -> list[dict]:

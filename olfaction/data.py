@@ -160,6 +160,21 @@ def resolve_mixture(mixtures: dict[MixtureKey, tuple[str, ...]], dataset: str, l
 # ----------------------------------------------------------------------------- splits
 
 
+DATASETS = ["Bushdid", "Ravia 1", "Ravia 2", "Ravia 4", "Snitz 1", "Snitz 2", "Snitz 3"]
+
+
+def dataset_onehot(datasets: Sequence[str]):
+    """``(P, len(DATASETS))`` float32 torch one-hot (the network's dataset input); unknown datasets
+    get an all-zero row."""
+    import torch
+
+    out = torch.zeros(len(datasets), len(DATASETS))
+    for i, d in enumerate(datasets):
+        if d in DATASETS:
+            out[i, DATASETS.index(d)] = 1.0
+    return out
+
+
 @dataclass
 class Split:
     """A POMMix split: row indices (0-based into the pairs file) for train/validation/test."""

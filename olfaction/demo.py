@@ -13,9 +13,8 @@ from pathlib import Path
 from common.cache import LoaderCache
 from common.errors import MoeAppsError
 
-from .data import parse_mixture_text
+from .data import DATASETS, parse_mixture_text
 from .features import cache_dir
-from .train import DATASETS
 
 EXAMPLES = {
     "citrus-like (limonene, citral, linalool)": "CC1=CCC(CC1)C(=C)C;CC(C)=CCCC(C)=CC=O;CC(C)=CCCC(C)(O)C=C",

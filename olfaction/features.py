@@ -119,6 +119,19 @@ def mol_graph(smiles: str):
     return Data(x=x, edge_index=edge_index, edge_attr=edge_attr, smiles=can)
 
 
+_GRAPHS: dict[str, object] = {}
+
+
+def graphs_for(smiles: Sequence[str]) -> list:
+    """PyG graphs (:func:`mol_graph`) for canonical ``smiles`` (memoised in-process)."""
+    out = []
+    for s in smiles:
+        if s not in _GRAPHS:
+            _GRAPHS[s] = mol_graph(s)
+        out.append(_GRAPHS[s])
+    return out
+
+
 # ----------------------------------------------------------------------------- Mordred cache
 
 

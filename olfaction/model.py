@@ -133,6 +133,22 @@ class MixScentConfig:
     extra: dict = field(default_factory=dict)
 
 
+@dataclass
+class DistanceTrainConfig:
+    """Training of the distance network (:func:`olfaction.train.fit_distance`): at most ``epochs``,
+    early stopping after ``patience`` rounds on the validation criterion ``select`` (``"rmse"``
+    lower / ``"pearson"`` higher). Here, not in ``train.py``, so loading a model needs no
+    Lightning."""
+
+    epochs: int = 150
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    batch_size: int = 32
+    patience: int = 12
+    seed: int = 0
+    select: str = "rmse"
+
+
 class MixtureEncoder(nn.Module):
     """Mixture-as-graph encoder. Nodes are component molecules ``x (C, in_dim)``; edges connect
     every pair of components of the same mixture; ``mix_layers`` of ``GATv2Conv`` (Brody et al.

@@ -9,13 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch_geometric.data import Batch
 
 from common.errors import DataError, InputError
-from common.pretrained import checkpoint_info
 
-from .baselines import molecule_table, scaled_molecule_table
-from .data import PairData, Split, blend_molecules, load_gslf, load_pairs, validate_mixture
+from .data import PairData, Split, blend_molecules, load_gslf, load_pairs
 from .evaluate import pair_metrics
 from .features import (
     DescriptorScaler,
@@ -33,7 +30,6 @@ from .train import (
     PretrainConfig,
     encode_molecules,
     fit_distance,
-    graphs_for,
     predict_distance,
     pretrain_descriptors,
 )
@@ -98,20 +94,6 @@ def molecule_features(
         parts.append(scaler.transform(raw))
     x = np.concatenate(parts, axis=1).astype(np.float32)
     return {s: x[i] for i, s in enumerate(smiles)}
-
-
-def pair_descriptors(
-    smiles: Sequence[str], scaler: DescriptorScaler | None = None
-) -> tuple[dict[str, np.ndarray], DescriptorScaler]:
-    """``{smiles: (D,)}`` inputs of the distance head's descriptor pair path: the RF baseline's
-    RDKit + Morgan vectors, cleaned and scaled by ``scaler`` (fitted here on exactly ``smiles``
-    when None; label-free). Fast enough (RDKit only) to run on the fly at prediction time."""
-    smiles = list(dict.fromkeys(smiles))
-    raw = molecule_table(smiles)
-    if scaler is None:
-        return scaled_molecule_table(raw)
-    x = scaler.transform(np.stack([raw[s] for s in smiles]))
-    return {s: x[i] for i, s in enumerate(smiles)}, scaler
 
 
 # ----------------------------------------------------------------------------- encoder
@@ -188,7 +170,7 @@ def train_distance(
     (``set_dim = K``), standardised with the mean / std of the training pairs' features.
 
     ``features="embedding"``: the frozen ``encoder`` is the model's molecule level (the model
-    then works on any SMILES, see :class:`MixScentPredictor`); other :data:`FEATURE_KINDS` feed
+    then works on any SMILES, see :class:`~olfaction.predictor.MixturePredictor`); other :data:`FEATURE_KINDS` feed
     precomputed molecule vectors (e.g. embedding ++ cleaned Mordred) to the mixture level, a
     benchmark variant that predicts through the returned index only."""
     feats = (
@@ -240,129 +222,6 @@ def test_predictions(model: MixScentNet, index: MixtureIndex, pairs: PairData, r
     return {"y": pairs.y[rows], "pred": pred, "self_pair": pairs.self_pair[rows], "rows": rows}
 
 
-class MixScentPredictor:
-    """A trained MixScentNet usable on any mixtures: components are encoded on the fly by its
-    molecule encoder (no descriptor cache needed). A hybrid model (``cfg.desc_dim > 0``) also
-    needs ``pair_scaler``, the scaler of its descriptor pair path (:func:`pair_descriptors`); it
-    is saved in the checkpoint's config, so a loaded predictor reproduces the outputs exactly."""
-
-    def __init__(
-        self,
-        model: MixScentNet,
-        label_model: MixScentNet | None = None,
-        label_names: list[str] | None = None,
-        pair_scaler: DescriptorScaler | None = None,
-    ):
-        for net in (model, label_model):
-            if net is not None and net.mol_encoder is None:
-                raise InputError(
-                    "MixScentPredictor needs a model with its molecule encoder (trained with "
-                    "features='embedding'); this one reads precomputed molecule features"
-                )
-        if model.cfg.set_dim:
-            raise InputError(
-                "MixScentPredictor cannot run a model with set-level pair features (set_dim > 0): "
-                "it predicts through its training index only (a benchmark variant)"
-            )
-        if model.cfg.desc_dim and pair_scaler is None:
-            raise InputError("a model with a descriptor pair path (desc_dim > 0) needs its pair_scaler")
-        if pair_scaler is not None and len(pair_scaler.keep) != model.cfg.desc_dim:
-            raise InputError(
-                f"pair_scaler keeps {len(pair_scaler.keep)} columns, the model expects {model.cfg.desc_dim}"
-            )
-        self.model = model.eval()
-        self.label_model = label_model.eval() if label_model is not None else None
-        self.label_names = label_names or []
-        self.pair_scaler = pair_scaler
-
-    def save(self, path: Path, extra: dict | None = None) -> None:
-        """Checkpoint directory: the distance net (``save_pretrained``) and the label net in
-        ``labels/``."""
-        extra = dict(extra or {})
-        if self.pair_scaler is not None:
-            extra["pair_scaler"] = self.pair_scaler.to_dict()
-        self.model.save_pretrained(path, extra)
-        if self.label_model is not None:
-            self.label_model.save_pretrained(Path(path) / "labels", {"labels": self.label_names})
-
-    @classmethod
-    def load(cls, path: Path) -> MixScentPredictor:
-        model = MixScentNet.from_pretrained(path)
-        extra = checkpoint_info(path).extra
-        scaler = DescriptorScaler.from_dict(extra["pair_scaler"]) if "pair_scaler" in extra else None
-        label_model, names = None, None
-        if (Path(path) / "labels" / "config.json").is_file():
-            label_model = MixScentNet.from_pretrained(Path(path) / "labels")
-            names = checkpoint_info(Path(path) / "labels").extra.get("labels")
-        return cls(model, label_model, names, scaler)
-
-    @torch.no_grad()
-    def _embed(self, net: MixScentNet, mixtures: list[tuple[str, ...]]):
-        mols = sorted({s for m in mixtures for s in m})
-        pos = {s: i for i, s in enumerate(mols)}
-        graph = Batch.from_data_list(graphs_for(mols))
-        comp = torch.tensor([pos[s] for m in mixtures for s in m])
-        comp_batch = torch.repeat_interleave(
-            torch.arange(len(mixtures)), torch.tensor([len(m) for m in mixtures])
-        )
-        z, alpha = net.embed(graph, comp, comp_batch, len(mixtures))
-        return z, alpha, comp_batch
-
-    @torch.no_grad()
-    def distance(self, mix_a: Sequence[str], mix_b: Sequence[str], dataset: str = "") -> float:
-        """Perceptual distance in (0, 1) between two mixtures given as SMILES lists."""
-        a = validate_mixture(mix_a, "mixture 1")
-        b = validate_mixture(mix_b, "mixture 2")
-        return float(self.distances([a], [b], [dataset])[0])
-
-    @torch.no_grad()
-    def distances(self, mixes_a, mixes_b, datasets=None) -> np.ndarray:
-        """Vectorised :meth:`distance` over validated canonical component tuples."""
-        mixtures = list(mixes_a) + list(mixes_b)
-        z, _, comp_batch = self._embed(self.model, mixtures)
-        n = len(mixes_a)
-        from .train import dataset_onehot
-
-        oh = dataset_onehot(datasets or [""] * n) if self.model.cfg.n_datasets else None
-        ma = mb = None
-        if self.pair_scaler is not None:
-            mols = sorted({s for m in mixtures for s in m})
-            table, _ = pair_descriptors(mols, self.pair_scaler)
-            desc = torch.as_tensor(np.stack([table[s] for s in mols]))
-            pos = {s: i for i, s in enumerate(mols)}
-            comp = torch.tensor([pos[s] for m in mixtures for s in m])
-            m = self.model.mixture_descriptors(desc, comp, comp_batch, len(mixtures))
-            ma, mb = m[:n], m[n:]
-        return self.model.distance_from_embeddings(z[:n], z[n:], oh, ma, mb).numpy()
-
-    @torch.no_grad()
-    def attention(self, mix: Sequence[str]) -> dict[str, float]:
-        """Per-component readout weights (sum to 1) of one mixture."""
-        m = validate_mixture(mix)
-        _, alpha, _ = self._embed(self.model, [m])
-        return {s: float(a) for s, a in zip(m, alpha, strict=False)}
-
-    @torch.no_grad()
-    def top_labels(self, mix: Sequence[str], k: int = 5) -> list[tuple[str, float]]:
-        """The ``k`` most probable odour labels of a mixture (label model trained on GS-LF)."""
-        if self.label_model is None:
-            return []
-        m = validate_mixture(mix)
-        z, _, _ = self._embed(self.label_model, [m])
-        prob = torch.sigmoid(self.label_model.labels(z))[0].numpy()
-        order = np.argsort(-prob)[:k]
-        return [(self.label_names[i], float(prob[i])) for i in order]
-
-
-def predict_rows(predictor: MixScentPredictor, pairs: PairData, rows) -> np.ndarray:
-    """``(len(rows),)`` distances a predictor gives the pairs ``rows`` of ``pairs``."""
-    return predictor.distances(
-        [pairs.mixtures[pairs.keys_a[i]] for i in rows],
-        [pairs.mixtures[pairs.keys_b[i]] for i in rows],
-        [pairs.dataset[i] for i in rows],
-    )
-
-
 def evaluate_predictor(predictor, pairs: PairData, split: Split) -> dict:
     """Test metrics of a :class:`~olfaction.predictor.MixturePredictor` on ``split.testing``: the
     combined distance (``all_*`` / ``noself_*``, :func:`~olfaction.evaluate.pair_metrics`) and
@@ -375,14 +234,5 @@ def evaluate_predictor(predictor, pairs: PairData, split: Split) -> dict:
     out = pair_metrics(pairs.y[rows], parts.pop("combined"), pairs.self_pair[rows])
     for name, pred in parts.items():
         out.update({f"{name}/{k}": v for k, v in pair_metrics(pairs.y[rows], pred, pairs.self_pair[rows]).items()})
-    out["n_test"] = int(len(rows))
-    return out
-
-
-def evaluate_on_split(predictor: MixScentPredictor, pairs: PairData, split: Split) -> dict:
-    """Metrics of a saved predictor on a split's test rows (all pairs and without self-pairs)."""
-    rows = split.testing
-    pred = predict_rows(predictor, pairs, rows)
-    out = pair_metrics(pairs.y[rows], pred, pairs.self_pair[rows])
     out["n_test"] = int(len(rows))
     return out

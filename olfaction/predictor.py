@@ -33,19 +33,13 @@ from torch_geometric.data import Batch
 from common.errors import CheckpointError, InputError
 from common.pretrained import PretrainedMixin, register_model
 
-from .data import LabelData, PairData, Split, validate_mixture
-from .evaluate import convex_blend_weights, regression_metrics
-from .features import morgan_counts
-from .model import MixScentConfig, MixScentNet, MolEncoder
+from .data import LabelData, PairData, Split, dataset_onehot, validate_mixture
+from .features import graphs_for, morgan_counts
+from .model import DistanceTrainConfig, MixScentConfig, MixScentNet, MolEncoder
 from .set_models import DEFAULT_PARTNERS, SetRegressors
-from .train import (
-    DistanceTrainConfig,
-    LabelTrainConfig,
-    MixtureIndex,
-    dataset_onehot,
-    fit_labels,
-    graphs_for,
-)
+
+# Loading and predicting import only torch, PyG, RDKit and numpy: training code (Lightning,
+# scikit-learn, SciPy) is imported inside the fitting methods, so `mixscent predict` stays light.
 
 COMPONENTS = ("network", "trees", "ridge")
 LABEL_BITS = 2048
@@ -55,6 +49,29 @@ def label_features(smiles: Sequence[str]) -> dict[str, np.ndarray]:
     """``{smiles: (LABEL_BITS,)}`` float32 log1p Morgan counts (radius 2): the label network's
     molecule input."""
     return {s: np.log1p(morgan_counts(s, LABEL_BITS)).astype(np.float32) for s in dict.fromkeys(smiles)}
+
+
+@torch.no_grad()
+def embed_mixtures(net: MixScentNet, mixtures: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mixture embeddings ``z (M, hidden)`` and per-component readout weights ``alpha (C,)`` of an
+    encoder-backed :class:`MixScentNet` (``cfg.mol_encoder`` set) for ``M`` mixtures of canonical
+    SMILES; components are encoded on the fly, so any molecule works."""
+    mols = sorted({s for m in mixtures for s in m})
+    pos = {s: i for i, s in enumerate(mols)}
+    graph = Batch.from_data_list(graphs_for(mols))
+    comp = torch.tensor([pos[s] for m in mixtures for s in m])
+    comp_batch = torch.repeat_interleave(torch.arange(len(mixtures)), torch.tensor([len(m) for m in mixtures]))
+    return net.embed(graph, comp, comp_batch, len(mixtures))
+
+
+@torch.no_grad()
+def network_distances(net: MixScentNet, mix_a, mix_b, datasets) -> np.ndarray:
+    """``(P,)`` float64 distances an encoder-backed :class:`MixScentNet` gives the pairs
+    ``(mix_a[i], mix_b[i])`` of experiment ``datasets[i]``."""
+    z, _ = embed_mixtures(net, list(mix_a) + list(mix_b))
+    n = len(mix_a)
+    oh = dataset_onehot(list(datasets)) if net.cfg.n_datasets else None
+    return net.distance_from_embeddings(z[:n], z[n:], oh).numpy().astype(np.float64)
 
 
 @dataclass
@@ -124,13 +141,18 @@ class MixturePredictor(PretrainedMixin, nn.Module):
         return self
 
     def _fit_set_regressors(self, pairs: PairData, split: Split) -> None:
+        from .evaluate import convex_blend_weights, regression_metrics
+
         mix_a, mix_b = pairs.sides()
+        # every experiment of the pair data is in the vocabulary (label-free), so a split that
+        # holds one out (leave-dataset-out) can still be predicted
+        vocabulary = sorted(set(pairs.dataset))
 
         def take(rows):
             return [mix_a[i] for i in rows], [mix_b[i] for i in rows], [pairs.dataset[i] for i in rows]
 
         tr, va = np.asarray(split.training), np.asarray(split.validation)
-        regs = SetRegressors(self.seed, self.n_estimators, self.partners).fit(*take(tr), pairs.y[tr])
+        regs = SetRegressors(self.seed, self.n_estimators, self.partners).fit(*take(tr), pairs.y[tr], vocabulary)
         val = regs.predict(*take(va))
         net_val = self._network_distances(*take(va))
         preds = np.stack([net_val, val["trees"], val["ridge"]], axis=1)  # (V, 3)
@@ -144,11 +166,13 @@ class MixturePredictor(PretrainedMixin, nn.Module):
         )
         fit_rows = np.concatenate([tr, va])
         self.set_regressors = SetRegressors(self.seed, self.n_estimators, self.partners).fit(
-            *take(fit_rows), pairs.y[fit_rows]
+            *take(fit_rows), pairs.y[fit_rows], vocabulary
         )
 
     def fit_labels(self, gslf: LabelData) -> MixturePredictor:
         """Label network on all of ``gslf`` but a seeded ``val_frac`` (epoch choice)."""
+        from .train import LabelTrainConfig, MixtureIndex, fit_labels
+
         cfg = self.labels_cfg
         feats = label_features(gslf.smiles)
         index = MixtureIndex({s: (s,) for s in gslf.smiles}, feats)
@@ -174,23 +198,8 @@ class MixturePredictor(PretrainedMixin, nn.Module):
             raise InputError(f"this model has no {what}")
         return value
 
-    @torch.no_grad()
-    def _embed(self, mixtures: list[tuple[str, ...]]):
-        net = self._need("distance_net")
-        mols = sorted({s for m in mixtures for s in m})
-        pos = {s: i for i, s in enumerate(mols)}
-        graph = Batch.from_data_list(graphs_for(mols))
-        comp = torch.tensor([pos[s] for m in mixtures for s in m])
-        comp_batch = torch.repeat_interleave(torch.arange(len(mixtures)), torch.tensor([len(m) for m in mixtures]))
-        return net.embed(graph, comp, comp_batch, len(mixtures))
-
-    @torch.no_grad()
     def _network_distances(self, mix_a, mix_b, datasets) -> np.ndarray:
-        net = self._need("distance_net")
-        z, _ = self._embed(list(mix_a) + list(mix_b))
-        n = len(mix_a)
-        oh = dataset_onehot(list(datasets)) if net.cfg.n_datasets else None
-        return net.distance_from_embeddings(z[:n], z[n:], oh).numpy().astype(np.float64)
+        return network_distances(self._need("distance_net"), mix_a, mix_b, datasets)
 
     def predict_components(self, mix_a, mix_b, datasets) -> dict[str, np.ndarray]:
         """``{"network", "trees", "ridge", "combined"}`` each ``(P,)`` for pairs of validated
@@ -235,7 +244,7 @@ class MixturePredictor(PretrainedMixin, nn.Module):
     def attention(self, mixture: Sequence[str]) -> dict[str, float]:
         """Per-component readout weights of the distance network (sum to 1)."""
         m = validate_mixture(mixture)
-        _, alpha = self._embed([m])
+        _, alpha = embed_mixtures(self._need("distance_net"), [m])
         return {s: float(a) for s, a in zip(m, alpha, strict=False)}
 
     @property

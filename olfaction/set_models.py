@@ -13,10 +13,9 @@ Both are fitted on the rows they are given; the target encodings of those rows a
 mixtures have a common training partner (the rest get the plain model's prediction). Gating keeps
 pairs of never-measured mixtures (leave-molecules-out test rows) on the model whose training rows
 looked like them.
-Helpers: :func:`regressor_inputs` (both feature matrices), :func:`fit_predict_rows` (bench),
-:func:`fit_predict_set_mean` (the equal mean of both kinds: quick, the lso ceiling script),
-:func:`evaluate_set_regressors` (``mixscent eval --set-regressors``) and
-:func:`fit_predict_new_pairs` (``mixscent predict --set-regressors``).
+The product fits both kinds through :class:`SetRegressors` (saved as arrays, nothing refitted at
+prediction). Helpers of the research scripts: :func:`regressor_inputs` (both feature matrices),
+:func:`fit_predict_rows` and :func:`fit_predict_set_mean` (experiments/olfaction).
 """
 
 from __future__ import annotations
@@ -24,15 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from sklearn.ensemble import ExtraTreesRegressor
-from sklearn.linear_model import RidgeCV
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 
 from common.errors import InputError
 
 from .baselines import molecule_table, pair_features
-from .evaluate import pair_metrics
 from .features import compute_mordred
 from .set_features import Mixture, MoleculeSpaces, TargetEncoder, dataset_one_hot, pair_set_features
 
@@ -106,6 +100,12 @@ class SetFeatureRegressor:
         return te if self.partners == "on" else te[:, : TargetEncoder.BASE_FEATURES]
 
     def _new_model(self):
+        # scikit-learn only where a model is fitted: prediction runs on saved arrays without it
+        from sklearn.ensemble import ExtraTreesRegressor
+        from sklearn.linear_model import RidgeCV
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
         if self.kind == "ridge":
             return make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-2, 3, 12)))
         return ExtraTreesRegressor(
@@ -168,73 +168,8 @@ def fit_predict_rows(
 
 def fit_predict_set_mean(*args, **kwargs) -> np.ndarray:
     """The equal mean over :data:`KINDS` of :func:`fit_predict_rows` (same arguments after
-    ``kind``): the bench's "Set trees + ridge (equal)" row (which the bench forms from its per-kind
-    predictions), as quick, ``predict --set-regressors`` and the lso ceiling script fit it."""
+    ``kind``), as the lso ceiling script fits it."""
     return np.mean([fit_predict_rows(kind, *args, **kwargs) for kind in KINDS], axis=0)
-
-
-def evaluate_set_regressors(
-    pairs,
-    split,
-    seed: int = 0,
-    others: dict[str, np.ndarray] | None = None,
-    progress: bool = False,
-    partners: str = DEFAULT_PARTNERS,
-) -> dict[str, float]:
-    """Fit both set-feature regressors on ``split``'s training + validation rows (as the bench
-    does for its baselines) and score them, their equal mean and, for each ``others[name]`` (test
-    predictions of another model, e.g. the network), the equal mean of all three on the test rows.
-    Returns ``{"<method>/<metric>": value}`` with :func:`olfaction.evaluate.pair_metrics` keys."""
-    mix_a, mix_b = pairs.sides()
-    pair_X, set_X = regressor_inputs(mix_a, mix_b, progress)
-    fit_rows = np.concatenate([split.training, split.validation])
-    te = split.testing
-    vocabulary = sorted(set(pairs.dataset))
-    preds = {
-        kind: fit_predict_rows(
-            kind, pair_X, set_X, pairs.dataset, mix_a, mix_b, pairs.y, fit_rows, te, vocabulary, seed, partners
-        )
-        for kind in KINDS
-    }
-    preds["set_mean"] = np.mean([preds[k] for k in KINDS], axis=0)
-    for name, pred in (others or {}).items():
-        preds[f"{name}+set_mean"] = np.mean([preds[k] for k in KINDS] + [np.asarray(pred)], axis=0)
-    out = {}
-    for name, pred in preds.items():
-        for key, value in pair_metrics(pairs.y[te], pred, pairs.self_pair[te]).items():
-            out[f"{name}/{key}"] = value
-    return out
-
-
-def fit_predict_new_pairs(
-    pairs,
-    mix_a: Sequence[Mixture],
-    mix_b: Sequence[Mixture],
-    datasets: Sequence[str],
-    seed: int = 0,
-    partners: str = DEFAULT_PARTNERS,
-) -> np.ndarray:
-    """Both set-feature regressors fitted on every labelled pair of ``pairs`` (a few seconds, so no
-    sklearn model is serialised), then the ``(Q,)`` equal mean of their predictions for the query
-    pairs ``(mix_a[q], mix_b[q])`` of experiment ``datasets[q]``. The label-free descriptor scalers
-    are fitted on the labelled and query molecules together; a query mixture that no labelled pair
-    contains gets the prior target encoding, and a query pair whose mixtures were both measured
-    against a common third one goes through the partner-aware models (``partners``)."""
-    if not len(mix_a) or len(mix_a) != len(mix_b) or len(mix_a) != len(datasets):
-        raise InputError(
-            "set-feature prediction needs equally many first mixtures, second mixtures and datasets (>= 1)"
-        )
-    vocabulary = sorted(set(pairs.dataset))
-    dataset_one_hot(list(datasets), vocabulary)  # one-line error for an unknown dataset, before any work
-    train_a, train_b = pairs.sides()
-    all_a, all_b = train_a + list(mix_a), train_b + list(mix_b)
-    pair_X, set_X = regressor_inputs(all_a, all_b)
-    fit_rows, query_rows = np.arange(len(train_a)), np.arange(len(train_a), len(all_a))
-    all_ds = list(pairs.dataset) + list(datasets)
-    y = np.concatenate([pairs.y, np.zeros(len(mix_a))])  # query rows are never fitted
-    return fit_predict_set_mean(
-        pair_X, set_X, all_ds, all_a, all_b, y, fit_rows, query_rows, vocabulary, seed, partners
-    )
 
 
 # ----------------------------------------------------------------------------- saved form
@@ -243,8 +178,8 @@ def fit_predict_new_pairs(
 # scikit-learn's (tests/olfaction/test_predictor.py checks it against the fitted estimators).
 
 
-def forest_arrays(forest: ExtraTreesRegressor) -> dict[str, np.ndarray]:
-    """Node tables of a fitted single-output forest, all trees concatenated: ``left``/``right``
+def forest_arrays(forest) -> dict[str, np.ndarray]:
+    """Node tables of a fitted single-output ``ExtraTreesRegressor``, all trees concatenated: ``left``/``right``
     (global child index, -1 at a leaf), ``feature``, ``threshold``, ``value`` (``(N_nodes,)``)
     and ``roots`` (``(T,)`` first node of each tree)."""
     parts: dict[str, list] = {"left": [], "right": [], "feature": [], "threshold": [], "value": [], "roots": []}
@@ -304,9 +239,10 @@ def predict_ridge_arrays(arrays: dict[str, np.ndarray], X: np.ndarray) -> np.nda
 class SetRegressors:
     """Both set-feature regressors (trees and ridge, :data:`PARTNER_MODES` ``partners``) fitted on
     labelled pairs, with everything prediction needs and nothing refitted there: the
-    label-free molecule scalers of the set features (fitted on the training molecules), the
-    dataset vocabulary, the training pairs of the target encodings, and the fitted models as
-    arrays (:meth:`arrays` / :meth:`state`, :meth:`from_saved`).
+    label-free molecule scalers of the set features (fitted on the training molecules), the raw
+    Mordred rows of the training molecules (so prediction computes descriptors only for molecules
+    it has not seen), the dataset vocabulary, the training pairs of the target encodings, and the
+    fitted models as arrays (:meth:`arrays` / :meth:`state`, :meth:`from_saved`).
 
     ``fit(mix_a, mix_b, datasets, y)`` on ``P`` pairs; ``predict(mix_a, mix_b, datasets)`` ->
     ``{"trees": (Q,), "ridge": (Q,)}``."""
@@ -314,18 +250,27 @@ class SetRegressors:
     def __init__(self, seed: int = 0, n_estimators: int = 300, partners: str = DEFAULT_PARTNERS):
         self.seed, self.n_estimators, self.partners = seed, n_estimators, partner_mode(partners)
 
+    def _mordred(self, mols: Sequence[str]) -> dict[str, np.ndarray]:
+        """Raw Mordred rows: the saved ones, the rest from the cache (computed where missing)."""
+        known = getattr(self, "mordred_", {})
+        new = [s for s in mols if s not in known]
+        return {**(compute_mordred(new, progress=False) if new else {}), **{s: known[s] for s in mols if s in known}}
+
     def _inputs(self, mix_a, mix_b, scalers=None):
-        from .set_features import MoleculeSpaces
-
         mols = sorted({s for m in list(mix_a) + list(mix_b) for s in m})
-        spaces = MoleculeSpaces(mols, mordred=compute_mordred(mols, progress=False), scalers=scalers)
-        return pair_features(mix_a, mix_b, molecule_table(mols)), pair_set_features(mix_a, mix_b, spaces), spaces
+        mordred = self._mordred(mols)
+        spaces = MoleculeSpaces(mols, mordred=mordred, scalers=scalers)
+        pair_X = pair_features(mix_a, mix_b, molecule_table(mols))
+        return pair_X, pair_set_features(mix_a, mix_b, spaces), spaces, mordred
 
-    def fit(self, mix_a, mix_b, datasets, y) -> SetRegressors:
+    def fit(self, mix_a, mix_b, datasets, y, vocabulary: Sequence[str] | None = None) -> SetRegressors:
+        """``vocabulary``: the experiments a pair may name (default: those of the training pairs);
+        one the training pairs lack gets an all-zero dataset column in training."""
         mix_a, mix_b = [tuple(m) for m in mix_a], [tuple(m) for m in mix_b]
-        pair_X, set_X, spaces = self._inputs(mix_a, mix_b)
+        self.mordred_ = {}
+        pair_X, set_X, spaces, self.mordred_ = self._inputs(mix_a, mix_b)
         self.scalers_ = spaces.scalers
-        self.vocabulary_ = sorted(set(datasets))
+        self.vocabulary_ = sorted(set(vocabulary or ()) | set(datasets))
         self.train_ = (mix_a, mix_b, np.asarray(y, np.float64))
         self.models_ = {
             kind: SetFeatureRegressor(kind, self.vocabulary_, self.seed, self.n_estimators, self.partners).fit(
@@ -350,7 +295,7 @@ class SetRegressors:
             raise InputError("set-feature prediction needs equally many first and second mixtures and datasets (>= 1)")
         dataset_one_hot(list(datasets), self.vocabulary_)  # one-line error for an unknown dataset
         mix_a, mix_b = [tuple(m) for m in mix_a], [tuple(m) for m in mix_b]
-        pair_X, set_X, _ = self._inputs(mix_a, mix_b, self.scalers_)
+        pair_X, set_X, _, _ = self._inputs(mix_a, mix_b, self.scalers_)
         out = {}
         for kind, reg in self.models_.items():
             te = reg.encoder_.transform(mix_a, mix_b)
@@ -366,8 +311,14 @@ class SetRegressors:
 
     # -- saved form: arrays (safetensors) + a JSON state
     def arrays(self) -> dict[str, np.ndarray]:
-        """``{"<kind>/<plain|partner>/<name>": array}`` of the fitted models."""
-        return {f"{model}/{name}": a for model, arrs in self._arrays.items() for name, a in arrs.items()}
+        """``{"<kind>/<plain|partner>/<name>": array}`` of the fitted models and
+        ``"mordred/values"``, ``"mordred/missing"`` ``(N, D)``: the raw Mordred rows of the training
+        molecules (NaN as 0 plus a mask)."""
+        out = {f"{model}/{name}": a for model, arrs in self._arrays.items() for name, a in arrs.items()}
+        values = np.stack([self.mordred_[s] for s in sorted(self.mordred_)]).astype(np.float32)
+        # NaN (a failed descriptor) travels as a mask: saved tensors stay comparable
+        out["mordred/values"], out["mordred/missing"] = np.nan_to_num(values, nan=0.0), np.isnan(values).astype(np.uint8)
+        return out
 
     def state(self) -> dict:
         mix_a, mix_b, y = self.train_
@@ -378,6 +329,7 @@ class SetRegressors:
             "vocabulary": self.vocabulary_,
             "scalers": {k: v.to_dict() for k, v in self.scalers_.items()},
             "train_pairs": [[list(a), list(b), float(t)] for a, b, t in zip(mix_a, mix_b, y, strict=True)],
+            "mordred_smiles": sorted(self.mordred_),
         }
 
     @classmethod
@@ -399,6 +351,10 @@ class SetRegressors:
             reg.encoder_ = TargetEncoder(seed=self.seed, partners=self.partners != "off").fit(mix_a, mix_b, y)
             self.models_[kind] = reg
         self._arrays = {}
+        arrays = dict(arrays)
+        values = np.array(arrays.pop("mordred/values", np.zeros((0, 0))), np.float32)
+        values[np.asarray(arrays.pop("mordred/missing", np.zeros(values.shape)), bool)] = np.nan
+        self.mordred_ = dict(zip(state.get("mordred_smiles", []), np.asarray(values, np.float32), strict=True))
         for key, a in arrays.items():
             kind, part, name = key.split("/")
             self._arrays.setdefault(f"{kind}/{part}", {})[name] = np.asarray(a)

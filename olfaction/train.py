@@ -20,24 +20,10 @@ from torch_geometric.data import Batch
 
 from common.engine import make_trainer, shuffled_loader
 
-from .data import PairData
+from .data import DATASETS, PairData, dataset_onehot  # noqa: F401  (DATASETS: re-exported)
 from .evaluate import regression_metrics
-from .features import mol_graph
-from .model import DescriptorPretrainer, MixScentNet, MolEncoder, MolEncoderConfig
-
-DATASETS = ["Bushdid", "Ravia 1", "Ravia 2", "Ravia 4", "Snitz 1", "Snitz 2", "Snitz 3"]
-
-_GRAPHS: dict[str, object] = {}
-
-
-def graphs_for(smiles: Sequence[str]) -> list:
-    """PyG graphs for canonical ``smiles`` (memoised in-process)."""
-    out = []
-    for s in smiles:
-        if s not in _GRAPHS:
-            _GRAPHS[s] = mol_graph(s)
-        out.append(_GRAPHS[s])
-    return out
+from .features import graphs_for
+from .model import DescriptorPretrainer, DistanceTrainConfig, MixScentNet, MolEncoder, MolEncoderConfig
 
 
 class BestWeights(L.Callback):
@@ -264,15 +250,6 @@ class MixtureIndex:
         return comp, comp_batch
 
 
-def dataset_onehot(datasets: Sequence[str]) -> torch.Tensor:
-    """``(P, len(DATASETS))`` one-hot; unknown datasets get an all-zero row."""
-    out = torch.zeros(len(datasets), len(DATASETS))
-    for i, d in enumerate(datasets):
-        if d in DATASETS:
-            out[i, DATASETS.index(d)] = 1.0
-    return out
-
-
 def _pair_forward(model: MixScentNet, index: MixtureIndex, ka, kb, datasets):
     ids_a = [index.pos[k] for k in ka]
     ids_b = [index.pos[k] for k in kb]
@@ -296,17 +273,6 @@ def predict_distance(model: MixScentNet, index: MixtureIndex, keys_a, keys_b, da
         for s in range(0, len(keys_a), 256)
     ]
     return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
-
-
-@dataclass
-class DistanceTrainConfig:
-    epochs: int = 150
-    lr: float = 1e-3
-    weight_decay: float = 1e-4
-    batch_size: int = 32
-    patience: int = 12
-    seed: int = 0
-    select: str = "rmse"  # validation criterion: "rmse" (lower) or "pearson" (higher)
 
 
 class DistanceModule(L.LightningModule):

@@ -1,11 +1,11 @@
 """Validation-row scores of the distance bench's equal-weight means: the choice of the headline
 MixScentNet ensemble in olfaction/README.md (session 13), made on validation rows only.
 
-Reads the per-fold predictions that ``mixscent bench`` dumps (``olfaction_bench_predictions.json``:
+Reads the per-fold predictions that ``python -m experiments.olfaction.variant_bench`` dumps (``olfaction_bench_predictions.json``:
 each component's predictions on the split's validation rows, from models fitted on the training
 rows only, and on its test rows). Several runs on the same splits are merged fold by fold (the
 components of a mean may come from different runs; a component in two runs must agree, and the
-validation rows must be the same). For every mean of :data:`olfaction.bench.EQUAL_MEANS` whose
+validation rows must be the same). For every mean of :data:`experiments.olfaction.variant_bench.EQUAL_MEANS` whose
 components are all in the dump it prints Pearson r and RMSE on the validation rows (mean over
 folds), and names the mean with the lowest validation RMSE per family. Test rows are never read.
 The networks' validation rows are also the rows their epoch was chosen on, so their validation
@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 from common.data_dir import resolve_data_dir  # noqa: E402
 from common.io import read_json, write_csv  # noqa: E402
 from common.report import markdown_table  # noqa: E402
-from olfaction.bench import EQUAL_MEANS  # noqa: E402
+from experiments.olfaction.variant_bench import EQUAL_MEANS  # noqa: E402
 from olfaction.data import load_pairs  # noqa: E402
 from olfaction.evaluate import regression_metrics  # noqa: E402
 
@@ -81,7 +81,7 @@ def validation_rows(run_dirs: list[Path], y: np.ndarray) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", help="mixscent bench output directories")
+    ap.add_argument("runs", nargs="+", help="variant_bench output directories")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--out", default=None, help="directory for validation_choice.csv")
     args = ap.parse_args(argv)

@@ -297,7 +297,6 @@ def test_checkpoints_of_the_previous_formats_load_through_the_upgrade_path(tmp_p
     from safetensors.torch import save_file
 
     from olfaction.model import MixScentConfig, MixScentNet
-    from olfaction.pipeline import MixScentPredictor
     from retrieval.baselines import CombinerCIR
     from retrieval.train import load_model
     from vision.baselines import load_model as load_backbone
@@ -311,8 +310,8 @@ def test_checkpoints_of_the_previous_formats_load_through_the_upgrade_path(tmp_p
     with torch.no_grad():
         _assert_same(MixScentNet.from_pretrained(path).example_forward(*ex), net.example_forward(*ex))
     plain = MixScentNet(MixScentConfig(in_dim=8, hidden=8, heads=2, mol_encoder=net.cfg.mol_encoder))
-    predictor = MixScentPredictor.load(_legacy(tmp_path / "mix2", asdict(plain.cfg), plain.state_dict()))
-    _assert_same(predictor.model.state_dict(), plain.state_dict())
+    loaded = MixScentNet.from_pretrained(_legacy(tmp_path / "mix2", asdict(plain.cfg), plain.state_dict()))
+    _assert_same(loaded.state_dict(), plain.state_dict())
     comb, (batch,) = CombinerCIR.tiny_example()
     cfg = comb.get_config()
     path = _legacy(tmp_path / "comb", {"kind": cfg.pop("fusion"), **cfg}, comb.state_dict(), {"variant": "x"})

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from common.errors import InputError
 from olfaction.baselines import SnitzAngle, angle_distance, pair_features
-from olfaction.bench import format_table, merge_results, pommix_reference_rows
-from olfaction.evaluate import bootstrap_ci, macro_roc_auc, pair_metrics, regression_metrics, summarize_folds
+from olfaction.data import PairData
+from olfaction.evaluate import (
+    bootstrap_ci,
+    convex_blend_weights,
+    macro_roc_auc,
+    pair_metrics,
+    regression_metrics,
+    summarize_folds,
+)
 
 DATA = Path(os.environ.get("MOE_APPS_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
@@ -69,94 +75,48 @@ def test_baseline_features_symmetric():
     np.testing.assert_allclose(sn.predict(a, b), sn.predict(b, a))
 
 
-@pytest.mark.skipif(not (DATA / "olfaction" / "pommix_performance_metrics.csv").is_file(), reason="no data")
-def test_pommix_reference_rows():
-    rows = {r["method"]: r for r in pommix_reference_rows(DATA)}
-    assert rows["POMMix [published]"]["all_pearson"] == pytest.approx(0.779, abs=1e-3)
-    assert "POMMix [published]" in format_table(list(rows.values()))
+def test_convex_blend_weights_by_hand():
+    y = np.array([0.1, 0.4, 0.7, 0.9])
+    good, bad = y.copy(), y[::-1].copy()
+    np.testing.assert_allclose(convex_blend_weights(np.stack([bad, good], 1), y), [0.0, 1.0])
+    # two predictions off by +d and -d: the half/half average is exact
+    np.testing.assert_allclose(convex_blend_weights(np.stack([y + 0.2, y - 0.2], 1), y), [0.5, 0.5])
+    w = convex_blend_weights(np.random.default_rng(0).random((10, 3)), np.zeros(10))
+    assert w.sum() == pytest.approx(1.0) and (w >= 0).all()
 
 
-def test_merge_results_dedupes(tmp_path):
-    row = {
-        "family": "random_cv",
-        "method": "RF",
-        "all_pearson": 0.7,
-        "all_pearson_lo": 0.6,
-        "all_pearson_hi": 0.8,
-    }
-    for name, method in (("a", "MixScentNet"), ("b", "MixScentNet (GAT)")):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "olfaction_bench.json").write_text(
-            json.dumps({"rows": [row, {**row, "method": method}]})
-        )
-    rows = merge_results([tmp_path / "a", tmp_path / "b"], tmp_path / "out")
-    assert [r["method"] for r in rows] == ["RF", "MixScentNet", "MixScentNet (GAT)"]
-    assert "0.700 [0.600, 0.800]" in (tmp_path / "out" / "olfaction_bench.md").read_text()
+def _dataset_pairs(datasets):
+    mixtures = {("X", i): (f"{'C' * (i + 1)}O",) for i in range(len(datasets) + 1)}
+    keys = list(mixtures)
+    return PairData(list(datasets), keys[:-1], keys[1:], np.linspace(0.1, 0.9, len(datasets), dtype=np.float32),
+                    mixtures)
 
 
-@pytest.mark.skipif(not (DATA / "olfaction" / "mixture_pairs.csv").is_file(), reason="no data")
-def test_bench_set_feature_rows_on_real_data(tmp_path):
-    """One random-CV fold of the real bench with a tiny random encoder: the set-feature regressors
-    and the set-feature network are rows of the table, an equal-weight mean is exactly the mean of
-    its components' test predictions, and the set regressors are well above chance."""
-    from olfaction.bench import EQUAL_MEANS, SET_RIDGE_NAME, SET_TREES_NAME, run_bench
-    from olfaction.data import load_pairs
-    from olfaction.model import MixScentConfig, MolEncoderConfig
-    from olfaction.pipeline import random_encoder
-    from olfaction.train import DistanceTrainConfig
+def test_leave_dataset_split_holds_out_exactly_one_group():
+    from olfaction.bench import LEAVE_OUT, family_splits, leave_dataset_split
 
-    enc = random_encoder(MolEncoderConfig(hidden=16, layers=2, emb_dim=16), seed=0)
-    enc.save_pretrained(tmp_path / "enc")
-    mean_name = "Set trees + ridge (equal)"
-    assert EQUAL_MEANS[mean_name] == (SET_TREES_NAME, SET_RIDGE_NAME)
-    rows = run_bench(
-        DATA,
-        tmp_path / "out",
-        families=("random_cv",),
-        folds=1,
-        variants=("MixScentNet (+Mordred +set features)", mean_name),
-        mcfg=MixScentConfig(hidden=16, heads=2),
-        tcfg=DistanceTrainConfig(epochs=2, patience=2),
-        encoder_dir=tmp_path / "enc",
-        rf_trees=20,
-        n_boot=20,
-        progress=False,
-    )
-    by_method = {r["method"]: r for r in rows if r["family"] == "random_cv"}
-    for name in (SET_TREES_NAME, SET_RIDGE_NAME, mean_name, "MixScentNet (+Mordred +set features)"):
-        assert name in by_method, name
-    assert by_method[SET_TREES_NAME]["all_pearson"] > 0.6 and by_method[SET_RIDGE_NAME]["all_pearson"] > 0.6
-    with open(tmp_path / "out" / "olfaction_bench_folds.csv", newline="") as f:
-        fold_rmse = {r["method"]: float(r["all_rmse"]) for r in csv.DictReader(f)}
-    dump = json.loads((tmp_path / "out" / "olfaction_bench_predictions.json").read_text())[0]
-    # an equal mean alone (no stack) still dumps its components' validation predictions
-    for name in (SET_TREES_NAME, SET_RIDGE_NAME):
-        assert len(dump["val_pred"][name]) == len(dump["validation"]), name
-    trees, ridge = (np.asarray(dump["test_pred"][k]) for k in (SET_TREES_NAME, SET_RIDGE_NAME))
-    y_test = load_pairs(DATA).y.astype(np.float64)[np.asarray(dump["testing"])]
-    mean_rmse = float(np.sqrt(np.mean((0.5 * (trees + ridge) - y_test) ** 2)))
-    assert fold_rmse[mean_name] == pytest.approx(mean_rmse, rel=1e-5)
+    datasets = ["Bushdid"] * 10 + ["Snitz 1"] * 6 + ["Snitz 3"] * 4 + ["Ravia 2"] * 5 + ["Ravia 4"] * 5
+    pairs = _dataset_pairs(datasets)
+    for group, members in LEAVE_OUT.items():
+        split = leave_dataset_split(pairs, group, seed=0)
+        test_ds = {datasets[i] for i in split.testing}
+        assert test_ds == set(members) & set(datasets)
+        assert len(split.testing) == sum(d in members for d in datasets)
+        rest = np.concatenate([split.training, split.validation])
+        assert sorted(rest.tolist()) == [i for i, d in enumerate(datasets) if d not in members]
+        assert len(split.validation) == round(0.12 * len(rest)) and not set(split.training) & set(split.validation)
+    assert [s.identifier for s in family_splits(Path("."), pairs, "leave_dataset", 5)] == [
+        "leave_Bushdid", "leave_Snitz", "leave_Ravia"]
+    with pytest.raises(InputError, match="unknown dataset group 'Nope'"):
+        leave_dataset_split(pairs, "Nope")
+    with pytest.raises(InputError, match="unknown split family 'nope'"):
+        family_splits(Path("."), pairs, "nope", 1)
 
 
-@pytest.mark.skipif(not (DATA / "olfaction" / "mixture_pairs.csv").is_file(), reason="no data")
-def test_evaluate_set_regressors_on_a_split(tmp_path):
-    """`mixscent eval --set-regressors` path: both regressors, their mean and the mean with another
-    model's test predictions, scored on the split's test rows only."""
-    from olfaction.data import Split, load_pairs
-    from olfaction.set_models import evaluate_set_regressors
+def test_bench_table_formats_rows():
+    from olfaction.bench import format_table
 
-    pairs = load_pairs(DATA)
-    rng = np.random.default_rng(0)
-    rows = rng.permutation(len(pairs))
-    split = Split("mine", rows[:500], rows[500:600], rows[600:700])
-    oracle = pairs.y[split.testing].astype(np.float64)
-    out = evaluate_set_regressors(pairs, split, seed=0, others={"oracle": oracle})
-    for name in ("trees", "ridge", "set_mean", "oracle+set_mean"):
-        assert f"{name}/all_pearson" in out and f"{name}/noself_rmse" in out
-    assert out["set_mean/all_pearson"] > 0.6
-    # (trees + ridge + y) / 3 - y = 2/3 (set_mean - y): the blend's RMSE is 2/3 of the pair's
-    assert out["oracle+set_mean/all_rmse"] == pytest.approx(2 / 3 * out["set_mean/all_rmse"], rel=1e-9)
-    # gated partners are the default; on a random split some test pairs have a common partner,
-    # so switching them off changes the scores (the gate itself is tested in test_set_features)
-    off = evaluate_set_regressors(pairs, split, seed=0, partners="off")
-    assert off["set_mean/all_pearson"] > 0.6 and off["set_mean/all_rmse"] != out["set_mean/all_rmse"]
+    row = {"family": "leave_dataset", "method": "RF", "folds": 3, "pearson": 0.5, "pearson_std": 0.1,
+           "rmse": 0.2, "noself_pearson": 0.4, "noself_rmse": 0.25}
+    table = format_table([row])
+    assert "| leave_dataset | RF | 3 | 0.500 ± 0.100 | 0.200 | 0.400 | 0.250 |" in table

@@ -176,6 +176,7 @@ def test_cli_eval_rejects_bad_split(tmp_path, capsys):
     assert "needs --out" in capsys.readouterr().err and not out.exists()
 
 
+@pytest.mark.slow  # trains on the real data; tests/olfaction/test_predictor.py covers predict / labels fast
 @needs_data
 def test_cli_train_eval_predict_labels(tmp_path, capsys):
     """`mixscent train --out` writes one loadable MixturePredictor directory; `eval --model`

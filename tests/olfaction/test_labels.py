@@ -1,5 +1,5 @@
 """Label tasks: multi-label stratified folds, blend loading and molecule-disjoint splits on a tiny
-fixture, label baselines and the label benchmark plumbing."""
+fixture and label baselines (the label benchmark's tests are in tests/experiments/olfaction)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from olfaction import data as olf_data
 from olfaction.baselines import MultiLabelLogReg, blend_fingerprints
 from olfaction.data import LabelData, load_blends, molecule_disjoint_blend_split
 from olfaction.evaluate import multilabel_stratified_kfold
-from olfaction.label_bench import LabelBenchConfig, blend_bench, summarize
 from olfaction.pipeline import molecule_features
 
 # tiny blend fixture: 6 valid molecules, one invalid SMILES, one self-pair, one unlabelled pair
@@ -129,21 +128,6 @@ def test_molecule_features_rejects_unknown_kind():
         molecule_features(["CCO"], "fingerprint")
     with pytest.raises(InputError, match="needs a pretrained encoder"):
         molecule_features(["CCO"], "embedding")
-
-
-def test_blend_bench_on_fixture(blend_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("MOE_APPS_CACHE", str(tmp_path / "cache"))
-    cfg = LabelBenchConfig(hidden=16, epochs=2, patience=1, batch_size=4)
-    rows = blend_bench(
-        blend_dir, None, seed=0, splits=("authors",), feature_kinds=("mordred",), cfg=cfg, progress=False
-    )
-    assert [r["method"] for r in rows] == ["MixScentNet (mordred)", "logreg (summed Morgan counts)"]
-    assert all(r["split"] == "authors_2023_v1" and r["n_test"] == 3 for r in rows)
-    assert all(np.isnan(r["auc"]) or 0.0 <= r["auc"] <= 1.0 for r in rows)
-    s = summarize(rows + [{**rows[0], "auc": 0.0}])
-    assert s[0]["folds"] == 2 and s[0]["macro_auc"] == pytest.approx(rows[0]["auc"] / 2)
-    with pytest.raises(InputError, match="unknown blend split 'mine'"):
-        blend_bench(blend_dir, None, splits=("mine",), feature_kinds=("mordred",), cfg=cfg, progress=False)
 
 
 def test_multilabel_logreg_matches_sklearn():

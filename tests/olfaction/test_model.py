@@ -9,7 +9,8 @@ from torch_geometric.data import Batch
 
 from olfaction.data import PairData, Split, validate_mixture
 from olfaction.model import MixScentConfig, MixScentNet, MolEncoderConfig, fully_connected_edges
-from olfaction.pipeline import MixScentPredictor, train_distance
+from olfaction.pipeline import train_distance
+from olfaction.predictor import embed_mixtures, network_distances
 from olfaction.train import (
     DistanceTrainConfig,
     PretrainConfig,
@@ -48,8 +49,9 @@ def _net(conv="gatv2", readout="attention", n_datasets=0, seed=0):
 
 
 def _embed(net, mixtures):
-    pred = MixScentPredictor(net)
-    return pred._embed(net, mixtures)
+    z, alpha = embed_mixtures(net, mixtures)
+    comp_batch = torch.repeat_interleave(torch.arange(len(mixtures)), torch.tensor([len(m) for m in mixtures]))
+    return z, alpha, comp_batch
 
 
 def test_fully_connected_edges_by_hand():
@@ -85,11 +87,10 @@ def test_batching_does_not_mix_mixtures():
 
 def test_distance_symmetric_and_any_size():
     net = _net(n_datasets=7)
-    pred = MixScentPredictor(net)
     big = tuple(sorted({"C" * n + "O" for n in range(1, 46)}))  # 45 components
     a, b = (MOLS[0],), tuple(MOLS[1:6])
-    d_ab = pred.distances([a, big], [b, a], ["Bushdid", "Snitz 1"])
-    d_ba = pred.distances([b, a], [a, big], ["Bushdid", "Snitz 1"])
+    d_ab = network_distances(net, [a, big], [b, a], ["Bushdid", "Snitz 1"])
+    d_ba = network_distances(net, [b, a], [a, big], ["Bushdid", "Snitz 1"])
     np.testing.assert_allclose(d_ab, d_ba, rtol=0, atol=1e-6)
     assert ((d_ab > 0) & (d_ab < 1)).all()
 
@@ -149,23 +150,23 @@ def test_fit_distance_selects_on_validation_and_roundtrip(tmp_path):
     np.testing.assert_array_equal(p1, predict_distance(model2, index, ka, kb))
     train_mse = float(np.mean((p1[split.training] - pairs.y[split.training]) ** 2))
     assert train_mse < float(np.var(pairs.y[split.training]))
-    # save/load: identical outputs, and the predictor (on-the-fly encoding) agrees with training path
-    pred = MixScentPredictor(model)
-    pred.save(tmp_path / "m")
-    loaded = MixScentPredictor.load(tmp_path / "m")
+    # save/load: identical outputs, and on-the-fly encoding agrees with the training path
+    model.save_pretrained(tmp_path / "m")
+    loaded = MixScentNet.from_pretrained(tmp_path / "m")
     ma = [pairs.mixtures[k] for k in ka]
     mb = [pairs.mixtures[k] for k in kb]
-    np.testing.assert_array_equal(pred.distances(ma, mb), loaded.distances(ma, mb))
-    np.testing.assert_allclose(loaded.distances(ma, mb), p1, atol=1e-5)
+    ds = ["T"] * n
+    np.testing.assert_array_equal(network_distances(model, ma, mb, ds), network_distances(loaded, ma, mb, ds))
+    np.testing.assert_allclose(network_distances(loaded, ma, mb, ds), p1, atol=1e-5)
 
 
 def test_corrupt_checkpoint(tmp_path):
     from common.errors import CheckpointError
 
-    MixScentPredictor(_net()).save(tmp_path / "m")
+    _net().save_pretrained(tmp_path / "m")
     (tmp_path / "m" / "model.safetensors").write_bytes(b"\x00" * 10)
     with pytest.raises(CheckpointError):
-        MixScentPredictor.load(tmp_path / "m")
+        MixScentNet.from_pretrained(tmp_path / "m")
 
 
 def test_cli_errors(tmp_path, capsys):
@@ -209,9 +210,8 @@ def test_olfactory_white_rows_and_pool_check():
 
 
 def test_train_distance_with_descriptor_features(tmp_path, monkeypatch):
-    """``features="embedding+mordred"``: the mixture level reads embedding ++ cleaned Mordred,
-    still symmetric, and such a model is refused by the on-the-fly predictor."""
-    from common.errors import InputError
+    """``features="embedding+mordred"``: the mixture level reads embedding ++ cleaned Mordred, and
+    the model stays symmetric."""
     from olfaction.model import MolEncoder
 
     monkeypatch.setenv("MOE_APPS_CACHE", str(tmp_path))
@@ -227,13 +227,11 @@ def test_train_distance_with_descriptor_features(tmp_path, monkeypatch):
     ka = [pairs.keys_a[i] for i in range(n)]
     kb = [pairs.keys_b[i] for i in range(n)]
     np.testing.assert_allclose(predict_distance(model, index, ka, kb), predict_distance(model, index, kb, ka))
-    with pytest.raises(InputError, match="needs a model with its molecule encoder"):
-        MixScentPredictor(model)
 
 
 def test_moe_label_head_routes_and_roundtrips(tmp_path):
     """The routed label head: each mixture uses exactly k experts with weights summing to 1, the
-    router's aux loss reaches the training loss, and a predictor with it saves/loads exactly."""
+    router's aux loss reaches the training loss, and the net saves/loads exactly."""
     torch.manual_seed(0)
     cfg = MixScentConfig(
         in_dim=16,
@@ -260,7 +258,7 @@ def test_moe_label_head_routes_and_roundtrips(tmp_path):
         for w, e in zip(routing.weights[m], routing.indices[m], strict=True):
             by_hand[m] = by_hand[m] + w * net.labels.moe.experts[int(e)](z[m : m + 1])[0]
     torch.testing.assert_close(logits, by_hand, atol=1e-5, rtol=1e-5)
-    pred = MixScentPredictor(_net(), net, ["a", "b", "c", "d", "e"])
-    pred.save(tmp_path / "m")
-    loaded = MixScentPredictor.load(tmp_path / "m")
-    assert loaded.top_labels(["CCO", "c1ccccc1"], k=5) == pred.top_labels(["CCO", "c1ccccc1"], k=5)
+    net.save_pretrained(tmp_path / "m")
+    loaded = MixScentNet.from_pretrained(tmp_path / "m").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.label_logits(x, comp, cb, 3), net.label_logits(x, comp, cb, 3), atol=0, rtol=0)

@@ -51,3 +51,39 @@ def test_symmetric_and_bad_input(tiny):
         model.predict_distance(mix_a, mix_b, ["Nowhere", "Bushdid"])
     with pytest.raises(InputError):
         model.predict_distance(mix_a, mix_b[:1], datasets)
+
+
+def test_cli_predict_and_labels_fit_nothing(tiny, tmp_path, capsys, monkeypatch):
+    """`mixscent predict` / `labels` on a saved model answer from the saved state: every fitting
+    entry point raises here, and molecules the model was trained on need no new descriptors."""
+    import lightning.pytorch as L
+    from sklearn.ensemble import ExtraTreesRegressor, RandomForestRegressor
+    from sklearn.linear_model import RidgeCV
+
+    from olfaction import set_models, train
+    from olfaction.cli import main
+    from olfaction.set_models import SetFeatureRegressor, SetRegressors
+
+    model, (mix_a, mix_b, datasets) = tiny
+    model.save_pretrained(tmp_path / "m")
+    want = model.predict_components(mix_a[:1], mix_b[:1], datasets[:1])
+
+    def refit(*args, **kwargs):
+        raise AssertionError("fitted at prediction time")
+
+    for owner, name in ((MixturePredictor, "fit"), (MixturePredictor, "fit_labels"), (SetRegressors, "fit"),
+                        (SetFeatureRegressor, "fit"), (ExtraTreesRegressor, "fit"), (RidgeCV, "fit"),
+                        (RandomForestRegressor, "fit"), (L.Trainer, "fit"), (train, "fit_distance"),
+                        (train, "fit_labels"), (set_models, "compute_mordred")):
+        monkeypatch.setattr(owner, name, refit)
+    args = ["--model", str(tmp_path / "m")]
+    assert main(["predict", *args, "--mix1", ";".join(mix_a[0]), "--mix2", ";".join(mix_b[0]),
+                 "--dataset", datasets[0], "--components"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert float(lines[0]) == pytest.approx(want["combined"][0], abs=1e-4)
+    parts = dict(item.split() for item in lines[1].split(", "))
+    for k in ("network", "trees", "ridge"):
+        assert float(parts[k]) == pytest.approx(want[k][0], abs=1e-4), k
+    assert main(["labels", *args, "--mix", "CCO;CCCO", "--top", "2"]) == 0
+    top = [line.split("\t")[0] for line in capsys.readouterr().out.strip().splitlines()]
+    assert top == [name for name, _ in model.top_labels(["CCO", "CCCO"], k=2)]

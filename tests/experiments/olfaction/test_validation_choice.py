@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from experiments.olfaction import validation_choice as vc
-from olfaction.bench import EQUAL_MEANS, SET_RIDGE_GATED_NAME, SET_TREES_GATED_NAME
+from experiments.olfaction.variant_bench import EQUAL_MEANS, SET_RIDGE_GATED_NAME, SET_TREES_GATED_NAME
 
 NET10 = "MixScentNet (+Mordred +set features) x10 seeds"
 MEAN10 = f"{NET10} + set trees + ridge with gated partners (equal)"

@@ -22,10 +22,9 @@ import numpy as np
 import torch
 
 from common.errors import InputError
-
-from .data import LabelData, load_blends
-from .model import MixScentConfig, MixScentNet
-from .train import LabelTrainConfig, MixtureIndex, fit_labels
+from olfaction.data import LabelData, load_blends
+from olfaction.model import MixScentConfig, MixScentNet
+from olfaction.train import LabelTrainConfig, MixtureIndex, fit_labels
 
 
 def pretrain_mixture_level(

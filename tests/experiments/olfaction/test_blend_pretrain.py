@@ -10,14 +10,13 @@ import pytest
 import torch
 
 from common.errors import InputError
-from olfaction.bench import VARIANTS
-from olfaction.blend_pretrain import pretrain_mixture_level
+from experiments.olfaction.blend_pretrain import pretrain_mixture_level
+from experiments.olfaction.variant_bench import VARIANTS
 from olfaction.data import LabelData, Split
 from olfaction.model import MixScentConfig, MolEncoder
 from olfaction.pipeline import molecule_features, train_distance
 from olfaction.train import DistanceTrainConfig
-
-from .test_model import MOLS, TINY_ENC, _tiny_pairs
+from tests.olfaction.test_model import MOLS, TINY_ENC, _tiny_pairs
 
 MCFG = MixScentConfig(hidden=16, heads=2, dropout=0.0)
 

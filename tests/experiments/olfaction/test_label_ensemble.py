@@ -7,9 +7,7 @@ import numpy as np
 import pytest
 
 from common.errors import InputError
-from olfaction import data as olf_data
-from olfaction.evaluate import macro_roc_auc
-from olfaction.label_bench import (
+from experiments.olfaction.label_bench import (
     LabelBenchConfig,
     LabelForest,
     blend_bench,
@@ -17,8 +15,11 @@ from olfaction.label_bench import (
     gslf_cv,
     parse_ensemble,
     parse_seeded,
+    summarize,
     variant_name,
 )
+from olfaction import data as olf_data
+from olfaction.evaluate import macro_roc_auc
 from tests.olfaction.test_labels import blend_dir  # noqa: F401  (the tiny blend fixture)
 
 _SMILES = [
@@ -151,3 +152,18 @@ def test_blend_bench_ensemble_on_fixture(blend_dir, tmp_path, monkeypatch):  # n
         blend_bench(
             blend_dir, None, splits=("authors",), feature_kinds=("ensemble=rf",), cfg=cfg, progress=False
         )
+
+
+def test_blend_bench_on_fixture(blend_dir, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("MOE_APPS_CACHE", str(tmp_path / "cache"))
+    cfg = LabelBenchConfig(hidden=16, epochs=2, patience=1, batch_size=4)
+    rows = blend_bench(
+        blend_dir, None, seed=0, splits=("authors",), feature_kinds=("mordred",), cfg=cfg, progress=False
+    )
+    assert [r["method"] for r in rows] == ["MixScentNet (mordred)", "logreg (summed Morgan counts)"]
+    assert all(r["split"] == "authors_2023_v1" and r["n_test"] == 3 for r in rows)
+    assert all(np.isnan(r["auc"]) or 0.0 <= r["auc"] <= 1.0 for r in rows)
+    s = summarize(rows + [{**rows[0], "auc": 0.0}])
+    assert s[0]["folds"] == 2 and s[0]["macro_auc"] == pytest.approx(rows[0]["auc"] / 2)
+    with pytest.raises(InputError, match="unknown blend split 'mine'"):
+        blend_bench(blend_dir, None, splits=("mine",), feature_kinds=("mordred",), cfg=cfg, progress=False)

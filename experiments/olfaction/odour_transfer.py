@@ -17,11 +17,10 @@ import numpy as np
 from rdkit import Chem
 
 from common.errors import InputError
-
-from .baselines import MultiLabelLogReg
-from .data import LabelData
-from .features import morgan_counts
-from .pipeline import molecule_features
+from olfaction.baselines import MultiLabelLogReg
+from olfaction.data import LabelData
+from olfaction.features import morgan_counts
+from olfaction.pipeline import molecule_features
 
 
 def stereo_free(smiles: str) -> str:
