@@ -50,14 +50,16 @@ def as_observed(x: np.ndarray, mask: np.ndarray | None, n: int) -> tuple[np.ndar
     return np.where(M, x, 0.0), M
 
 
-def cap_completion(completion: np.ndarray, xo: np.ndarray, n: int, factor: float, typical: float = 0.0) -> np.ndarray:
+def cap_completion(completion: np.ndarray, xo: np.ndarray, n: int, factor: float, typical: float = 0.0,
+                   xx: float | None = None) -> np.ndarray:
     """Scale the unobserved part of ``completion (n,)`` (0 on Ω, modified in place and returned)
     down to at most ``factor`` × the energy that ``n - m`` entries would have at the larger of
     the ``m`` observed values' mean square and ``typical`` (a running per-entry energy). A fit
     through an ill-conditioned ``U_Ω`` (few observations, or an expert that is wrong for the
-    sample) can extrapolate to hundreds of times the sample's energy."""
+    sample) can extrapolate to hundreds of times the sample's energy. ``xx``: ``xo @ xo`` when the
+    caller has it."""
     m = xo.size
-    cap = factor * max(float(xo @ xo) / m, typical) * (n - m)
+    cap = factor * max((float(xo @ xo) if xx is None else xx) / m, typical) * (n - m)
     energy = float(completion @ completion)
     if energy > cap:
         completion *= math.sqrt(cap / energy)
@@ -72,9 +74,10 @@ class ExpertBank(StateComponent):
     bases: np.ndarray
     ridge: float = RIDGE
 
-    def scores(self, idx: np.ndarray, xo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``w (K, r)`` and the routing scores ``(K,)`` of one sample (``linalg.residual_scores``)."""
-        return residual_scores(self.bases, idx, xo, self.ridge)
+    def scores(self, idx: np.ndarray, xo: np.ndarray, xx: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``w (K, r)`` and the routing scores ``(K,)`` of one sample (``linalg.residual_scores``;
+        ``xx = xo @ xo`` when the caller has it)."""
+        return residual_scores(self.bases, idx, xo, self.ridge, xx)
 
     def batch_route(self, X0: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Coefficients ``W (B, K, r)`` and the expert of each sample ``(B,)`` (``moe.route_by_score``)
@@ -117,9 +120,8 @@ class StreamStats(StateComponent):
     entry_energy: float = 0.0
     pretrained: bool = False
 
-    def observe(self, xo: np.ndarray) -> None:
-        """Count one sample with observed values ``xo (m,)``."""
-        m = xo.size
+    def observe(self, m: int, xx: float) -> None:
+        """Count one sample of ``m`` observed values of energy ``xx``."""
         self.n_seen += 1
         self.mean_m += (m - self.mean_m) * 0.01
-        self.entry_energy += (float(xo @ xo) / m - self.entry_energy) * 0.01
+        self.entry_energy += (xx / m - self.entry_energy) * 0.01

@@ -49,6 +49,7 @@ refit of any cluster that fits far worse than the others (``streaming.train.k_su
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -75,7 +76,7 @@ from streaming.change import (
     reseed_min,
 )
 from streaming.experts import ExpertBank, ExpertStats, StreamStats, as_observed, cap_completion
-from streaming.linalg import RIDGE, grouse_step, orthonormalize, random_bases
+from streaming.linalg import RIDGE, grouse_step, orthonormalize, random_bases, residual_scores
 from streaming.schedule import DRIFT_FACTOR, RESET_CHECK, RESET_FACTOR, EpochReset, StepSchedule
 from streaming.state import StateComponent
 
@@ -362,16 +363,17 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         cols = np.nonzero(M)[1]
         ends = np.cumsum(M.sum(1))
         start = 0
-        scores = self.bank.scores
+        bank = self.bank
         for j in range(B):
             idx = cols[start : ends[j]]
             start = ends[j]
             if epochs is not None:
                 self._set_epoch(int(epochs[j]))
             xo = X0[j, idx]
-            w, score = scores(idx, xo)
+            xx = float(xo @ xo)
+            w, score = residual_scores(bank.bases, idx, xo, bank.ridge, xx)
             k = int(score.argmin())
-            completed[j] = self._complete_and_update(idx, xo, w, score, k)
+            completed[j] = self._complete_and_update(idx, xo, w, score, k, xx)
             routes[j] = k
         return completed, routes
 
@@ -388,9 +390,10 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         """
         if epoch is not None:
             self._set_epoch(epoch)
-        w, score = self.bank.scores(idx, xo)
+        xx = float(xo @ xo)
+        w, score = self.bank.scores(idx, xo, xx)
         k = int(route_by_score(torch.from_numpy(score[None])).indices[0, 0])
-        return self._complete_and_update(idx, xo, w, score, k), k
+        return self._complete_and_update(idx, xo, w, score, k, xx), k
 
     def _set_epoch(self, epoch: int) -> None:
         self.epochs.set_epoch(epoch, self.config.epoch_reset, self.steps)
@@ -403,8 +406,10 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         self.epochs.pending[k] = False
         self.expert_stats.reseeded_at[k] = self.stream_stats.n_seen
 
-    def _complete_and_update(self, idx: np.ndarray, xo: np.ndarray, w: np.ndarray, score: np.ndarray, k: int) -> np.ndarray:
-        """Completion ``(n,)`` of a sample routed to expert ``k``, then the update / change detection."""
+    def _complete_and_update(self, idx: np.ndarray, xo: np.ndarray, w: np.ndarray, score: np.ndarray, k: int,
+                             xx: float) -> np.ndarray:
+        """Completion ``(n,)`` of a sample (``idx``, ``xo (m,)``, ``xx = xo @ xo``) routed to expert ``k``
+        (coefficients ``w (K, r)``, scores ``(K,)``), then the update / change detection."""
         c = self.config
         n, r = c.n, c.r
         bank, stats, stream, steps = self.bank, self.expert_stats, self.stream_stats, self.steps
@@ -415,10 +420,10 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
             # the 2× of the provisional fits): a correct fit's unobserved part can carry far more
             # energy than its observed part at small n (the noiseless exact-recovery test has 4.3×)
             completion[idx] = 0.0
-            cap_completion(completion, xo, n, c.completion_cap, stream.entry_energy)
+            cap_completion(completion, xo, n, c.completion_cap, stream.entry_energy, xx)
         completion[idx] = xo
         m = idx.size
-        stream.observe(xo)
+        stream.observe(m, xx)
         if m <= r:  # the fit is exact whatever the subspace: nothing to learn
             return completion
         s = float(score[k])
@@ -435,8 +440,8 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
             return self._buffer_novel(idx, xo, m, prov)
         if self.epochs.pending[k]:
             self.epochs.check(k, s, stats.level_slow[k], steps)
-        eta = self.step_size(k)
-        grouse_step(bank.bases[k], idx, xo, w[k], eta, p=p)
+        eta = c.eta0 if c.schedule == "constant" else max(c.eta_min, c.eta0 / math.sqrt(1.0 + float(steps.t[k]) / (2.0 * r)))
+        grouse_step(bank.bases[k], idx, xo, w[k], eta, p=p)  # (the schedule's step_size, inline)
         steps.t[k] += 1
         stats.n_updates[k] += 1
         stats.long_counts[k] += 1
