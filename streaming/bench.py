@@ -316,6 +316,17 @@ def _process_copy(model, values: np.ndarray, epoch: np.ndarray) -> None:
     copy.deepcopy(model).process(values, epoch=epoch)
 
 
+def _state_bytes(model, values: np.ndarray, epoch: np.ndarray, chunk: int = 50) -> tuple[int, int]:
+    """Bytes of the model state (``memory_bytes``: every array of every component) at the end of the
+    stream and their peak, read every ``chunk`` samples (untimed, on a copy of ``model``)."""
+    model = copy.deepcopy(model)
+    peak = model.memory_bytes()
+    for s in range(0, values.shape[0], chunk):
+        model.process(values[s : s + chunk], epoch=epoch[s : s + chunk])
+        peak = max(peak, model.memory_bytes())
+    return model.memory_bytes(), peak
+
+
 def throughput_bench(
     out: Path, configs=None, samples: int = 4000, repeats: int = 3, seed: int = 0, large: bool = True,
     large_samples: int = 400, drift: str = "abrupt",
@@ -330,6 +341,8 @@ def throughput_bench(
     ``step`` per sample (index extraction outside the timer, so the ratio is conservative).
     ``ratio = MoSAIC.process µs / (K × GROUSE µs)``; the targets are ratio ≤ 1.5 and
     ≥ 10,000 samples/s at (100, 10, 10), both on CPU time (wall-clock columns alongside).
+    The model state's bytes (``memory_bytes``) are read every 50 samples of an untimed run:
+    ``state_bytes_peak`` and its ratio to ``K n r`` float64s (the target: O(K n r)).
     Optionally the large config's memory (``large_memory``).
     Writes ``throughput.csv`` / ``throughput.json`` and prints a table.
     """
@@ -356,6 +369,7 @@ def throughput_bench(
             partial(_stream_by_steps, pretrained, X0, M, stream.epoch, True), T, repeats)
         gr_cpu, gr_wall = _time_per_sample_us(
             partial(_stream_by_steps, Grouse(n, r, seed=seed), X0, M, stream.epoch, True), T, repeats)
+        state_end, state_peak = _state_bytes(pretrained, stream.values, stream.epoch)
         rows.append({
             "config": config, "drift": drift, "n": n, "r": r, "K": K, "obs_frac": cfg.obs_frac, "T": T, "repeats": repeats,
             "mosaic_process_us": proc_cpu, "mosaic_process_wall_us": proc_wall,
@@ -364,12 +378,15 @@ def throughput_bench(
             "mosaic_samples_per_s": 1e6 / proc_cpu, "mosaic_samples_per_s_wall": 1e6 / proc_wall,
             "ratio_vs_K_grouse": proc_cpu / (K * gr_cpu),
             "ratio_vs_K_grouse_wall": proc_wall / (K * gr_wall),
+            "state_bytes_peak": state_peak, "state_bytes_end": state_end, "Knr_float64_bytes": K * n * r * 8,
+            "state_peak_over_Knr": state_peak / (K * n * r * 8),
         })
     result: dict = {"rows": rows}
     main = [x for x in rows if x["config"] == "100-10-10"]
     result["targets"] = {
         "samples_per_s_ge_10000_at_100-10-10": bool(main and main[0]["mosaic_samples_per_s"] >= 10_000) if main else None,
         "ratio_le_1.5_all": all(x["ratio_vs_K_grouse"] <= 1.5 for x in rows),
+        "state_peak_over_Knr_max": max((x["state_peak_over_Knr"] for x in rows), default=None),
     }
     if large:
         result["large"] = large_memory(samples=large_samples, seed=seed)
@@ -377,7 +394,7 @@ def throughput_bench(
     write_csv(out / "throughput.csv", rows)
     write_json(out / "throughput.json", result)
     cols = ["config", "drift", "T", "mosaic_process_us", "mosaic_samples_per_s", "mosaic_samples_per_s_wall", "mosaic_step_us",
-            "grouse_us", "ratio_vs_K_grouse", "ratio_vs_K_grouse_wall"]
+            "grouse_us", "ratio_vs_K_grouse", "ratio_vs_K_grouse_wall", "state_peak_over_Knr"]
     print(markdown_table(rows, cols))
     if large:
         print("large:", result["large"])

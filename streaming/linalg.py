@@ -50,34 +50,49 @@ def random_bases(rng: np.random.Generator, K: int, n: int, r: int) -> np.ndarray
     return orthonormalize(rng.standard_normal((K, n, r)))
 
 
+_RIDGE_EYE: dict[tuple[int, float], np.ndarray] = {}
+
+
+def _ridge_eye(r: int, ridge: float) -> np.ndarray:
+    """``ridge · I_r`` (cached: the per-sample fits use one or two ridges)."""
+    e = _RIDGE_EYE.get((r, ridge))
+    if e is None:
+        if len(_RIDGE_EYE) > 64:
+            _RIDGE_EYE.clear()
+        e = _RIDGE_EYE[(r, ridge)] = ridge * _eye(r)
+    return e
+
+
 def fit_observed(
-    U: np.ndarray, idx: np.ndarray, x_obs: np.ndarray, ridge: float = RIDGE
+    U: np.ndarray, idx: np.ndarray, x_obs: np.ndarray, ridge: float = RIDGE, xx: float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(Ridge) least-squares fit of one partially observed sample under every basis.
 
     ``U (K, n, r)``, ``idx (m,)``, ``x_obs (m,)`` -> ``w (K, r)`` = argmin ||x_Ω - U_Ω w||² + λ||w||²
     and ``res (K,)`` = the minimised objective (via ||x_Ω||² - b·w, b = U_Ωᵀ x_Ω), which is the
-    residual energy when λ is negligible. Cost O(K m r²).
+    residual energy when λ is negligible. ``xx``: ``||x_Ω||²`` when the caller has it. Cost O(K m r²).
     """
-    Uo = U[:, idx, :]  # (K, m, r)
+    Uo = np.take(U, idx, axis=1)  # (K, m, r); take copies faster than U[:, idx, :] (same values)
     Uo_t = Uo.transpose(0, 2, 1)
     G = Uo_t @ Uo  # (K, r, r)
-    G += ridge * _eye(U.shape[2])  # the ridge keeps G positive definite even when m < r
+    G += _ridge_eye(U.shape[2], ridge)  # the ridge keeps G positive definite even when m < r
     b = x_obs @ Uo  # (K, r)
     w = _solve1(G, b)
-    res = float(x_obs @ x_obs) - (b * w).sum(1)
+    res = (float(x_obs @ x_obs) if xx is None else xx) - (b * w).sum(1)
     return w, np.maximum(res, 0.0)
 
 
 def residual_scores(
-    U: np.ndarray, idx: np.ndarray, x_obs: np.ndarray, ridge: float = RIDGE
+    U: np.ndarray, idx: np.ndarray, x_obs: np.ndarray, ridge: float = RIDGE, xx: float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Routing scores of one sample: ``U (K, n, r)``, ``idx (m,)``, ``x_obs (m,)`` ->
     ``w (K, r)`` (``fit_observed``) and ``score (K,)`` = each expert's residual over
-    ``||x_Ω||²``; the sample is routed to ``argmin score`` (ties to the lower index, as
-    ``moe.route_by_score``). Shared by MoSAIC and the k-GROUSE baselines."""
-    w, res = fit_observed(U, idx, x_obs, ridge)
-    return w, res / max(float(x_obs @ x_obs), _TINY_F)
+    ``||x_Ω||²`` (``xx`` when the caller has it); the sample is routed to ``argmin score`` (ties to
+    the lower index, as ``moe.route_by_score``). Shared by MoSAIC and the k-GROUSE baselines."""
+    if xx is None:
+        xx = float(x_obs @ x_obs)
+    w, res = fit_observed(U, idx, x_obs, ridge, xx)
+    return w, res / max(xx, _TINY_F)
 
 
 def posterior_mean(L: np.ndarray, v: float, idx: np.ndarray, x_obs: np.ndarray) -> np.ndarray:

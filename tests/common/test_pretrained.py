@@ -8,7 +8,7 @@ import inspect
 import json
 import os
 import pkgutil
-from dataclasses import dataclass, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass
 
 import lightning.pytorch as pl
 import numpy as np
@@ -97,6 +97,8 @@ def _assert_same(a, b, where: str = "model") -> None:
         assert len(a) == len(b), where
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
             _assert_same(x, y, f"{where}[{i}]")
+    elif is_dataclass(a) and not hasattr(a, "__dict__"):  # slots=True: the fields are all its attributes
+        _assert_same({f.name: getattr(a, f.name) for f in fields(a)}, {f.name: getattr(b, f.name) for f in fields(b)}, where)
     elif is_dataclass(a) or hasattr(a, "__dict__") and not isinstance(a, type):
         _assert_same(vars(a), vars(b), where)
     else:

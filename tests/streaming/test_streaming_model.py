@@ -117,8 +117,8 @@ def test_streaming_noiseless_stays_exact_after_pretraining():
 
 
 def _state(m):
-    return {k: np.copy(v) for k, v in vars(m).items() if isinstance(v, np.ndarray)} | {
-        "n_seen": m.n_seen, "buffer": len(m._buffer), "rng": str(m._rng.bit_generator.state)}
+    tensors, state = m.checkpoint_state()  # every field of every component
+    return {k: v.numpy().copy() for k, v in tensors.items()} | {"json": np.array(repr(state))}
 
 
 @pytest.mark.parametrize("bad", ["no_observed", "nan_observed", "inf", "wrong_dim", "bad_mask_shape", "bad_in_batch"])
@@ -162,10 +162,10 @@ def test_save_load_round_trip_continues_identically(tmp_path):
     s = generate_stream(cfg)
     m = MoSAIC(20, 2, 3, pretrain_restarts=2, seed=1).fit(s.source_values)
     m.process(s.values[:150], epoch=s.epoch[:150])
-    assert m._si_warm is not None  # the change buffer's Soft-Impute warm start travels too
+    assert m.provisional_fit.si_Z is not None  # the change buffer's Soft-Impute warm start travels too
     m.save(tmp_path / "ckpt")
     m2 = MoSAIC.load(tmp_path / "ckpt")
-    np.testing.assert_array_equal(m2._si_warm[1], m._si_warm[1])
+    np.testing.assert_array_equal(m2.provisional_fit.si_Z, m.provisional_fit.si_Z)
     c1, r1 = m.process(s.values[150:], epoch=s.epoch[150:])
     c2, r2 = m2.process(s.values[150:], epoch=s.epoch[150:])
     np.testing.assert_array_equal(c1, c2)
@@ -352,9 +352,9 @@ def test_auto_provisional_estimator_follows_the_observed_count_per_rank():
     # m̄ = 40 of n = 100: rank 10 leaves observations to spare (posterior), rank 25 does not (ALS)
     for r, expected in ((10, "posterior"), (25, "als")):
         m = MoSAIC(100, r, 2, seed=0)
-        m._mean_m = 40.0
-        assert m.provisional_estimator() == expected
-        assert MoSAIC(100, r, 2, provisional_estimator="als").provisional_estimator() == "als"
+        m.stream_stats.mean_m = 40.0
+        assert m.resolved_provisional_estimator() == expected
+        assert MoSAIC(100, r, 2, provisional_estimator="als").resolved_provisional_estimator() == "als"
     with pytest.raises(InputError, match="provisional_estimator"):
         MoSAIC(10, 2, 2, provisional_estimator="ppca")
     with pytest.raises(InputError, match="provisional_growth"):
@@ -373,7 +373,7 @@ def test_an_ill_conditioned_routed_fit_cannot_blow_up_the_completion():
     model.bases[0] = orthonormalize(U)
     x = np.full(n, np.nan)
     x[obs] = np.linspace(0.5, 1.5, obs.size)
-    model._entry_energy = 0.01  # below the sample's own mean square: the cap follows the sample
+    model.stream_stats.entry_energy = 0.01  # below the sample's own mean square: the cap follows the sample
     budget = model.config.completion_cap * float(np.nansum(x**2)) / obs.size * (n - obs.size)
     uncapped = model.bases[0] @ fit_observed(model.bases[:1], obs, x[obs], model.ridge)[0][0]
     assert float((np.delete(uncapped, obs) ** 2).sum()) > 100 * budget  # the fit extrapolates
@@ -420,15 +420,15 @@ def test_epoch_reset_restarts_the_schedule_of_the_experts_that_moved(mode):
     moved = int(np.argmin([projection_distance(m.bases[k], U0[0]) for k in range(K)]))
     still = 1 - moved
     m.process(draw(U0, np.tile([0, 1], 40)), epoch=0)
-    t_before, updates_before = m.t.copy(), m.n_updates.copy()
+    t_before, updates_before = m.steps.t.copy(), m.expert_stats.n_updates.copy()
     m.process(draw(U1, np.tile([0, 1], 20)), epoch=1)
-    updates = m.n_updates - updates_before
+    updates = m.expert_stats.n_updates - updates_before
     assert updates[still] == 20
     # the expert whose subspace did not move keeps its schedule unless every expert restarts
-    assert m.t[still] == (20 if mode == "always" else t_before[still] + 20)
+    assert m.steps.t[still] == (20 if mode == "always" else t_before[still] + 20)
     if mode != "never":  # the moved one restarts at the epoch change, before its 5th update at the latest
-        assert m.t[moved] <= updates[moved] < t_before[moved]
-        assert not m._reset_pending.any()
+        assert m.steps.t[moved] <= updates[moved] < t_before[moved]
+        assert not m.epochs.pending.any()
 
 
 def test_epoch_reset_rejects_unknown_modes():
@@ -436,7 +436,7 @@ def test_epoch_reset_rejects_unknown_modes():
         MoSAIC(10, 2, 2, epoch_reset="sometimes")
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_a_checkpoint_saved_before_the_deletions_still_loads(tmp_path, version):
     import json
 

@@ -1,0 +1,127 @@
+"""MoSAIC's expert bank (the subspaces), its per-expert statistics, and the completion rules.
+
+Shapes: ``n`` ambient dimension, ``r`` rank, ``K`` experts; a sample is observed on ``idx (m,)``
+with values ``xo (m,)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from common.errors import InputError
+from moe.routing import route_by_score
+from streaming.linalg import RIDGE, batch_fit, residual_scores
+from streaming.state import StateComponent
+
+_TINY = 1e-300
+
+
+def as_observed(x: np.ndarray, mask: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validate samples at the API boundary.
+
+    ``x (n,)`` or ``(B, n)``; ``mask`` bool of the same shape (True = observed) or None, meaning
+    "observed where x is not NaN". Returns ``(X0 (B, n) zero-filled float64, M (B, n) bool)``.
+    Raises InputError for a wrong dimension, a sample with no observed entry, or a NaN/inf
+    observed value. Nothing is modified, so a rejected batch leaves a model untouched.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[None]
+    if x.ndim != 2 or x.shape[1] != n:
+        raise InputError(f"samples must have shape ({n},) or (B, {n}), got {x.shape}")
+    if mask is None:
+        M = ~np.isnan(x)
+    else:
+        M = np.asarray(mask)
+        if M.ndim == 1:
+            M = M[None]
+        if M.shape != x.shape:
+            raise InputError(f"mask must have the shape of x {x.shape}, got {M.shape}")
+        M = M.astype(bool)
+    empty = ~M.any(1)
+    if empty.any():
+        raise InputError(f"sample {int(np.flatnonzero(empty)[0])} has no observed entry")
+    if not np.isfinite(x[M]).all():
+        raise InputError("observed values contain NaN or inf")
+    return np.where(M, x, 0.0), M
+
+
+def cap_completion(completion: np.ndarray, xo: np.ndarray, n: int, factor: float, typical: float = 0.0,
+                   xx: float | None = None) -> np.ndarray:
+    """Scale the unobserved part of ``completion (n,)`` (0 on Ω, modified in place and returned)
+    down to at most ``factor`` × the energy that ``n - m`` entries would have at the larger of
+    the ``m`` observed values' mean square and ``typical`` (a running per-entry energy). A fit
+    through an ill-conditioned ``U_Ω`` (few observations, or an expert that is wrong for the
+    sample) can extrapolate to hundreds of times the sample's energy. ``xx``: ``xo @ xo`` when the
+    caller has it."""
+    m = xo.size
+    cap = factor * max((float(xo @ xo) if xx is None else xx) / m, typical) * (n - m)
+    energy = float(completion @ completion)
+    if energy > cap:
+        completion *= math.sqrt(cap / energy)
+    return completion
+
+
+@dataclass(slots=True)
+class ExpertBank(StateComponent):
+    """The ``K`` orthonormal bases ``bases (K, n, r)`` and the ridge ``λ`` of their least-squares
+    fits (``RIDGE`` until pretraining sets the MAP value ``σ̂²/var(w)``)."""
+
+    bases: np.ndarray
+    ridge: float = RIDGE
+
+    def scores(self, idx: np.ndarray, xo: np.ndarray, xx: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``w (K, r)`` and the routing scores ``(K,)`` of one sample (``linalg.residual_scores``;
+        ``xx = xo @ xo`` when the caller has it)."""
+        return residual_scores(self.bases, idx, xo, self.ridge, xx)
+
+    def batch_route(self, X0: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Coefficients ``W (B, K, r)`` and the expert of each sample ``(B,)`` (``moe.route_by_score``)
+        of validated samples ``X0, M (B, n)``; no update."""
+        W, res = batch_fit(self.bases, X0, M, ridge=self.ridge)
+        score = res / np.maximum((X0 * X0).sum(1), _TINY)[:, None]
+        return W, route_by_score(torch.from_numpy(score)).indices[:, 0].numpy().copy()
+
+
+@dataclass(slots=True)
+class ExpertStats(StateComponent):
+    """Per-expert statistics ``(K,)``: EWMAs of the normalised residual of accepted samples
+    (``level`` fast, ``level_slow``), whether the expert is ``mature`` (trusted for change
+    detection), its update count, its long-run traffic count, and the sample counts at its last
+    update and its last re-seed."""
+
+    level: np.ndarray
+    level_slow: np.ndarray
+    mature: np.ndarray
+    n_updates: np.ndarray
+    long_counts: np.ndarray
+    last_update: np.ndarray
+    reseeded_at: np.ndarray
+
+    @classmethod
+    def new(cls, K: int) -> ExpertStats:
+        return cls(level=np.ones(K), level_slow=np.ones(K), mature=np.zeros(K, bool),
+                   n_updates=np.zeros(K, np.int64), long_counts=np.zeros(K), last_update=np.zeros(K, np.int64),
+                   reseeded_at=np.full(K, -(10**12), np.int64))
+
+
+@dataclass(slots=True)
+class StreamStats(StateComponent):
+    """Running statistics of the stream: samples seen, the mean observed count ``m̄`` (EWMA), the
+    mean square of an observed entry (the completion cap's floor), and whether the experts were
+    pretrained."""
+
+    n_seen: int = 0
+    mean_m: float = 0.0
+    entry_energy: float = 0.0
+    pretrained: bool = False
+
+    def observe(self, m: int, xx: float) -> None:
+        """Count one sample of ``m`` observed values of energy ``xx``."""
+        self.n_seen += 1
+        self.mean_m += (m - self.mean_m) * 0.01
+        self.entry_energy += (xx / m - self.entry_energy) * 0.01

@@ -1,0 +1,79 @@
+"""MoSAIC's step-size schedule and its epoch handling.
+
+The step of expert ``k`` is ``η_t = max(η_min, η_0 / sqrt(1 + t_k / τ))`` (``"sublinear"``, ``τ = 2 r``) or
+``η_0`` (``"constant"``), ``t_k`` counting its updates since the schedule last restarted. The
+schedule restarts at a re-seed, when the expert's fast residual level jumps (``DRIFT_FACTOR``), and
+at an epoch start for the experts that moved (``EpochReset``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from streaming.state import StateComponent
+
+#: an expert's schedule restarts when its fast residual level exceeds ``DRIFT_FACTOR`` × its slow level;
+#: at an epoch start, ``epoch_reset="detect"`` restarts it when the mean residual of its first
+#: ``RESET_CHECK`` samples exceeds ``RESET_FACTOR`` × its slow level
+DRIFT_FACTOR = 4.0
+RESET_CHECK = 5
+RESET_FACTOR = 2.0
+
+
+@dataclass(slots=True)
+class StepSchedule(StateComponent):
+    """Updates ``t (K,)`` of each expert since its schedule last restarted."""
+
+    t: np.ndarray
+
+    @staticmethod
+    def tau(r: int) -> float:
+        """Updates over which the sublinear step size halves its way down: ``2 r``."""
+        return 2.0 * r
+
+    def step_size(self, k: int, schedule: str, eta0: float, eta_min: float, r: int) -> float:
+        if schedule == "constant":
+            return eta0
+        return max(eta_min, eta0 / math.sqrt(1.0 + float(self.t[k]) / (2.0 * r)))
+
+
+@dataclass(slots=True)
+class EpochReset(StateComponent):
+    """The current ``epoch`` and, with ``epoch_reset="detect"``, the experts still to decide whether
+    the new epoch moved them (``pending (K,)``) with the sum and count of their normalised residuals
+    in the new epoch so far."""
+
+    epoch: int
+    pending: np.ndarray
+    sum: np.ndarray
+    count: np.ndarray
+
+    @classmethod
+    def new(cls, K: int) -> EpochReset:
+        return cls(epoch=0, pending=np.zeros(K, bool), sum=np.zeros(K), count=np.zeros(K, np.int64))
+
+    def set_epoch(self, epoch: int, mode: str, schedule: StepSchedule) -> None:
+        """Epoch of the next sample; at a change, ``"always"`` restarts every expert's schedule and
+        ``"detect"`` marks every expert pending."""
+        if epoch != self.epoch:
+            self.epoch = epoch
+            if mode == "always":
+                schedule.t[:] = 0.0
+            elif mode == "detect":
+                self.pending[:] = True
+                self.sum[:] = 0.0
+                self.count[:] = 0
+
+    def check(self, k: int, s: float, level_slow: float, schedule: StepSchedule) -> None:
+        """``epoch_reset="detect"``: after expert ``k``'s first ``RESET_CHECK`` accepted samples of a
+        new epoch, restart its schedule if their mean residual ``s`` is ``RESET_FACTOR`` × its slow
+        level (the subspace moved at the epoch change; a rotation of 0.1 rad raises it ~4×)."""
+        self.sum[k] += s
+        self.count[k] += 1
+        if self.count[k] >= RESET_CHECK:
+            if self.sum[k] / self.count[k] > RESET_FACTOR * level_slow:
+                schedule.t[k] = 0.0
+            self.pending[k] = False

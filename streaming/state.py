@@ -1,0 +1,117 @@
+"""The state of MoSAIC's components and its one save/load path.
+
+Every component of ``streaming.model.MoSAIC`` (expert bank, per-expert statistics, step-size schedule,
+epoch handling, change buffer, provisional fit, stream statistics) is a ``StateComponent``: a
+dataclass with ``slots=True`` whose fields are its whole state. Setting an attribute that is not a
+field raises ``AttributeError``, and ``to_state`` / ``load_state`` walk the fields, so a new piece
+of state is either a field (and then saved and restored) or an error, never silently dropped.
+
+A field's value is encoded by its type:
+
+* ``np.ndarray``: a tensor ``"<component>.<field>"`` (dtype and shape kept);
+* a list of arrays: tensors ``"<component>.<field>.<j>"``;
+* ``None``, bool, int, float, str, and lists / dicts of them: the JSON ``state`` of the checkpoint.
+
+The JSON entry of an array field is ``{"__array__": key}``, of a list of arrays
+``{"__arrays__": [key, ...]}``. ``load_state`` raises ``CheckpointError`` for a missing or
+unknown field and for a missing tensor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from common.errors import CheckpointError
+
+_ARRAY, _ARRAYS = "__array__", "__arrays__"
+
+
+def _json_value(value: Any, where: str) -> Any:
+    """``value`` as JSON data (NumPy scalars as Python numbers, tuples as lists)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v, where) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v, where) for k, v in value.items()}
+    raise TypeError(f"{where}: cannot save a {type(value).__name__} (use an array, a list of arrays or JSON data)")
+
+
+@dataclasses.dataclass(slots=True)
+class StateComponent:
+    """Base of a component whose dataclass fields are its complete state (see the module docstring).
+
+    Subclasses are ``@dataclasses.dataclass(slots=True)``. ``json_decoders`` maps a field name to a
+    function applied to its JSON value on load (e.g. lists back to tuples)."""
+
+    json_decoders: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def to_state(self, prefix: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """``(tensors, json)`` of every field, tensors keyed ``"<prefix>.<field>[.<j>]"``."""
+        tensors: dict[str, torch.Tensor] = {}
+        out: dict[str, Any] = {}
+        for name in self.field_names():
+            value = getattr(self, name)
+            key = f"{prefix}.{name}"
+            if isinstance(value, np.ndarray):
+                tensors[key] = torch.from_numpy(np.ascontiguousarray(value))
+                out[name] = {_ARRAY: key}
+            elif isinstance(value, list) and value and all(isinstance(v, np.ndarray) for v in value):
+                keys = [f"{key}.{j}" for j in range(len(value))]
+                for k, v in zip(keys, value, strict=True):
+                    tensors[k] = torch.from_numpy(np.ascontiguousarray(v))
+                out[name] = {_ARRAYS: keys}
+            else:
+                out[name] = _json_value(value, f"{type(self).__name__}.{name}")
+        return tensors, out
+
+    def load_state(self, tensors: dict[str, torch.Tensor], state: Any, source: str) -> None:
+        """Set every field from ``(tensors, state)`` written by :meth:`to_state`; CheckpointError for
+        a missing or unknown field or tensor."""
+        what = type(self).__name__
+        if not isinstance(state, dict):
+            raise CheckpointError(f"{source}: no state of {what}")
+        names = self.field_names()
+        missing = [n for n in names if n not in state]
+        unknown = [n for n in state if n not in names]
+        if missing or unknown:
+            raise CheckpointError(f"{source}: state of {what} has missing fields {missing} / unknown fields {unknown}")
+        values = {}
+        for name in names:
+            value = state[name]
+            try:
+                if isinstance(value, dict) and set(value) == {_ARRAY}:
+                    value = tensors[value[_ARRAY]].numpy().copy()
+                elif isinstance(value, dict) and set(value) == {_ARRAYS}:
+                    value = [tensors[k].numpy().copy() for k in value[_ARRAYS]]
+                elif name in self.json_decoders:
+                    value = self.json_decoders[name](value)
+            except KeyError as exc:
+                raise CheckpointError(f"{source}: tensor {exc} of {what}.{name} is missing") from None
+            values[name] = value
+        for name, value in values.items():  # only once everything decoded: a failed load changes nothing
+            setattr(self, name, value)
+
+
+def state_equal(a: StateComponent, b: StateComponent) -> list[str]:
+    """Names of the fields where two components differ (arrays by value, dtype and shape)."""
+
+    def same(x, y) -> bool:
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            return (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.dtype == y.dtype
+                    and np.array_equal(x, y))
+        if isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)):
+            return type(x) is type(y) and len(x) == len(y) and all(same(u, v) for u, v in zip(x, y, strict=True))
+        return type(x) is type(y) and x == y
+
+    return [n for n in a.field_names() if not same(getattr(a, n), getattr(b, n))]
