@@ -90,6 +90,18 @@ def _warn_low_observed(values: np.ndarray, r: int, what: str) -> None:
         print(f"warning: {msg}", file=sys.stderr)
 
 
+def _fit_quietly(model, source: np.ndarray) -> None:
+    """``model.fit(source)`` without its LowObservationWarning: the CLI has printed the one-line
+    ``warning:`` already (``_warn_low_observed``)."""
+    import warnings
+
+    from streaming.select import LowObservationWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LowObservationWarning)
+        model.fit(source)
+
+
 def cmd_pretrain(a: argparse.Namespace) -> int:
     from streaming.data import load_stream
     from streaming.select import estimate_K_r, save_model
@@ -111,7 +123,7 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
     from streaming.model import MoSAIC
 
     model = MoSAIC(stream.n, r, K, seed=a.seed, pretrain_restarts=a.restarts)
-    model.fit(source)
+    _fit_quietly(model, source)
     model.selection_ = estimate
     save_model(model, a.out)
     print(f"pretrained {K} experts of rank {r} on n={stream.n}; saved to {a.out}"
@@ -137,7 +149,7 @@ def cmd_stream(a: argparse.Namespace) -> int:
         if not a.no_pretrain:
             source = _source(stream, a.n_source)
             _warn_low_observed(source, a.r, "source samples")
-            model.fit(source)
+            _fit_quietly(model, source)
     _warn_low_observed(stream.values, model.r, "stream samples")
     epoch = stream.epoch if (stream.epoch is not None and not a.ignore_epochs) else None
     completed, routes = model.process(stream.values, epoch=epoch)

@@ -320,11 +320,15 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         state starts over.
 
         Runs k-subspaces with missing data (online seeding passes + restarts + batch
-        refinement), then sets each expert's residual level from its assigned samples.
+        refinement), then sets each expert's residual level from its assigned samples. Samples with
+        at most ``r`` observed entries cannot identify a rank-``r`` subspace: a
+        ``LowObservationWarning`` when most samples are so, an ``InputError`` when all are.
         """
+        from streaming.select import check_observed
         from streaming.train import pretrain_experts
 
         X0, M = as_observed(X, mask, self.n)
+        check_observed(M, self.r, "source samples")
         c = self.config
         result, ridge = pretrain_experts(
             X0, M, self.K, self.r, restarts=c.pretrain_restarts, seed=c.seed, repair_rounds=c.pretrain_repair)

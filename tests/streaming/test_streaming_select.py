@@ -74,6 +74,22 @@ def test_check_observed_warns_on_most_samples_below_r_plus_1_and_refuses_when_al
         check_observed(M, 2)
 
 
+def test_mosaic_fit_applies_the_same_check_from_python(planted):
+    """The estimator's own ``fit`` warns (or refuses) on source samples that cannot identify rank r."""
+    from streaming.model import MoSAIC
+
+    X = planted.source_values.copy()
+    rng = np.random.default_rng(0)
+    for row in X[: int(0.8 * len(X))]:  # 80 % of the samples keep only 2 observed entries
+        keep = rng.choice(np.flatnonzero(~np.isnan(row)), 2, replace=False)
+        drop = np.setdiff1d(np.arange(row.size), keep)
+        row[drop] = np.nan
+    with pytest.warns(LowObservationWarning, match="at most r=2"):
+        MoSAIC(20, 2, 3, seed=0).fit(X)
+    with pytest.raises(InputError, match="needs more than 2"):
+        MoSAIC(20, 2, 3, seed=0).fit(np.where(np.arange(20) < 2, 1.0, np.nan)[None].repeat(30, 0))
+
+
 def test_fit_auto_keeps_the_estimate_in_the_checkpoint(planted, tmp_path):
     model = fit_auto(planted.source_values, seed=0, pretrain_restarts=2)
     assert (model.K, model.r) == (3, 2) and model.selection_.K == 3
