@@ -6,7 +6,7 @@
     moh sample --ckpt runs/moh --n 64 --out grid.png
     moh eval --ckpt runs/moh --n 256 [--inception-weights inception-2015-12-05.pt]  # data from the checkpoint
     moh bench [--quick] --out runs/bench [--json results.json]
-    moh bench --scaling --budgets S --out runs/scaling --json docs/results/vision/scaling_S.json
+    moh bench --scaling --out runs/scaling --json docs/results/vision/scaling.json
 """
 
 from __future__ import annotations
