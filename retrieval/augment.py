@@ -77,8 +77,11 @@ class Critic(Protocol):
 class RenderEditor:
     """Renderer-backed editor with controllable error rates (a stand-in for a generative editor)."""
 
-    def __init__(self, drift_prob: float = 0.35, text_error_prob: float = 0.15):
+    def __init__(self, drift_prob: float = 0.35, text_error_prob: float = 0.15, renderer=render):
+        """``renderer(silhouette (28, 28), attrs, rng) -> (32, 32, 3) uint8`` draws the edits
+        (``retrieval.data.item_renderer`` gives the one of a built benchmark)."""
         self.drift_prob, self.text_error_prob = drift_prob, text_error_prob
+        self.renderer = renderer
 
     def _make(
         self,
@@ -106,7 +109,7 @@ class RenderEditor:
         return EditProposal(
             ref_id,
             intended,
-            render(silhouette, actual, rng),
+            self.renderer(silhouette, actual, rng),
             claimed,
             modification_text(ref, text_tgt, [intended], rng),
             describe(claimed, rng),

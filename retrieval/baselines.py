@@ -12,6 +12,8 @@ gallery ``g = norm(f_i' + f_d')`` from the gallery towers.
 
       p = [relu(W_x x); relu(W_y y)],  lam = sigmoid(MLP_l(p)),
       q = norm(W_o relu(W_c p) + lam * y + (1 - lam) * x)
+
+and, untrained, ``raw_pixel_embeddings`` (cosine of centred pixels, reference image as the query).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -191,3 +194,12 @@ class CombinerCIR(PretrainedMixin, nn.Module):
     def example_forward(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """``(query (b, E), gallery (b, E))`` embeddings of a batch."""
         return self.encode_query(batch)[0], self.encode_gallery(batch)
+
+
+def raw_pixel_embeddings(images: np.ndarray) -> np.ndarray:
+    """Untrained raw-pixel baseline: (N, H, W, 3) uint8 -> (N, 3HW) float32 unit vectors of the
+    pixels minus the mean image of ``images``; a query is its reference image's vector (cosine
+    similarity of centred pixels, the text is ignored)."""
+    x = images.reshape(len(images), -1).astype(np.float32) / 255
+    x -= x.mean(0, keepdims=True)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-8)

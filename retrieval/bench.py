@@ -19,12 +19,14 @@ from common.errors import InputError
 from common.io import write_csv, write_json
 from common.report import markdown_table
 
+from .baselines import raw_pixel_embeddings
 from .data import VARIANTS, load_synthetic
 from .evaluate import evaluate_split, routing_metrics
 from .index import GalleryIndex
 from .train import TrainConfig, build_model, embed_gallery, embed_queries, fit, prepare_features, save_model
 
-# name -> (model kind, model overrides, train overrides, use augmentation)
+# name -> (model kind, model overrides, train overrides, use augmentation); kind "raw-pixel" is
+# the untrained pixel baseline, every other kind goes to ``build_model``
 METHODS: dict[str, tuple[str, dict, dict, bool]] = {
     "MoA3CIR": ("moa3cir", {}, {}, True),
     "MoA3CIR w/o augmentation": ("moa3cir", {}, {}, False),
@@ -36,6 +38,7 @@ METHODS: dict[str, tuple[str, dict, dict, bool]] = {
     "sum fusion": ("sum", {}, {}, False),
     "image-only": ("image", {}, {}, False),
     "text-only": ("text", {}, {}, False),
+    "raw-pixel cosine": ("raw-pixel", {}, {}, False),
 }
 # short names for ``moa3cir bench --methods``
 METHOD_SLUGS: dict[str, str] = {
@@ -49,6 +52,7 @@ METHOD_SLUGS: dict[str, str] = {
     "sum": "sum fusion",
     "image-only": "image-only",
     "text-only": "text-only",
+    "raw-pixel": "raw-pixel cosine",
 }
 QUICK_METHODS = ["MoA3CIR w/o augmentation", "MoA3CIR", "CLIP4Cir-style combiner", "image-only"]
 
@@ -76,6 +80,7 @@ def augmented_train_split(
     from common.data_dir import load_fashion_mnist
 
     from .augment import AttributeCritic, RenderEditor, self_reflective_augment, train_attribute_classifier
+    from .data import item_renderer
 
     if critic_dir is not None and (Path(critic_dir) / "config.json").is_file():
         critic = AttributeCritic.load(critic_dir)
@@ -85,7 +90,8 @@ def augmented_train_split(
         if critic_dir is not None:
             critic.save(critic_dir)
     silhouettes, _ = load_fashion_mnist("train")
-    return self_reflective_augment(train_split, silhouettes, RenderEditor(), critic, n, seed=seed)
+    editor = RenderEditor(renderer=item_renderer(Path(root) / variant))
+    return self_reflective_augment(train_split, silhouettes, editor, critic, n, seed=seed)
 
 
 def run_retrieval_bench(
@@ -98,8 +104,12 @@ def run_retrieval_bench(
     seed: int = 0,
     save_models: bool = False,
     log=print,
+    model_options: dict | None = None,
 ) -> list[dict]:
-    """Train/evaluate ``methods`` on each variant; writes ``retrieval_bench.csv/.json/.md`` + plot."""
+    """Train/evaluate ``methods`` on each variant; writes ``retrieval_bench.csv/.json/.md`` + plot.
+
+    ``model_options`` (e.g. an image-encoder choice) go to ``build_model`` for every trained
+    method, under each method's own overrides."""
     torch.set_num_threads(1)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -124,12 +134,18 @@ def run_retrieval_bench(
             )
         for name in methods:
             kind, over, tover, aug = METHODS[name]
-            torch.manual_seed(seed)
-            model = build_model(kind, **over)
             t0 = time.time()
-            fit(model, f_aug if aug else f_tr, replace(train_cfg, **tover))
-            q, weights = embed_queries(model, f_te)
-            metrics = evaluate_split(te, q, embed_gallery(model, f_te))
+            model = None
+            if kind == "raw-pixel":
+                g = raw_pixel_embeddings(te.images)
+                q, weights = g[f_te.ref.numpy()], None
+            else:
+                torch.manual_seed(seed)
+                model = build_model(kind, **{**(model_options or {}), **over})
+                fit(model, f_aug if aug else f_tr, replace(train_cfg, **tover))
+                q, weights = embed_queries(model, f_te)
+                g = embed_gallery(model, f_te)
+            metrics = evaluate_split(te, q, g)
             routed = {}
             if (
                 weights is not None
@@ -152,7 +168,7 @@ def run_retrieval_bench(
             }
             rows.append(row)
             log(f"[{variant}] {name}: R@1 {row['R@1']:.1f} R@10 {row['R@10']:.1f} R@50 {row['R@50']:.1f}")
-            if save_models:
+            if save_models and model is not None:
                 save_model(model, out_dir / "models" / variant / name.replace(" ", "_").replace("/", ""))
     _write(out_dir, rows)
     return rows

@@ -21,6 +21,8 @@ from common.errors import InputError
 from common.io import dumps_json, write_json
 
 DATASETS = ("synthetic", "fashioniq", "shoes")
+BUILD_PRESETS = ("small", "tiny", "hard", "hard-tiny")  # retrieval.data.PRESETS, without importing it
+BENCHMARKS = ("small", "hard")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,7 +31,16 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("build-data", help="build the synthetic e-commerce CIR benchmark")
     b.add_argument("--out", required=True, help="output directory (both variants go below it)")
-    b.add_argument("--size", choices=("small", "tiny"), default="small")
+    b.add_argument(
+        "--preset",
+        "--size",
+        dest="preset",
+        choices=BUILD_PRESETS,
+        default="small",
+        help="small: 32 px studio renders, one templated text per triplet; hard: 64 px photos with pose/"
+        "crop/scale jitter, backdrops and colour casts, two annotators' relative captions, a larger "
+        "gallery; tiny / hard-tiny: the same looks at test size (default small)",
+    )
     b.add_argument("--seed", type=seed_int, default=0)
     add_overwrite_arg(b)
 
@@ -97,6 +108,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--k", type=positive_int, default=10)
 
     bn = sub.add_parser("bench", help="MoA³CIR vs baselines table and/or the search benchmark")
+    bn.add_argument(
+        "--benchmark",
+        choices=BENCHMARKS,
+        default="small",
+        help="which built benchmark (build-data --preset): built into --out/data (small) or "
+        "--out/data-hard (hard) when --root is absent (default small)",
+    )
     bn.add_argument("--root", default=None, help="benchmark root (built into --out when absent)")
     bn.add_argument("--out", default="runs/retrieval_bench")
     bn.add_argument("--phase1-epochs", type=nonneg_int, default=1)
@@ -135,6 +153,23 @@ def _load(args, split):
     return load_dataset(args.dataset, Path(args.root), split, args.variant)
 
 
+def bench_root(root: str | None, out: Path, benchmark: str, seed: int) -> Path:
+    """The data root of ``moa3cir bench``: ``root`` when given (its preset must be ``benchmark``'s),
+    else ``out/data`` (small) or ``out/data-hard`` (hard), built there on first use."""
+    from .data import PRESETS, VARIANTS, build_benchmark, load_meta
+
+    if root is None:
+        path = out / ("data" if benchmark == "small" else f"data-{benchmark}")
+        if not (path / VARIANTS[0] / "meta.json").is_file():
+            build_benchmark(path, PRESETS[benchmark](seed))
+        return path
+    path = Path(root)
+    preset = load_meta(path / VARIANTS[0]).get("preset", "small")
+    if ("hard" if preset.startswith("hard") else "small") != benchmark:
+        raise InputError(f"--root {root} holds the {preset!r} benchmark, not {benchmark!r} (see --benchmark)")
+    return path
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -143,10 +178,12 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     if args.cmd == "build-data":
-        from .data import BuildConfig, build_benchmark
+        from .data import build_benchmark
 
         check_outputs(dirs=[args.out], overwrite=args.overwrite)
-        cfg = BuildConfig(seed=args.seed) if args.size == "small" else BuildConfig.tiny(args.seed)
+        from .data import PRESETS
+
+        cfg = PRESETS[args.preset](args.seed)
         print(dumps_json(build_benchmark(Path(args.out), cfg, overwrite=args.overwrite), indent=1))
         return 0
     if args.cmd == "train":
@@ -243,11 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.search_only and args.phase1_epochs + args.phase2_epochs == 0:
             raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
         if not args.search_only:
-            root = Path(args.root) if args.root else out / "data"
-            if not (root / "controlled" / "meta.json").is_file():
-                from .data import BuildConfig, build_benchmark
-
-                build_benchmark(root, BuildConfig(seed=args.seed))
+            root = bench_root(args.root, out, args.benchmark, args.seed)
             rows = run_retrieval_bench(
                 root,
                 out,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +34,12 @@ from .render import (
     GROUPS,
     IMAGE_SIZE,
     Attributes,
+    PhotoJitter,
+    annotator_captions,
     describe,
     modification_text,
     render,
+    render_photo,
 )
 
 SPLITS = ("train", "val", "test")
@@ -185,7 +188,13 @@ def _read_json(path: Path, what: str):
 
 @dataclass
 class BuildConfig:
-    """Sizes of the synthetic benchmark. ``small()`` builds in about a minute on 2 cores."""
+    """Sizes and look of the synthetic benchmark. ``small()`` builds in about a minute on 2 cores.
+
+    ``photo``: None renders 32x32 studio shots (:func:`render`); a :class:`PhotoJitter` renders
+    ``image_size`` px photos with pose/scale/crop jitter, backdrops and colour casts
+    (:func:`render_photo`). ``annotators``: True writes two FashionIQ-style relative captions per
+    triplet (:func:`annotator_captions`) instead of one templated modification text.
+    """
 
     garments: dict[str, int] = field(default_factory=lambda: {"train": 500, "val": 120, "test": 200})
     items_per_garment: int = 3
@@ -193,6 +202,20 @@ class BuildConfig:
     confound_prob: float = 0.7  # confounded variant: chance a triplet also changes unmentioned attributes
     description_noise: float = 0.15
     seed: int = 0
+    preset: str = "small"
+    image_size: int = IMAGE_SIZE
+    photo: PhotoJitter | None = None
+    annotators: bool = False
+
+    def __post_init__(self) -> None:
+        if self.photo is None and self.image_size != IMAGE_SIZE:
+            raise InputError(f"studio renders are {IMAGE_SIZE}x{IMAGE_SIZE}; other sizes need photo=PhotoJitter()")
+        if self.image_size < 16:
+            raise InputError(f"image_size must be at least 16, got {self.image_size}")
+
+    @classmethod
+    def small(cls, seed: int = 0) -> BuildConfig:
+        return cls(seed=seed)
 
     @classmethod
     def tiny(cls, seed: int = 0) -> BuildConfig:
@@ -200,7 +223,65 @@ class BuildConfig:
             garments={"train": 60, "val": 20, "test": 30},
             triplets={"train": 200, "val": 40, "test": 60},
             seed=seed,
+            preset="tiny",
         )
+
+    @classmethod
+    def hard(cls, seed: int = 0) -> BuildConfig:
+        """64 px photos with natural variation, two annotators' captions, noisier descriptions and a
+        gallery about 2.5x the small one's (test: 600 garments x 4 looks + targets)."""
+        return cls(
+            garments={"train": 700, "val": 150, "test": 600},
+            items_per_garment=4,
+            triplets={"train": 4000, "val": 500, "test": 1200},
+            description_noise=0.25,
+            seed=seed,
+            preset="hard",
+            image_size=64,
+            photo=PhotoJitter(),
+            annotators=True,
+        )
+
+    @classmethod
+    def hard_tiny(cls, seed: int = 0) -> BuildConfig:
+        """The hard preset's look at the tiny preset's size (tests, smoke runs)."""
+        return replace(cls.hard(seed), garments={"train": 60, "val": 20, "test": 30},
+                       triplets={"train": 200, "val": 40, "test": 60}, preset="hard-tiny")
+
+
+PRESETS = {"small": BuildConfig.small, "tiny": BuildConfig.tiny, "hard": BuildConfig.hard,
+           "hard-tiny": BuildConfig.hard_tiny}
+
+
+def load_meta(root: Path) -> dict:
+    """``meta.json`` of a built benchmark variant root (``<out>/<variant>``); DataError when absent."""
+    path = Path(root) / "meta.json"
+    if not path.is_file():
+        raise DataError(f"{root} is not a synthetic benchmark root (missing meta.json; run `moa3cir build-data`)")
+    meta = _read_json(path, "meta file")
+    if not isinstance(meta, dict):
+        raise DataError(f"{path} must hold a JSON object")
+    return meta
+
+
+def item_renderer(root: Path):
+    """``f(silhouette (28, 28) uint8, attrs, rng) -> (32, 32, 3) uint8``: an item drawn the way the
+    benchmark variant at ``root`` (``<out>/<variant>``, its ``meta.json``) draws items, at the size
+    the loaders deliver (photos resized with the loaders' bilinear filter). The augmentation
+    editor renders its edits with it."""
+    meta = load_meta(root)
+    jitter = meta.get("photo_jitter")
+    if jitter is None:
+        return render
+    try:
+        photo, size = PhotoJitter(**{**jitter, "scale": tuple(jitter["scale"])}), int(meta["image_size"])
+    except (KeyError, TypeError, ValueError):
+        raise DataError(f"{root}/meta.json: malformed photo_jitter/image_size") from None
+
+    def draw(silhouette: np.ndarray, attrs: Attributes, rng: np.random.Generator) -> np.ndarray:
+        return image_from_array(render_photo(silhouette, attrs, rng, size, photo))
+
+    return draw
 
 
 def _random_attrs(category: int, rng: np.random.Generator) -> Attributes:
@@ -269,7 +350,7 @@ def build_benchmark(out: Path, config: BuildConfig | None = None, overwrite: boo
     pools["val"] = ("test", test_perm[:half])
     pools["test"] = ("test", test_perm[half:])
 
-    summary: dict = {"seed": config.seed, "variants": {}}
+    summary: dict = {"preset": config.preset, "seed": config.seed, "variants": {}}
     for variant in VARIANTS:
         vrng = np.random.default_rng([config.seed, VARIANTS.index(variant)])
         root = out / variant
@@ -321,12 +402,15 @@ def build_benchmark(out: Path, config: BuildConfig | None = None, overwrite: boo
                     cands = by_cat[tgt.category]
                     tgt_garment = cands[int(vrng.integers(len(cands)))]
                 tgt_id = _add_item(items, key_to_id, prefix, tgt_garment, tgt)
-                text = modification_text(ref, tgt, mentioned, vrng)
+                if config.annotators:
+                    captions = annotator_captions(ref, tgt, mentioned, vrng)
+                else:
+                    captions = [modification_text(ref, tgt, mentioned, vrng)]
                 triplets.append(
                     {
                         "candidate": ref_id,
                         "target": tgt_id,
-                        "captions": [text],
+                        "captions": captions,
                         "changed": mentioned,
                         "category": CATEGORY_TO_FIQ[ref.category],
                     }
@@ -334,7 +418,10 @@ def build_benchmark(out: Path, config: BuildConfig | None = None, overwrite: boo
 
             descs, attrs_out = {}, {}
             for iid, (garment, attrs) in items.items():
-                img = render(x[garment], attrs, vrng)
+                if config.photo is None:
+                    img = render(x[garment], attrs, vrng)
+                else:
+                    img = render_photo(x[garment], attrs, vrng, config.image_size, config.photo)
                 Image.fromarray(img).save(root / "images" / f"{iid}.png")
                 descs[iid] = describe(attrs, vrng, config.description_noise)
                 attrs_out[iid] = attrs.as_list()
@@ -357,7 +444,10 @@ def build_benchmark(out: Path, config: BuildConfig | None = None, overwrite: boo
             "attributes": ATTRIBUTES,
             "categories": list(FIQ_CATEGORIES),
             "splits": vsum,
-            "image_size": IMAGE_SIZE,
+            "image_size": config.image_size,
+            "preset": config.preset,
+            "photo_jitter": None if config.photo is None else asdict(config.photo),
+            "captions_per_triplet": 2 if config.annotators else 1,
         }
         write_json(root / "meta.json", meta)
         summary["variants"][variant] = vsum

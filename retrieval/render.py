@@ -354,3 +354,241 @@ def split_sentences(text: str) -> list[str]:
     parts = [p.strip() for p in text.replace("!", ".").split(".")]
     parts = [p for p in parts if p]
     return parts or [text.strip()]
+
+
+# ----------------------------------------------------------------------------- "hard" preset: photos
+
+WARM_COLOURS = {"red", "orange", "yellow", "pink"}  # the others (green, teal, blue, purple) are cool
+
+
+@dataclass(frozen=True)
+class PhotoJitter:
+    """Ranges of the natural variation of :func:`render_photo` (all zero: a centred studio shot).
+
+    scale: garment height as a fraction of the image, drawn from ``scale``; rotation_deg: pose,
+    uniform in [-r, r]; shift: centre offset as a fraction of the image (crops the garment at the
+    border when large); flip_prob: mirror image; cast: std of the per-channel white-balance gain;
+    brightness: exposure gain drawn from [1 - b, 1 + b]; backgrounds: share of non-studio
+    backdrops (gradient, texture, coloured scene) with a soft shadow.
+    """
+
+    scale: tuple[float, float] = (0.62, 0.95)
+    rotation_deg: float = 15.0
+    shift: float = 0.1
+    flip_prob: float = 0.5
+    cast: float = 0.06
+    brightness: float = 0.12
+    backgrounds: float = 0.7
+
+    @classmethod
+    def none(cls) -> PhotoJitter:
+        return cls((0.875, 0.875), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def _background(size: int, rng: np.random.Generator, share: float) -> np.ndarray:
+    """(size, size, 3) float backdrop: studio grey, a two-tone gradient, a blotchy texture, or a
+    muted coloured scene (which can be close to the garment's colour)."""
+    kind = "studio" if rng.random() >= share else str(rng.choice(["gradient", "texture", "scene"]))
+    if kind == "studio":
+        return np.full((size, size, 3), 0.92, np.float32) + rng.normal(0, 0.02, 3).astype(np.float32)
+    if kind == "gradient":
+        top, bottom = rng.uniform(0.55, 0.98, 3), rng.uniform(0.45, 0.95, 3)
+        t = np.linspace(0, 1, size, dtype=np.float32)[:, None, None]
+        return (top * (1 - t) + bottom * t).astype(np.float32) * np.ones((1, size, 1), np.float32)
+    if kind == "texture":
+        coarse = rng.uniform(-1, 1, (4, 4)).astype(np.float32)
+        from PIL import Image
+
+        blot = np.asarray(Image.fromarray(coarse).resize((size, size), Image.BICUBIC), np.float32)
+        tone = rng.uniform(0.6, 0.9, 3).astype(np.float32)
+        return tone + 0.08 * blot[..., None]
+    hue = _RGB[int(rng.integers(len(_RGB)))]
+    value = rng.uniform(0.45, 0.8)
+    return (0.55 * hue + 0.45 * value).astype(np.float32) * np.ones((size, size, 1), np.float32)
+
+
+def render_photo(
+    silhouette: np.ndarray,
+    attrs: Attributes,
+    rng: np.random.Generator,
+    size: int = 64,
+    jitter: PhotoJitter | None = None,
+) -> np.ndarray:
+    """Render a product *photo*: the garment at a random pose, scale and crop on a varied backdrop
+    under a colour cast, like scraped shop images.
+
+    silhouette: (28, 28) uint8 Fashion-MNIST garment. Returns (size, size, 3) uint8 RGB. The
+    pattern, highlight and fabric grain are drawn in garment coordinates ``(u, v)`` (the 28x28
+    silhouette frame), so they rotate and scale with the garment; the motif periods are those of
+    :func:`render` (4 / 8 garment pixels).
+    """
+    if silhouette.shape != (28, 28):
+        raise ValueError(f"silhouette must be 28x28, got {silhouette.shape}")
+    from PIL import Image
+
+    j = jitter or PhotoJitter()
+    s = rng.uniform(*j.scale) * size / 28  # image pixels per garment pixel
+    angle = np.deg2rad(rng.uniform(-j.rotation_deg, j.rotation_deg))
+    flip = -1.0 if rng.random() < j.flip_prob else 1.0
+    cx, cy = size / 2 + rng.uniform(-j.shift, j.shift, 2) * size
+    cos, sin = np.cos(angle), np.sin(angle)
+    # inverse map, image pixel (x, y) -> garment coordinates (u, v): u = a x + b y + c, v = d x + e y + f
+    a, b = flip * cos / s, flip * sin / s
+    d, e = -sin / s, cos / s
+    c, f = 14 - a * cx - b * cy, 14 - d * cx - e * cy
+    sil = Image.fromarray(silhouette)
+    mask = np.asarray(sil.transform((size, size), Image.AFFINE, (a, b, c, d, e, f), Image.BILINEAR), np.float32)
+    mask = mask / 255
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) + 0.5
+    u, v = a * xx + b * yy + c, d * xx + e * yy + f
+
+    shade = np.clip(mask * 1.25, 0, 1)
+    alpha = np.clip((mask - 0.05) / 0.1, 0, 1)
+    base = np.clip(_RGB[attrs.colour] + rng.normal(0, 0.03, 3), 0, 1).astype(np.float32)
+    if attrs.pattern == 0:
+        motif = np.zeros((size, size), np.float32)
+    else:
+        period = 4 if attrs.scale == 0 else 8
+        half = period / 2
+        if attrs.pattern == 1:
+            motif = ((v % period) < half).astype(np.float32)
+        elif attrs.pattern == 2:
+            motif = (((v // half) + (u // half)) % 2).astype(np.float32)
+        else:
+            du, dv = (u % period) - half, (v % period) - half
+            motif = ((du**2 + dv**2) <= (period / 3.2) ** 2).astype(np.float32)
+    colour = base[None, None] * (1 - motif[..., None]) + np.full(3, 0.95, np.float32) * motif[..., None]
+    if attrs.finish == 1:
+        hl = np.exp(-(((u - v) / 28) ** 2) / 0.02)[..., None]
+        colour = colour * (0.85 + 0.15 * shade[..., None]) + 0.35 * hl
+    elif attrs.finish == 2:
+        colour = 0.45 * colour + 0.35 * colour.mean(-1, keepdims=True) + 0.25
+    elif attrs.finish == 3:
+        colour = colour * 0.45
+    else:
+        colour = colour * (0.7 + 0.3 * shade[..., None])
+    grain_freq = [0.0, 1.7, 2.9, 0.9][attrs.fabric]
+    if grain_freq > 0:
+        colour = colour + 0.025 * np.sin(u * grain_freq + v * grain_freq * 0.6)[..., None]
+
+    img = _background(size, rng, j.backgrounds)
+    if j.backgrounds > 0:  # soft drop shadow below-right of the garment
+        off = max(1, size // 32)
+        shadow = np.asarray(Image.fromarray((alpha * 255).astype(np.uint8)).resize(
+            (size // 4, size // 4), Image.BILINEAR).resize((size, size), Image.BILINEAR), np.float32) / 255
+        shadow = np.roll(shadow, (off, off), (0, 1))
+        img = img * (1 - 0.3 * shadow[..., None])
+    img = img * (1 - alpha[..., None]) + np.clip(colour, 0, 1) * alpha[..., None]
+    gain = np.clip(1 + rng.normal(0, j.cast, 3), 0.8, 1.2) * rng.uniform(1 - j.brightness, 1 + j.brightness)
+    img = img * gain.astype(np.float32) + rng.normal(0, 0.02, img.shape)
+    return (np.clip(img, 0, 1) * 255).round().astype(np.uint8)
+
+
+# ----------------------------------------------------------------------------- "hard" preset: captions
+
+_CATEGORY_HINTS = {
+    "t-shirt": ["has short sleeves", "is more casual"],
+    "trousers": ["is a pair of pants", "has legs"],
+    "pullover": ["is a knit", "is warmer"],
+    "dress": ["is one piece", "is longer"],
+    "coat": ["is for outdoors", "is heavier"],
+    "sandals": ["is open toed", "is more summery"],
+    "shirt": ["has buttons", "is more formal"],
+    "sneakers": ["is sporty", "has laces"],
+    "bag": ["is for carrying things", "has a handle"],
+    "ankle boots": ["covers the ankle", "is a boot"],
+}
+_FINISH_RELATIVE = {
+    "matte": ["is less shiny", "is more matte", "has a flat look"],
+    "glossy": ["is shinier", "is shiny", "has a satin sheen"],
+    "faded": ["is lighter", "is more faded", "looks washed out", "is paler"],
+    "dark": ["is darker", "is deeper in tone", "is a darker shade"],
+}
+_FABRIC_RELATIVE = {
+    "cotton": ["looks like cotton", "is cotton"],
+    "linen": ["is linen", "looks lighter weight"],
+    "wool": ["is wool", "looks warmer"],
+    "silk": ["is silk", "looks smoother", "looks softer"],
+}
+_CHATTER = ["is more fashionable", "looks nicer", "is cuter", "has a similar style", "is prettier"]
+
+
+def relative_clause(group: str, ref: Attributes, tgt: Attributes, rng: np.random.Generator,
+                    disagree: float = 0.15) -> str:
+    """One FashionIQ-style clause about the target relative to the reference (``"is darker"``,
+    ``"has bigger stripes"``, ``"is not red"``), often vaguer than :func:`modification_clause`.
+
+    With probability ``disagree`` a colour is named as the neighbouring hue (annotators perceive
+    colour differently, more so under a colour cast).
+    """
+    new, old = tgt.names()[group], ref.names()[group]
+    r = rng.random()
+    if group == "colour":
+        if r < disagree:
+            i = COLOURS.index(new) + int(rng.choice([-1, 1]))
+            return f"is more {COLOURS[i % len(COLOURS)]}"
+        if r < disagree + 0.15 and (new in WARM_COLOURS) != (old in WARM_COLOURS):
+            return str(rng.choice(["has a warmer color", "is warmer toned"] if new in WARM_COLOURS
+                                  else ["has a cooler color", "is cooler toned"]))
+        if r < disagree + 0.25:
+            return f"is not {old}"
+        v = _syn("colour", new, rng)
+        return str(rng.choice([f"is {v}", f"is {v} colored", f"{v} instead of {old}", f"has a {v} color"]))
+    if group == "category":
+        if r < 0.35:
+            return str(rng.choice(_CATEGORY_HINTS[new]))
+        v = _syn("category", new, rng)
+        return str(rng.choice([f"is a {v}", f"is more like {v}", f"{v} instead"]))
+    if group == "pattern":
+        if new == "solid":
+            return str(rng.choice(["is plain", "has no pattern", "is solid", "is less busy"]))
+        if r < 0.2:
+            return str(rng.choice(["has a print", "is patterned", "is busier"]))
+        if old != "solid" and r < 0.5:
+            return f"has {_MOTIF[new]} instead of {_MOTIF[old]}"
+        return str(rng.choice([f"has {_MOTIF[new]}", f"is {_syn('pattern', new, rng)}"]))
+    if group == "scale":
+        motif = _MOTIF[tgt.names()["pattern"]]
+        bigger = new == "bold"
+        return str(rng.choice([f"has {'bigger' if bigger else 'smaller'} {motif}",
+                               f"the {motif} are {'wider' if bigger else 'thinner'}",
+                               f"has a {'larger' if bigger else 'finer'} print"]))
+    if group == "finish":
+        return str(rng.choice(_FINISH_RELATIVE[new]))
+    if group == "fabric":
+        return str(rng.choice(_FABRIC_RELATIVE[new]))
+    raise ValueError(f"unknown attribute group {group!r}")
+
+
+def annotator_captions(ref: Attributes, tgt: Attributes, groups: list[str], rng: np.random.Generator,
+                       disagree: float = 0.15, chatter: float = 0.2, typo: float = 0.05) -> list[str]:
+    """Two annotators' captions of one triplet, as in FashionIQ: lower case, relative phrasing,
+    each naming only part of the change.
+
+    Every group of ``groups`` is described by annotator 1, annotator 2 or both (each annotator
+    gets at least one, so together they cover all of ``groups``); each writes their own clause
+    (:func:`relative_clause`, so two descriptions of one change can disagree). With probability
+    ``chatter`` an annotator adds an uninformative clause ("looks nicer"), with ``typo`` a typo.
+    Returns two strings, clauses joined by " and ".
+    """
+    if not groups:
+        raise ValueError("a modification needs at least one attribute group")
+    who = [int(rng.choice(3, p=[0.3, 0.3, 0.4])) for _ in groups]  # 0: first, 1: second, 2: both
+    for k in (0, 1):
+        if not any(w in (k, 2) for w in who):
+            who[int(rng.integers(len(who)))] = 2
+    captions = []
+    for k in (0, 1):
+        clauses = [relative_clause(g, ref, tgt, rng, disagree) for g, w in zip(groups, who, strict=True)
+                   if w in (k, 2)]
+        rng.shuffle(clauses)
+        if rng.random() < chatter:
+            clauses.insert(int(rng.integers(len(clauses) + 1)), str(rng.choice(_CHATTER)))
+        text = " and ".join(clauses)
+        if rng.random() < typo:
+            words = text.split(" ")
+            j = int(rng.integers(len(words)))
+            words[j] = _typo(words[j], rng)
+            text = " ".join(words)
+        captions.append(text)
+    return captions

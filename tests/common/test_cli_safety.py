@@ -356,6 +356,10 @@ CASES: list[tuple[str, str]] = [
     ("moa3cir", "bench --out {d}/full"),
     ("moa3cir", "bench --search-only --out {d}/new_bench --json {d}/existing.json"),
     ("moa3cir", "bench --phase1-epochs 0 --phase2-epochs 0 --out {d}/new_bench"),
+    ("moa3cir", "build-data --out {d}/new_data --preset huge"),
+    ("moa3cir", "bench --benchmark huge --out {d}/new_bench"),
+    ("moa3cir", "bench --benchmark hard --root {d}/full --out {d}/new_bench"),
+    ("moa3cir", "bench --benchmark hard --root {d}/missing --out {d}/new_bench"),
     # --- mixscent
     ("mixscent", "pretrain --epochs 0 --encoder {d}/new_enc"),
     ("mixscent", "pretrain --epochs -3 --encoder {d}/new_enc"),
