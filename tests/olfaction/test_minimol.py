@@ -9,7 +9,7 @@ import pytest
 from common.errors import InputError
 from olfaction.minimol import DIM, MinimolEmbedder, load_minimol_cache
 
-MOLS = ["CCO", "CC(=O)OCC", "c1ccccc1O"]
+MOLS = ["CCO", "CCOC(C)=O", "Oc1ccccc1"]  # RDKit-canonical
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_cache_hit_runs_no_model_and_keys_by_canonical_smiles(tmp_path):
     assert json.loads(path.with_suffix(".json").read_text())["n"] == 3
     cached = MinimolEmbedder(path)
     # other spellings of the same molecules: answered from the cache, no ONNX session built
-    y = cached(["OCC", "CCOC(C)=O", "Oc1ccccc1"])
+    y = cached(["OCC", "CC(=O)OCC", "c1ccccc1O"])
     assert cached.n_encoded == 0 and cached._model is None
     np.testing.assert_array_equal(y, x)
     assert set(load_minimol_cache(path)) == set(MOLS)
@@ -64,5 +64,6 @@ def test_invalid_smiles_raises_or_is_counted(tmp_path):
     tab = emb.table(["CCO", "C1CC", "", "c1ccccc1O"], on_error="skip")
     assert list(tab) == ["CCO", "c1ccccc1O"]
     assert emb.skipped == ["C1CC", ""]
+    np.testing.assert_array_equal(tab["c1ccccc1O"], emb(["Oc1ccccc1"])[0])
     with pytest.raises(InputError, match="on_error"):
         emb.table(["CCO"], on_error="ignore")
