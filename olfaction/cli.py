@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--encoder", default=None, help="pretrained encoder directory (default: cache dir/encoder)")
         s.add_argument("--epochs", type=positive_int, default=60, help="distance network epochs (at most)")
         s.add_argument("--label-epochs", type=positive_int, default=40, help="label network epochs (at most)")
+        s.add_argument("--minimol", action="store_true",
+                       help="MiniMol v1 embeddings beside the pretrained GNN as the network's molecule input")
         if name == "eval":
             s.add_argument("--model", default=None, help="evaluate this saved predictor instead of training")
 
@@ -172,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                 DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
                 LabelNetConfig(epochs=args.label_epochs),
                 seed=args.seed,
+                minimol=args.minimol,
             )
             predictor.fit(pairs, split, _encoder(args.encoder), load_gslf(data_dir) if args.cmd == "train" else None)
         metrics = pipeline.evaluate_predictor(predictor, pairs, split)

@@ -174,7 +174,7 @@ def distance_parts(data_dir, families, folds, parts, seed, n_estimators, log) ->
     return results
 
 
-def label_part(data_dir, seed, k, log) -> dict:
+def label_part(data_dir, seed, k, log, nets: bool = True) -> dict:
     gslf = load_gslf(data_dir)
     order = np.random.default_rng(seed).permutation(len(gslf.smiles))
     n = len(order)
@@ -197,6 +197,9 @@ def label_part(data_dir, seed, k, log) -> dict:
         cos = unit[rows] @ unit[tr].T
         out.setdefault(where, {})[f"{k}-NN Morgan-2048 Tanimoto"] = macro_roc_auc(gslf.y[rows], knn(tani))
         out[where][f"{k}-NN MiniMol cosine"] = macro_roc_auc(gslf.y[rows], knn(cos))
+    log("k-NN " + "  ".join(f"{w} {name} {v:.3f}" for w in ("validation", "test") for name, v in out[w].items()))
+    if not nets:
+        return out
     feats = {
         "label network (Morgan log1p counts)": np.log1p(morgan),
         "label network (MiniMol)": mm,
@@ -228,6 +231,7 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n-estimators", type=int, default=300)
     ap.add_argument("--knn", type=int, default=20)
+    ap.add_argument("--no-label-nets", action="store_true", help="labels part: the k-NN rows only")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     data_dir = resolve_data_dir(args.data_dir)
@@ -245,7 +249,7 @@ def main(argv=None) -> None:
         )
         write_json(args.out, result)
     if "labels" in parts:
-        result["labels"] = label_part(data_dir, args.seed, args.knn, log)
+        result["labels"] = label_part(data_dir, args.seed, args.knn, log, nets=not args.no_label_nets)
     result["seconds"] = time.time() - start
     write_json(args.out, result)
     log(f"wrote {args.out}")

@@ -67,3 +67,37 @@ def test_invalid_smiles_raises_or_is_counted(tmp_path):
     np.testing.assert_array_equal(tab["c1ccccc1O"], emb(["Oc1ccccc1"])[0])
     with pytest.raises(InputError, match="on_error"):
         emb.table(["CCO"], on_error="ignore")
+
+
+def test_predictor_with_minimol_beside_the_gnn_round_trips(tmp_path, monkeypatch):
+    """MixturePredictor(minimol=True): the network reads GNN embedding ++ z-scored MiniMol, the
+    scaler travels with the checkpoint, and prediction uses the MiniMol rows."""
+    import torch
+
+    from olfaction.data import PairData, Split
+    from olfaction.model import MixScentConfig, MolEncoder, MolEncoderConfig
+    from olfaction.predictor import MixturePredictor
+    from olfaction.train import DistanceTrainConfig
+
+    monkeypatch.setenv("MOE_APPS_CACHE", str(tmp_path / "cache"))
+    mols = ["CCO", "CCCO", "CCOC(C)=O", "c1ccccc1", "CC(C)=O", "Oc1ccccc1"]
+    mixtures = {("D", i): tuple(sorted({mols[i], mols[(i + 2) % 6]})) for i in range(6)}
+    keys = list(mixtures)
+    pairs = PairData(["Snitz 1"] * 10, [keys[i % 6] for i in range(10)], [keys[(i + 1) % 6] for i in range(10)],
+                     np.linspace(0.2, 0.8, 10).astype(np.float32), mixtures)
+    torch.manual_seed(0)
+    encoder = MolEncoder(MolEncoderConfig(hidden=8, layers=1, emb_dim=8)).eval()
+    model = MixturePredictor(MixScentConfig(hidden=8, heads=2), DistanceTrainConfig(epochs=1), n_estimators=3,
+                             minimol=True)
+    model.fit(pairs, Split("t", np.arange(7), np.arange(7, 10), np.arange(0)), encoder)
+    assert model.distance_net.cfg.in_dim == 8 + DIM
+    raw = np.stack([MinimolEmbedder()([s])[0] for s in mols])
+    np.testing.assert_allclose(model.minimol_scale[0], raw.mean(0), atol=1e-5)
+    a, b, d = [("CCO", "CCCO")], [("c1ccccc1",)], ["Snitz 1"]
+    before = model._network_distances(a, b, d)
+    model.save_pretrained(tmp_path / "m")
+    loaded = MixturePredictor.from_pretrained(tmp_path / "m")
+    assert loaded.minimol
+    np.testing.assert_allclose(loaded._network_distances(a, b, d), before, atol=1e-6)
+    loaded.minimol_scale = (loaded.minimol_scale[0] + 3.0, loaded.minimol_scale[1])
+    assert not np.allclose(loaded._network_distances(a, b, d), before)
