@@ -54,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--label-epochs", type=positive_int, default=40, help="label network epochs (at most)")
         s.add_argument("--minimol", action="store_true",
                        help="MiniMol v1 embeddings beside the pretrained GNN as the network's molecule input")
+        s.add_argument("--label-features", default="morgan", choices=("morgan", "minimol", "morgan+minimol"),
+                       help="label network molecule input (predictor.LABEL_FEATURES)")
         if name == "eval":
             s.add_argument("--model", default=None, help="evaluate this saved predictor instead of training")
 
@@ -172,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             predictor = MixturePredictor(
                 MixScentConfig(),
                 DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
-                LabelNetConfig(epochs=args.label_epochs),
+                LabelNetConfig(epochs=args.label_epochs, features=args.label_features),
                 seed=args.seed,
                 minimol=args.minimol,
             )

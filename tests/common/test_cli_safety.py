@@ -344,6 +344,7 @@ CASES: list[tuple[str, str]] = [
     ("mixscent", "train --epochs 0 --out {d}/new_model"),
     ("mixscent", "train --label-epochs 0 --out {d}/new_model"),
     ("mixscent", "train --minimol --out {d}/full"),
+    ("mixscent", "train --label-features mordred --out {d}/new_model"),
     ("mixscent", "train --minimol --data-dir {d}/missing --out {d}/new_model"),
     ("mixscent", "predict --model {d}/ckpt --mix1 CCO --mix2 CC"),
     ("mixscent", "predict --mix1 CCO --mix2 CC --dataset Bushdid"),

@@ -101,3 +101,28 @@ def test_predictor_with_minimol_beside_the_gnn_round_trips(tmp_path, monkeypatch
     np.testing.assert_allclose(loaded._network_distances(a, b, d), before, atol=1e-6)
     loaded.minimol_scale = (loaded.minimol_scale[0] + 3.0, loaded.minimol_scale[1])
     assert not np.allclose(loaded._network_distances(a, b, d), before)
+
+
+def test_label_network_on_minimol_round_trips(tmp_path, monkeypatch):
+    """LabelNetConfig(features=...): the label network reads MiniMol (512) or Morgan ++ MiniMol
+    (2048 + 512) and predicts the same after a save / load."""
+    from olfaction.data import LabelData
+    from olfaction.predictor import LABEL_BITS, LabelNetConfig, MixturePredictor, label_features
+
+    monkeypatch.setenv("MOE_APPS_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(InputError, match="label features"):
+        label_features(["CCO"], "mordred")
+    both = label_features(["CCO"], "morgan+minimol")["CCO"]
+    np.testing.assert_allclose(both[LABEL_BITS:], MinimolEmbedder()(["CCO"])[0])
+    np.testing.assert_allclose(both[:LABEL_BITS], label_features(["CCO"])["CCO"])
+    mols = ["CCO", "CCCO", "CCOC(C)=O", "c1ccccc1", "CC(C)=O", "Oc1ccccc1"]
+    y = np.array([[1, 0], [1, 1], [0, 1], [0, 0], [1, 0], [0, 1]], np.float32)
+    model = MixturePredictor(labels=LabelNetConfig(hidden=8, epochs=1, features="minimol"))
+    model.fit_labels(LabelData(mols, y, ["a", "b"]))
+    assert model.label_net.cfg.in_dim == DIM
+    before = model.predict_labels([["CCO", "c1ccccc1"]])
+    model.distance_net = model.label_net  # save_pretrained needs a distance network; any will do
+    model.save_pretrained(tmp_path / "m")
+    loaded = MixturePredictor.from_pretrained(tmp_path / "m")
+    assert loaded.labels_cfg.features == "minimol"
+    np.testing.assert_allclose(loaded.predict_labels([["CCO", "c1ccccc1"]]), before, atol=1e-6)
