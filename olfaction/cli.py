@@ -52,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--encoder", default=None, help="pretrained encoder directory (default: cache dir/encoder)")
         s.add_argument("--epochs", type=positive_int, default=60, help="distance network epochs (at most)")
         s.add_argument("--label-epochs", type=positive_int, default=40, help="label network epochs (at most)")
+        s.add_argument("--minimol", action="store_true",
+                       help="MiniMol v1 embeddings beside the pretrained GNN as the network's molecule input")
+        s.add_argument("--label-features", default="morgan", choices=("morgan", "minimol", "morgan+minimol"),
+                       help="label network molecule input (predictor.LABEL_FEATURES)")
         if name == "eval":
             s.add_argument("--model", default=None, help="evaluate this saved predictor instead of training")
 
@@ -169,8 +173,9 @@ def main(argv: list[str] | None = None) -> int:
             predictor = MixturePredictor(
                 MixScentConfig(),
                 DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
-                LabelNetConfig(epochs=args.label_epochs),
+                LabelNetConfig(epochs=args.label_epochs, features=args.label_features),
                 seed=args.seed,
+                minimol=args.minimol,
             )
             predictor.fit(pairs, split, _encoder(args.encoder), load_gslf(data_dir) if args.cmd == "train" else None)
         metrics = pipeline.evaluate_predictor(predictor, pairs, split)

@@ -265,9 +265,13 @@ class MixScentNet(PretrainedMixin, nn.Module):
             self.labels = nn.Linear(h, cfg.n_labels) if cfg.n_labels else None
 
     def molecule_features(self, mols) -> torch.Tensor:
-        """``(U, in_dim)`` from a PyG batch (internal encoder) or passthrough of a tensor."""
+        """``(U, in_dim)`` from a PyG batch (internal encoder) or passthrough of a tensor. A batch
+        carrying ``mol_extra (U, k)`` (per-molecule vectors beside the graphs, e.g. MiniMol
+        embeddings) gets them appended to the encoder's output: ``in_dim = emb_dim + k``."""
         if self.mol_encoder is not None and not torch.is_tensor(mols):
-            return self.mol_encoder(mols)
+            x = self.mol_encoder(mols)
+            extra = getattr(mols, "mol_extra", None)
+            return x if extra is None else torch.cat([x, extra.to(x.dtype)], dim=-1)
         return mols
 
     def embed(self, mols, comp: torch.Tensor, comp_batch: torch.Tensor, n_mix: int):

@@ -155,6 +155,7 @@ def train_distance(
     mol_features: dict[str, np.ndarray] | None = None,
     mixture_init: dict | None = None,
     pair_set: dict[tuple, np.ndarray] | None = None,
+    mol_extra: dict[str, np.ndarray] | None = None,
 ) -> tuple[MixScentNet, MixtureIndex, dict]:
     """Fit a MixScentNet on ``split.training``, selecting the epoch on ``split.validation``.
 
@@ -168,6 +169,9 @@ def train_distance(
     ``pair_set`` (``{(key_a, key_b): (K,)}`` for the pairs' mixture keys, e.g. rows of
     :func:`olfaction.set_features.pair_set_features`) turns on its set-feature path
     (``set_dim = K``), standardised with the mean / std of the training pairs' features.
+    ``mol_extra`` (``{smiles: (k,)}``, e.g. standardised MiniMol embeddings) is appended to each
+    molecule's features; with the encoder as molecule level, prediction then passes the same
+    vectors as the graph batch's ``mol_extra`` (:meth:`MixScentNet.molecule_features`).
 
     ``features="embedding"``: the frozen ``encoder`` is the model's molecule level (the model
     then works on any SMILES, see :class:`~olfaction.predictor.MixturePredictor`); other :data:`FEATURE_KINDS` feed
@@ -178,6 +182,8 @@ def train_distance(
         if mol_features is not None
         else molecule_features(sorted(pairs.molecules()), features, encoder)
     )
+    if mol_extra is not None:
+        feats = {s: np.concatenate([feats[s], mol_extra[s]]).astype(np.float32) for s in sorted(pairs.molecules())}
     index = MixtureIndex(pairs.mixtures, feats, descriptors, pair_set)
     torch.manual_seed(tcfg.seed)
     with_encoder = features == "embedding"

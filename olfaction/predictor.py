@@ -5,6 +5,9 @@ It holds three fitted parts and how they are combined:
 
 - the distance network (:class:`~olfaction.model.MixScentNet` with its frozen, Mordred-pretrained
   molecule encoder, so it reads any SMILES): mixture graph -> attention readout -> symmetric head;
+  with ``minimol=True`` each molecule's input is the encoder's embedding ++ its MiniMol v1
+  embedding (:mod:`olfaction.minimol`, z-scored with the mean / std of the training pairs'
+  molecules, stored with the model);
 - the set-feature regressors (:class:`~olfaction.set_models.SetRegressors`: extremely randomised
   trees and ridge on overlap, set distances, dataset and target encodings of the training pairs);
 - the convex weights ``w (3,)`` of ``[network, trees, ridge]``, chosen on the split's validation
@@ -45,30 +48,51 @@ COMPONENTS = ("network", "trees", "ridge")
 LABEL_BITS = 2048
 
 
-def label_features(smiles: Sequence[str]) -> dict[str, np.ndarray]:
-    """``{smiles: (LABEL_BITS,)}`` float32 log1p Morgan counts (radius 2): the label network's
-    molecule input."""
-    return {s: np.log1p(morgan_counts(s, LABEL_BITS)).astype(np.float32) for s in dict.fromkeys(smiles)}
+LABEL_FEATURES = ("morgan", "minimol", "morgan+minimol")
+
+
+def label_features(smiles: Sequence[str], kind: str = "morgan") -> dict[str, np.ndarray]:
+    """``{smiles: (d,)}`` float32 molecule inputs of the label network: ``morgan`` = log1p Morgan
+    counts (radius 2, ``d = LABEL_BITS``), ``minimol`` = MiniMol v1 embeddings (``d = 512``,
+    :mod:`olfaction.minimol`, cached on disk), ``morgan+minimol`` = both concatenated."""
+    if kind not in LABEL_FEATURES:
+        raise InputError(f"unknown label features {kind!r} (choose from {', '.join(LABEL_FEATURES)})")
+    smiles = list(dict.fromkeys(smiles))
+    parts = []
+    if "morgan" in kind:
+        parts.append(np.stack([np.log1p(morgan_counts(s, LABEL_BITS)) for s in smiles]))
+    if "minimol" in kind:
+        from .minimol import minimol_table
+
+        table = minimol_table(smiles)
+        parts.append(np.stack([table[s] for s in smiles]))
+    x = np.concatenate(parts, axis=1).astype(np.float32)
+    return {s: x[i] for i, s in enumerate(smiles)}
 
 
 @torch.no_grad()
-def embed_mixtures(net: MixScentNet, mixtures: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
+def embed_mixtures(net: MixScentNet, mixtures: Sequence[Sequence[str]],
+                   mol_extra=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Mixture embeddings ``z (M, hidden)`` and per-component readout weights ``alpha (C,)`` of an
     encoder-backed :class:`MixScentNet` (``cfg.mol_encoder`` set) for ``M`` mixtures of canonical
-    SMILES; components are encoded on the fly, so any molecule works."""
+    SMILES; components are encoded on the fly, so any molecule works. ``mol_extra(mols) -> (U, d)``
+    float32: extra per-molecule inputs appended to the molecule embedding (MiniMol), when the network
+    was trained with them."""
     mols = sorted({s for m in mixtures for s in m})
     pos = {s: i for i, s in enumerate(mols)}
     graph = Batch.from_data_list(graphs_for(mols))
+    if mol_extra is not None:
+        graph.mol_extra = torch.from_numpy(mol_extra(mols))
     comp = torch.tensor([pos[s] for m in mixtures for s in m])
     comp_batch = torch.repeat_interleave(torch.arange(len(mixtures)), torch.tensor([len(m) for m in mixtures]))
     return net.embed(graph, comp, comp_batch, len(mixtures))
 
 
 @torch.no_grad()
-def network_distances(net: MixScentNet, mix_a, mix_b, datasets) -> np.ndarray:
+def network_distances(net: MixScentNet, mix_a, mix_b, datasets, mol_extra=None) -> np.ndarray:
     """``(P,)`` float64 distances an encoder-backed :class:`MixScentNet` gives the pairs
-    ``(mix_a[i], mix_b[i])`` of experiment ``datasets[i]``."""
-    z, _ = embed_mixtures(net, list(mix_a) + list(mix_b))
+    ``(mix_a[i], mix_b[i])`` of experiment ``datasets[i]`` (``mol_extra`` as in ``embed_mixtures``)."""
+    z, _ = embed_mixtures(net, list(mix_a) + list(mix_b), mol_extra)
     n = len(mix_a)
     oh = dataset_onehot(list(datasets)) if net.cfg.n_datasets else None
     return net.distance_from_embeddings(z[:n], z[n:], oh).numpy().astype(np.float64)
@@ -84,6 +108,7 @@ class LabelNetConfig:
     epochs: int = 40
     patience: int = 8
     val_frac: float = 0.1
+    features: str = "morgan"  # one of LABEL_FEATURES
 
 
 @register_model("mixture_predictor")
@@ -92,7 +117,8 @@ class MixturePredictor(PretrainedMixin, nn.Module):
     labels. ``fit`` then ``predict_distance`` / ``predict_labels`` / ``top_labels`` /
     ``attention``; ``save_pretrained`` / ``from_pretrained``.
 
-    Args are hyperparameters only (sklearn style); what ``fit`` learns is state."""
+    Args are hyperparameters only (sklearn style); what ``fit`` learns is state. ``minimol``:
+    MiniMol v1 embeddings beside the GNN as the distance network's molecule input."""
 
     config_version = 1
 
@@ -104,12 +130,15 @@ class MixturePredictor(PretrainedMixin, nn.Module):
         n_estimators: int = 300,
         partners: str = DEFAULT_PARTNERS,
         seed: int = 0,
+        minimol: bool = False,
     ):
         super().__init__()
         self.network_cfg = network or MixScentConfig()
         self.training = training or DistanceTrainConfig()
         self.labels_cfg = labels or LabelNetConfig()
         self.n_estimators, self.partners, self.seed = n_estimators, partners, seed
+        self.minimol = minimol
+        self.minimol_scale: tuple[np.ndarray, np.ndarray] | None = None  # (mean (512,), std (512,))
         self.distance_net: MixScentNet | None = None
         self.label_net: MixScentNet | None = None
         self.label_names: list[str] = []
@@ -131,7 +160,13 @@ class MixturePredictor(PretrainedMixin, nn.Module):
         and, with ``gslf``, the label network. Test rows are never read."""
         from .pipeline import train_distance
 
-        net, _, hist = train_distance(pairs, split, encoder, self.network_cfg, self.training)
+        extra = None
+        if self.minimol:  # MiniMol beside the GNN: z-scored over the pairs' molecules (label-free)
+            mols = sorted(pairs.molecules())
+            raw = np.stack(list(self._minimol_raw(mols).values()))
+            self.minimol_scale = (raw.mean(0), np.maximum(raw.std(0), 1e-6))
+            extra = dict(zip(mols, self._minimol_rows(mols), strict=True))
+        net, _, hist = train_distance(pairs, split, encoder, self.network_cfg, self.training, mol_extra=extra)
         self.distance_net = net.eval()
         self.validation = {"network_best_epoch": hist["best_epoch"]}
         if set_regressors:
@@ -174,11 +209,11 @@ class MixturePredictor(PretrainedMixin, nn.Module):
         from .train import LabelTrainConfig, MixtureIndex, fit_labels
 
         cfg = self.labels_cfg
-        feats = label_features(gslf.smiles)
+        feats = label_features(gslf.smiles, cfg.features)
         index = MixtureIndex({s: (s,) for s in gslf.smiles}, feats)
         torch.manual_seed(self.seed)
         net = MixScentNet(
-            MixScentConfig(in_dim=LABEL_BITS, hidden=cfg.hidden, dropout=cfg.dropout, n_labels=len(gslf.labels))
+            MixScentConfig(in_dim=index.x.shape[1], hidden=cfg.hidden, dropout=cfg.dropout, n_labels=len(gslf.labels))
         )
         order = np.random.default_rng(self.seed).permutation(len(gslf.smiles))
         n_val = max(1, int(round(cfg.val_frac * len(order))))
@@ -190,6 +225,23 @@ class MixturePredictor(PretrainedMixin, nn.Module):
         self.validation.update({"labels_val_macro_auc": hist["val_auc"], "labels_best_epoch": hist["best_epoch"]})
         return self
 
+    @staticmethod
+    def _minimol_raw(mols: Sequence[str]) -> dict[str, np.ndarray]:
+        from .minimol import minimol_table
+
+        return minimol_table(mols)
+
+    def _minimol_rows(self, mols: Sequence[str]) -> np.ndarray:
+        """``(U, 512)`` float32 z-scored MiniMol rows of ``mols`` (the distance network's extra
+        molecule input when ``minimol``)."""
+        mean, std = self.minimol_scale
+        raw = self._minimol_raw(mols)
+        return ((np.stack([raw[s] for s in mols]) - mean) / std).astype(np.float32)
+
+    def _mol_extra(self):
+        """The distance network's extra molecule input (``_minimol_rows``), or None without MiniMol."""
+        return self._minimol_rows if self.minimol_scale is not None else None
+
     # ------------------------------------------------------------------ predict
     def _need(self, part: str):
         value = getattr(self, part)
@@ -198,8 +250,9 @@ class MixturePredictor(PretrainedMixin, nn.Module):
             raise InputError(f"this model has no {what}")
         return value
 
+    @torch.no_grad()
     def _network_distances(self, mix_a, mix_b, datasets) -> np.ndarray:
-        return network_distances(self._need("distance_net"), mix_a, mix_b, datasets)
+        return network_distances(self._need("distance_net"), mix_a, mix_b, datasets, self._mol_extra())
 
     def predict_components(self, mix_a, mix_b, datasets) -> dict[str, np.ndarray]:
         """``{"network", "trees", "ridge", "combined"}`` each ``(P,)`` for pairs of validated
@@ -228,7 +281,7 @@ class MixturePredictor(PretrainedMixin, nn.Module):
         net = self._need("label_net")
         mixes = [validate_mixture(m) for m in mixtures]
         mols = sorted({s for m in mixes for s in m})
-        feats = label_features(mols)
+        feats = label_features(mols, self.labels_cfg.features)
         x = torch.as_tensor(np.stack([feats[s] for s in mols]))
         pos = {s: i for i, s in enumerate(mols)}
         comp = torch.tensor([pos[s] for m in mixes for s in m])
@@ -244,7 +297,7 @@ class MixturePredictor(PretrainedMixin, nn.Module):
     def attention(self, mixture: Sequence[str]) -> dict[str, float]:
         """Per-component readout weights of the distance network (sum to 1)."""
         m = validate_mixture(mixture)
-        _, alpha = embed_mixtures(self._need("distance_net"), [m])
+        _, alpha = embed_mixtures(self._need("distance_net"), [m], self._mol_extra())
         return {s: float(a) for s, a in zip(m, alpha, strict=False)}
 
     @property
@@ -258,6 +311,9 @@ class MixturePredictor(PretrainedMixin, nn.Module):
         tensors = {f"distance_net.{k}": v for k, v in net.state_dict().items()}
         validation = {k: (v if not isinstance(v, float) or np.isfinite(v) else None) for k, v in self.validation.items()}
         state: dict = {"distance_net": asdict(net.cfg), "weights": self.weights.tolist(), "validation": validation}
+        if self.minimol_scale is not None:
+            tensors.update({f"minimol.{k}": torch.from_numpy(np.asarray(v, np.float32))
+                            for k, v in zip(("mean", "std"), self.minimol_scale, strict=True)})
         if self.label_net is not None:
             tensors.update({f"label_net.{k}": v for k, v in self.label_net.state_dict().items()})
             state["label_net"] = asdict(self.label_net.cfg)
@@ -281,6 +337,8 @@ class MixturePredictor(PretrainedMixin, nn.Module):
                 self.set_regressors = SetRegressors.from_saved(state["set_regressors"], arrays)
             self.weights = np.asarray(state["weights"], np.float64)
             self.validation = dict(state.get("validation", {}))
+            if self.minimol:
+                self.minimol_scale = (tensors["minimol.mean"].numpy(), tensors["minimol.std"].numpy())
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{source} is not a complete mixture predictor ({type(exc).__name__}: {exc})") from None
 
