@@ -43,7 +43,7 @@ def train_phase(ds: PartDataset, ae, model: PartFlowTransformer | None, cfg: Gen
     return model.eval(), module.history
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--ae", required=True)
@@ -52,7 +52,7 @@ def main() -> None:
     ap.add_argument("--pretrain-steps", type=int, default=800)
     ap.add_argument("--per-category", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     torch.set_num_threads(1)
     real = PartDataset.load(a.data_dir)
     ae = load_autoencoder(a.ae)
