@@ -4,7 +4,7 @@ The preset is the README's results recipe on Debian's Sweet Home 3D furniture: `
 --source sweethome3d --points 128`` into ``<out>/data``, the part autoencoder for ``ae_steps``
 (600) steps, then the generator (``moca train``'s model flags, MoCA by default) for 2400 steps; the
 pipeline is saved to ``<out>`` (``ae/``, ``generator/``, like any ``moca train --out``), with one
-sample per trained category in ``<out>/samples/`` (GLB + PNG, the category's most common part
+sample per trained category in ``<out>/samples/`` (GLB + PNG, at the category's median part
 count in the training shapes) and ``<out>/preset.json`` (recipe, AE test metrics, final loss,
 sample files). The default ``<out>`` is ``cache_dir("generation3d")/demo_real_model``, which the
 tab (``demo.default_checkpoint``) prefers to ``make demo``'s procedural model.
@@ -12,7 +12,6 @@ tab (``demo.default_checkpoint``) prefers to ``make demo``'s procedural model.
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -47,17 +46,17 @@ def build_preset_data(name: str, out: Path, seed: int = 0, max_parts: int = 64):
 
 
 def typical_part_counts(ds, categories: list[str], max_parts: int) -> dict[str, int]:
-    """Per category, the most common part count of its training shapes (ties: the smaller count;
-    at most ``max_parts``)."""
+    """Per category, the lower median part count of its training shapes with at most
+    ``max_parts`` parts (a count some real shape has; Sweet Home 3D: chair 3, table 4, shelf 6,
+    lamp 5, sofa 5, bed 7)."""
     from generation3d.data import CATEGORIES
 
     out = {}
     for cat in categories:
-        counts = Counter(ds.n_parts(int(i)) for i in ds.shape_ids("train", max_parts=max_parts)
-                         if CATEGORIES[int(ds.category[i])] == cat)
+        counts = sorted(ds.n_parts(int(i)) for i in ds.shape_ids("train", max_parts=max_parts)
+                        if CATEGORIES[int(ds.category[i])] == cat)
         if counts:
-            top = max(counts.values())
-            out[cat] = min(n for n, c in counts.items() if c == top)
+            out[cat] = counts[(len(counts) - 1) // 2]
     return out
 
 

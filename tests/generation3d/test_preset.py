@@ -61,7 +61,7 @@ def test_preset_builds_real_data_trains_and_writes_samples(preset_run):
     assert pipe.gen.config.attention == "moca" and pipe.gen.config.d_model == 32  # model flags still apply
     info = json.loads((out / "preset.json").read_text())
     assert info["preset"] == "demo" and info["steps"] == 2 and info["ae_steps"] == 2 and info["source"] == "sweethome3d"
-    # one sample per trained category, at the category's most common training part count:
+    # one sample per trained category, at the category's median training part count:
     # chairs have seat, legs, back (the screw is merged), tables a top and legs
     trained = [c for c in ("chair", "table") if c in pipe.categories]
     assert [(r["category"], r["parts"]) for r in info["samples"]] == [(c, {"chair": 3, "table": 2}[c]) for c in trained]
