@@ -6,6 +6,7 @@
     moca build-data --source scenes --scenes 64 --scene-parts 32 --scene-max-parts 256 --out data/scenes
     moca train-ae --data-dir data/parts --out runs/ae --steps 1500
     moca train --data-dir data/parts --ae runs/ae --attention moca --out runs/moca --steps 2000
+    moca train --preset demo          # real furniture end to end, the model the hub's 3D tab shows
     moca sample --ckpt runs/moca --category chair --parts 12 --out chair.glb
     moca sample --ckpt runs/moca --category none --parts 9 --text "a chair with arms and a solid back" --out c.glb
     moca eval --ckpt runs/moca --data-dir data/parts --n 32 --out runs/moca/eval.json   # + category fidelity
@@ -113,25 +114,65 @@ def _train_ae(a) -> int:
 def _train(a) -> int:
     import torch
 
+    from common.io import write_json
     from generation3d.data import PartDataset, trained_categories
     from generation3d.model import GenConfig
     from generation3d.pipeline import MoCAPipeline, load_autoencoder
     from generation3d.text import shape_descriptions
     from generation3d.train import train_generator
 
-    out = Path(a.out or f"runs/{a.attention}")
-    check_outputs(dirs=[out], inputs=[_data_dir(a), a.ae], overwrite=a.overwrite)
+    recipe = None
+    if a.preset:
+        from generation3d.preset import demo_real_model_dir, preset_recipe
+
+        recipe = preset_recipe(a.preset)
+        if a.ae or a.data_dir:
+            raise InputError(f"--preset {a.preset} builds its own data and autoencoder; omit --ae and --data-dir")
+        out = Path(a.out) if a.out else demo_real_model_dir()
+        check_outputs(dirs=[out], overwrite=a.overwrite)
+    else:
+        if not a.ae:
+            raise InputError("--ae is required (a `moca train-ae` directory), or train everything with --preset demo")
+        if a.ae_steps is not None:
+            raise InputError("--ae-steps applies to --preset only (otherwise train the autoencoder with `moca train-ae`)")
+        out = Path(a.out or f"runs/{a.attention}")
+        check_outputs(dirs=[out], inputs=[_data_dir(a), a.ae], overwrite=a.overwrite)
+    steps = a.steps or (recipe["steps"] if recipe else 2000)
     torch.set_num_threads(a.threads)
-    ds = PartDataset.load(_data_dir(a))
-    ae = load_autoencoder(a.ae)
+    info = {}
+    if recipe:
+        from generation3d.evaluate import reconstruction_metrics
+        from generation3d.model import AEConfig
+        from generation3d.preset import build_preset_data
+        from generation3d.train import train_autoencoder
+
+        ds = build_preset_data(a.preset, out / "data", seed=a.seed, max_parts=a.max_parts)
+        ae_steps = a.ae_steps or recipe["ae_steps"]
+        ae, _ = train_autoencoder(ds, AEConfig(n_latents=8, d_latent=8), steps=ae_steps, batch_size=64, lr=2e-3,
+                                  seed=a.seed, progress=True)
+        info = {"ae_steps": ae_steps, "ae_test": reconstruction_metrics(ae, ds, "test")}
+        print(f"autoencoder: test part CD (squared) {info['ae_test']['ae_cd']:.5f}, "
+              f"F@{info['ae_test']['tau']} {info['ae_test']['ae_fscore']:.3f}")
+    else:
+        ds = PartDataset.load(_data_dir(a))
+        ae = load_autoencoder(a.ae)
     cfg = GenConfig(n_latents=ae.config.n_latents, d_latent=ae.config.d_latent, max_parts=a.max_parts,
                     d_model=a.d_model, n_layers=a.layers, attention=a.attention, top_k=a.top_k,
                     n_compressed=a.compressed, router_distill=a.router_distill, dense_warmup=a.dense_warmup)
-    gen, stats, hist = train_generator(ds, ae, cfg, steps=a.steps, batch_size=a.batch_size,
+    gen, stats, hist = train_generator(ds, ae, cfg, steps=steps, batch_size=a.batch_size,
                                        lr=a.lr, seed=a.seed, progress=True, run_dir=out)
-    MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"), categories=trained_categories(ds, a.max_parts)).save(
-        out, {"history": hist, "seed": a.seed, "steps": a.steps})
-    print(f"trained {a.attention} generator for {a.steps} steps: final loss {hist[-1]['loss']:.4f}; saved {out}")
+    pipe = MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"), categories=trained_categories(ds, a.max_parts))
+    pipe.save(out, {"history": hist, "seed": a.seed, "steps": steps, **({"preset": a.preset} if recipe else {})})
+    print(f"trained {a.attention} generator for {steps} steps: final loss {hist[-1]['loss']:.4f}; saved {out}")
+    if recipe:
+        from generation3d.preset import recipe_summary, write_samples
+
+        samples = write_samples(pipe, ds, out / "samples", seed=a.seed, steps=recipe["sample_steps"])
+        write_json(out / "preset.json", recipe_summary(a.preset, {
+            **info, "steps": steps, "attention": a.attention, "seed": a.seed, "final_loss": hist[-1]["loss"],
+            "samples": samples}))
+        listed = ", ".join(f"{r['category']} {r['parts']} parts" for r in samples)
+        print(f"wrote {len(samples)} samples to {out / 'samples'} ({listed}); the hub's 3D tab shows this model")
     return 0
 
 
@@ -173,7 +214,7 @@ def _eval(a) -> int:
     pipe = MoCAPipeline.load(a.ckpt)
     ds = PartDataset.load(_data_dir(a))
     res = evaluate_generator(pipe, ds, n_shapes=a.n, seed=a.seed, steps=a.steps,
-                             guidance=a.guidance, use_text=a.text, fidelity=not a.no_fidelity)
+                             guidance=a.guidance, use_text=a.text, fidelity=not a.no_fidelity, split=a.split)
     res["ckpt"] = str(a.ckpt)
     cols = ["attention", "cd", "fscore", "part_cd", "part_fscore", "coverage", "mmd", "1nna", "part_count_acc",
             "pen_gen", "pen_ref", "n_shapes"]
@@ -276,9 +317,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train the flow-matching part transformer")
     add_common_args(p)
-    p.add_argument("--ae", required=True, help="autoencoder checkpoint directory")
+    p.add_argument("--ae", default=None, help="autoencoder checkpoint directory (required without --preset)")
+    p.add_argument("--preset", default=None, choices=["demo"],
+                   help="demo: build the Sweet Home 3D data, train the autoencoder and the generator with the "
+                        "README's recipe (2400 steps) into --out (default: the hub's real-furniture model in "
+                        "$MOE_APPS_CACHE/generation3d/demo_real_model), with one sample per category")
+    p.add_argument("--ae-steps", type=positive_int, default=None, help="--preset: autoencoder steps (default 600)")
     p.add_argument("--attention", default="moca", choices=["moca", "full", "topk", "local"])
-    p.add_argument("--steps", type=positive_int, default=2000)
+    p.add_argument("--steps", type=positive_int, default=None, help="default 2000 (2400 with --preset demo)")
     p.add_argument("--batch-size", type=positive_int, default=16)
     p.add_argument("--lr", type=positive_float, default=1e-3)
     p.add_argument("--max-parts", type=positive_int, default=64)
@@ -318,6 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, default=20)
     p.add_argument("--guidance", type=nonneg_float, default=1.0)
     p.add_argument("--text", action="store_true", help="also condition on each test shape's description")
+    p.add_argument("--split", default="test", choices=["test", "val"],
+                   help="shapes to compare with (val: choose sampling settings without the test shapes)")
     p.add_argument("--no-fidelity", action="store_true",
                    help="skip category fidelity (its classifier is trained on the dataset's training shapes "
                         "on first use and cached)")

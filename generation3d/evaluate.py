@@ -121,9 +121,10 @@ def reconstruction_metrics(ae, ds, split: str = "test", tau: float = DEFAULT_TAU
 
 def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int = 20, tau: float = DEFAULT_TAU,
                        guidance: float = 1.0, n_points: int = 1024, use_text: bool = False,
-                       fidelity: bool = True, classifier: tuple | None = None) -> dict:
-    """Generate one shape per test shape (same category and part count, seed ``seed + i``; with
-    ``use_text`` also conditioned on the test shape's ``text.describe_shape``) and compare.
+                       fidelity: bool = True, classifier: tuple | None = None, split: str = "test") -> dict:
+    """Generate one shape per shape of ``split`` (same category and part count, seed ``seed + i``;
+    with ``use_text`` also conditioned on that shape's ``text.describe_shape``) and compare; the
+    default is the test split, ``"val"`` chooses sampling settings without the test shapes.
 
     Paired metrics: shape CD / F-score and Hungarian part CD / F-score against the test shape
     with the same request. Set metrics: COV / MMD / 1-NNA between the generated and test clouds.
@@ -138,9 +139,9 @@ def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int =
     from generation3d.data import CATEGORIES
     from generation3d.text import describe_shape
 
-    ids = ds.shape_ids("test", max_parts=pipe.gen.config.max_parts)[:n_shapes]
+    ids = ds.shape_ids(split, max_parts=pipe.gen.config.max_parts)[:n_shapes]
     if len(ids) == 0:
-        raise DataError(f"no test shapes with at most {pipe.gen.config.max_parts} parts (the generator's trained maximum)")
+        raise DataError(f"no {split} shapes with at most {pipe.gen.config.max_parts} parts (the generator's trained maximum)")
     rows, gen_clouds, ref_clouds, fixed_gen, fixed_ref, requested = [], [], [], [], [], []
     for j, i in enumerate(ids):
         ref_pts, ref_boxes, cat = ds.shape(int(i))
@@ -173,7 +174,7 @@ def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int =
                     "predicted_categories": {CATEGORIES[c]: int((pred == c).sum()) for c in sorted(set(pred.tolist()))}})
     out.update({"n_shapes": int(len(ids)), "seed": seed, "steps": steps, "tau": tau, "guidance": guidance,
                 "n_points": n_points, "chamfer": "squared, sum of both directions", "attention": pipe.gen.config.attention,
-                "text_conditioned": use_text})
+                "text_conditioned": use_text, "split": split})
     return out
 
 

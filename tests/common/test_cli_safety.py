@@ -291,6 +291,14 @@ CASES: list[tuple[str, str]] = [
     ("moca", "train --ae {d}/missing_ae --max-parts 0 --out {d}/new_run"),
     ("moca", "train --ae {d}/corruptck --data-dir {d}/parts --out {d}/new_run"),
     ("moca", "train --ae {d}/full --data-dir {d}/parts --out {d}/full --overwrite"),
+    ("moca", "train --data-dir {d}/parts --out {d}/new_run"),  # no --ae and no --preset
+    ("moca", "train --ae {d}/missing_ae --ae-steps 5 --out {d}/new_run"),  # --ae-steps is for --preset
+    ("moca", "train --preset demo --ae {d}/missing_ae --out {d}/new_run"),
+    ("moca", "train --preset demo --data-dir {d}/parts --out {d}/new_run"),
+    ("moca", "train --preset nope --out {d}/new_run"),
+    ("moca", "train --preset demo --ae-steps 0 --out {d}/new_run"),
+    ("moca", "train --preset demo --out {d}/full"),
+    ("moca", "eval --ckpt {d}/ckpt --split train"),
     ("moca", "sample --ckpt {d}/ckpt --out {d}/x.glb"),
     ("moca", "sample --ckpt {d}/ckpt --out {d}/y.glb --overwrite --guidance nan"),
     ("moca", "sample --ckpt {d}/ckpt --out {d}/x.stl"),
