@@ -21,6 +21,8 @@ from common.errors import InputError
 from common.io import dumps_json, write_json
 
 DATASETS = ("synthetic", "fashioniq", "shoes")
+IMAGE_ENCODERS = ("scratch", "efficientnet-lite0")  # retrieval.model.IMAGE_ENCODERS (no torch import here)
+DEFAULT_IMAGE_ENCODER = "scratch"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,6 +71,20 @@ def _parser() -> argparse.ArgumentParser:
         "--augment", type=nonneg_int, default=0, help="self-reflective augmentation proposals (synthetic)"
     )
     t.add_argument("--no-descriptions", action="store_true")
+    t.add_argument(
+        "--image-encoder",
+        choices=IMAGE_ENCODERS,
+        default=DEFAULT_IMAGE_ENCODER,
+        help=f"image towers: a small CNN trained from scratch, or the offline ImageNet EfficientNet-Lite0 "
+        f"(frozen, token grid cached per image) (default {DEFAULT_IMAGE_ENCODER})",
+    )
+    t.add_argument(
+        "--fine-tune-blocks",
+        type=nonneg_int,
+        default=0,
+        help="with --image-encoder efficientnet-lite0: fine-tune its last N MBConv blocks (0 = frozen; "
+        "N >= 6 so that the token grid of block 10 changes)",
+    )
     t.add_argument("--seed", type=seed_int, default=0)
     add_overwrite_arg(t)
 
@@ -120,6 +136,13 @@ def _parser() -> argparse.ArgumentParser:
         "--search-threads", type=positive_int, default=1, help="threads for both NumPy (BLAS) and faiss (default 1)"
     )
     bn.add_argument(
+        "--image-encoders",
+        nargs="+",
+        choices=IMAGE_ENCODERS,
+        default=list(IMAGE_ENCODERS),
+        help="train every method with each of these image encoders (default both)",
+    )
+    bn.add_argument(
         "--json",
         default=None,
         help="also write the rows (and the command's settings) to this JSON file, e.g. for docs/results/",
@@ -156,6 +179,14 @@ def main(argv: list[str] | None = None) -> int:
         check_outputs(dirs=[out], inputs=[args.root], overwrite=args.overwrite)
         if args.phase1_epochs == 0 and args.phase2_epochs == 0:
             raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
+        if args.fine_tune_blocks and args.image_encoder == "scratch":
+            raise InputError("--fine-tune-blocks needs --image-encoder efficientnet-lite0")
+        over = {"use_descriptions": False} if args.no_descriptions else {}
+        try:
+            model = build_model(args.model, image_encoder=args.image_encoder, trainable_blocks=args.fine_tune_blocks,
+                                **over)
+        except ValueError as exc:
+            raise InputError(str(exc)) from exc
         split = _load(args, "train")
         if args.augment:
             if args.dataset != "synthetic":
@@ -166,8 +197,6 @@ def main(argv: list[str] | None = None) -> int:
                 Path(args.root), args.variant, split, args.augment, args.seed
             )
             print("augmentation:", dumps_json(stats.as_dict()))
-        over = {"use_descriptions": False} if args.no_descriptions else {}
-        model = build_model(args.model, **over)
         cfg = TrainConfig(
             args.phase1_epochs,
             args.phase2_epochs,
@@ -256,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                 TrainConfig(args.phase1_epochs, args.phase2_epochs, seed=args.seed),
                 augment_n=args.augment,
                 seed=args.seed,
+                image_encoders=args.image_encoders,
             )
         if args.search or args.search_only:
             search_rows = run_search_bench(
