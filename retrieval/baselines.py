@@ -27,6 +27,7 @@ from torch import nn
 from common.pretrained import PretrainedMixin, register_model
 
 from .model import (
+    DEFAULT_IMAGE_ENCODER,
     FrozenEncoderCheckpoint,
     GroupedAttentionPool,
     ImageInput,
@@ -51,9 +52,9 @@ class CombinerConfig:
     num_values: list[int] = field(default_factory=lambda: list(NUM_VALUES))
     attr_weight: float = 0.5
     init_temperature: float = 0.07
-    image_encoder: str = "scratch"  # as MoA3Config
+    image_encoder: str = DEFAULT_IMAGE_ENCODER  # as MoA3Config
     encoder_resolution: int = 64
-    token_block: int = 10
+    token_block: int = 7
     trainable_blocks: int = 0
 
     def __post_init__(self) -> None:

@@ -21,8 +21,9 @@ from common.errors import InputError
 from common.io import dumps_json, write_json
 
 DATASETS = ("synthetic", "fashioniq", "shoes")
-IMAGE_ENCODERS = ("scratch", "efficientnet-lite0")  # retrieval.model.IMAGE_ENCODERS (no torch import here)
-DEFAULT_IMAGE_ENCODER = "scratch"
+# retrieval.model's IMAGE_ENCODERS / DEFAULT_IMAGE_ENCODER, repeated so that parsing imports no torch
+IMAGE_ENCODERS = ("scratch", "efficientnet-lite0")
+DEFAULT_IMAGE_ENCODER = "efficientnet-lite0"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         type=nonneg_int,
         default=0,
         help="with --image-encoder efficientnet-lite0: fine-tune its last N MBConv blocks (0 = frozen; "
-        "N >= 6 so that the token grid of block 10 changes)",
+        "N >= 9 so that the token grid of block 7 changes)",
     )
     t.add_argument("--seed", type=seed_int, default=0)
     add_overwrite_arg(t)

@@ -52,6 +52,7 @@ from .render import GROUPS, NUM_VALUES
 
 TEXT_DIM = 384
 IMAGE_ENCODERS = ("scratch", "efficientnet-lite0")
+DEFAULT_IMAGE_ENCODER = "efficientnet-lite0"  # measured best on the small benchmark (README results)
 
 
 @dataclass
@@ -70,9 +71,9 @@ class MoA3Config:
     attr_weight: float = 0.5
     router_weight: float = 2.0
     init_temperature: float = 0.07
-    image_encoder: str = "scratch"  # IMAGE_ENCODERS
+    image_encoder: str = DEFAULT_IMAGE_ENCODER  # IMAGE_ENCODERS
     encoder_resolution: int = 64  # pretrained encoder: input side after resizing
-    token_block: int = 10  # pretrained encoder: MBConv block whose output is the token grid
+    token_block: int = 7  # pretrained encoder: MBConv block of the token grid (7: stride 16, 80 channels)
     trainable_blocks: int = 0  # pretrained encoder: last MBConv blocks fine-tuned (0 = frozen)
 
     def __post_init__(self) -> None:

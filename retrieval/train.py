@@ -197,6 +197,8 @@ def load_model(path: Path) -> tuple[torch.nn.Module, dict]:
 
 # a run without a validation split (fixed budget, the benchmark) is intended, not a mistake
 warnings.filterwarnings("ignore", message=r".*`validation_step` but have no `val_dataloader`.*")
+# a frozen pretrained image encoder keeps its batch norms in eval mode on purpose
+warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
 
 PHASE2_BUDGET_EPOCHS = 30  # step budget of phase 2: this many epochs of the training triplets ...
 PHASE2_MIN_STEPS = 200  # ... but at least this many steps (small data: the model still converges)

@@ -57,17 +57,17 @@ def test_encoder_loads_offline_and_gives_the_token_grid(cache, monkeypatch):
     model = MoA3CIR(MoA3Config(**TINY, image_encoder=PRE))
     enc = model.image_input.encoder
     assert enc.frozen and not any(p.requires_grad for p in enc.parameters())
-    # 64 px input, block 10 (stride 16, 112 channels): a 4x4 grid
+    # 64 px input, block 7 (stride 16, 80 channels): a 4x4 grid
     tokens = model.image_input(tiny_cir_batch(), "img")
-    assert tokens.shape == (2, 16, 112)
-    assert model.image_input.token_spec == "efficientnet-lite0/b10/r64"
+    assert tokens.shape == (2, 16, 80)
+    assert model.image_input.token_spec == "efficientnet-lite0/b7/r64"
 
 
 def test_token_grid_flip_reverses_columns(cache):
     model = MoA3CIR(MoA3Config(**TINY, image_encoder=PRE))
     b = tiny_cir_batch()
-    grid = model.image_input(b, "img").reshape(2, 4, 4, 112)
-    flipped = model.image_input(b, "img", flip=True).reshape(2, 4, 4, 112)
+    grid = model.image_input(b, "img").reshape(2, 4, 4, 80)
+    flipped = model.image_input(b, "img", flip=True).reshape(2, 4, 4, 80)
     assert torch.equal(flipped, grid[:, :, [3, 2, 1, 0]])
 
 
@@ -77,15 +77,15 @@ def test_frozen_tokens_are_cached_so_a_second_run_does_no_cnn_forward(tiny_bench
     first = build_model("moa3cir", **TINY, image_encoder=PRE)
     calls = _count_forwards(first)
     f1 = attach_image_tokens(first, prepare_features(split, hash_encoder))
-    assert sum(calls) == len(split.ids) and f1.image_tokens.shape == (len(split.ids), 16, 112)
+    assert sum(calls) == len(split.ids) and f1.image_tokens.shape == (len(split.ids), 16, 80)
     # the same grids as a direct, uncached forward of the images
-    direct = EfficientNetLite0Encoder(64, 10).encode_tokens(split.images, use_cache=False)
+    direct = EfficientNetLite0Encoder(64, 7).encode_tokens(split.images, use_cache=False)
     np.testing.assert_allclose(f1.image_tokens.numpy(), direct, atol=1e-5)
     second = build_model("moa3cir", **TINY, image_encoder=PRE)  # a new model: only the disk cache is shared
     calls2 = _count_forwards(second)
     f2 = attach_image_tokens(second, prepare_features(split, hash_encoder))
     assert calls2 == [] and torch.equal(f1.image_tokens, f2.image_tokens)
-    assert list((cache / "retrieval" / "efficientnet-lite0").glob("tokens-b10-r64/shard-*.npz"))
+    assert list((cache / "retrieval" / "efficientnet-lite0").glob("tokens-b7-r64/shard-*.npz"))
     # training epochs read the attached grids: no CNN forward either
     fit(second, f2, TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=16, val_fraction=0))
     assert calls2 == []
@@ -95,7 +95,7 @@ def test_scratch_and_fine_tuned_models_read_raw_images(tiny_bench, cache, hash_e
     root, _ = tiny_bench
     f = prepare_features(load_synthetic(root, "test", "controlled"), hash_encoder)
     assert attach_image_tokens(build_model("moa3cir", **TINY), f).image_tokens is None
-    assert attach_image_tokens(build_model("moa3cir", **TINY, image_encoder=PRE, trainable_blocks=6),
+    assert attach_image_tokens(build_model("moa3cir", **TINY, image_encoder=PRE, trainable_blocks=9),
                                f).image_tokens is None
 
 
@@ -135,7 +135,7 @@ def test_api_trains_on_official_layout_with_pretrained_encoder(kind, cache, hash
 
 @pytest.mark.parametrize("cls,config", [
     (MoA3CIR, MoA3Config(**TINY, image_encoder=PRE)),
-    (MoA3CIR, MoA3Config(**TINY, image_encoder=PRE, trainable_blocks=6)),
+    (MoA3CIR, MoA3Config(**TINY, image_encoder=PRE, trainable_blocks=9)),
     (CombinerCIR, CombinerConfig(d_model=16, embed_dim=24, image_encoder=PRE)),
 ])
 def test_round_trip_and_checkpoint_holds_only_what_training_changes(cls, config, cache, tmp_path):
@@ -161,14 +161,14 @@ def test_round_trip_and_checkpoint_holds_only_what_training_changes(cls, config,
 
 
 def test_fine_tuning_trains_only_the_last_blocks(cache):
-    model = MoA3CIR(MoA3Config(**TINY, image_encoder=PRE, trainable_blocks=6)).train()
+    model = MoA3CIR(MoA3Config(**TINY, image_encoder=PRE, trainable_blocks=9)).train()
     net = model.image_input.encoder.net
-    assert not net._blocks[9]._bn1.training and net._blocks[10]._bn1.training  # frozen BN in eval mode
+    assert not net._blocks[6]._bn1.training and net._blocks[7]._bn1.training  # frozen BN in eval mode
     b = tiny_cir_batch()
     q, _ = model.encode_query(b)
     (q.sum() + model.encode_gallery(b).sum()).backward()
-    assert all(p.grad is None for p in net._blocks[:10].parameters())
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in net._blocks[10].parameters())
+    assert all(p.grad is None for p in net._blocks[:7].parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in net._blocks[7].parameters())
 
 
 def test_version_1_checkpoint_loads_as_scratch(cache, tmp_path):
@@ -185,9 +185,15 @@ def test_version_1_checkpoint_loads_as_scratch(cache, tmp_path):
     assert torch.allclose(model.eval().encode_gallery(b), loaded.encode_gallery(b))
 
 
-@pytest.mark.parametrize("bad", [dict(image_encoder="resnet"), dict(image_encoder=PRE, trainable_blocks=3),
+@pytest.mark.parametrize("bad", [dict(image_encoder="resnet"), dict(image_encoder=PRE, trainable_blocks=8),
                                  dict(image_encoder=PRE, token_block=16), dict(image_encoder=PRE,
                                                                                encoder_resolution=16)])
 def test_bad_encoder_settings_rejected(bad):
     with pytest.raises(ValueError):
         MoA3Config(**bad)
+
+
+def test_cli_choices_match_the_model():
+    from retrieval import cli, model
+
+    assert cli.IMAGE_ENCODERS == model.IMAGE_ENCODERS and cli.DEFAULT_IMAGE_ENCODER == model.DEFAULT_IMAGE_ENCODER
