@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=["confounded", "controlled"])
     ap.add_argument("--model", default="moa3cir")
     ap.add_argument("--split", default="val")
-    ap.add_argument("--out", default="runs/image_encoder_choice.jsonl")
+    ap.add_argument("--out", default="experiments/retrieval/results/image_encoder_choice.jsonl")
     args = ap.parse_args()
     torch.set_num_threads(1)
     for variant in args.variants:
