@@ -106,7 +106,7 @@ def gallery_feature_speed(images: np.ndarray, resolution: int = 64, token_block:
         cold, cold_cpu = time.perf_counter() - t, time.process_time() - c
         again = EfficientNetLite0Encoder(resolution, token_block, cache=tmp)  # a new process's view
         calls: list[int] = []  # CNN forwards of the second run, counted by a hook on the network
-        again.net.register_forward_hook(lambda module, inputs, output: calls.append(len(inputs[0])))
+        again.net._conv_stem.register_forward_hook(lambda module, inputs, output: calls.append(len(inputs[0])))
         t = time.perf_counter()
         again.encode_tokens(images)
         warm = time.perf_counter() - t

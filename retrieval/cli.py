@@ -131,6 +131,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     bn.add_argument("--search", action="store_true", help="also run the 1M x 256 search benchmark")
     bn.add_argument("--search-only", action="store_true")
+    bn.add_argument(
+        "--features-only",
+        action="store_true",
+        help="only time the pretrained encoder's gallery features on the test gallery (cold, then cached)",
+    )
+    bn.add_argument(
+        "--feature-threads", nargs="+", type=positive_int, default=[1], help="torch threads of --features-only runs"
+    )
     bn.add_argument("--search-n", type=positive_int, default=1_000_000, help="search benchmark gallery size")
     bn.add_argument("--search-queries", type=positive_int, default=1000)
     bn.add_argument(
@@ -268,16 +276,27 @@ def main(argv: list[str] | None = None) -> int:
 
         methods = resolve_methods(args.methods)
         out = Path(args.out)
-        rows, search_rows = None, None
+        rows, search_rows, feature_rows = None, None, None
         check_outputs(files=[args.json], dirs=[out], inputs=[args.root], overwrite=args.overwrite)
-        if not args.search_only and args.phase1_epochs + args.phase2_epochs == 0:
+        train = not (args.search_only or args.features_only)
+        if train and args.phase1_epochs + args.phase2_epochs == 0:
             raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
-        if not args.search_only:
-            root = Path(args.root) if args.root else out / "data"
-            if not (root / "controlled" / "meta.json").is_file():
-                from .data import BuildConfig, build_benchmark
+        root = Path(args.root) if args.root else out / "data"
+        if not (args.search_only or (root / "controlled" / "meta.json").is_file()):
+            from .data import BuildConfig, build_benchmark
 
-                build_benchmark(root, BuildConfig(seed=args.seed))
+            build_benchmark(root, BuildConfig(seed=args.seed))
+        if args.features_only:
+            from .bench import gallery_feature_speed
+            from .data import load_synthetic
+
+            gallery = load_synthetic(root, "test", args.variants[0]).images
+            feature_rows = []
+            for threads in args.feature_threads:
+                torch.set_num_threads(threads)
+                feature_rows.append(gallery_feature_speed(gallery))
+                print(dumps_json(feature_rows[-1]))
+        if train:
             rows = run_retrieval_bench(
                 root,
                 out,
@@ -298,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         if args.json:
             config = {k: v for k, v in vars(args).items() if k not in ("cmd", "json", "overwrite")}
-            write_json(Path(args.json), {"config": config, "rows": rows, "search": search_rows})
+            write_json(Path(args.json), {"config": config, "rows": rows, "search": search_rows,
+                                         "features": feature_rows})
         return 0
     return 2  # pragma: no cover
 

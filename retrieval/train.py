@@ -289,8 +289,11 @@ def _one_cycle(module: L.LightningModule, cfg: TrainConfig, total_steps: int):
     if pretrained:
         groups.append({"params": pretrained, "lr": cfg.lr * ENCODER_LR_SCALE})
     opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[g["lr"] for g in groups],
-                                                total_steps=max(total_steps, 1), pct_start=0.1)
+    # warm-up over 10% of the steps, but at least 1.5 steps: torch's OneCycleLR divides by
+    # (pct_start * total_steps - 1), zero for a 10-step run
+    steps = max(total_steps, 2)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[g["lr"] for g in groups], total_steps=steps,
+                                                pct_start=max(0.1, 1.5 / steps))
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 

@@ -341,6 +341,7 @@ CASES: list[tuple[str, str]] = [
     ("moa3cir", "bench --search-only --out {d}/new_bench --json {d}/existing.json"),
     ("moa3cir", "bench --phase1-epochs 0 --phase2-epochs 0 --out {d}/new_bench"),
     ("moa3cir", "bench --image-encoders scratch resnet50 --out {d}/new_bench"),
+    ("moa3cir", "bench --features-only --feature-threads 0 --out {d}/new_bench"),
     # --- mixscent
     ("mixscent", "pretrain --epochs 0 --encoder {d}/new_enc"),
     ("mixscent", "pretrain --epochs -3 --encoder {d}/new_enc"),

@@ -45,7 +45,7 @@ def cache(tmp_path, monkeypatch):
 
 def _count_forwards(model) -> list[int]:
     calls: list[int] = []
-    model.image_input.encoder.net.register_forward_hook(lambda m, i, o: calls.append(len(i[0])))
+    model.image_input.encoder.net._conv_stem.register_forward_hook(lambda m, i, o: calls.append(len(i[0])))
     return calls
 
 
@@ -94,7 +94,7 @@ def test_frozen_tokens_are_cached_so_a_second_run_does_no_cnn_forward(tiny_bench
 def test_scratch_and_fine_tuned_models_read_raw_images(tiny_bench, cache, hash_encoder):
     root, _ = tiny_bench
     f = prepare_features(load_synthetic(root, "test", "controlled"), hash_encoder)
-    assert attach_image_tokens(build_model("moa3cir", **TINY), f).image_tokens is None
+    assert attach_image_tokens(build_model("moa3cir", **TINY, image_encoder="scratch"), f).image_tokens is None
     assert attach_image_tokens(build_model("moa3cir", **TINY, image_encoder=PRE, trainable_blocks=9),
                                f).image_tokens is None
 
