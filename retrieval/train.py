@@ -66,10 +66,12 @@ class Features:
 def attach_image_tokens(model: torch.nn.Module, f: Features) -> Features:
     """Give ``f`` the frozen token grids ``model`` reads (``model.image_input.token_spec``),
     computed once per image by the pretrained encoder and cached on disk by image hash, so epochs
-    and later runs never re-run the CNN. No-op for scratch towers or a fine-tuned encoder (they
-    read ``f.images``) and when ``f`` already holds the grids of that spec. Returns ``f``."""
+    and later runs never re-run the CNN. Scratch towers and a fine-tuned encoder read ``f.images``:
+    grids another model attached are dropped, so no batch carries stale ones. Returns ``f``."""
     image_input = getattr(model, "image_input", None)
     spec = None if image_input is None else image_input.token_spec
+    if spec is None:
+        f.image_tokens, f.token_spec = None, None
     if spec is None or f.token_spec == spec:
         return f
     uint8 = f.images.permute(0, 2, 3, 1).round().clamp(0, 255).to(torch.uint8).numpy()

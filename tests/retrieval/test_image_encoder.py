@@ -94,9 +94,13 @@ def test_frozen_tokens_are_cached_so_a_second_run_does_no_cnn_forward(tiny_bench
 def test_scratch_and_fine_tuned_models_read_raw_images(tiny_bench, cache, hash_encoder):
     root, _ = tiny_bench
     f = prepare_features(load_synthetic(root, "test", "controlled"), hash_encoder)
+    attach_image_tokens(build_model("moa3cir", **TINY, image_encoder=PRE), f)
+    assert f.image_tokens is not None
+    # grids a frozen model attached are dropped: the other towers must see the raw images
     assert attach_image_tokens(build_model("moa3cir", **TINY, image_encoder="scratch"), f).image_tokens is None
-    assert attach_image_tokens(build_model("moa3cir", **TINY, image_encoder=PRE, trainable_blocks=9),
-                               f).image_tokens is None
+    attach_image_tokens(build_model("moa3cir", **TINY, image_encoder=PRE), f)
+    fine_tuned = build_model("moa3cir", **TINY, image_encoder=PRE, trainable_blocks=9)
+    assert attach_image_tokens(fine_tuned, f).image_tokens is None
 
 
 def test_cli_trains_with_pretrained_encoder_and_evaluates(tiny_bench, prefilled_cache, monkeypatch, tmp_path, capsys):
