@@ -1,7 +1,8 @@
 """Baselines on the same towers as MoA³CIR: image-only, text-only, sum fusion, CLIP4Cir combiner.
 
 All use global tower features of E dims (image: CLIP-style 12-head attention pooling over the
-8x8 token grid with positional embeddings; text: mean over tokens, then a linear projection):
+image tower's token grid with positional embeddings, the same image towers and
+``image_encoder`` choice as MoA³CIR; text: mean over tokens, then a linear projection):
 ``f_i`` (reference image), ``f_d`` (reference description), ``f_t`` (modification text);
 gallery ``g = norm(f_i' + f_d')`` from the gallery towers.
 
@@ -28,7 +29,18 @@ from torch import nn
 
 from common.pretrained import PretrainedMixin, register_model
 
-from .model import GroupedAttentionPool, ImageTower, TextTower, attribute_loss, info_nce, tiny_cir_batch
+from .model import (
+    DEFAULT_IMAGE_ENCODER,
+    FrozenEncoderCheckpoint,
+    GroupedAttentionPool,
+    ImageInput,
+    TextTower,
+    attribute_loss,
+    check_image_encoder,
+    info_nce,
+    tiny_cir_batch,
+    upgrade_image_encoder_config,
+)
 from .render import NUM_VALUES
 
 FUSIONS = ("image", "text", "sum", "combiner")
@@ -43,8 +55,13 @@ class CombinerConfig:
     num_values: list[int] = field(default_factory=lambda: list(NUM_VALUES))
     attr_weight: float = 0.5
     init_temperature: float = 0.07
+    image_encoder: str = DEFAULT_IMAGE_ENCODER  # as MoA3Config
+    encoder_resolution: int = 64
+    token_block: int = 7
+    trainable_blocks: int = 0
 
     def __post_init__(self) -> None:
+        check_image_encoder(self)
         if self.fusion not in FUSIONS:
             raise ValueError(f"fusion must be one of {FUSIONS}, got {self.fusion!r}")
 
@@ -55,7 +72,7 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 class _AttnPool(nn.Module):
-    """(b, 64, d) image tokens -> (b, E) by 12-head attention pooling (one head group)."""
+    """(b, l, d) image tokens -> (b, E) by 12-head attention pooling (one head group)."""
 
     def __init__(self, d: int, embed_dim: int):
         super().__init__()
@@ -67,14 +84,17 @@ class _AttnPool(nn.Module):
 
 
 @register_model("combiner_cir")
-class CombinerCIR(PretrainedMixin, nn.Module):
+class CombinerCIR(FrozenEncoderCheckpoint, PretrainedMixin, nn.Module):
     """Global-feature CIR baselines. Same batch format and API as :class:`~retrieval.model.MoA3CIR`:
     ``encode_query(batch) -> (q (b, E), info)``, ``encode_gallery(batch) -> (b, E)``."""
+
+    config_version = 2  # 2: image_encoder (version-1 checkpoints are scratch)
 
     def __init__(self, config: CombinerConfig | None = None):
         super().__init__()
         self.config = c = config or CombinerConfig()
-        self.q_image, self.g_image = ImageTower(c.d_model), ImageTower(c.d_model)
+        self.image_input = ImageInput(c)
+        self.q_image, self.g_image = self.image_input.tower(c.d_model), self.image_input.tower(c.d_model)
         self.q_desc, self.g_desc = TextTower(c.d_model), TextTower(c.d_model)
         self.q_text = TextTower(c.d_model)
         self.proj = nn.ModuleDict({k: nn.Linear(c.d_model, c.embed_dim) for k in ("qd", "qt", "gd")})
@@ -89,7 +109,7 @@ class CombinerCIR(PretrainedMixin, nn.Module):
         self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / c.init_temperature)))
 
     def _visual(self, image_tower, desc_tower, pi, pd, img, desc, desc_mask):
-        x = pi(image_tower(img))
+        x = pi(image_tower(img))  # img: images or token grids (ImageInput)
         if self.config.use_descriptions and desc is not None and bool(desc_mask.any()):
             x = x + pd(_masked_mean(desc_tower(desc), desc_mask))
         return x
@@ -101,7 +121,7 @@ class CombinerCIR(PretrainedMixin, nn.Module):
             self.q_desc,
             self.proj["qi"],
             self.proj["qd"],
-            batch["ref_img"],
+            self.image_input(batch, "ref_img"),
             batch.get("ref_desc"),
             batch.get("ref_desc_mask"),
         )
@@ -124,7 +144,7 @@ class CombinerCIR(PretrainedMixin, nn.Module):
             self.g_desc,
             self.proj["gi"],
             self.proj["gd"],
-            batch["img"],
+            self.image_input(batch, "img"),
             batch.get("desc"),
             batch.get("desc_mask"),
         )
@@ -151,8 +171,7 @@ class CombinerCIR(PretrainedMixin, nn.Module):
             (self.q_image, self.q_desc, self.proj["qi"], self.proj["qd"]),
             (self.g_image, self.g_desc, self.proj["gi"], self.proj["gd"]),
         )):
-            img = items["img"].flip(-1) if side == 1 and not have_desc else items["img"]
-            fi = pi(tower(img))
+            fi = pi(tower(self.image_input(items, "img", flip=side == 1 and not have_desc)))
             feats.append(F.normalize(fi, dim=-1))
             if items.get("attrs") is not None:
                 terms["attributes"] = terms.get("attributes", 0) + self.config.attr_weight * attribute_loss(
@@ -183,7 +202,11 @@ class CombinerCIR(PretrainedMixin, nn.Module):
     @classmethod
     def upgrade_config(cls, config: dict, from_version: int) -> dict:
         if from_version == 0 and config.get("kind") in FUSIONS:  # common.checkpoint: {"kind": fusion, ...}
-            return {"config": {"fusion": config["kind"], **{k: v for k, v in config.items() if k != "kind"}}}
+            return upgrade_image_encoder_config(
+                {"config": {"fusion": config["kind"], **{k: v for k, v in config.items() if k != "kind"}}}
+            )
+        if from_version == 1:
+            return upgrade_image_encoder_config(config)
         return super().upgrade_config(config, from_version)
 
     @classmethod

@@ -1,6 +1,7 @@
 """Benchmarks: MoA³CIR vs baselines and ablations on both benchmark variants, and search speed.
 
-``run_retrieval_bench`` trains every method on the same train split (same seed, same epochs) and
+``run_retrieval_bench`` trains every method with every image encoder (``scratch`` CNN towers,
+the frozen ImageNet ``efficientnet-lite0``) on the same train split (same seed, same epochs) and
 evaluates on the test split (FashionIQ protocol per category, R@1/10/50 averaged over
 categories); the augmentation run also reports acceptance rates. ``run_search_bench`` times
 NumPy brute force vs faiss exact vs IVF on random unit vectors.
@@ -94,6 +95,33 @@ def augmented_train_split(
     return self_reflective_augment(train_split, silhouettes, editor, critic, n, seed=seed)
 
 
+def gallery_feature_speed(images: np.ndarray, resolution: int = 64, token_block: int = 7) -> dict:
+    """Throughput of the pretrained encoder's gallery features on ``images`` (n, H, W, 3) uint8,
+    with the current torch threads: a cold run into a fresh cache (one CNN forward per image) and
+    a second run over the same images (served from the cache). Returns images/s of both (wall
+    clock, and of the cold run per CPU second of this process: with one thread the robust figure
+    on a shared machine) and the number of images the second run's CNN saw (0 when the cache works)."""
+    import tempfile
+
+    from common.image_encoder import EfficientNetLite0Encoder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        enc = EfficientNetLite0Encoder(resolution, token_block, cache=tmp)
+        t, c = time.perf_counter(), time.process_time()
+        enc.encode_tokens(images)
+        cold, cold_cpu = time.perf_counter() - t, time.process_time() - c
+        again = EfficientNetLite0Encoder(resolution, token_block, cache=tmp)  # a new process's view
+        calls: list[int] = []  # CNN forwards of the second run, counted by a hook on the network
+        again.net._conv_stem.register_forward_hook(lambda module, inputs, output: calls.append(len(inputs[0])))
+        t = time.perf_counter()
+        again.encode_tokens(images)
+        warm = time.perf_counter() - t
+    return {"images": len(images), "resolution_in": int(images.shape[1]), "encoder_resolution": resolution,
+            "threads": torch.get_num_threads(), "cold_images_per_s": round(len(images) / cold, 1),
+            "cold_images_per_cpu_s": round(len(images) / cold_cpu, 1),
+            "cached_images_per_s": round(len(images) / warm, 1), "cached_run_cnn_images": sum(calls)}
+
+
 def run_retrieval_bench(
     data_root: Path,
     out_dir: Path,
@@ -105,17 +133,25 @@ def run_retrieval_bench(
     save_models: bool = False,
     log=print,
     model_options: dict | None = None,
+    image_encoders=("scratch",),
 ) -> list[dict]:
-    """Train/evaluate ``methods`` on each variant; writes ``retrieval_bench.csv/.json/.md`` + plot.
-
-    ``model_options`` (e.g. an image-encoder choice) go to ``build_model`` for every trained
-    method, under each method's own overrides."""
+    """Train/evaluate ``methods`` x ``image_encoders`` on each variant; writes
+    ``retrieval_bench.csv/.json/.md`` + plot. ``model_options`` go to ``build_model`` for every
+    trained method, under each method's own overrides; the untrained raw-pixel baseline runs once
+    (image encoder "pixels"). Saved models (``save_models``) go to
+    ``out_dir/models/<variant>/<image encoder>/<method>``."""
     torch.set_num_threads(1)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     train_cfg = train_cfg or TrainConfig(seed=seed)
     methods = resolve_methods(methods)
     rows: list[dict] = []
+    if "efficientnet-lite0" in image_encoders:
+        te = load_synthetic(data_root, "test", variants[0])
+        speed = gallery_feature_speed(te.images)
+        log(f"gallery features (efficientnet-lite0, {speed['threads']} thread(s)): {speed}")
+        rows.append({"variant": variants[0], "method": "gallery features", "image_encoder": "efficientnet-lite0",
+                     **speed})
     for variant in variants:
         tr, te = load_synthetic(data_root, "train", variant), load_synthetic(data_root, "test", variant)
         f_tr, f_te = prepare_features(tr), prepare_features(te)
@@ -132,7 +168,9 @@ def run_retrieval_bench(
                     **{k: round(v, 4) for k, v in aug_stats.items()},
                 }
             )
-        for name in methods:
+        runs = [(m, e) for m in methods
+                for e in (("pixels",) if METHODS[m][0] == "raw-pixel" else image_encoders)]
+        for name, encoder in runs:
             kind, over, tover, aug = METHODS[name]
             t0 = time.time()
             model = None
@@ -141,7 +179,7 @@ def run_retrieval_bench(
                 q, weights = g[f_te.ref.numpy()], None
             else:
                 torch.manual_seed(seed)
-                model = build_model(kind, **{**(model_options or {}), **over})
+                model = build_model(kind, **{**(model_options or {}), **over, "image_encoder": encoder})
                 fit(model, f_aug if aug else f_tr, replace(train_cfg, **tover))
                 q, weights = embed_queries(model, f_te)
                 g = embed_gallery(model, f_te)
@@ -160,6 +198,7 @@ def run_retrieval_bench(
             row = {
                 "variant": variant,
                 "method": name,
+                "image_encoder": encoder,
                 **{k: round(v, 2) for k, v in metrics.items()},
                 **routed,
                 "train_s": round(time.time() - t0, 1),
@@ -167,20 +206,21 @@ def run_retrieval_bench(
                 "split": "test",
             }
             rows.append(row)
-            log(f"[{variant}] {name}: R@1 {row['R@1']:.1f} R@10 {row['R@10']:.1f} R@50 {row['R@50']:.1f}")
+            log(f"[{variant}] {name} ({encoder}): R@1 {row['R@1']:.1f} R@10 {row['R@10']:.1f} R@50 {row['R@50']:.1f}")
             if save_models and model is not None:
-                save_model(model, out_dir / "models" / variant / name.replace(" ", "_").replace("/", ""))
+                save_model(model, out_dir / "models" / variant / encoder / name.replace(" ", "_").replace("/", ""))
     _write(out_dir, rows)
     return rows
 
 
 def _write(out_dir: Path, rows: list[dict]) -> None:
-    res = [r for r in rows if r["method"] != "augmentation"]
+    res = [r for r in rows if r["method"] not in ("augmentation", "gallery features")]
     write_csv(out_dir / "retrieval_bench.csv", res)
     write_json(out_dir / "retrieval_bench.json", rows)
     cols = [
         "variant",
         "method",
+        "image_encoder",
         "R@1",
         "R@10",
         "R@50",
@@ -206,7 +246,7 @@ def _write(out_dir: Path, rows: list[dict]) -> None:
         fig, axes = plt.subplots(1, len(variants), figsize=(6 * len(variants), 4), squeeze=False)
         for ax, v in zip(axes[0], variants, strict=False):
             vr = [r for r in res if r["variant"] == v]
-            ax.barh([r["method"] for r in vr], [r["R@10"] for r in vr])
+            ax.barh([f"{r['method']} ({r.get('image_encoder', 'scratch')})" for r in vr], [r["R@10"] for r in vr])
             ax.set_xlabel("R@10 (%)")
             ax.set_title(f"{v} test")
         fig.tight_layout()

@@ -23,6 +23,9 @@ from common.io import dumps_json, write_json
 DATASETS = ("synthetic", "fashioniq", "shoes")
 BUILD_PRESETS = ("small", "tiny", "hard", "hard-tiny")  # retrieval.data.PRESETS, without importing it
 BENCHMARKS = ("small", "hard")
+# retrieval.model's IMAGE_ENCODERS / DEFAULT_IMAGE_ENCODER, repeated so that parsing imports no torch
+IMAGE_ENCODERS = ("scratch", "efficientnet-lite0")
+DEFAULT_IMAGE_ENCODER = "efficientnet-lite0"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,6 +83,20 @@ def _parser() -> argparse.ArgumentParser:
         "--augment", type=nonneg_int, default=0, help="self-reflective augmentation proposals (synthetic)"
     )
     t.add_argument("--no-descriptions", action="store_true")
+    t.add_argument(
+        "--image-encoder",
+        choices=IMAGE_ENCODERS,
+        default=DEFAULT_IMAGE_ENCODER,
+        help=f"image towers: a small CNN trained from scratch, or the offline ImageNet EfficientNet-Lite0 "
+        f"(frozen, token grid cached per image) (default {DEFAULT_IMAGE_ENCODER})",
+    )
+    t.add_argument(
+        "--fine-tune-blocks",
+        type=nonneg_int,
+        default=0,
+        help="with --image-encoder efficientnet-lite0: fine-tune its last N MBConv blocks (0 = frozen; "
+        "N >= 9 so that the token grid of block 7 changes)",
+    )
     t.add_argument("--seed", type=seed_int, default=0)
     add_overwrite_arg(t)
 
@@ -132,10 +149,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     bn.add_argument("--search", action="store_true", help="also run the 1M x 256 search benchmark")
     bn.add_argument("--search-only", action="store_true")
+    bn.add_argument(
+        "--features-only",
+        action="store_true",
+        help="only time the pretrained encoder's gallery features on the test gallery (cold, then cached)",
+    )
+    bn.add_argument(
+        "--feature-threads", nargs="+", type=positive_int, default=[1], help="torch threads of --features-only runs"
+    )
     bn.add_argument("--search-n", type=positive_int, default=1_000_000, help="search benchmark gallery size")
     bn.add_argument("--search-queries", type=positive_int, default=1000)
     bn.add_argument(
         "--search-threads", type=positive_int, default=1, help="threads for both NumPy (BLAS) and faiss (default 1)"
+    )
+    bn.add_argument(
+        "--image-encoders",
+        nargs="+",
+        choices=IMAGE_ENCODERS,
+        default=list(IMAGE_ENCODERS),
+        help="train every method with each of these image encoders (default both)",
     )
     bn.add_argument(
         "--json",
@@ -193,6 +225,14 @@ def main(argv: list[str] | None = None) -> int:
         check_outputs(dirs=[out], inputs=[args.root], overwrite=args.overwrite)
         if args.phase1_epochs == 0 and args.phase2_epochs == 0:
             raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
+        if args.fine_tune_blocks and args.image_encoder == "scratch":
+            raise InputError("--fine-tune-blocks needs --image-encoder efficientnet-lite0")
+        over = {"use_descriptions": False} if args.no_descriptions else {}
+        try:
+            model = build_model(args.model, image_encoder=args.image_encoder, trainable_blocks=args.fine_tune_blocks,
+                                **over)
+        except ValueError as exc:
+            raise InputError(str(exc)) from exc
         split = _load(args, "train")
         if args.augment:
             if args.dataset != "synthetic":
@@ -203,8 +243,6 @@ def main(argv: list[str] | None = None) -> int:
                 Path(args.root), args.variant, split, args.augment, args.seed
             )
             print("augmentation:", dumps_json(stats.as_dict()))
-        over = {"use_descriptions": False} if args.no_descriptions else {}
-        model = build_model(args.model, **over)
         cfg = TrainConfig(
             args.phase1_epochs,
             args.phase2_epochs,
@@ -275,12 +313,24 @@ def main(argv: list[str] | None = None) -> int:
 
         methods = resolve_methods(args.methods)
         out = Path(args.out)
-        rows, search_rows = None, None
+        rows, search_rows, feature_rows = None, None, None
         check_outputs(files=[args.json], dirs=[out], inputs=[args.root], overwrite=args.overwrite)
-        if not args.search_only and args.phase1_epochs + args.phase2_epochs == 0:
+        train = not (args.search_only or args.features_only)
+        if train and args.phase1_epochs + args.phase2_epochs == 0:
             raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
         if not args.search_only:
             root = bench_root(args.root, out, args.benchmark, args.seed)
+        if args.features_only:
+            from .bench import gallery_feature_speed
+            from .data import load_synthetic
+
+            gallery = load_synthetic(root, "test", args.variants[0]).images
+            feature_rows = []
+            for threads in args.feature_threads:
+                torch.set_num_threads(threads)
+                feature_rows.append(gallery_feature_speed(gallery))
+                print(dumps_json(feature_rows[-1]))
+        if train:
             rows = run_retrieval_bench(
                 root,
                 out,
@@ -289,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                 TrainConfig(args.phase1_epochs, args.phase2_epochs, seed=args.seed),
                 augment_n=args.augment,
                 seed=args.seed,
+                image_encoders=args.image_encoders,
             )
         if args.search or args.search_only:
             search_rows = run_search_bench(
@@ -300,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         if args.json:
             config = {k: v for k, v in vars(args).items() if k not in ("cmd", "json", "overwrite")}
-            write_json(Path(args.json), {"config": config, "rows": rows, "search": search_rows})
+            write_json(Path(args.json), {"config": config, "rows": rows, "search": search_rows,
+                                         "features": feature_rows})
         return 0
     return 2  # pragma: no cover
 

