@@ -179,11 +179,13 @@ def test_bench_hard_wiring(hard_root, hard_cache, tmp_path, monkeypatch, capsys)
     monkeypatch.setenv("MOE_APPS_CACHE", str(hard_cache))
     out = tmp_path / "bench"
     argv = ["bench", "--benchmark", "hard", "--root", str(hard_root), "--out", str(out), "--variants", "controlled",
-            "--phase1-epochs", "0", "--phase2-epochs", "1", "--methods", "no-desc", "raw-pixel"]
+            "--phase1-epochs", "0", "--phase2-epochs", "1", "--methods", "no-desc", "raw-pixel",
+            "--image-encoders", "scratch"]
     assert main([*argv, "--json", str(tmp_path / "rows.json")]) == 0
     doc = json.loads((tmp_path / "rows.json").read_text())
     assert doc["config"]["benchmark"] == "hard"
-    assert [r["method"] for r in doc["rows"]] == ["MoA3CIR w/o descriptions", "raw-pixel cosine"]
+    assert [(r["method"], r["image_encoder"]) for r in doc["rows"]] == [
+        ("MoA3CIR w/o descriptions", "scratch"), ("raw-pixel cosine", "pixels")]
     assert all(0 <= r["R@1"] <= r["R@10"] <= r["R@50"] <= 100 for r in doc["rows"])
     # a root of the other benchmark is refused, nothing written
     assert main(["bench", "--benchmark", "small", "--root", str(hard_root), "--out", str(tmp_path / "b2")]) == 2
@@ -198,5 +200,5 @@ def test_bench_passes_model_options_to_every_trained_method(hard_root, hard_cach
     run_retrieval_bench(hard_root, tmp_path, ("controlled",), ["no-aug", "combiner"], TrainConfig(0, 1),
                         save_models=True, log=lambda *_: None, model_options={"use_descriptions": False})
     for name in ("MoA3CIR_wo_augmentation", "CLIP4Cir-style_combiner"):
-        model, _ = load_model(tmp_path / "models" / "controlled" / name)
+        model, _ = load_model(tmp_path / "models" / "controlled" / "scratch" / name)
         assert model.config.use_descriptions is False
