@@ -72,18 +72,12 @@ def observed_mask(x: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.nda
     """``x (S, n)`` (NaN = unobserved unless ``mask (S, n)`` bool is given) -> zero-filled
     ``X0 (S, n)`` and ``M (S, n)``; InputError for a wrong shape, an empty sample or a non-finite
     observed value."""
+    from streaming.experts import as_observed
+
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2:
         raise InputError(f"source samples must be a (S, n) array with S, n >= 2, got shape {x.shape}")
-    M = ~np.isnan(x) if mask is None else np.asarray(mask, dtype=bool)
-    if M.shape != x.shape:
-        raise InputError(f"mask must have the shape of the samples {x.shape}, got {M.shape}")
-    empty = ~M.any(1)
-    if empty.any():
-        raise InputError(f"sample {int(np.flatnonzero(empty)[0])} has no observed entry")
-    if not np.isfinite(x[M]).all():
-        raise InputError("observed values contain NaN or inf")
-    return np.where(M, x, 0.0), M
+    return as_observed(x, mask, x.shape[1])
 
 
 def check_observed(M: np.ndarray, r: int, what: str = "samples", warn: bool = True) -> str | None:
