@@ -50,6 +50,20 @@ def _keys_per_query(method: str, p: int, t: int, top_k: int, n_compressed: int) 
     return k * t + (n_compressed * (p - k) if method == "moca" and k < p else 0)
 
 
+def _interleaved_median_ms(step, methods, repeats: int) -> dict[str, float]:
+    """Median milliseconds of ``step(m)`` per method: one warm-up call each, then ``repeats`` rounds
+    that call every method in turn (so load drifts hit all methods alike)."""
+    times = {m: [] for m in methods}
+    for m in methods:
+        step(m)
+    for _ in range(repeats):
+        for m in methods:
+            t0 = time.perf_counter()
+            step(m)
+            times[m].append(time.perf_counter() - t0)
+    return {m: 1e3 * statistics.median(v) for m, v in times.items()}
+
+
 def bench_attention(
     parts: tuple[int, ...] = DEFAULT_PARTS, tokens: int = 64, d_model: int = 128, n_heads: int = 4,
     top_k: int = 4, n_compressed: int = 2, repeats: int = 3, methods: tuple[str, ...] = METHODS,
@@ -79,20 +93,13 @@ def bench_attention(
             xi = x.clone().requires_grad_(True)
             mods[m](xi, boxes).sum().backward()
 
-        times = {m: [] for m in active}
-        for m in active:  # warm-up
-            step(m)
-        for _ in range(repeats):
-            for m in active:
-                t0 = time.perf_counter()
-                step(m)
-                times[m].append(time.perf_counter() - t0)
+        times = _interleaved_median_ms(step, active, repeats)
         for m in active:
             mods[m].zero_grad(set_to_none=True)
             peak = peak_memory_bytes(lambda m=m: step(m))
             n_keys = _keys_per_query(m, p, tokens, top_k, n_compressed)
             rows.append({
-                "method": m, "parts": p, "tokens": tokens, "time_ms": 1e3 * statistics.median(times[m]),
+                "method": m, "parts": p, "tokens": tokens, "time_ms": times[m],
                 "peak_mem_mb": peak / 2**20, "attn_matrix_mb": 4 * n_heads * p * tokens * n_keys / 2**20,
                 "keys_per_query": n_keys, "d_model": d_model, "n_heads": n_heads, "top_k": top_k,
                 "n_compressed": n_compressed, "repeats": repeats, "threads": torch.get_num_threads(),
@@ -206,16 +213,9 @@ def bench_scene_training(
                 opts[m].step()
                 opts[m].zero_grad(set_to_none=True)
 
-            times = {m: [] for m in SCENE_METHODS}
-            for m in SCENE_METHODS:  # warm-up (also creates the optimizer state)
-                step(m)
-            for _ in range(repeats):
-                for m in SCENE_METHODS:
-                    t0 = time.perf_counter()
-                    step(m)
-                    times[m].append(time.perf_counter() - t0)
+            times = _interleaved_median_ms(step, SCENE_METHODS, repeats)  # warm-up creates the optimizer state
             for m in SCENE_METHODS:
-                rows.append({"method": m, "parts": p, "tokens": t, "time_ms": 1e3 * statistics.median(times[m]),
+                rows.append({"method": m, "parts": p, "tokens": t, "time_ms": times[m],
                              "peak_mem_mb": peak_memory_bytes(lambda m=m: step(m)) / 2**20, "d_model": d_model,
                              "n_layers": n_layers, "top_k": top_k, "n_compressed": n_compressed, "repeats": repeats,
                              "threads": torch.get_num_threads()})
