@@ -2,13 +2,12 @@
 real-furniture model it leaves, and ``evaluate_generator`` on the validation split."""
 
 import json
-import zipfile
 
 import numpy as np
 import pytest
 
 from generation3d.cli import main as moca_main
-from tests.generation3d.test_sources import CATALOG, _box, _chair_obj, _obj
+from tests.generation3d.test_sources import _box, _chair_obj, _obj, write_archive
 
 TINY = ["--steps", "2", "--ae-steps", "2", "--d-model", "32", "--layers", "1", "--threads", "1"]
 
@@ -25,13 +24,11 @@ def preset_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("preset")
     furniture = root / "furniture"
     furniture.mkdir()
-    with zipfile.ZipFile(furniture / "BlendSwap-CC-0.sh3f", "w") as zf:
-        zf.writestr("PluginFurnitureCatalog.properties", CATALOG)
-        for name in ("chair", "cup", "table", "lamp"):
-            zf.writestr(f"t/{name}.png", b"png")
-        zf.writestr("t/chair/chair.obj", _chair_obj())
-        zf.writestr("t/chair2/chair.obj", _chair_obj())
-        zf.writestr("t/table/table.obj", _table_obj())  # catalogue item 3 ("Table"): now a usable model
+    write_archive(furniture / "BlendSwap-CC-0.sh3f", {
+        "chair/chair.obj": _chair_obj(),
+        "chair2/chair.obj": _chair_obj(),
+        "table/table.obj": _table_obj(),  # catalogue item 3 ("Table"): now a usable model
+    })
     mp = pytest.MonkeyPatch()
     mp.setenv("MOE_APPS_CACHE", str(root / "cache"))
     mp.setenv("MOE_APPS_SWEETHOME3D", str(furniture))

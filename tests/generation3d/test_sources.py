@@ -202,19 +202,28 @@ def _chair_obj() -> str:
                  "Back_Cube": [_box((0, 66, -19), (40, 38, 2))], "screw": [_box((18, 1, 18), (0.5, 0.5, 0.5))]})
 
 
+def write_archive(path, models: dict[str, str]) -> None:
+    """A ``.sh3f``-style zip at ``path``: ``CATALOG``, an icon per catalogue item and ``models``
+    (path under ``t/`` -> OBJ text)."""
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("PluginFurnitureCatalog.properties", CATALOG)
+        for name in ("chair", "cup", "table", "lamp"):
+            zf.writestr(f"t/{name}.png", b"png")
+        for name, text in models.items():
+            zf.writestr(f"t/{name}", text)
+
+
 @pytest.fixture
 def furniture(tmp_path):
     root = tmp_path / "furniture"
     root.mkdir()
-    with zipfile.ZipFile(root / "BlendSwap-CC-0.sh3f", "w") as zf:
-        zf.writestr("PluginFurnitureCatalog.properties", CATALOG)
-        for name in ("chair", "cup", "table", "lamp"):
-            zf.writestr(f"t/{name}.png", b"png")
-        zf.writestr("t/chair/chair.obj", _chair_obj())
-        zf.writestr("t/chair2/chair.obj", _chair_obj())  # the same model again: same split
-        zf.writestr("t/cup/cup.obj", _obj({"cup": [_box((0, 0, 0), (1, 1, 1))]}))
-        zf.writestr("t/table/table.obj", "v 0 0 0\nv 1 0 0\nv 0 1 0\n")  # vertices, no faces
-        zf.writestr("t/lamp/lamp.obj", "v 0 0 0\nv 1 0 0\nv 2 0 0\nf 1 2 3\n")  # one degenerate face
+    write_archive(root / "BlendSwap-CC-0.sh3f", {
+        "chair/chair.obj": _chair_obj(),
+        "chair2/chair.obj": _chair_obj(),  # the same model again: same split
+        "cup/cup.obj": _obj({"cup": [_box((0, 0, 0), (1, 1, 1))]}),
+        "table/table.obj": "v 0 0 0\nv 1 0 0\nv 0 1 0\n",  # vertices, no faces
+        "lamp/lamp.obj": "v 0 0 0\nv 1 0 0\nv 2 0 0\nf 1 2 3\n",  # one degenerate face
+    })
     (root / "Broken.sh3f").write_bytes(b"PK\x03\x04 truncated")
     return root
 
