@@ -7,11 +7,12 @@ from pathlib import Path
 
 from common.io import write_csv
 
-QUICK_METHODS = ("mosaic", "k-grouse", "grouse-r", "petrels", "oracle")
+QUICK_METHODS = ("mosaic", "kgrouse_pretrained", "k-grouse", "grouse-r", "petrels", "oracle")
 
 
 def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0) -> list[dict]:
-    """MoSAIC vs baselines on (50, 5, 10) with abrupt drift and on Fashion-MNIST (5 classes).
+    """MoSAIC beside the pretrained k-GROUSE (same pretraining, plain routed updates) and the other
+    baselines on (50, 5, 10) with abrupt drift and on Fashion-MNIST (5 classes).
 
     ``data_dir`` is unused (Fashion-MNIST is found through ``common.data_dir``). Writes
     ``out_dir/streaming.csv`` and ``out_dir/streaming_curve.png``; returns summary rows.
@@ -23,7 +24,7 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0) -> lis
     rows, curves = run_trial("50-5-10", "abrupt", seed, quick=True, methods=QUICK_METHODS, keep_curves=True)
     plot_curves(curves, f"(50,5,10) abrupt drift, seed {seed}", out_dir / "streaming_curve.png")
     frows = fashion_trial(seed=seed, quick=True)
-    frows = [r for r in frows if r["method"] in ("mosaic", "k-grouse", "grouse-r", "petrels")]
+    frows = [r for r in frows if r["method"] in QUICK_METHODS]
     write_csv(out_dir / "streaming.csv", rows + frows)
     summary = []
     for r in rows:
