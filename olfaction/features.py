@@ -16,7 +16,6 @@ import sys
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -162,8 +161,14 @@ def _mordred_calculator():
     return Calculator(descriptors, ignore_3D=True)
 
 
+def _mordred_version() -> str:
+    from importlib.metadata import version  # here: importlib.metadata costs the predict path 0.1-0.2 s
+
+    return version("mordredcommunity")
+
+
 def mordred_cache_path() -> Path:
-    return cache_dir() / f"mordred2d_{version('mordredcommunity')}.npz"
+    return cache_dir() / f"mordred2d_{_mordred_version()}.npz"
 
 
 def _sha256(path: Path) -> str:
@@ -202,7 +207,7 @@ def _save_mordred_cache(path: Path, smiles: list[str], values: np.ndarray, colum
         np.savez(fh, smiles=np.array(smiles), values=values.astype(np.float32), columns=np.array(columns))
     with atomic_write(path.with_suffix(".json"), mode="w") as fh:
         json.dump(
-            {"sha256": _sha256(path), "n": len(smiles), "mordredcommunity": version("mordredcommunity")},
+            {"sha256": _sha256(path), "n": len(smiles), "mordredcommunity": _mordred_version()},
             fh,
         )
 
