@@ -324,8 +324,18 @@ _RDKIT_DESC = [(n, f) for n, f in Descriptors.descList]
 _MORGAN = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=512)
 
 
+_RDKIT_ROWS: dict[str, np.ndarray] = {}
+
+
 def rdkit_descriptors(smiles: str) -> np.ndarray:
-    """The ~200 RDKit 2D descriptors of one molecule, ``(D_rdkit,)`` float32, non-finite -> 0."""
+    """The ~200 RDKit 2D descriptors of one molecule, ``(D_rdkit,)`` float32, non-finite -> 0
+    (memoised in-process: the set regressors read them twice per molecule; a copy is returned)."""
+    if smiles not in _RDKIT_ROWS:
+        _RDKIT_ROWS[smiles] = _rdkit_descriptors(smiles)
+    return _RDKIT_ROWS[smiles].copy()
+
+
+def _rdkit_descriptors(smiles: str) -> np.ndarray:
     mol = Chem.MolFromSmiles(smiles)
     out = []
     for _, fn in _RDKIT_DESC:

@@ -110,6 +110,21 @@ def label_inputs(mixtures: Sequence[Sequence[str]], kind: str) -> dict[str, np.n
     }
 
 
+def onnx_session(model, threads: int = 1):
+    """An onnxruntime CPU session of ``model`` (a path or the bytes of an ONNX file) as the
+    predictor runs it: graph optimisations off (they cost more start time than the small graphs
+    gain; the plain graph is op by op torch's), ``threads`` threads, warnings of the exported
+    graph's shape inference silenced."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = threads
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    return ort.InferenceSession(model if isinstance(model, bytes) else str(model), options,
+                                providers=["CPUExecutionProvider"])
+
+
 class MixtureAPI:
     """Prediction methods shared by :class:`~olfaction.predictor.MixturePredictor` (torch) and
     :class:`OnnxPredictor`. A subclass provides ``_network_distances(mix_a, mix_b, datasets) ->
@@ -119,8 +134,7 @@ class MixtureAPI:
     def _need(self, part: str):
         value = getattr(self, part)
         if value is None:
-            what = "label network (train with GS-LF labels)" if part in ("label_net", "label_session") \
-                else "fitted predictor"
+            what = "label network (train with GS-LF labels)" if part == "label_net" else "fitted predictor"
             raise InputError(f"this model has no {what}")
         return value
 
@@ -195,7 +209,6 @@ class OnnxPredictor(MixtureAPI):
     model folder's ONNX export and stored arrays."""
 
     def __init__(self, path: str | Path, threads: int = 1):
-        import onnxruntime as ort
         from safetensors import SafetensorError, safe_open
 
         from .set_models import SetRegressors
@@ -226,22 +239,21 @@ class OnnxPredictor(MixtureAPI):
             self.n_datasets = int(state["distance_net"].get("n_datasets", 0))
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{path} is not a complete mixture predictor ({type(exc).__name__}: {exc})") from None
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = options.inter_op_num_threads = threads
-        options.log_severity_level = 3  # shape-inference notes of the exported graph are not the user's business
+        self.path, self.threads, self._files, self._sessions = path, threads, manifest["files"], {}
 
-        def session(name):
-            file = manifest["files"].get(name)
+    def _session(self, name: str):
+        """The onnxruntime session of the ``distance`` or ``labels`` network, opened on first use
+        (a distance prediction never pays for the label network's)."""
+        if name not in self._sessions:
+            file = self._files.get(name)
             if file is None:
-                return None
+                what = "label network (train with GS-LF labels)" if name == "labels" else "distance network"
+                raise InputError(f"this model has no {what}")
             try:
-                return ort.InferenceSession(str(path / file), options, providers=["CPUExecutionProvider"])
+                self._sessions[name] = onnx_session(self.path / file, self.threads)
             except Exception as exc:  # onnxruntime raises its own exception types
-                raise CheckpointError(f"cannot load {path / file}: {str(exc).splitlines()[0]}") from None
-
-        self.distance_session = session("distance")
-        self.label_session = session("labels")
-        self.path = path
+                raise CheckpointError(f"cannot load {self.path / file}: {str(exc).splitlines()[0]}") from None
+        return self._sessions[name]
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> OnnxPredictor:
@@ -258,7 +270,7 @@ class OnnxPredictor(MixtureAPI):
         feeds["pair_a"], feeds["pair_b"] = np.asarray(pair_a, np.int64), np.asarray(pair_b, np.int64)
         if self.n_datasets:
             feeds["dataset_onehot"] = dataset_onehot_array(datasets)
-        return self.distance_session.run(["distance", "alpha"], feeds)
+        return self._session("distance").run(["distance", "alpha"], feeds)
 
     def predict_components(self, mix_a, mix_b, datasets) -> dict[str, np.ndarray]:
         self._note_unseen(list(mix_a) + list(mix_b))
@@ -270,19 +282,29 @@ class OnnxPredictor(MixtureAPI):
         return dist.astype(np.float64)
 
     def _note_unseen(self, mixtures) -> None:
-        """One stderr line when the set regressors will need Mordred rows the model did not save."""
+        """One stderr line when the set regressors need Mordred rows that neither the model nor
+        the Mordred cache holds (they are computed then: the slow path, which imports Mordred)."""
         if self.set_regressors is None:
             return
-        known = self.set_regressors.mordred_
-        new = sorted({s for m in mixtures for s in m if s not in known})
+        new = {s for m in mixtures for s in m if s not in self.set_regressors.mordred_}
         if new:
-            print(f"note: {len(new)} molecule(s) not in the model's training set (first: {new[0]}): their Mordred "
-                  "descriptors come from the cache or are computed (Mordred is imported: a few seconds)",
+            from .features import mordred_cache_path
+
+            path = mordred_cache_path()
+            if path.is_file():
+                try:
+                    with np.load(path, allow_pickle=False) as z:  # reads only the SMILES member
+                        new -= {str(s) for s in z["smiles"]}
+                except (OSError, ValueError, KeyError):
+                    pass  # compute_mordred reports and rebuilds a broken cache
+        if new:
+            print(f"note: computing Mordred descriptors of {len(new)} molecule(s) neither the model nor the "
+                  f"Mordred cache holds (first: {min(new)}); this imports Mordred (seconds), the rows are cached",
                   file=sys.stderr)
 
     def predict_labels(self, mixtures: Sequence[Sequence[str]]) -> np.ndarray:
         """``(M, L)`` odour-label probabilities (:attr:`label_names`) of ``M`` mixtures."""
-        session = self._need("label_session")
+        session = self._session("labels")
         feeds = label_inputs([validate_mixture(m) for m in mixtures], self.label_kind)
         return session.run(["probability"], feeds)[0]
 

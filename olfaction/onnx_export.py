@@ -43,6 +43,7 @@ from .inference import (
     MANIFEST,
     label_inputs,
     mixture_inputs,
+    onnx_session,
 )
 from .model import MixScentNet
 from .predictor import graph_view
@@ -125,13 +126,7 @@ def _export(module: nn.Module, feeds: dict[str, np.ndarray], outputs: list[str])
 def max_deviation(blob: bytes, module: nn.Module, feeds: dict[str, np.ndarray], outputs: list[str]) -> float:
     """Largest absolute difference between onnxruntime on the exported ``blob`` and torch's
     ``module`` over all ``outputs`` for the inputs ``feeds``."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(blob, options, providers=["CPUExecutionProvider"])
-    got = session.run(outputs, {k: feeds[k] for k in module.names})
+    got = onnx_session(blob).run(outputs, {k: feeds[k] for k in module.names})
     with torch.no_grad():
         want = module(*(torch.from_numpy(feeds[k]) for k in module.names))
     want = want if isinstance(want, tuple) else (want,)
