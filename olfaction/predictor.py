@@ -43,8 +43,11 @@ from common.pretrained import PretrainedMixin, register_model
 from .data import LabelData, PairData, Split, dataset_onehot, validate_mixture
 from .inference import (  # noqa: F401  (LABEL_BITS, LABEL_FEATURES: part of this module's API)
     COMPONENTS,
+    DISTANCE_FILE,
     LABEL_BITS,
     LABEL_FEATURES,
+    LABEL_FILE,
+    MANIFEST,
     MixtureAPI,
     label_features,
     label_inputs,
@@ -118,6 +121,9 @@ class MixturePredictor(PretrainedMixin, MixtureAPI, nn.Module):
     MiniMol v1 embeddings beside the GNN as the distance network's molecule input."""
 
     config_version = 1
+    # what save_pretrained writes beside config.json and model.safetensors (olfaction.onnx_export;
+    # the label network's file only with a label network)
+    extra_files = (DISTANCE_FILE, LABEL_FILE, MANIFEST)
 
     def __init__(
         self,
