@@ -149,3 +149,20 @@ def test_assignment_solver_is_scipys():
         want_rows, want_cols = linear_sum_assignment(cost)
         assert cost[rows, cols].sum() == pytest.approx(cost[want_rows, want_cols].sum(), abs=1e-12)
         assert len(set(cols.tolist())) == len(cols) == min(shape)
+
+
+def test_export_with_minimol_and_dataset_inputs_equals_torch():
+    """The optional inputs: MiniMol rows beside the GNN embedding and a dataset one-hot in the head."""
+    from dataclasses import asdict
+
+    from olfaction.model import MixScentConfig, MixScentNet, MolEncoderConfig
+    from olfaction.onnx_export import TRACE_MIXTURES, _export
+
+    torch.manual_seed(0)
+    enc = asdict(MolEncoderConfig(hidden=8, layers=2, emb_dim=8))
+    net = MixScentNet(MixScentConfig(in_dim=8 + 5, hidden=8, heads=2, n_datasets=7, mol_encoder=enc)).eval()
+    module = DistanceGraph(net, minimol=True).eval()
+    assert module.names[-2:] == ["mol_extra", "dataset_onehot"]
+    blob = _export(module, _distance_feeds(TRACE_MIXTURES, 5, 0), ["distance", "alpha"])
+    for seed, mixes in enumerate((MIXTURES, MIXTURES[1:5]), start=1):
+        assert max_deviation(blob, module, _distance_feeds(mixes, 5, seed), ["distance", "alpha"]) < 1e-5
