@@ -166,3 +166,14 @@ def test_export_with_minimol_and_dataset_inputs_equals_torch():
     blob = _export(module, _distance_feeds(TRACE_MIXTURES, 5, 0), ["distance", "alpha"])
     for seed, mixes in enumerate((MIXTURES, MIXTURES[1:5]), start=1):
         assert max_deviation(blob, module, _distance_feeds(mixes, 5, seed), ["distance", "alpha"]) < 1e-5
+
+
+def test_an_export_that_differs_from_torch_is_not_written(tiny_predictor, tmp_path, monkeypatch, capsys):
+    from olfaction import onnx_export
+
+    model, _ = tiny_predictor
+    monkeypatch.setattr(onnx_export, "TOLERANCE", -1.0)  # every export now "differs"
+    path = model.save_pretrained(tmp_path / "m")
+    assert "differs from torch" in capsys.readouterr().err
+    assert not (path / "onnx.json").exists() and not (path / "distance_net.onnx").exists()
+    assert "no ONNX export" in onnx_problem(path)
