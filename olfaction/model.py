@@ -26,11 +26,13 @@ from .features import ATOM_DIM, BOND_DIM, mol_graph
 TINY_SMILES = ("CCO", "c1ccccc1O", "CC(=O)OC")  # molecules of the registry's tiny examples
 
 
-def segment_max(x: torch.Tensor, index: torch.Tensor, size: int | None = None) -> torch.Tensor:
+def segment_max(x: torch.Tensor, index: torch.Tensor | None, size: int | None = None) -> torch.Tensor:
     """Max over the rows of ``x (N, F)`` in each of the ``size`` segments named by ``index (N,)``
-    -> ``(size, F)`` (every segment non-empty). Equal to PyG's ``global_max_pool`` but exportable to
-    ONNX: a ``-inf``-initialised ``scatter_reduce(amax)`` (PyG's ONNX branch of scatter-max starts
-    from zeros, so an all-negative segment would come out 0)."""
+    -> ``(size, F)`` (every segment non-empty; ``index`` None: one segment). Equal to PyG's
+    ``global_max_pool`` but exportable to ONNX: a ``-inf``-initialised ``scatter_reduce(amax)``
+    (PyG's ONNX branch of scatter-max starts from zeros, so an all-negative segment would come out 0)."""
+    if index is None:
+        return x.max(dim=0, keepdim=True).values
     size = int(index.max()) + 1 if size is None else size
     out = x.new_full((size, x.shape[1]), float("-inf"))
     return out.scatter_reduce(0, index[:, None].expand_as(x), x, reduce="amax", include_self=True)

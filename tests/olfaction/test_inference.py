@@ -50,6 +50,7 @@ def test_segment_max_is_the_per_segment_maximum_also_when_all_negative():
     want = torch.tensor([[-2.0, 1.0], [-4.0, -1.0], [2.0, -9.0]])
     assert torch.equal(segment_max(x, index, 3), want)
     assert torch.equal(global_max_pool(x, index), want)
+    assert torch.equal(segment_max(x, None), x.max(0, keepdim=True).values)
 
 
 def test_onnx_export_equals_torch_on_other_sizes(saved):
