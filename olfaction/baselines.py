@@ -9,11 +9,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from .features import DescriptorScaler, morgan_counts, rdkit_descriptors
+
+if TYPE_CHECKING:
+    import torch
+
+# torch only inside MultiLabelLogReg: the pair features serve the torch-free predict path
 
 
 def molecule_table(smiles: list[str], kind: str = "rdkit_morgan") -> dict[str, np.ndarray]:
@@ -154,11 +159,16 @@ class MultiLabelLogReg:
         self.C, self.max_iter, self.log1p = C, max_iter, log1p
 
     def _prep(self, X: np.ndarray) -> torch.Tensor:
+        import torch
+
         X = np.log1p(np.maximum(X, 0)) if self.log1p else X
         return torch.as_tensor((X - self.mean_) / self.std_, dtype=torch.float32)
 
     def fit(self, X: np.ndarray, Y: np.ndarray) -> MultiLabelLogReg:
         """``X (N, D)``, ``Y (N, L)`` in {0, 1}."""
+        import torch
+        import torch.nn.functional as F
+
         Xl = np.log1p(np.maximum(X, 0)) if self.log1p else X
         self.mean_, self.std_ = Xl.mean(0), Xl.std(0) + 1e-6
         x = self._prep(X)
@@ -183,6 +193,8 @@ class MultiLabelLogReg:
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         """``(N, L)`` probabilities."""
+        import torch
+
         with torch.no_grad():
             p = torch.sigmoid(self._prep(X) @ self.w_ + self.b_).numpy().astype(np.float64)
         p[:, ~self.active_] = self.const_[~self.active_]

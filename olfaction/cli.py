@@ -22,7 +22,7 @@ from common.cli import (
     positive_int,
 )
 from common.data_dir import resolve_data_dir
-from common.errors import DataError, InputError
+from common.errors import CheckpointError, DataError, InputError
 from common.io import write_csv, write_json
 
 
@@ -67,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--dataset", default=None, help="experiment of --mix1/--mix2 (e.g. 'Snitz 1'; see `labels`)")
     s.add_argument("--csv", help="CSV with Dataset,Mixture_1,Mixture_2 (mixture labels)")
     s.add_argument("--components", action="store_true", help="also print the network / trees / ridge distances")
+    s.add_argument("--backend", choices=("auto", "onnx", "torch"), default="auto",
+                   help="auto: the model folder's ONNX export without torch when present (fast start), else torch")
 
     s = sub.add_parser("labels", help="top odour labels of a mixture")
     add_common_args(s)
@@ -244,15 +246,35 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _predict(args) -> int:
-    """``mixscent predict``: load the saved predictor (nothing is fitted) and print / write
-    distances."""
+def load_for_predict(model: Path, backend: str = "auto"):
+    """The saved predictor ``model`` for prediction: :class:`olfaction.inference.OnnxPredictor`
+    (no torch, PyG or scikit-learn import) when ``backend`` is ``onnx``, or ``auto`` and the folder
+    holds a usable ONNX export; else :class:`olfaction.predictor.MixturePredictor` (``auto`` says
+    why on stderr)."""
+    from .inference import OnnxPredictor, onnx_problem
+
+    if backend != "torch":
+        problem = onnx_problem(model)
+        if problem is None:
+            return OnnxPredictor(model)
+        if backend == "onnx":
+            raise CheckpointError(f"--backend onnx: {problem}")
     from .predictor import MixturePredictor
 
+    predictor = MixturePredictor.from_pretrained(model)
+    if backend == "auto":  # a model saved before the export existed (or whose export failed its check)
+        print(f"note: {problem}; predicting through torch (slower start; saving the model again with this "
+              "version writes the export)", file=sys.stderr)
+    return predictor
+
+
+def _predict(args) -> int:
+    """``mixscent predict``: load the saved predictor (nothing is fitted; :func:`load_for_predict`)
+    and print / write distances."""
     rows = _read_pairs_csv(Path(args.csv)) if args.csv else None  # fails before the model loads
     if rows is None and (not args.mix1 or not args.mix2 or not args.dataset):
         raise InputError("predict needs --mix1, --mix2 and --dataset, or --csv")
-    predictor = MixturePredictor.from_pretrained(Path(args.model))
+    predictor = load_for_predict(Path(args.model), args.backend)
     if rows is not None:
         return _predict_csv(predictor, rows, args)
     from .data import parse_mixture_text

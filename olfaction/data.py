@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from common.data_dir import require_file
 from common.errors import DataError, InputError
 
 from .features import canonical_smiles
+
+# pandas is imported inside the table loaders: validating a mixture (the predict path) does not need it
 
 SHA256 = {
     "gs_lf.csv": "0c18b6e9f0f99b772203ba4da30a96b3d60db700349376cbafe23512a9baa704",
@@ -82,6 +83,8 @@ def parse_mixture_text(text: str, where: str = "mixture") -> tuple[str, ...]:
 
 def load_mixtures(data_dir: Path) -> dict[MixtureKey, tuple[str, ...]]:
     """``{(dataset, label): canonical components}`` from ``mixture_definitions.csv`` (760)."""
+    import pandas as pd
+
     df = pd.read_csv(olf_file(data_dir, "mixture_definitions.csv"))
     smi_cols = [c for c in df.columns if c.startswith("smi_")]
     if not {"Dataset", "Mixture Label"} <= set(df.columns) or not smi_cols:
@@ -130,6 +133,8 @@ class PairData:
 def load_pairs(data_dir: Path) -> PairData:
     """The 865 mixture pairs; DataError for an unknown mixture label or a bad distance value."""
     mixtures = load_mixtures(data_dir)
+    import pandas as pd
+
     df = pd.read_csv(olf_file(data_dir, "mixture_pairs.csv"))
     need = {"Dataset", "Mixture 1", "Mixture 2", "Experimental Values"}
     if not need <= set(df.columns):
@@ -168,7 +173,12 @@ def dataset_onehot(datasets: Sequence[str]):
     get an all-zero row."""
     import torch
 
-    out = torch.zeros(len(datasets), len(DATASETS))
+    return torch.from_numpy(dataset_onehot_array(datasets))
+
+
+def dataset_onehot_array(datasets: Sequence[str]) -> np.ndarray:
+    """:func:`dataset_onehot` as a numpy array ``(P, len(DATASETS))`` float32 (the ONNX path's)."""
+    out = np.zeros((len(datasets), len(DATASETS)), np.float32)
     for i, d in enumerate(datasets):
         if d in DATASETS:
             out[i, DATASETS.index(d)] = 1.0
@@ -288,6 +298,8 @@ class LabelData:
 
 def load_gslf(data_dir: Path) -> LabelData:
     """GS-LF: 4,983 molecules x 138 odour descriptors (rows whose SMILES fail are dropped)."""
+    import pandas as pd
+
     df = pd.read_csv(olf_file(data_dir, "gs_lf.csv"))
     if "nonStereoSMILES" not in df.columns:
         raise DataError("gs_lf.csv lacks the nonStereoSMILES column")
@@ -310,6 +322,8 @@ def load_gslf(data_dir: Path) -> LabelData:
 
 def blend_molecules(data_dir: Path) -> list[str]:
     """Canonical SMILES of the blend molecules (``blends/molecules.csv``; invalid ones skipped)."""
+    import pandas as pd
+
     df = pd.read_csv(olf_file(data_dir, "blends/molecules.csv"), keep_default_na=False)
     if "smiles" not in df.columns:
         raise DataError("blends/molecules.csv lacks the smiles column")
@@ -327,6 +341,8 @@ def load_blends(data_dir: Path, eval_only: bool = True) -> tuple[LabelData, dict
     ``y (N, L)`` over the 74 evaluated labels (or all 104); the authors' split dict (indices
     remapped onto the kept rows); ``kept (N,)`` original row indices (pairs with an invalid SMILES
     are dropped)."""
+    import pandas as pd
+
     df = pd.read_csv(olf_file(data_dir, "blends/blend_pairs.csv"), keep_default_na=False)
     vocab = pd.read_csv(olf_file(data_dir, "blends/label_vocabulary.csv"))
     labels = list(vocab.loc[vocab["in_paper_eval_74"] == 1, "label"]) if eval_only else list(vocab["label"])

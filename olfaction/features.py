@@ -16,11 +16,9 @@ import sys
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
-import torch
 from rdkit import Chem, RDLogger
 from rdkit.Chem import Descriptors, rdFingerprintGenerator
 
@@ -100,23 +98,45 @@ ATOM_DIM = len(_ELEMENTS) + 1 + 7 + 4 + 5 + 6 + 3
 BOND_DIM = len(_BONDS) + 1 + 3
 
 
-def mol_graph(smiles: str):
-    """PyG ``Data`` for one molecule: ``x (n_atoms, ATOM_DIM)``, ``edge_index (2, 2*n_bonds)``
-    (both directions), ``edge_attr (2*n_bonds, BOND_DIM)``, ``smiles`` (canonical)."""
-    from torch_geometric.data import Data
-
-    can = canonical_smiles(smiles)
-    mol = Chem.MolFromSmiles(can)
-    x = torch.tensor([atom_features(a) for a in mol.GetAtoms()], dtype=torch.float32)
+def mol_graph_arrays(smiles: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The atom graph of one molecule as numpy arrays (RDKit only; the one featuriser of both the
+    torch and the ONNX path): ``x (n_atoms, ATOM_DIM)`` float32, ``edge_index (2, 2*n_bonds)``
+    int64 (both directions), ``edge_attr (2*n_bonds, BOND_DIM)`` float32."""
+    mol = Chem.MolFromSmiles(canonical_smiles(smiles))
+    x = np.asarray([atom_features(a) for a in mol.GetAtoms()], dtype=np.float32).reshape(-1, ATOM_DIM)
     src, dst, attr = [], [], []
     for b in mol.GetBonds():
         i, j, f = b.GetBeginAtomIdx(), b.GetEndAtomIdx(), bond_features(b)
         src += [i, j]
         dst += [j, i]
         attr += [f, f]
-    edge_index = torch.tensor([src, dst], dtype=torch.long).reshape(2, -1)
-    edge_attr = torch.tensor(attr, dtype=torch.float32).reshape(-1, BOND_DIM)
-    return Data(x=x, edge_index=edge_index, edge_attr=edge_attr, smiles=can)
+    edge_index = np.asarray([src, dst], dtype=np.int64).reshape(2, -1)
+    edge_attr = np.asarray(attr, dtype=np.float32).reshape(-1, BOND_DIM)
+    return x, edge_index, edge_attr
+
+
+def batch_graph_arrays(smiles: Sequence[str]) -> dict[str, np.ndarray]:
+    """The graphs of ``U`` molecules stacked as PyG's ``Batch.from_data_list`` does: ``atom_x (N,
+    ATOM_DIM)``, ``edge_index (2, E)`` (atom indices offset per molecule), ``edge_attr (E,
+    BOND_DIM)``, ``atom_mol (N,)`` int64 (the molecule 0..U-1 of each atom)."""
+    graphs = [mol_graph_arrays(s) for s in smiles]
+    offsets = np.cumsum([0] + [len(g[0]) for g in graphs[:-1]])
+    return {
+        "atom_x": np.concatenate([g[0] for g in graphs]),
+        "edge_index": np.concatenate([g[1] + o for g, o in zip(graphs, offsets, strict=True)], axis=1),
+        "edge_attr": np.concatenate([g[2] for g in graphs]),
+        "atom_mol": np.repeat(np.arange(len(graphs), dtype=np.int64), [len(g[0]) for g in graphs]),
+    }
+
+
+def mol_graph(smiles: str):
+    """PyG ``Data`` for one molecule: the tensors of :func:`mol_graph_arrays` (``x``,
+    ``edge_index``, ``edge_attr``) and ``smiles`` (canonical)."""
+    import torch
+    from torch_geometric.data import Data
+
+    x, edge_index, edge_attr = (torch.from_numpy(a) for a in mol_graph_arrays(smiles))
+    return Data(x=x, edge_index=edge_index, edge_attr=edge_attr, smiles=canonical_smiles(smiles))
 
 
 _GRAPHS: dict[str, object] = {}
@@ -141,8 +161,14 @@ def _mordred_calculator():
     return Calculator(descriptors, ignore_3D=True)
 
 
+def _mordred_version() -> str:
+    from importlib.metadata import version  # here: importlib.metadata costs the predict path 0.1-0.2 s
+
+    return version("mordredcommunity")
+
+
 def mordred_cache_path() -> Path:
-    return cache_dir() / f"mordred2d_{version('mordredcommunity')}.npz"
+    return cache_dir() / f"mordred2d_{_mordred_version()}.npz"
 
 
 def _sha256(path: Path) -> str:
@@ -181,7 +207,7 @@ def _save_mordred_cache(path: Path, smiles: list[str], values: np.ndarray, colum
         np.savez(fh, smiles=np.array(smiles), values=values.astype(np.float32), columns=np.array(columns))
     with atomic_write(path.with_suffix(".json"), mode="w") as fh:
         json.dump(
-            {"sha256": _sha256(path), "n": len(smiles), "mordredcommunity": version("mordredcommunity")},
+            {"sha256": _sha256(path), "n": len(smiles), "mordredcommunity": _mordred_version()},
             fh,
         )
 
@@ -298,8 +324,18 @@ _RDKIT_DESC = [(n, f) for n, f in Descriptors.descList]
 _MORGAN = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=512)
 
 
+_RDKIT_ROWS: dict[str, np.ndarray] = {}
+
+
 def rdkit_descriptors(smiles: str) -> np.ndarray:
-    """The ~200 RDKit 2D descriptors of one molecule, ``(D_rdkit,)`` float32, non-finite -> 0."""
+    """The ~200 RDKit 2D descriptors of one molecule, ``(D_rdkit,)`` float32, non-finite -> 0
+    (memoised in-process: the set regressors read them twice per molecule; a copy is returned)."""
+    if smiles not in _RDKIT_ROWS:
+        _RDKIT_ROWS[smiles] = _rdkit_descriptors(smiles)
+    return _RDKIT_ROWS[smiles].copy()
+
+
+def _rdkit_descriptors(smiles: str) -> np.ndarray:
     mol = Chem.MolFromSmiles(smiles)
     out = []
     for _, fn in _RDKIT_DESC:

@@ -14,7 +14,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch_geometric.data import Batch
-from torch_geometric.nn import GATConv, GATv2Conv, GINEConv, global_max_pool, global_mean_pool
+from torch_geometric.nn import GATConv, GATv2Conv, GINEConv, global_mean_pool
+from torch_geometric.utils import scatter
 from torch_geometric.utils import softmax as segment_softmax
 
 from common.pretrained import PretrainedMixin, register_model
@@ -23,6 +24,18 @@ from moe import MoE, TopKRouter
 from .features import ATOM_DIM, BOND_DIM, mol_graph
 
 TINY_SMILES = ("CCO", "c1ccccc1O", "CC(=O)OC")  # molecules of the registry's tiny examples
+
+
+def segment_max(x: torch.Tensor, index: torch.Tensor | None, size: int | None = None) -> torch.Tensor:
+    """Max over the rows of ``x (N, F)`` in each of the ``size`` segments named by ``index (N,)``
+    -> ``(size, F)`` (every segment non-empty; ``index`` None: one segment). Equal to PyG's
+    ``global_max_pool`` but exportable to ONNX: a ``-inf``-initialised ``scatter_reduce(amax)``
+    (PyG's ONNX branch of scatter-max starts from zeros, so an all-negative segment would come out 0)."""
+    if index is None:
+        return x.max(dim=0, keepdim=True).values
+    size = int(index.max()) + 1 if size is None else size
+    out = x.new_full((size, x.shape[1]), float("-inf"))
+    return out.scatter_reduce(0, index[:, None].expand_as(x), x, reduce="amax", include_self=True)
 
 
 def _tiny_graph():
@@ -45,7 +58,8 @@ class MolEncoder(PretrainedMixin, nn.Module):
     ``[mean_pool ; max_pool] -> Linear -> emb``.
 
     Input: PyG batch with ``x (n_atoms, ATOM_DIM)``, ``edge_index (2, E)``,
-    ``edge_attr (E, BOND_DIM)``, ``batch (n_atoms,)``. Output: ``(n_mols, emb_dim)``."""
+    ``edge_attr (E, BOND_DIM)``, ``batch (n_atoms,)`` (and ``num_graphs``, the number of molecules,
+    where the batch has it). Output: ``(n_mols, emb_dim)``."""
 
     legacy_config_arg = "cfg"  # common.checkpoint wrote the config fields flat
 
@@ -73,7 +87,8 @@ class MolEncoder(PretrainedMixin, nn.Module):
             h = h + F.dropout(
                 F.relu(norm(conv(h, graph.edge_index, graph.edge_attr))), self.cfg.dropout, self.training
             )
-        pooled = torch.cat([global_mean_pool(h, graph.batch), global_max_pool(h, graph.batch)], dim=-1)
+        size = getattr(graph, "num_graphs", None)  # a traced size when exported to ONNX
+        pooled = torch.cat([global_mean_pool(h, graph.batch, size), segment_max(h, graph.batch, size)], dim=-1)
         return self.out(pooled)
 
     @classmethod
@@ -104,8 +119,8 @@ class DescriptorPretrainer(PretrainedMixin, nn.Module):
 def fully_connected_edges(comp_batch: torch.Tensor) -> torch.Tensor:
     """All ordered pairs ``(i, j), i != j`` of component slots in the same mixture:
     ``comp_batch (C,)`` -> ``edge_index (2, E)``. GATv2Conv adds the self loops."""
-    same = comp_batch[:, None] == comp_batch[None, :]
-    same.fill_diagonal_(False)
+    slot = torch.arange(comp_batch.shape[0], device=comp_batch.device)
+    same = (comp_batch[:, None] == comp_batch[None, :]) & (slot[:, None] != slot[None, :])  # no in-place op: ONNX-traceable
     return same.nonzero().t().contiguous()
 
 
@@ -189,8 +204,8 @@ class MixtureEncoder(nn.Module):
         else:
             counts = torch.bincount(comp_batch, minlength=n_mix).clamp(min=1).to(h.dtype)
             alpha = 1.0 / counts[comp_batch]
-        z = torch.zeros(n_mix, h.shape[1], dtype=h.dtype, device=h.device)
-        z = z.index_add(0, comp_batch, alpha[:, None] * self.value(h))
+        # scatter-sum, not index_add: ONNX exports index_add as a scatter that drops repeated indices
+        z = scatter(alpha[:, None] * self.value(h), comp_batch, 0, n_mix, reduce="sum")
         return z, alpha
 
 

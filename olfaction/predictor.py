@@ -20,54 +20,58 @@ It holds three fitted parts and how they are combined:
 Saved as one ``common.pretrained`` directory: the networks' weights and the regressors' node
 tables / coefficients in ``model.safetensors`` (no pickle), their configurations, the dataset
 vocabulary, the molecule scalers and the training pairs of the target encodings in
-``config.json``. Nothing is refitted at prediction time.
+``config.json``; beside them the ONNX export of the networks (``distance_net.onnx``,
+``label_net.onnx``, ``onnx.json``; :mod:`olfaction.onnx_export`), which the torch-free
+:class:`olfaction.inference.OnnxPredictor` (``mixscent predict``) runs. Nothing is refitted at
+prediction time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 from torch import nn
-from torch_geometric.data import Batch
 
-from common.errors import CheckpointError, InputError
+from common.errors import CheckpointError
 from common.pretrained import PretrainedMixin, register_model
 
 from .data import LabelData, PairData, Split, dataset_onehot, validate_mixture
-from .features import graphs_for, morgan_counts
+from .inference import (  # noqa: F401  (LABEL_BITS, LABEL_FEATURES: part of this module's API)
+    COMPONENTS,
+    DISTANCE_FILE,
+    LABEL_BITS,
+    LABEL_FEATURES,
+    LABEL_FILE,
+    MANIFEST,
+    MixtureAPI,
+    label_features,
+    label_inputs,
+    mixture_inputs,
+    standardised_minimol,
+)
 from .model import DistanceTrainConfig, MixScentConfig, MixScentNet, MolEncoder
 from .set_models import DEFAULT_PARTNERS, SetRegressors
 
 # Loading and predicting import only torch, PyG, RDKit and numpy: training code (Lightning,
-# scikit-learn, SciPy) is imported inside the fitting methods, so `mixscent predict` stays light.
-
-COMPONENTS = ("network", "trees", "ridge")
-LABEL_BITS = 2048
+# scikit-learn, SciPy) is imported inside the fitting methods. With the ONNX export that
+# save_pretrained writes, `mixscent predict` does not import torch at all (olfaction.inference).
 
 
-LABEL_FEATURES = ("morgan", "minimol", "morgan+minimol")
-
-
-def label_features(smiles: Sequence[str], kind: str = "morgan") -> dict[str, np.ndarray]:
-    """``{smiles: (d,)}`` float32 molecule inputs of the label network: ``morgan`` = log1p Morgan
-    counts (radius 2, ``d = LABEL_BITS``), ``minimol`` = MiniMol v1 embeddings (``d = 512``,
-    :mod:`olfaction.minimol`, cached on disk), ``morgan+minimol`` = both concatenated."""
-    if kind not in LABEL_FEATURES:
-        raise InputError(f"unknown label features {kind!r} (choose from {', '.join(LABEL_FEATURES)})")
-    smiles = list(dict.fromkeys(smiles))
-    parts = []
-    if "morgan" in kind:
-        parts.append(np.stack([np.log1p(morgan_counts(s, LABEL_BITS)) for s in smiles]))
-    if "minimol" in kind:
-        from .minimol import minimol_table
-
-        table = minimol_table(smiles)
-        parts.append(np.stack([table[s] for s in smiles]))
-    x = np.concatenate(parts, axis=1).astype(np.float32)
-    return {s: x[i] for i, s in enumerate(smiles)}
+def graph_view(tensors: dict[str, torch.Tensor]) -> SimpleNamespace:
+    """The PyG-batch view :meth:`MixScentNet.embed` reads (``x``, ``edge_index``, ``edge_attr``,
+    ``batch``, ``num_graphs``, optional ``mol_extra``) of the tensors of
+    :func:`olfaction.inference.mixture_inputs` (``num_graphs`` from ``mol_ids``' length, so it
+    stays a traced size in the ONNX export)."""
+    graph = SimpleNamespace(x=tensors["atom_x"], edge_index=tensors["edge_index"], edge_attr=tensors["edge_attr"],
+                            batch=tensors["atom_mol"], num_graphs=tensors["mol_ids"].shape[0])
+    if "mol_extra" in tensors:
+        graph.mol_extra = tensors["mol_extra"]
+    return graph
 
 
 @torch.no_grad()
@@ -77,15 +81,11 @@ def embed_mixtures(net: MixScentNet, mixtures: Sequence[Sequence[str]],
     encoder-backed :class:`MixScentNet` (``cfg.mol_encoder`` set) for ``M`` mixtures of canonical
     SMILES; components are encoded on the fly, so any molecule works. ``mol_extra(mols) -> (U, d)``
     float32: extra per-molecule inputs appended to the molecule embedding (MiniMol), when the network
-    was trained with them."""
-    mols = sorted({s for m in mixtures for s in m})
-    pos = {s: i for i, s in enumerate(mols)}
-    graph = Batch.from_data_list(graphs_for(mols))
-    if mol_extra is not None:
-        graph.mol_extra = torch.from_numpy(mol_extra(mols))
-    comp = torch.tensor([pos[s] for m in mixtures for s in m])
-    comp_batch = torch.repeat_interleave(torch.arange(len(mixtures)), torch.tensor([len(m) for m in mixtures]))
-    return net.embed(graph, comp, comp_batch, len(mixtures))
+    was trained with them. The inputs are :func:`olfaction.inference.mixture_inputs`' arrays, the
+    ONNX path's."""
+    _, feeds = mixture_inputs(mixtures, mol_extra)
+    t = {k: torch.from_numpy(v) for k, v in feeds.items()}
+    return net.embed(graph_view(t), t["comp"], t["comp_batch"], len(mixtures))
 
 
 @torch.no_grad()
@@ -112,7 +112,7 @@ class LabelNetConfig:
 
 
 @register_model("mixture_predictor")
-class MixturePredictor(PretrainedMixin, nn.Module):
+class MixturePredictor(PretrainedMixin, MixtureAPI, nn.Module):
     """Mixture distance (network + set regressors, weights chosen on validation rows) and odour
     labels. ``fit`` then ``predict_distance`` / ``predict_labels`` / ``top_labels`` /
     ``attention``; ``save_pretrained`` / ``from_pretrained``.
@@ -121,6 +121,9 @@ class MixturePredictor(PretrainedMixin, nn.Module):
     MiniMol v1 embeddings beside the GNN as the distance network's molecule input."""
 
     config_version = 1
+    # what save_pretrained writes beside config.json and model.safetensors (olfaction.onnx_export;
+    # the label network's file only with a label network)
+    extra_files = (DISTANCE_FILE, LABEL_FILE, MANIFEST)
 
     def __init__(
         self,
@@ -234,64 +237,26 @@ class MixturePredictor(PretrainedMixin, nn.Module):
     def _minimol_rows(self, mols: Sequence[str]) -> np.ndarray:
         """``(U, 512)`` float32 z-scored MiniMol rows of ``mols`` (the distance network's extra
         molecule input when ``minimol``)."""
-        mean, std = self.minimol_scale
-        raw = self._minimol_raw(mols)
-        return ((np.stack([raw[s] for s in mols]) - mean) / std).astype(np.float32)
+        return standardised_minimol(mols, *self.minimol_scale)
 
     def _mol_extra(self):
         """The distance network's extra molecule input (``_minimol_rows``), or None without MiniMol."""
         return self._minimol_rows if self.minimol_scale is not None else None
 
     # ------------------------------------------------------------------ predict
-    def _need(self, part: str):
-        value = getattr(self, part)
-        if value is None:
-            what = "label network (train with GS-LF labels)" if part == "label_net" else "fitted predictor"
-            raise InputError(f"this model has no {what}")
-        return value
-
+    # predict_components / predict_distance / top_labels / datasets: MixtureAPI (shared with the
+    # torch-free olfaction.inference.OnnxPredictor)
     @torch.no_grad()
     def _network_distances(self, mix_a, mix_b, datasets) -> np.ndarray:
         return network_distances(self._need("distance_net"), mix_a, mix_b, datasets, self._mol_extra())
-
-    def predict_components(self, mix_a, mix_b, datasets) -> dict[str, np.ndarray]:
-        """``{"network", "trees", "ridge", "combined"}`` each ``(P,)`` for pairs of validated
-        canonical component tuples ``mix_a[i], mix_b[i]`` of experiment ``datasets[i]``."""
-        out = {"network": self._network_distances(mix_a, mix_b, datasets)}
-        if self.set_regressors is not None:
-            out.update(self.set_regressors.predict(mix_a, mix_b, datasets))
-            out["combined"] = np.stack([out[c] for c in COMPONENTS], axis=1) @ self.weights
-        else:
-            out["combined"] = out["network"]
-        return out
-
-    def predict_distance(self, mix_a, mix_b, datasets) -> np.ndarray:
-        """``(P,)`` perceptual distances in [0, 1] (higher = more different) of the pairs
-        ``(mix_a[i], mix_b[i])`` (SMILES lists) measured in experiment ``datasets[i]`` (one of the
-        training datasets, e.g. ``"Snitz 1"``; the set regressors read it)."""
-        if not len(mix_a) or len(mix_a) != len(mix_b) or len(mix_a) != len(datasets):
-            raise InputError("predict_distance needs equally many first and second mixtures and datasets (>= 1)")
-        a = [validate_mixture(m, "mixture 1") for m in mix_a]
-        b = [validate_mixture(m, "mixture 2") for m in mix_b]
-        return self.predict_components(a, b, list(datasets))["combined"]
 
     @torch.no_grad()
     def predict_labels(self, mixtures: Sequence[Sequence[str]]) -> np.ndarray:
         """``(M, L)`` odour-label probabilities (:attr:`label_names`) of ``M`` mixtures."""
         net = self._need("label_net")
         mixes = [validate_mixture(m) for m in mixtures]
-        mols = sorted({s for m in mixes for s in m})
-        feats = label_features(mols, self.labels_cfg.features)
-        x = torch.as_tensor(np.stack([feats[s] for s in mols]))
-        pos = {s: i for i, s in enumerate(mols)}
-        comp = torch.tensor([pos[s] for m in mixes for s in m])
-        comp_batch = torch.repeat_interleave(torch.arange(len(mixes)), torch.tensor([len(m) for m in mixes]))
-        return torch.sigmoid(net.label_logits(x, comp, comp_batch, len(mixes))).numpy()
-
-    def top_labels(self, mixture: Sequence[str], k: int = 5) -> list[tuple[str, float]]:
-        """The ``k`` most probable odour labels of one mixture, most probable first."""
-        prob = self.predict_labels([mixture])[0]
-        return [(self.label_names[i], float(prob[i])) for i in np.argsort(-prob)[:k]]
+        t = {k: torch.from_numpy(v) for k, v in label_inputs(mixes, self.labels_cfg.features).items()}
+        return torch.sigmoid(net.label_logits(t["mol_x"], t["comp"], t["comp_batch"], len(mixes))).numpy()
 
     @torch.no_grad()
     def attention(self, mixture: Sequence[str]) -> dict[str, float]:
@@ -300,12 +265,17 @@ class MixturePredictor(PretrainedMixin, nn.Module):
         _, alpha = embed_mixtures(self._need("distance_net"), [m], self._mol_extra())
         return {s: float(a) for s, a in zip(m, alpha, strict=False)}
 
-    @property
-    def datasets(self) -> list[str]:
-        """The experiments a pair may name (the set regressors' vocabulary)."""
-        return list(self.set_regressors.vocabulary_) if self.set_regressors is not None else []
-
     # ------------------------------------------------------------------ saved form
+    def save_pretrained(self, path_dir, extra: dict | None = None) -> Path:
+        """The ``common.pretrained`` directory, then the ONNX export of the networks into it
+        (:func:`olfaction.onnx_export.export_onnx`: checked against torch, or left out with a
+        warning, in which case prediction takes the torch path)."""
+        from .onnx_export import export_onnx
+
+        path = super().save_pretrained(path_dir, extra)
+        export_onnx(self, path)
+        return path
+
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict]:
         net = self._need("distance_net")
         tensors = {f"distance_net.{k}": v for k, v in net.state_dict().items()}

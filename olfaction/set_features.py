@@ -23,11 +23,14 @@ component sets, all symmetric in ``A <-> B``:
 
 from __future__ import annotations
 
+import functools
+import importlib.machinery
+import importlib.util
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from common.errors import InputError
 
@@ -51,10 +54,33 @@ def cost_matrix(Xa: np.ndarray, Xb: np.ndarray, metric: str) -> np.ndarray:
     raise ValueError(f"unknown metric {metric!r}")
 
 
+@functools.cache
+def assignment_solver():
+    """SciPy's ``scipy.optimize.linear_sum_assignment`` (the same compiled function), loaded from
+    its extension module ``scipy/optimize/_lsap`` without running the ``scipy.optimize`` package
+    import (0.7-1 s, most of the torch-free ``mixscent predict``'s budget); the plain import where
+    that module is not found or does not load."""
+    try:
+        import scipy
+
+        folder = Path(scipy.__file__).parent / "optimize"
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            if (folder / f"_lsap{suffix}").is_file():
+                loader = importlib.machinery.ExtensionFileLoader("scipy.optimize._lsap", str(folder / f"_lsap{suffix}"))
+                module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+                loader.exec_module(module)
+                return module.linear_sum_assignment
+    except (ImportError, OSError, AttributeError):
+        pass
+    from scipy.optimize import linear_sum_assignment as solve
+
+    return solve
+
+
 def set_distances(Xa: np.ndarray, Xb: np.ndarray, metric: str) -> list[float]:
     """:data:`SET_DISTANCES` between two sets of molecule rows ``Xa (na, D)``, ``Xb (nb, D)``."""
     cost = cost_matrix(Xa, Xb, metric)
-    rows, cols = linear_sum_assignment(cost)
+    rows, cols = assignment_solver()(cost)
     sa, sb = Xa.sum(0), Xb.sum(0)
     cos = float(sa @ sb / (np.linalg.norm(sa) * np.linalg.norm(sb) + 1e-12))
     return [

@@ -403,6 +403,8 @@ CASES: list[tuple[str, str]] = [
     ("mixscent", "predict --model {d}/ckpt --csv {d}/good.csv --out {d}/existing.csv"),
     ("mixscent", "predict --model {d}/badformat --mix1 CCO --mix2 CC"),
     ("mixscent", "predict --model {d}/corruptck --mix1 CCO --mix2 CC"),
+    ("mixscent", "predict --model {d}/ckpt --mix1 CCO --mix2 CC --dataset Bushdid --backend onnx"),
+    ("mixscent", "predict --model {d}/ckpt --mix1 CCO --mix2 CC --dataset Bushdid --backend jax"),
     ("mixscent", "labels --model {d}/ckpt --mix CCO --top 0"),
     ("mixscent", "white --model {d}/ckpt --max-n 0"),
     ("mixscent", "white --model {d}/ckpt --samples -1"),

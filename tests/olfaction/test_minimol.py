@@ -99,6 +99,9 @@ def test_predictor_with_minimol_beside_the_gnn_round_trips(tmp_path, monkeypatch
     loaded = MixturePredictor.from_pretrained(tmp_path / "m")
     assert loaded.minimol
     np.testing.assert_allclose(loaded._network_distances(a, b, d), before, atol=1e-6)
+    from olfaction.inference import OnnxPredictor  # the torch-free path reads the scaler too
+
+    np.testing.assert_allclose(OnnxPredictor(tmp_path / "m")._network_distances(a, b, d), before, atol=1e-6)
     loaded.minimol_scale = (loaded.minimol_scale[0] + 3.0, loaded.minimol_scale[1])
     assert not np.allclose(loaded._network_distances(a, b, d), before)
 

@@ -24,8 +24,8 @@ def test_forest_and_ridge_arrays_predict_as_sklearn():
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return MixturePredictor.tiny_example()
+def tiny(tiny_predictor):
+    return tiny_predictor
 
 
 def test_round_trip_and_no_refit(tiny, tmp_path):
@@ -40,7 +40,7 @@ def test_round_trip_and_no_refit(tiny, tmp_path):
     combined = np.stack([before[c] for c in ("network", "trees", "ridge")], axis=1) @ model.weights
     np.testing.assert_allclose(before["combined"], combined)
     assert not (tmp_path / "m" / "model.pkl").exists() and sorted(p.name for p in (tmp_path / "m").iterdir()) == [
-        "config.json", "model.safetensors"]
+        "config.json", "distance_net.onnx", "label_net.onnx", "model.safetensors", "onnx.json"]
 
 
 def test_symmetric_and_bad_input(tiny):
