@@ -217,7 +217,7 @@ def _eval(a) -> int:
                              guidance=a.guidance, use_text=a.text, fidelity=not a.no_fidelity, split=a.split)
     res["ckpt"] = str(a.ckpt)
     cols = ["attention", "cd", "fscore", "part_cd", "part_fscore", "coverage", "mmd", "1nna", "part_count_acc",
-            "pen_gen", "pen_ref", "n_shapes"]
+            "pen_gen", "pen_ref", "outside_gen", "outside_ref", "n_shapes"]
     print(markdown_table([res], cols + ([] if a.no_fidelity else ["fidelity", "fidelity_real", "classifier_test_acc"])))
     if a.out:
         write_json(a.out, res)

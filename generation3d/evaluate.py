@@ -98,6 +98,18 @@ def penetration_rate(boxes: np.ndarray, threshold: float = 0.25) -> float:
     return float((ov[iu] > threshold).mean())
 
 
+def outside_rate(boxes: np.ndarray, bound: float = 1.0, tol: float = 0.05) -> float:
+    """Fraction of parts whose box ``(P,6)`` (centre + size) reaches more than ``tol`` beyond the
+    normalised frame ``[-bound, bound]^3`` on some axis. Every real shape lies inside the frame (its
+    bounding box is scaled to largest half-extent 1), so for a scene it is the rate of generated parts
+    outside the room's extent; 0 for every real shape."""
+    b = np.asarray(boxes, dtype=np.float64)
+    if len(b) == 0:
+        return 0.0
+    reach = np.abs(b[:, :3]) + b[:, 3:] / 2
+    return float((reach > bound + tol).any(1).mean())
+
+
 def count_valid_parts(boxes: np.ndarray, min_size: float = 0.005, bound: float = 1.5) -> int:
     """Parts whose box is non-degenerate (all sizes > min_size) and inside ``[-bound, bound]^3``."""
     b = np.asarray(boxes)
@@ -128,8 +140,9 @@ def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int =
 
     Paired metrics: shape CD / F-score and Hungarian part CD / F-score against the test shape
     with the same request. Set metrics: COV / MMD / 1-NNA between the generated and test clouds.
-    Also part-count accuracy (non-degenerate generated boxes == requested P) and penetration rate
-    (generated vs test). With ``fidelity``, category fidelity (``classifier.py``): the rate at
+    Also part-count accuracy (non-degenerate generated boxes == requested P), penetration rate and
+    the rate of parts outside the normalised frame (``outside_rate``; for scenes: outside the room),
+    generated vs test. With ``fidelity``, category fidelity (``classifier.py``): the rate at
     which the category classifier of ``ds`` (``classifier.get_classifier``, cached; or the given
     ``(model, info)``) labels a generated shape with its requested category (``fidelity``), the
     same rate for the paired test shapes (``fidelity_real``) and the classifier's accuracy on all
@@ -160,6 +173,7 @@ def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int =
             "cd": chamfer_distance(gc, rc), "fscore": fscore(gc, rc, tau), **pm,
             "count_ok": float(count_valid_parts(g.boxes) == len(ref_pts)),
             "pen_gen": penetration_rate(g.boxes), "pen_ref": penetration_rate(ref_boxes),
+            "outside_gen": outside_rate(g.boxes), "outside_ref": outside_rate(ref_boxes),
         })
     out = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
     out.update(set_metrics(gen_clouds, ref_clouds))

@@ -9,6 +9,7 @@ from generation3d.evaluate import (
     count_valid_parts,
     fscore,
     match_parts,
+    outside_rate,
     part_metrics,
     penetration_rate,
     set_metrics,
@@ -67,6 +68,18 @@ def test_penetration_and_counts():
     touching = np.array([[0, 0, 0, 1, 1, 1], [1, 0, 0, 1, 1, 1]], float)
     assert penetration_rate(touching) == 0.0
     assert count_valid_parts(boxes) == 2  # box 2 lies outside the frame, box 3 is degenerate
+
+
+def test_outside_rate_counts_parts_reaching_beyond_the_frame():
+    boxes = np.array([
+        [0.0, 0, 0, 2, 2, 2],        # exactly fills [-1, 1]^3: inside
+        [0.5, 0, 0, 1.08, 0.2, 0.2],  # reaches x = 1.04 <= 1 + 0.05: inside
+        [0.5, 0, 0, 1.2, 0.2, 0.2],   # reaches x = 1.1: outside
+        [0.0, 0, -0.95, 0.2, 0.2, 0.3],  # reaches z = -1.1: outside
+    ])
+    assert outside_rate(boxes) == pytest.approx(0.5)
+    assert outside_rate(boxes, tol=0.2) == 0.0
+    assert outside_rate(boxes[:2]) == 0.0 and outside_rate(np.zeros((0, 6))) == 0.0
 
 
 def test_heldout_flow_loss_is_seeded_and_equals_the_target_variance_for_a_zero_velocity(tiny_pipeline, tiny_data):
