@@ -628,10 +628,11 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
             unknown = set(state) - {"layout", *COMPONENTS}
             if unknown:
                 raise CheckpointError(f"{source}: unknown MoSAIC state {sorted(unknown)}")
-            steps = state.get("steps")
-            if isinstance(steps, dict) and "level_ref" not in steps and "t" in steps:
+            steps, expert_stats = state.get("steps"), state.get("expert_stats")
+            if (isinstance(steps, dict) and "level_ref" not in steps and "t" in steps
+                    and isinstance(expert_stats, dict) and "level_slow" in expert_stats):
                 # config version 4: no drift floor yet (its coefficient is 0 after upgrade_config)
-                state = {**state, "steps": {**steps, "level_ref": state.get("expert_stats", {}).get("level_slow")}}
+                state = {**state, "steps": {**steps, "level_ref": expert_stats["level_slow"]}}
             fresh = {name: cls.__new__(cls) for name, cls in COMPONENTS.items()}
             for name, comp in fresh.items():
                 comp.load_state(tensors, state.get(name), source)
