@@ -12,7 +12,7 @@ Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``. For a sample ``x``
    angle ``θ = η_t · arctan(||ρ||/||p||)``, with the step-size schedule (sublinear contraction
    within an epoch)
 
-       η_t = max(η_min, η_0 / sqrt(1 + t_k / τ)),
+       η_t = max(η_min, f_k, η_0 / sqrt(1 + t_k / τ)),
 
    where ``t_k`` counts the updates of expert ``k`` since its schedule last restarted: at its
    last re-seed, at pretraining, when its fast residual average exceeds ``DRIFT_FACTOR`` × its
@@ -21,7 +21,9 @@ Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``. For a sample ``x``
    normalised residual of its first ``RESET_CHECK`` accepted samples of the new epoch exceeds
    ``RESET_FACTOR`` × its slow average, so experts whose subspace did not change (the others of an
    abrupt replacement) keep their small steps (``"always"``: every expert restarts, the pre-session-11
-   rule; ``"never"``).
+   rule; ``"never"``). The drift floor ``f_k = min(η_0, drift_floor · sqrt(max(ℓ_k / ℓ_ref,k − 1, 0)))``
+   keeps the step of an expert whose fast residual level ``ℓ_k`` stays above its level at the end of
+   pretraining ``ℓ_ref,k`` (a subspace that drifts, with or without epochs; ``streaming.schedule``).
 4. **Change detection** (abrupt replacement of a subspace): a sample whose best score exceeds
    both ``NOVELTY · (1 - r/m)`` (a fraction of what a random subspace leaves) and
    ``SPIKE_FACTOR ×`` the routed expert's running residual level is *novel*: it updates no
@@ -97,6 +99,9 @@ class MoSAICConfig:
     K: int
     eta0: float = 1.0  # session 11 (was 0.5): with epoch_reset="detect", chosen on tuning seeds 1100-1101
     eta_min: float = 0.05
+    # issue 33 (config version 5): the drift floor's coefficient (``streaming.schedule.drift_floor``), chosen on the
+    # stress suite's tuning seeds; 0 = off (older checkpoints)
+    drift_floor: float = 0.3
     schedule: str = "sublinear"  # or "constant" (η = eta0 always, k-GROUSE style)
     detect: bool = True  # change detection (novel samples -> change buffer -> re-seed)
     epoch_reset: str = "detect"  # restart the schedule at an epoch start: "detect" (only experts that moved), "always", "never"
@@ -135,6 +140,8 @@ class MoSAICConfig:
             raise InputError(f"schedule must be 'sublinear' or 'constant', got {self.schedule!r}")
         if not (0 < self.eta0 <= 1 and 0 <= self.eta_min <= self.eta0):
             raise InputError("step sizes must satisfy 0 <= eta_min <= eta0 <= 1, eta0 > 0")
+        if not (0 <= self.drift_floor <= 1):
+            raise InputError(f"drift_floor must be in [0, 1] (0 = off), got {self.drift_floor}")
 
 
 #: config fields deleted in each config version (dropped when an older checkpoint loads): 2 the drift
@@ -178,15 +185,16 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
     ``n_samples_seen_``, ``reseeds_``). Deterministic under ``seed``.
     """
 
-    config_version = 4  # 2: drift prediction deleted; 3: stream repair and unset knobs; 4: component state
+    # 2: drift prediction deleted; 3: stream repair and unset knobs; 4: component state; 5: drift floor
+    config_version = 5
 
-    def __init__(self, n: int, r: int, K: int, *, eta0: float = 1.0, eta_min: float = 0.05,
+    def __init__(self, n: int, r: int, K: int, *, eta0: float = 1.0, eta_min: float = 0.05, drift_floor: float = 0.3,
                  schedule: str = "sublinear", detect: bool = True, epoch_reset: str = "detect",
                  provisional: bool = True, provisional_growth: float = 0.0, provisional_lambda: float = 0.1,
                  provisional_estimator: str = "auto", completion_cap: float = 10.0, pretrain_restarts: int = 16,
                  pretrain_repair: int = 2, seed: int = 0) -> None:
         config = MoSAICConfig(
-            n=n, r=r, K=K, eta0=eta0, eta_min=eta_min, schedule=schedule, detect=detect, epoch_reset=epoch_reset,
+            n=n, r=r, K=K, eta0=eta0, eta_min=eta_min, drift_floor=drift_floor, schedule=schedule, detect=detect, epoch_reset=epoch_reset,
             provisional=provisional, provisional_growth=provisional_growth, provisional_lambda=provisional_lambda,
             provisional_estimator=provisional_estimator, completion_cap=completion_cap,
             pretrain_restarts=pretrain_restarts, pretrain_repair=pretrain_repair, seed=seed)
@@ -200,7 +208,7 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         bases = random_bases(np.random.default_rng(self.config.seed), K, n, r)
         self.bank = ExpertBank(bases=bases, ridge=RIDGE)
         self.expert_stats = ExpertStats.new(K)
-        self.steps = StepSchedule(t=np.zeros(K))
+        self.steps = StepSchedule.new(K)
         self.epochs = EpochReset.new(K)
         self.stream_stats = StreamStats(mean_m=float(n))
         self.change_buffer = ChangeBuffer()
@@ -299,7 +307,7 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
 
     def step_size(self, k: int) -> float:
         c = self.config
-        return self.steps.step_size(k, c.schedule, c.eta0, c.eta_min, c.r)
+        return self.steps.step_size(k, c.schedule, c.eta0, c.eta_min, c.r, c.drift_floor, float(self.expert_stats.level[k]))
 
     def memory_bytes(self) -> int:
         """Bytes of every array the model state holds (all components: bases, counters, change buffer,
@@ -340,6 +348,7 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
             lvl = float(np.median(s)) if s.size else 1.0
             stats.level[k] = stats.level_slow[k] = max(lvl, 1e-6)
             self.steps.t[k] = s.size
+            self.steps.level_ref[k] = stats.level[k]
             stats.long_counts[k] = s.size
         stats.mature[:] = True
         self.stream_stats.mean_m = float(M.sum(1).mean())
@@ -444,8 +453,14 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
             return self._buffer_novel(idx, xo, m, prov)
         if self.epochs.pending[k]:
             self.epochs.check(k, s, stats.level_slow[k], steps)
-        eta = c.eta0 if c.schedule == "constant" else max(c.eta_min, c.eta0 / math.sqrt(1.0 + float(steps.t[k]) / (2.0 * r)))
-        grouse_step(bank.bases[k], idx, xo, w[k], eta, p=p)  # (the schedule's step_size, inline)
+        if c.schedule == "constant":
+            eta = c.eta0
+        else:  # the schedule's step_size, inline
+            eta = max(c.eta_min, c.eta0 / math.sqrt(1.0 + float(steps.t[k]) / (2.0 * r)))
+            ref = float(steps.level_ref[k])
+            if c.drift_floor and level > ref > 0.0:
+                eta = max(eta, min(c.eta0, c.drift_floor * math.sqrt(level / ref - 1.0)))
+        grouse_step(bank.bases[k], idx, xo, w[k], eta, p=p)
         steps.t[k] += 1
         stats.n_updates[k] += 1
         stats.long_counts[k] += 1
@@ -586,10 +601,12 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
 
     @classmethod
     def upgrade_config(cls, config: dict, from_version: int) -> dict:
+        # deleted mechanisms' fields go (3: the same fields, flat state layout); before 5 there was no
+        # drift floor, so an older model continues its stream as it was trained
         if from_version == 0 and config.get("model") == "MoSAIC":  # common.checkpoint: {"model", **fields}
-            return {k: v for k, v in config.items() if k not in ("model", *REMOVED_FIELDS)}
-        if from_version in (1, 2, 3):  # deleted mechanisms' fields (3: the same fields, flat state layout)
-            return {k: v for k, v in config.items() if k not in REMOVED_FIELDS}
+            return {"drift_floor": 0.0, **{k: v for k, v in config.items() if k not in ("model", *REMOVED_FIELDS)}}
+        if from_version in (1, 2, 3, 4):
+            return {"drift_floor": 0.0, **{k: v for k, v in config.items() if k not in REMOVED_FIELDS}}
         return super().upgrade_config(config, from_version)
 
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict]:
@@ -611,6 +628,11 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
             unknown = set(state) - {"layout", *COMPONENTS}
             if unknown:
                 raise CheckpointError(f"{source}: unknown MoSAIC state {sorted(unknown)}")
+            steps, expert_stats = state.get("steps"), state.get("expert_stats")
+            if (isinstance(steps, dict) and "level_ref" not in steps and "t" in steps
+                    and isinstance(expert_stats, dict) and "level_slow" in expert_stats):
+                # config version 4: no drift floor yet (its coefficient is 0 after upgrade_config)
+                state = {**state, "steps": {**steps, "level_ref": expert_stats["level_slow"]}}
             fresh = {name: cls.__new__(cls) for name, cls in COMPONENTS.items()}
             for name, comp in fresh.items():
                 comp.load_state(tensors, state.get(name), source)
@@ -633,7 +655,7 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
                 level=arr["level"], level_slow=arr["level_slow"], mature=arr["mature"].astype(bool),
                 n_updates=arr["n_updates"], long_counts=arr["long_counts"], last_update=arr["last_update"],
                 reseeded_at=arr["reseeded_at"])
-            self.steps = StepSchedule(t=arr["t"])
+            self.steps = StepSchedule(t=arr["t"], level_ref=arr["level_slow"].copy())  # no drift floor before 5
             epochs = EpochReset.new(K)
             epochs.epoch = int(state["epoch"])
             if "reset_pending" in arr:  # older checkpoints: no pending epoch-reset decision

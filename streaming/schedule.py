@@ -1,9 +1,14 @@
 """MoSAIC's step-size schedule and its epoch handling.
 
-The step of expert ``k`` is ``η_t = max(η_min, η_0 / sqrt(1 + t_k / τ))`` (``"sublinear"``, ``τ = 2 r``) or
-``η_0`` (``"constant"``), ``t_k`` counting its updates since the schedule last restarted. The
-schedule restarts at a re-seed, when the expert's fast residual level jumps (``DRIFT_FACTOR``), and
-at an epoch start for the experts that moved (``EpochReset``).
+The step of expert ``k`` is ``η_t = max(η_min, f_k, η_0 / sqrt(1 + t_k / τ))`` (``"sublinear"``, ``τ = 2 r``)
+or ``η_0`` (``"constant"``), ``t_k`` counting its updates since the schedule last restarted. The
+*drift floor* ``f_k = min(η_0, c · sqrt(max(ℓ_k / ℓ_ref,k − 1, 0)))`` (``c = drift_floor``) keeps the step
+up while the expert's fast residual level ``ℓ_k`` stays above its reference ``ℓ_ref,k``, its level at
+the end of pretraining (the residual of a subspace that fits, i.e. the noise; a re-seed keeps it): an
+expert whose subspace drifts (slowly, inside epochs, or without epoch information) keeps tracking it,
+one that fits as well as at pretraining lets its step decay. The schedule restarts at a re-seed, when
+the expert's fast residual level jumps (``DRIFT_FACTOR``), and at an epoch start for the experts that
+moved (``EpochReset``).
 """
 
 from __future__ import annotations
@@ -23,21 +28,38 @@ RESET_CHECK = 5
 RESET_FACTOR = 2.0
 
 
+def drift_floor(c: float, eta0: float, level: float, level_ref: float) -> float:
+    """The drift floor ``min(η_0, c · sqrt(max(level / level_ref − 1, 0)))`` of an expert's step
+    (``c = 0``: none; ``level_ref <= 0``: none)."""
+    if c <= 0.0 or level_ref <= 0.0 or level <= level_ref:
+        return 0.0
+    return min(eta0, c * math.sqrt(level / level_ref - 1.0))
+
+
 @dataclass(slots=True)
 class StepSchedule(StateComponent):
-    """Updates ``t (K,)`` of each expert since its schedule last restarted."""
+    """Updates ``t (K,)`` of each expert since its schedule last restarted, and the reference
+    residual level ``level_ref (K,)`` of its drift floor (its level at the end of pretraining; 1 without)."""
 
     t: np.ndarray
+    level_ref: np.ndarray
+
+    @classmethod
+    def new(cls, K: int) -> StepSchedule:
+        return cls(t=np.zeros(K), level_ref=np.ones(K))
 
     @staticmethod
     def tau(r: int) -> float:
         """Updates over which the sublinear step size halves its way down: ``2 r``."""
         return 2.0 * r
 
-    def step_size(self, k: int, schedule: str, eta0: float, eta_min: float, r: int) -> float:
+    def step_size(self, k: int, schedule: str, eta0: float, eta_min: float, r: int, floor: float = 0.0,
+                  level: float = 0.0) -> float:
+        """Step of expert ``k`` (``floor``: the drift-floor coefficient ``c``, ``level``: its fast level)."""
         if schedule == "constant":
             return eta0
-        return max(eta_min, eta0 / math.sqrt(1.0 + float(self.t[k]) / (2.0 * r)))
+        f = drift_floor(floor, eta0, level, float(self.level_ref[k]))
+        return max(eta_min, f, eta0 / math.sqrt(1.0 + float(self.t[k]) / (2.0 * r)))
 
 
 @dataclass(slots=True)

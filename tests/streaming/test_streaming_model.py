@@ -1,5 +1,7 @@
 """MoSAIC: exact recovery, routing, input validation, state safety, save/load, linear algebra."""
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -457,3 +459,108 @@ def test_a_checkpoint_saved_before_the_deletions_still_loads(tmp_path, version):
     assert np.array_equal(back.bases, m.bases)
     assert not any(hasattr(back.config, f) for f in REMOVED_FIELDS)
     assert back.config == m.config
+
+
+def test_drift_floor_by_hand():
+    from streaming.schedule import drift_floor
+
+    # c · sqrt(level / ref - 1), capped at eta0; nothing while the expert fits as well as at pretraining
+    assert drift_floor(0.3, 1.0, 2.0, 1.0) == pytest.approx(0.3)
+    assert drift_floor(0.3, 1.0, 0.05, 0.01) == pytest.approx(0.6)  # sqrt(4) = 2
+    assert drift_floor(0.3, 0.5, 0.05, 0.01) == 0.5
+    assert drift_floor(0.3, 1.0, 0.01, 0.01) == drift_floor(0.3, 1.0, 0.005, 0.01) == 0.0
+    assert drift_floor(0.0, 1.0, 0.05, 0.01) == 0.0
+
+
+def _drifting_expert(drift_floor):
+    """A model pretrained on two subspaces, then streamed (epochs withheld) on samples where expert
+    ``moved``'s subspace has turned by 0.3 rad: ``(model, moved, still, next sample (n,) of the turned subspace)``."""
+    rng = np.random.default_rng(22)
+    n, r, K = 30, 3, 2
+    U0 = orthonormalize(rng.standard_normal((K, n, r)))
+    U1 = U0.copy()
+    Q = rng.standard_normal((n, r))
+    Q = orthonormalize(Q - U0[0] @ (U0[0].T @ Q))
+    U1[0] = np.cos(0.3) * U0[0] + np.sin(0.3) * Q
+    m = MoSAIC(n, r, K, drift_floor=drift_floor, pretrain_restarts=2, seed=0).fit(
+        _draw_unit(rng, U0, np.repeat([0, 1], 100)))
+    moved = int(np.argmin([projection_distance(m.bases[k], U0[0]) for k in range(K)]))
+    m.process(_draw_unit(rng, U1, np.tile([0, 1], 30)))
+    return m, moved, 1 - moved, _draw_unit(rng, U1, [0])[0]
+
+
+def test_drift_floor_keeps_the_step_of_an_expert_that_fits_worse_than_at_pretraining():
+    m, moved, still, _ = _drifting_expert(0.3)
+    off, *_ = _drifting_expert(0.0)
+    np.testing.assert_array_equal(m.steps.level_ref, off.steps.level_ref)
+    np.testing.assert_array_equal(m.steps.level_ref, np.maximum(m.steps.level_ref, 1e-6))
+    for mm in (m, off):
+        for k in (moved, still):
+            t = mm.steps.t[k]
+            sublinear = max(0.05, 1.0 / np.sqrt(1.0 + t / 6.0))  # eta0 = 1, tau = 2 r = 6
+            excess = max(mm.expert_stats.level[k] / mm.steps.level_ref[k] - 1.0, 0.0)
+            floor = min(1.0, mm.drift_floor * np.sqrt(excess))
+            assert mm.step_size(k) == pytest.approx(max(sublinear, floor))
+    # by hand: far into the schedule (sublinear step at eta_min 0.05), an expert at 5x its pretraining
+    # level steps 0.3 · sqrt(4) = 0.6, one at its pretraining level 0.05; without the floor both 0.05
+    for mm in (m, off):
+        mm.steps.t[:] = 10_000
+        mm.expert_stats.level[moved] = 5.0 * mm.steps.level_ref[moved]
+        mm.expert_stats.level[still] = mm.steps.level_ref[still]
+    assert m.step_size(moved) == pytest.approx(0.6)
+    assert m.step_size(still) == off.step_size(moved) == off.step_size(still) == 0.05
+
+
+def test_drift_floor_tracks_a_rotation_without_epoch_information():
+    from streaming.evaluate import nrmse_unobserved
+
+    s = generate_stream(StreamConfig(n=30, r=3, K=3, obs_frac=0.4, drift="shared_rotation", angle_rad=0.2,
+                                     epochs=4, samples_per_epoch=240, seed=5))
+    base = MoSAIC(30, 3, 3, pretrain_restarts=2, seed=0).fit(s.source_values)
+    err = {}
+    for c in (0.0, 0.3):
+        m = copy.deepcopy(base)
+        m.drift_floor = c
+        err[c] = nrmse_unobserved(m.process(s.values)[0], s.full, s.values)
+    assert err[0.3] < 0.9 * err[0.0]
+
+
+def test_the_streamed_step_is_the_schedules_step_size():
+    from streaming.linalg import residual_scores
+
+    m, moved, still, x = _drifting_expert(0.3)
+    idx = np.flatnonzero(~np.isnan(x))
+    xo = x[idx]
+    w, score = residual_scores(m.bases, idx, xo, m.ridge_)
+    k = int(score.argmin())
+    assert k == moved and m.expert_stats.n_updates[k] % 100 != 99  # no re-orthonormalisation after it
+    assert m.step_size(k) > 1.0 / np.sqrt(1.0 + m.steps.t[k] / 6.0)  # the drift floor sets this step
+    U = m.bases[k].copy()
+    grouse_step(U, idx, xo, w[k], m.step_size(k))
+    _, routed = m.step(idx, xo)
+    assert routed == k
+    np.testing.assert_allclose(m.bases[k], U, rtol=0, atol=1e-12)
+
+
+def test_a_version_4_checkpoint_loads_without_the_drift_floor(tmp_path):
+    import json
+
+    rng = np.random.default_rng(3)
+    U = orthonormalize(rng.standard_normal((2, 12, 2)))
+    m = MoSAIC(12, 2, 2, pretrain_restarts=2, seed=0).fit(_draw_unit(rng, U, np.repeat([0, 1], 40)))
+    m.save(tmp_path / "ckpt")
+    path = tmp_path / "ckpt" / "config.json"
+    meta = json.loads(path.read_text())
+    meta["config_version"] = 4  # written before the drift floor: no coefficient, no reference level
+    del meta["config"]["drift_floor"]
+    del meta["state"]["steps"]["level_ref"]
+    path.write_text(json.dumps(meta))
+    back = MoSAIC.load(tmp_path / "ckpt")
+    assert back.drift_floor == 0.0
+    np.testing.assert_array_equal(back.steps.level_ref, m.expert_stats.level_slow)
+    x = _draw_unit(rng, U, np.tile([0, 1], 10))
+    old = MoSAIC(12, 2, 2, drift_floor=0.0, pretrain_restarts=2, seed=0)
+    old.bank, old.expert_stats, old.steps, old.stream_stats = m.bank, m.expert_stats, m.steps, m.stream_stats
+    a, b = back.process(x), old.process(x)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
