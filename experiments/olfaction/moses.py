@@ -17,7 +17,6 @@ import numpy as np
 from rdkit import Chem
 
 from common.errors import DataError
-
 from olfaction.features import cache_dir, compute_mordred
 
 # Elements of odorants; MOSES is already restricted to C N S O F Cl Br H.

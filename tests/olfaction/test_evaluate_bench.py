@@ -158,7 +158,7 @@ def test_bench_table_formats_rows():
 @pytest.mark.slow
 def test_bench_one_fold_every_method_and_the_gated_combination():
     """`mixscent bench --minimol` end to end on one leave-dataset-out fold with tiny models."""
-    from olfaction.bench import MINIMOL_METHODS, METHODS, SET, SHIPPED, run_bench
+    from olfaction.bench import METHODS, MINIMOL_METHODS, SET, SHIPPED, run_bench
     from olfaction.model import DistanceTrainConfig, MixScentConfig, MolEncoderConfig
     from olfaction.pipeline import random_encoder
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from common.errors import DataError
-from olfaction.model import MolEncoderConfig
 from experiments.olfaction.moses import MAX_HEAVY_ATOMS, moses_descriptors, moses_subset
+from olfaction.model import MolEncoderConfig
 from olfaction.train import PretrainConfig, pretrain_descriptors
 
 GOOD = ["CCO", "CC(=O)OC", "c1ccccc1O", "CCCCC=O", "CSC", "FC(F)CCl", "CC(C)CBr", "OCC=CC", "N#CCC", "CCOCC"]
