@@ -19,7 +19,7 @@ It holds three fitted parts and how they are combined:
   validation rows;
 - optionally a label network (GS-LF's 138 odour descriptors): a MixScentNet mixture level on
   MiniMol v1 embeddings (512-d, :mod:`olfaction.minimol`, cached; about 75 s of one core to embed
-  all 4,983 GS-LF molecules once, then about a minute of training) by default, or on log1p Morgan
+  all 4,983 GS-LF molecules once, before training) by default, or on log1p Morgan
   count vectors (radius 2, 2048 bits; ``LabelNetConfig(features="morgan")``), a molecule being a
   mixture of one.
 
@@ -119,8 +119,8 @@ class LabelNetConfig:
 
 @register_model("mixture_predictor")
 class MixturePredictor(PretrainedMixin, nn.Module):
-    """Mixture distance (set regressors + the network where it clearly helps on validation rows) and odour
-    labels. ``fit`` then ``predict_distance`` / ``predict_labels`` / ``top_labels`` /
+    """Mixture distance (set regressors, plus the network where it clearly helps on validation
+    rows) and odour labels. ``fit`` then ``predict_distance`` / ``predict_labels`` / ``top_labels`` /
     ``attention``; ``save_pretrained`` / ``from_pretrained``.
 
     Args are hyperparameters only (sklearn style); what ``fit`` learns is state. ``minimol``:
