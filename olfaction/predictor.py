@@ -162,8 +162,16 @@ class MixturePredictor(PretrainedMixin, nn.Module):
         set_regressors: bool = True,
     ) -> MixturePredictor:
         """Train the distance network on ``split.training`` (epoch chosen on
-        ``split.validation``), the set regressors and the combination weights (on validation rows),
-        and, with ``gslf``, the label network. Test rows are never read."""
+        ``split.validation``), the set regressors and the combination weights, and, with ``gslf``,
+        the label network. Test rows are never read.
+
+        Weights ``(alpha, (1 - alpha) / 2, (1 - alpha) / 2)`` of ``[network, trees, ridge]``: on the
+        validation rows (regressors fitted on the training rows), ``alpha`` is the network share with
+        the lowest RMSE if it raises Pearson r over the set regressors' equal mean by more than the
+        bootstrap standard error of that gain (200 resamples of the validation rows), else 0
+        (:func:`olfaction.evaluate.gated_network_share`); the regressors are then refitted on
+        training + validation rows. ``validation`` records ``network_share``,
+        ``network_share_unguarded``, ``network_gain`` and ``network_gain_se``."""
         from .pipeline import train_distance
 
         extra = None
