@@ -22,7 +22,17 @@ Methods, all fitted in the same run on the same rows (test rows are never read w
   Mordred, distance head also reading the set-level pair features and the experiment;
 - ``Set regressors``: the predictor's extremely randomised trees + ridge (gated partners), equal
   mean, on training + validation rows;
-- ``MixturePredictor``: the shipped combination, weights chosen on the validation rows.
+- ``MixturePredictor``: the shipped combination: the set regressors' equal mean plus the network
+  where it clearly helps on the validation rows (one-standard-error rule,
+  :func:`olfaction.evaluate.gated_network_share`).
+
+With ``minimol=True`` (``mixscent bench --minimol``; two more networks per fold), the two networks
+again with MiniMol v1 embeddings (z-scored over the pairs' molecules, label-free) appended to each
+molecule's input, alone:
+
+- ``MixScentNet ++ MiniMol (paper)``: :class:`~olfaction.predictor.MixturePredictor` ``(minimol=True)``'s
+  network;
+- ``MixScentNet +Mordred +set features ++ MiniMol``: the best network with the same MiniMol input.
 """
 
 from __future__ import annotations
@@ -54,7 +64,10 @@ PAPER = "MixScentNet (paper: pretrained GNN + GATv2, alone)"
 BEST_NET = "MixScentNet +Mordred +set features (best network, alone)"
 SET = "Set regressors (trees + ridge, equal)"
 SHIPPED = "MixturePredictor (shipped)"
+PAPER_MM = "MixScentNet ++ MiniMol (paper network + MiniMol, alone)"
+BEST_NET_MM = "MixScentNet +Mordred +set features ++ MiniMol (best network + MiniMol, alone)"
 METHODS = (RF, PAPER, BEST_NET, SET, SHIPPED)
+MINIMOL_METHODS = (PAPER_MM, BEST_NET_MM)
 
 
 def leave_dataset_split(pairs: PairData, group: str, seed: int = 0, val_frac: float = 0.12) -> Split:
@@ -103,8 +116,10 @@ def run_bench(
     rf_trees: int = 200,
     n_boot: int = 200,
     progress: bool = True,
+    minimol: bool = False,
 ) -> dict:
-    """Fit and score :data:`METHODS` on ``folds`` splits of each family. Returns
+    """Fit and score :data:`METHODS` (and :data:`MINIMOL_METHODS` with ``minimol``) on ``folds``
+    splits of each family. Returns
     ``{"config", "rows", "folds"}``: a row per family x method with ``pearson`` (mean over folds),
     ``pearson_std``, ``rmse``, ``noself_pearson``, ``noself_rmse`` and pooled-bootstrap CIs; a fold
     row per family x split x method."""
@@ -121,6 +136,13 @@ def run_bench(
     X_rf = pair_features(mix_a, mix_b, molecule_table(sorted(pairs.molecules())))
     pair_set = _best_network_inputs(pairs)
     best_cfg = replace(network, n_datasets=len(DATASETS))
+    methods = METHODS + (MINIMOL_METHODS if minimol else ())
+    if minimol:  # the same z-scored rows the predictor builds with minimol=True
+        scaled = MixturePredictor(minimol=True)
+        mols = sorted(pairs.molecules())
+        raw = np.stack(list(scaled._minimol_raw(mols).values()))
+        scaled.minimol_scale = (raw.mean(0), np.maximum(raw.std(0), 1e-6))
+        mm_rows = dict(zip(mols, scaled._minimol_rows(mols), strict=True))
     preds: dict[tuple[str, str], list[dict]] = {}
     fold_rows: list[dict] = []
     for family in families:
@@ -136,15 +158,25 @@ def run_bench(
             net, index, _ = train_distance(pairs, split, encoder, best_cfg, training, "embedding+mordred",
                                            pair_set=pair_set)
             out[BEST_NET] = test_predictions(net, index, pairs, te)["pred"]
-            for method in METHODS:
+            if minimol:
+                mm = MixturePredictor(network, training, n_estimators=n_estimators, seed=seed, minimol=True)
+                mm.fit(pairs, split, encoder, set_regressors=False)
+                out[PAPER_MM] = mm.predict_components(
+                    [mix_a[i] for i in te], [mix_b[i] for i in te], [pairs.dataset[i] for i in te])["network"]
+                net, index, _ = train_distance(pairs, split, encoder, best_cfg, training, "embedding+mordred",
+                                               pair_set=pair_set, mol_extra=mm_rows)
+                out[BEST_NET_MM] = test_predictions(net, index, pairs, te)["pred"]
+            for method in methods:
                 fold = {"y": pairs.y[te], "pred": np.asarray(out[method], np.float64), "self_pair": pairs.self_pair[te]}
                 preds.setdefault((family, method), []).append(fold)
                 m = pair_metrics(fold["y"], fold["pred"], fold["self_pair"])
                 fold_rows.append({"family": family, "split": split.identifier, "method": method, "n_test": len(te),
                                   **{k: m[k] for k in ("all_pearson", "all_rmse", "noself_pearson", "noself_rmse")}})
-            fold_rows[-1]["weights"] = dict(zip(("network", "trees", "ridge"), model.weights.tolist(), strict=True))
+            shipped = next(r for r in fold_rows[-len(methods):] if r["method"] == SHIPPED)
+            shipped["weights"] = dict(zip(("network", "trees", "ridge"), model.weights.tolist(), strict=True))
+            shipped["validation"] = {k: v for k, v in model.validation.items() if k.startswith("network_")}
             if progress:
-                rs = ", ".join(f"{r['method'].split(' (')[0]} {r['all_pearson']:.3f}" for r in fold_rows[-len(METHODS):])
+                rs = ", ".join(f"{r['method'].split(' (')[0]} {r['all_pearson']:.3f}" for r in fold_rows[-len(methods):])
                 print(f"[bench] {split.identifier} ({time.time() - t0:.0f}s): r {rs}", flush=True)
     rows = []
     for (family, method), fs in preds.items():
@@ -158,7 +190,7 @@ def run_bench(
     config = {
         "families": list(families), "folds_per_family": folds, "seed": seed, "network": asdict(network),
         "training": asdict(training), "set_trees": n_estimators, "rf_trees": rf_trees, "n_boot": n_boot,
-        "encoder": asdict(encoder.cfg),
+        "encoder": asdict(encoder.cfg), "minimol": minimol,
     }
     return {"config": config, "rows": rows, "folds": fold_rows}
 

@@ -18,7 +18,6 @@ from common.cli import (
     add_common_args,
     check_outputs,
     cli_main,
-    nonneg_int,
     positive_int,
 )
 from common.data_dir import resolve_data_dir
@@ -39,8 +38,6 @@ def _parser() -> argparse.ArgumentParser:
     add_common_args(s)
     s.add_argument("--epochs", type=positive_int, default=25)
     s.add_argument("--encoder", default=None, help="output directory (default: cache dir/encoder)")
-    s.add_argument("--moses", type=nonneg_int, default=0, help="add N filtered MOSES molecules (seeded subset)")
-    s.add_argument("--moses-file", default=None, help="MOSES train.csv.gz (default: the molsets package's)")
 
     for name, helptext in (
         ("train", "train the mixture predictor (network, set regressors, label network) on a split"),
@@ -54,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--label-epochs", type=positive_int, default=40, help="label network epochs (at most)")
         s.add_argument("--minimol", action="store_true",
                        help="MiniMol v1 embeddings beside the pretrained GNN as the network's molecule input")
-        s.add_argument("--label-features", default="morgan", choices=("morgan", "minimol", "morgan+minimol"),
+        s.add_argument("--label-features", default="minimol", choices=("morgan", "minimol", "morgan+minimol"),
                        help="label network molecule input (predictor.LABEL_FEATURES)")
         if name == "eval":
             s.add_argument("--model", default=None, help="evaluate this saved predictor instead of training")
@@ -90,6 +87,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--epochs", type=positive_int, default=60, help="network epochs (at most)")
     s.add_argument("--trees", type=positive_int, default=300, help="trees of the set regressors")
     s.add_argument("--encoder", default=None, help="pretrained encoder directory (default: cache dir/encoder)")
+    s.add_argument("--minimol", action="store_true",
+                   help="also the two networks with MiniMol v1 beside the GNN, alone (two more networks per fold)")
 
     s = sub.add_parser("quick", help="minutes-long demo run: one fold, tiny model vs RF")
     add_common_args(s, out_default="runs/olfaction_quick")
@@ -110,7 +109,7 @@ def _check_io(args) -> None:
     cmd = args.cmd
     if cmd == "train" and not args.out:
         raise InputError("train needs --out DIR for the model")
-    inputs = [getattr(args, k, None) for k in ("model", "moses_file", "csv")]
+    inputs = [getattr(args, k, None) for k in ("model", "csv")]
     if cmd != "pretrain":
         inputs.append(getattr(args, "encoder", None))
     if cmd in ("train", "eval") and Path(args.split).suffix:
@@ -149,17 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "pretrain":
         out = Path(args.encoder) if args.encoder else pipeline.default_encoder_dir()
-        data_dir = resolve_data_dir(args.data_dir)
-        extra = []
-        if args.moses:
-            from .moses import moses_subset
-
-            moses_file = Path(args.moses_file) if args.moses_file else None
-            exclude = set(pipeline.olfaction_molecules(data_dir))
-            extra = moses_subset(args.moses, seed=args.seed, path=moses_file, exclude=exclude)
-        report = pipeline.pretrain_encoder(
-            out, MolEncoderConfig(), PretrainConfig(epochs=args.epochs, seed=args.seed), extra_smiles=extra
-        )
+        report = pipeline.pretrain_encoder(out, MolEncoderConfig(), PretrainConfig(epochs=args.epochs, seed=args.seed))
         print({**report, "encoder": str(out)})
         return 0
     if args.cmd in ("train", "eval"):
@@ -230,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             training=DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
             n_estimators=args.trees,
+            minimol=args.minimol,
         )
         command = " ".join(["mixscent", *(argv if argv is not None else sys.argv[1:])])
         write_json(Path(args.out), {"command": command, **result})

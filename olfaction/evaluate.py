@@ -46,6 +46,43 @@ def convex_blend_weights(preds: np.ndarray, y: np.ndarray, step: float = 0.05) -
     return best_w
 
 
+def gated_network_share(
+    net: np.ndarray, base: np.ndarray, y: np.ndarray, step: float = 0.05, n_boot: int = 200, seed: int = 0
+) -> dict[str, float]:
+    """Share ``alpha`` of a network in the blend ``alpha * net + (1 - alpha) * base`` (each ``(n,)``
+    validation predictions, ``y (n,)`` their targets), by a one-standard-error rule: the base is kept
+    alone unless adding the network clearly improves it.
+
+    1. ``alpha*``: the multiple of ``step`` in [0, 1] with the lowest RMSE of the blend;
+    2. ``gain = r(blend(alpha*)) - r(base)`` (Pearson r on the rows);
+    3. ``se``: standard deviation of ``gain`` over ``n_boot`` paired bootstrap resamples of the rows
+       (``alpha*`` fixed, seeded by ``seed``);
+    4. ``alpha = alpha*`` if ``gain > se``, else 0.
+
+    The rule and its constants are fixed a priori (the usual one-SE rule; not tuned on any test
+    rows). Returns ``{"share", "share_unguarded", "gain", "gain_se"}``."""
+    net, base, y = (np.asarray(a, np.float64) for a in (net, base, y))
+    if not (net.shape == base.shape == y.shape) or net.ndim != 1:
+        raise ValueError(f"net, base and y must be (n,) of one length, got {net.shape}, {base.shape}, {y.shape}")
+    alphas = np.linspace(0.0, 1.0, int(round(1.0 / step)) + 1)
+    rmse = [float(np.sqrt(np.mean((a * net + (1 - a) * base - y) ** 2))) for a in alphas]
+    best = float(alphas[int(np.argmin(rmse))])  # ties go to the smaller share
+    blend = best * net + (1 - best) * base
+
+    def r(t, p):
+        return float(np.corrcoef(t, p)[0, 1]) if np.std(p) > 1e-12 and np.std(t) > 1e-12 else 0.0
+
+    gain = r(y, blend) - r(y, base)
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_boot):
+        i = rng.integers(0, len(y), len(y))
+        boots.append(r(y[i], blend[i]) - r(y[i], base[i]))
+    se = float(np.std(boots, ddof=1)) if n_boot > 1 else float("inf")
+    keep = best > 0 and gain > se
+    return {"share": best if keep else 0.0, "share_unguarded": best, "gain": gain, "gain_se": se}
+
+
 def _simplex(k: int, n: int):
     """All ``k``-tuples of non-negative integers summing to ``n``, largest first entry first."""
     if k == 1:

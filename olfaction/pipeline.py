@@ -23,7 +23,6 @@ from .features import (
     mordred_cache_path,
 )
 from .model import MixScentConfig, MixScentNet, MolEncoder, MolEncoderConfig
-from .moses import moses_descriptors
 from .train import (
     DistanceTrainConfig,
     MixtureIndex,
@@ -105,21 +104,20 @@ def pretrain_encoder(
     cfg: PretrainConfig,
     smiles: Sequence[str] | None = None,
     progress: bool = True,
-    extra_smiles: Sequence[str] = (),
-    nproc: int = 1,
+    extra_descriptors: dict[str, np.ndarray] | None = None,
 ) -> dict:
     """Pretrain on cached Mordred descriptors and save the encoder to ``out_dir``.
 
-    ``extra_smiles`` (an unlabeled corpus, e.g. :func:`olfaction.moses.moses_subset`) join the
-    training molecules: their descriptors come from the MOSES cache (computed when missing) and
-    are cleaned with the scaler fitted on the olfaction molecules, and
-    the held-out molecules stay the olfaction ones (same for every corpus size)."""
+    ``extra_descriptors`` (``{smiles: (D,)}`` raw Mordred 2D vectors of an unlabeled corpus, e.g.
+    ``experiments.olfaction.moses``) join the training molecules: they are cleaned with the
+    scaler fitted on the olfaction molecules, and the held-out molecules stay the olfaction ones
+    (same for every corpus size)."""
     smi, X, scaler = descriptor_matrix(smiles)
     n_base = len(smi)
     base = set(smi)
-    extra = [s for s in dict.fromkeys(canonical_smiles(x) for x in extra_smiles) if s not in base]
+    table = {canonical_smiles(s): v for s, v in (extra_descriptors or {}).items()}
+    extra = [s for s in table if s not in base]
     if extra:
-        table = moses_descriptors(extra, progress=progress, nproc=nproc)
         X = np.concatenate([X, scaler.transform(np.stack([table[s] for s in extra]))])
         smi = smi + extra
     model, report = pretrain_descriptors(smi, X, enc_cfg, cfg, progress=progress, n_base=n_base)

@@ -82,7 +82,7 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
         {
             "app": "olfaction",
             "task": "GS-LF labels (1 component)",
-            "method": "label network (Morgan counts)",
+            "method": f"label network ({predictor.labels_cfg.features})",
             "metric": "macro_roc_auc",
             "value": predictor.validation["labels_val_macro_auc"],
             "split": "GS-LF, 10% validation molecules (the epoch is chosen on them)",

@@ -30,7 +30,6 @@ from common.report import markdown_table
 from olfaction.data import load_pairs, load_split, split_path
 from olfaction.evaluate import pair_metrics
 from olfaction.model import MixScentConfig, MolEncoderConfig
-from olfaction.moses import moses_subset
 from olfaction.pipeline import (
     load_encoder,
     olfaction_molecules,
@@ -40,6 +39,8 @@ from olfaction.pipeline import (
     train_distance,
 )
 from olfaction.train import DistanceTrainConfig, PretrainConfig
+
+from .moses import moses_descriptors, moses_subset
 
 
 def _downstream(pairs, splits, encoder, mcfg, tcfg) -> dict:
@@ -94,8 +95,7 @@ def run_corpus_curve(
             enc_cfg,
             pretrain,
             progress=progress,
-            extra_smiles=corpus[:size],
-            nproc=nproc,
+            extra_descriptors=moses_descriptors(corpus[:size], progress=progress, nproc=nproc),
         )
         metrics = _downstream(pairs, split_objs, load_encoder(enc_dir), mcfg, tcfg)
         rows.append(

@@ -380,7 +380,7 @@ CASES: list[tuple[str, str]] = [
     ("mixscent", "pretrain --epochs -3 --encoder {d}/new_enc"),
     ("mixscent", "pretrain --encoder {d}/full"),
     ("mixscent", "pretrain --encoder {d}/afile"),
-    ("mixscent", "pretrain --moses -1 --encoder {d}/new_enc"),
+    ("mixscent", "pretrain --moses 10 --encoder {d}/new_enc"),  # MOSES pretraining left the product
     ("mixscent", "train --epochs 0 --out {d}/new_model"),
     ("mixscent", "train --label-epochs 0 --out {d}/new_model"),
     ("mixscent", "train --minimol --out {d}/full"),
@@ -414,6 +414,7 @@ CASES: list[tuple[str, str]] = [
     ("mixscent", "bench --epochs 0 --out {d}/new_bench.json"),
     ("mixscent", "bench --trees 0 --out {d}/new_bench.json"),
     ("mixscent", "bench --families random_cv,nope --out {d}/new_bench.json"),
+    ("mixscent", "bench --minimol --folds 0 --out {d}/new_bench.json"),
     ("mixscent", "bench --out {d}/existing.json"),
     ("mixscent", "bench --encoder {d}/existing.json --out {d}/existing.json --overwrite"),
     ("mixscent", "quick --out {d}/full"),

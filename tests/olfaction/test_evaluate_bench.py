@@ -14,6 +14,7 @@ from olfaction.data import PairData
 from olfaction.evaluate import (
     bootstrap_ci,
     convex_blend_weights,
+    gated_network_share,
     macro_roc_auc,
     pair_metrics,
     regression_metrics,
@@ -92,6 +93,38 @@ def _dataset_pairs(datasets):
                     mixtures)
 
 
+def _blend_case(seed, n=50, net_noise=2.0):
+    rng = np.random.default_rng(seed)
+    y = rng.normal(size=n)
+    base = y + rng.normal(size=n)
+    return y + net_noise * rng.normal(size=n), base, y
+
+
+def test_gated_network_share_one_standard_error_rule():
+    for seed in range(5):
+        net, base, y = _blend_case(seed)
+        g = gated_network_share(net, base, y)
+        # the unguarded share is the grid point with the lowest RMSE (checked by brute force)
+        grid = np.round(np.arange(21) * 0.05, 10)
+        rmse = [np.sqrt(np.mean((a * net + (1 - a) * base - y) ** 2)) for a in grid]
+        assert g["share_unguarded"] == pytest.approx(grid[int(np.argmin(rmse))])
+        blend = g["share_unguarded"] * net + (1 - g["share_unguarded"]) * base
+        assert g["gain"] == pytest.approx(np.corrcoef(y, blend)[0, 1] - np.corrcoef(y, base)[0, 1])
+        # kept only when the validation gain exceeds its bootstrap standard error
+        assert g["share"] == (g["share_unguarded"] if g["gain"] > g["gain_se"] else 0.0)
+    # seed 1: the RMSE-best share is 0.15 but its gain (0.013) is within one SE (0.036): dropped
+    g = gated_network_share(*_blend_case(1))
+    assert g["share_unguarded"] > 0 and g["share"] == 0.0 and g["gain"] < g["gain_se"]
+    # a network far better than the base is kept
+    g = gated_network_share(*_blend_case(0, net_noise=0.2))
+    assert g["share"] == g["share_unguarded"] >= 0.8 and g["gain"] > g["gain_se"] > 0
+    # a network identical to the base adds nothing: every share ties, the smallest (0) is chosen
+    net, base, y = _blend_case(2)
+    assert gated_network_share(base.copy(), base, y)["share"] == 0.0
+    with pytest.raises(ValueError, match="one length"):
+        gated_network_share(net[:-1], base, y)
+
+
 def test_leave_dataset_split_holds_out_exactly_one_group():
     from olfaction.bench import LEAVE_OUT, family_splits, leave_dataset_split
 
@@ -120,3 +153,27 @@ def test_bench_table_formats_rows():
            "rmse": 0.2, "noself_pearson": 0.4, "noself_rmse": 0.25}
     table = format_table([row])
     assert "| leave_dataset | RF | 3 | 0.500 ± 0.100 | 0.200 | 0.400 | 0.250 |" in table
+
+
+@pytest.mark.slow
+def test_bench_one_fold_every_method_and_the_gated_combination():
+    """`mixscent bench --minimol` end to end on one leave-dataset-out fold with tiny models."""
+    from olfaction.bench import METHODS, MINIMOL_METHODS, SET, SHIPPED, run_bench
+    from olfaction.model import DistanceTrainConfig, MixScentConfig, MolEncoderConfig
+    from olfaction.pipeline import random_encoder
+
+    if not (DATA / "olfaction" / "mixture_pairs.csv").is_file():
+        pytest.skip(f"no DREAM mixture data under {DATA}")
+    result = run_bench(
+        DATA, random_encoder(MolEncoderConfig(hidden=8, layers=1, emb_dim=8), 0), families=("leave_dataset",),
+        folds=1, network=MixScentConfig(hidden=8, heads=2), training=DistanceTrainConfig(epochs=1),
+        n_estimators=3, rf_trees=3, n_boot=5, progress=False, minimol=True,
+    )
+    assert [r["method"] for r in result["rows"]] == list(METHODS + MINIMOL_METHODS)
+    assert all(np.isfinite(r["pearson"]) for r in result["rows"])
+    fold = {f["method"]: f for f in result["folds"]}
+    w, gate = fold[SHIPPED]["weights"], fold[SHIPPED]["validation"]
+    assert w["trees"] == pytest.approx(w["ridge"]) and sum(w.values()) == pytest.approx(1.0)
+    assert w["network"] == (gate["network_share_unguarded"] if gate["network_gain"] > gate["network_gain_se"] else 0)
+    if w["network"] == 0:  # the shipped predictor is then exactly the set regressors' equal mean
+        assert fold[SHIPPED]["all_pearson"] == pytest.approx(fold[SET]["all_pearson"])

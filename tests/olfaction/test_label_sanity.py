@@ -6,7 +6,7 @@ import pytest
 from common.data_dir import resolve_data_dir
 from olfaction.data import load_gslf
 from olfaction.demo import EXAMPLES
-from olfaction.predictor import MixturePredictor
+from olfaction.predictor import LabelNetConfig, MixturePredictor
 
 TEXTBOOK = {
     "CC1=CCC(CC1)C(=C)C": {"citrus"},  # limonene
@@ -28,8 +28,9 @@ DEMO = {
 
 @pytest.mark.slow
 def test_textbook_labels_in_top3():
+    """With the shipped label features (LabelNetConfig's default)."""
     gslf = load_gslf(resolve_data_dir(None))
-    model = MixturePredictor().fit_labels(gslf)
+    model = MixturePredictor(labels=LabelNetConfig()).fit_labels(gslf)
     cases = [([s], want) for s, want in TEXTBOOK.items()]
     cases += [(EXAMPLES[name].split(";"), want) for name, want in DEMO.items()]
     misses = []
@@ -37,4 +38,4 @@ def test_textbook_labels_in_top3():
         top = [name for name, _ in model.top_labels(mixture, k=3)]
         if not want & set(top):
             misses.append(f"{mixture}: wanted one of {sorted(want)}, top 3 {top}")
-    assert not misses, "\n".join(misses)
+    assert not misses, f"label features {model.labels_cfg.features}:\n" + "\n".join(misses)

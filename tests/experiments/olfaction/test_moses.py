@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from common.errors import DataError
+from experiments.olfaction.moses import MAX_HEAVY_ATOMS, moses_descriptors, moses_subset
 from olfaction.model import MolEncoderConfig
-from olfaction.moses import MAX_HEAVY_ATOMS, moses_subset
 from olfaction.train import PretrainConfig, pretrain_descriptors
 
 GOOD = ["CCO", "CC(=O)OC", "c1ccccc1O", "CCCCC=O", "CSC", "FC(F)CCl", "CC(C)CBr", "OCC=CC", "N#CCC", "CCOCC"]
@@ -71,7 +71,8 @@ def test_pretrain_encoder_with_extra_corpus(tmp_path, monkeypatch):
     monkeypatch.setenv("MOE_APPS_CACHE", str(tmp_path / "cache"))
     cfg = PretrainConfig(epochs=1, batch_size=4, heldout_frac=0.2, seed=0)
     report = pretrain_encoder(
-        tmp_path / "enc", TINY_ENC, cfg, smiles=GOOD[:6], progress=False, extra_smiles=GOOD[4:]
+        tmp_path / "enc", TINY_ENC, cfg, smiles=GOOD[:6], progress=False,
+        extra_descriptors=moses_descriptors(GOOD[4:], progress=False),
     )
     assert report["n_extra"] == 4  # the two overlapping with the base set are not added twice
     assert report["n_heldout"] == 1 and report["n_train"] == 5 + 4

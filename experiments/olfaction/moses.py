@@ -1,4 +1,5 @@
-"""MOSES unlabeled corpus for encoder pretraining: locate ``molsets``' ``train.csv.gz`` (without
+"""MOSES unlabeled corpus for encoder pretraining (``experiments.olfaction.corpus_curve``; it did
+not pay, docs/experiments.md, so it is not in the product): locate ``molsets``' ``train.csv.gz`` (without
 importing ``moses``), filter it to small, odorant-like organic molecules, and draw a seeded subset.
 
 Its Mordred descriptors are cached apart from the olfaction cache, at
@@ -16,8 +17,7 @@ import numpy as np
 from rdkit import Chem
 
 from common.errors import DataError
-
-from .features import cache_dir, compute_mordred
+from olfaction.features import cache_dir, compute_mordred
 
 # Elements of odorants; MOSES is already restricted to C N S O F Cl Br H.
 _ALLOWED = {"C", "N", "O", "S", "F", "Cl", "Br"}
