@@ -238,13 +238,16 @@ def cmd_bench(a: argparse.Namespace) -> int:
     if a.suite == "auto-kr":
         from streaming.stress import run_auto_kr
 
+        if a.resume and not a.json:
+            raise InputError("--resume needs --json (the interrupted run's trials are in F.partial.jsonl)")
         check_outputs(files=[a.json], overwrite=a.overwrite)
         _threads()
         run_auto_kr(a.json, families=a.families, obs_fracs=a.obs_fracs, seeds=a.stress_seeds, tuning=a.tuning,
-                    command="mosaic bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "")
+                    command="mosaic bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "",
+                    resume=a.resume)
         return 0
-    if a.json or a.obs_fracs:
-        raise InputError("--json and --obs-fracs need --suite auto-kr")
+    if a.json or a.obs_fracs or a.resume:
+        raise InputError("--json, --obs-fracs and --resume need --suite auto-kr")
     check_outputs(dirs=[a.out], overwrite=a.overwrite)
     _threads()
     if a.suite == "stress":
@@ -363,6 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stress: generator families beyond the geodesic one (streaming/stress.py); auto-kr: "
                         "the K/r estimator on the stress families (streaming.stress.run_auto_kr)")
     s.add_argument("--json", default=None, help="auto-kr: write the result JSON here")
+    s.add_argument("--resume", action="store_true",
+                   help="auto-kr: reuse the finished trials of an interrupted run (the JSON's .partial.jsonl)")
     s.add_argument("--obs-fracs", type=fraction, nargs="+", default=None,
                    help="auto-kr: observed fractions (default 0.2 0.35 0.5)")
     s.add_argument("--cells", nargs="+", default=None,

@@ -72,9 +72,8 @@ def fit_observed(
     and ``res (K,)`` = the minimised objective (via ||x_Ω||² - b·w, b = U_Ωᵀ x_Ω), which is the
     residual energy when λ is negligible. ``xx``: ``||x_Ω||²`` when the caller has it. Cost O(K m r²).
     """
-    Uo = np.take(U, idx, axis=1)  # (K, m, r); take copies faster than U[:, idx, :] (same values)
-    Uo_t = Uo.transpose(0, 2, 1)
-    G = Uo_t @ Uo  # (K, r, r)
+    Uo = U.take(idx, axis=1)  # (K, m, r); take copies faster than U[:, idx, :] (same values)
+    G = Uo.transpose(0, 2, 1) @ Uo  # (K, r, r)
     G += _ridge_eye(U.shape[2], ridge)  # the ridge keeps G positive definite even when m < r
     b = x_obs @ Uo  # (K, r)
     w = _solve1(G, b)
@@ -207,18 +206,21 @@ def soft_impute(
     Z = np.zeros_like(X0) if Z0 is None else np.array(Z0, dtype=X0.dtype)
     norm_x = max(float(np.linalg.norm(X0)), _TINY_F)
     V, sv = np.zeros((X0.shape[1], 0)), np.zeros(0)
-    Y, t = Z, 1.0
+    Y, t, last = Z, 1.0, None
     for _ in range(iters):
-        Z_new, V, sv = singular_value_threshold(np.where(M, X0, Y), lam)
-        step = float(np.linalg.norm(Z_new - Z))
+        Z_new, last = _shrink_singular_values(np.where(M, X0, Y), lam)  # only the last iterate's V is needed
+        move = Z_new - Z
+        step = float(np.linalg.norm(move))
         if accelerate:  # FISTA momentum (Beck & Teboulle 2009) on the proximal-gradient iteration
             t_new = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
-            Y, t = Z_new + ((t - 1.0) / t_new) * (Z_new - Z), t_new
+            Y, t = Z_new + ((t - 1.0) / t_new) * move, t_new
         else:
             Y = Z_new
         Z = Z_new
         if step < tol * norm_x:
             break
+    if last is not None:
+        V, sv = _right_singular_vectors(*last)
     return V, sv, Z
 
 
@@ -230,19 +232,31 @@ def singular_value_threshold(Y: np.ndarray, lam: float) -> tuple[np.ndarray, np.
     the cost of an SVD at buffer sizes; squaring loses precision only in singular values far
     below the largest, and those are the ones the threshold removes.
     """
+    Z, parts = _shrink_singular_values(Y, lam)
+    V, sv = _right_singular_vectors(*parts)
+    return Z, V, sv
+
+
+def _shrink_singular_values(Y: np.ndarray, lam: float) -> tuple[np.ndarray, tuple]:
+    """``Z = S_lam(Y)`` of ``Y (N, n)`` and what ``_right_singular_vectors`` needs to finish
+    ``singular_value_threshold`` (``Y``, the kept eigenvectors, ``σ``, ``σ - lam``, whether ``N <= n``)."""
     wide = Y.shape[0] <= Y.shape[1]
     w, E = _eigh(Y @ Y.T if wide else Y.T @ Y)  # ascending
     sigma = np.sqrt(np.maximum(w, 0.0))
     keep = sigma > lam
     sigma, E = sigma[keep][::-1], E[:, keep][:, ::-1]
     sv = sigma - lam
-    if wide:  # E = left vectors U: V = Yᵀ U / σ, Z = U diag(sv/σ) Uᵀ Y
-        V = (Y.T @ E) / sigma
+    if wide:  # E = left vectors U: Z = U diag(sv/σ) Uᵀ Y
         Z = (E * (sv / sigma)) @ (E.T @ Y)
     else:  # E = right vectors V: Z = Y V diag(sv/σ) Vᵀ
-        V = E
         Z = ((Y @ E) * (sv / sigma)) @ E.T
-    return Z, V, sv
+    return Z, (Y, E, sigma, sv, wide)
+
+
+def _right_singular_vectors(Y: np.ndarray, E: np.ndarray, sigma: np.ndarray, sv: np.ndarray,
+                            wide: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``V (n, q)`` (``Yᵀ U / σ`` when ``E`` holds the left vectors ``U``) and ``sv (q,)``."""
+    return ((Y.T @ E) / sigma if wide else E), sv
 
 
 def mppca_missing(
@@ -287,9 +301,10 @@ def mppca_missing(
             pi = np.maximum(R.mean(0), 1e-6)
         Eaa = np.einsum("nka,nkb->nkab", mu, mu) + Sig
         for k in range(K):  # the q×q contractions go through matmul (BLAS)
-            Mw = Mf * R[:, k : k + 1]
+            Rk = R[:, k : k + 1]  # exactly 1 with one component: skip the products
+            Mw, Xw = (Mf, X0) if K == 1 else (Mf * Rk, X0 * Rk)
             A = (Mw.T @ Eaa[:, k].reshape(N, q * q)).reshape(n, q, q) + 1e-8 * eye
-            L[k] = np.linalg.solve(A, ((X0 * R[:, k : k + 1]).T @ mu[:, k])[..., None])[..., 0]
+            L[k] = np.linalg.solve(A, (Xw.T @ mu[:, k])[..., None])[..., 0]
             quad_k = Sig[:, k].reshape(N, q * q) @ np.einsum("ia,ib->abi", L[k], L[k]).reshape(q * q, n)
             resid = np.where(M, (X0 - mu[:, k] @ L[k].T) ** 2 + quad_k, 0.0).sum(1)
             v[k] = max(float(R[:, k] @ resid) / max(float(R[:, k] @ m), _TINY_F), floor)

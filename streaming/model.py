@@ -78,9 +78,11 @@ from streaming.change import (
     reseed_min,
 )
 from streaming.experts import ExpertBank, ExpertStats, StreamStats, as_observed, cap_completion
-from streaming.linalg import RIDGE, grouse_step, orthonormalize, random_bases, residual_scores
+from streaming.linalg import RIDGE, fit_observed, grouse_step, orthonormalize, random_bases
 from streaming.schedule import DRIFT_FACTOR, RESET_CHECK, RESET_FACTOR, EpochReset, StepSchedule
 from streaming.state import StateComponent
+
+_TINY = 1e-300
 
 __all__ = [
     "COMPONENTS", "DRIFT_FACTOR", "FIT_SHRINK", "NOVELTY", "PROVISIONAL_ACCEPT", "PROVISIONAL_MIN_RATIO",
@@ -303,7 +305,8 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         return reseed_min(self.n, self.r, self.stream_stats.mean_m)
 
     def _window_len(self) -> int:
-        return max(50, self.K * self.reseed_min())
+        c = self.config
+        return max(50, c.K * reseed_min(c.n, c.r, self.stream_stats.mean_m))
 
     def step_size(self, k: int) -> float:
         c = self.config
@@ -370,21 +373,21 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         """
         X0, M = as_observed(x, mask, self.n)
         B = X0.shape[0]
-        epochs = None if epoch is None else np.broadcast_to(np.asarray(epoch, np.int64), (B,))
+        epochs = None if epoch is None else np.broadcast_to(np.asarray(epoch, np.int64), (B,)).tolist()
         completed = np.empty_like(X0)
         routes = np.empty(B, np.int64)
-        cols = np.nonzero(M)[1]
-        ends = np.cumsum(M.sum(1))
-        start = 0
+        cols = np.nonzero(M)[1]  # observed indices of every sample, row after row
+        vals = X0[M]  # their values, in the same order (sample j's are a slice, not a gather)
+        bounds = [0, *np.cumsum(M.sum(1)).tolist()]
         bank = self.bank
         for j in range(B):
-            idx = cols[start : ends[j]]
-            start = ends[j]
-            if epochs is not None:
-                self._set_epoch(int(epochs[j]))
-            xo = X0[j, idx]
+            if epochs is not None and epochs[j] != self.epochs.epoch:
+                self._set_epoch(epochs[j])
+            start, end = bounds[j], bounds[j + 1]
+            idx, xo = cols[start:end], vals[start:end]
             xx = float(xo @ xo)
-            w, score = residual_scores(bank.bases, idx, xo, bank.ridge, xx)
+            w, res = fit_observed(bank.bases, idx, xo, bank.ridge, xx)  # residual_scores, inline
+            score = res / max(xx, _TINY)
             k = int(score.argmin())
             completed[j] = self._complete_and_update(idx, xo, w, score, k, xx)
             routes[j] = k
@@ -426,16 +429,20 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         c = self.config
         n, r = c.n, c.r
         bank, stats, stream, steps = self.bank, self.expert_stats, self.stream_stats, self.steps
-        p = bank.bases[k] @ w[k]
+        m = idx.size
+        U, wk = bank.bases[k], w[k]
+        p = U @ wk
         completion = p.copy()
         if c.completion_cap:
             # against the larger of the sample's own and the running entry energy, and 10× (not
             # the 2× of the provisional fits): a correct fit's unobserved part can carry far more
             # energy than its observed part at small n (the noiseless exact-recovery test has 4.3×)
             completion[idx] = 0.0
-            cap_completion(completion, xo, n, c.completion_cap, stream.entry_energy, xx)
+            cap = c.completion_cap * max(xx / m, stream.entry_energy) * (n - m)  # cap_completion, inline
+            energy = float(completion @ completion)
+            if energy > cap:
+                completion *= math.sqrt(cap / energy)
         completion[idx] = xo
-        m = idx.size
         stream.observe(m, xx)
         if m <= r:  # the fit is exact whatever the subspace: nothing to learn
             return completion
@@ -460,21 +467,25 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
             ref = float(steps.level_ref[k])
             if c.drift_floor and level > ref > 0.0:
                 eta = max(eta, min(c.eta0, c.drift_floor * math.sqrt(level / ref - 1.0)))
-        grouse_step(bank.bases[k], idx, xo, w[k], eta, p=p)
-        steps.t[k] += 1
-        stats.n_updates[k] += 1
-        stats.long_counts[k] += 1
+        grouse_step(U, idx, xo, wk, eta, p=p)
+        t = steps.t[k] + 1.0
+        steps.t[k] = t
+        n_updates = int(stats.n_updates[k]) + 1
+        stats.n_updates[k] = n_updates
+        stats.long_counts[k] += 1.0
         stats.last_update[k] = stream.n_seen
         level += 0.05 * (s - level)
         stats.level[k] = level
-        stats.level_slow[k] += 0.005 * (s - stats.level_slow[k])
-        if c.detect and level > DRIFT_FACTOR * stats.level_slow[k] and steps.t[k] > steps.tau(r):
+        slow = float(stats.level_slow[k])
+        slow += 0.005 * (s - slow)
+        stats.level_slow[k] = slow
+        if c.detect and level > DRIFT_FACTOR * slow and t > steps.tau(r):
             steps.t[k] = 0.0  # residuals jumped: restart the step-size schedule
             stats.level_slow[k] = level
-        if not stats.mature[k] and stats.n_updates[k] >= 3 * self.reseed_min() and level < 0.5 * NOVELTY:
+        if not stats.mature[k] and n_updates >= 3 * self.reseed_min() and level < 0.5 * NOVELTY:
             stats.mature[k] = True
-        if stats.n_updates[k] % 100 == 0:  # ridge fits leave ρ slightly off-orthogonal
-            bank.bases[k] = orthonormalize(bank.bases[k])
+        if n_updates % 100 == 0:  # ridge fits leave ρ slightly off-orthogonal
+            bank.bases[k] = orthonormalize(U)
         return completion
 
     def _buffer_novel(self, idx: np.ndarray, xo: np.ndarray, m: int, prov) -> np.ndarray:

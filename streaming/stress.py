@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import json
 import math
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -404,20 +405,62 @@ def auto_kr_trial(family: str, obs_frac: float, seed_index: int, seed: int) -> d
             "select_s": select_s, "points": len(est.table), "margin": est.margin, "warnings": est.warnings}
 
 
+def _json_scalar(value):
+    """NumPy scalars in a trial record as Python numbers (``json.dumps``' ``default``)."""
+    return value.item() if isinstance(value, np.generic) else str(value)
+
+
+def partial_path(json_path) -> Path:
+    """Where ``run_auto_kr`` appends each finished trial (one JSON line) while it runs: ``F.partial.jsonl``
+    next to the result ``F.json``."""
+    path = Path(json_path)
+    return path.with_name(path.stem + ".partial.jsonl")
+
+
 def run_auto_kr(json_path, families=None, obs_fracs=None, seeds: int | None = None, tuning: bool = False,
-                command: str = "") -> dict:
+                command: str = "", resume: bool = False) -> dict:
     """``mosaic bench --suite auto-kr``: the K/r estimator on every (family, observed fraction) cell
     of the stress suite (true ``(K, r) = (4, 4)``), on the first ``seeds`` test seeds (``tuning``: the
     tuning seeds). Per cell: how often the estimate is exactly right and the mean ratio of MoSAIC's
     NRMSE with the estimated vs the true ``(K, r)``; the targets of issue 33 (>= 90 % of cells right,
-    NRMSE within 10 %) over cells. Writes ``json_path`` (when given) and prints the table."""
+    NRMSE within 10 %) over cells. Writes ``json_path`` (when given) and prints the table.
+
+    The trials run seed after seed (every cell of the first seed, then of the second, ...), and each
+    finished one is appended to ``partial_path(json_path)``; ``resume`` reuses the trials found there and
+    in an existing ``json_path`` (same cell and seed; marked ``"resumed": true``) instead of recomputing
+    them, so an interrupted run continues where it stopped and a run with more seeds extends a finished
+    one. Once the JSON is written the partial file keeps only the trials the JSON does not hold (none:
+    it is removed)."""
     for f in families or ():
         if f not in FAMILIES:
             raise InputError(f"unknown family {f!r}; choose from {sorted(FAMILIES)}")
     seed_list = (TUNING_SEEDS if tuning else TEST_SEEDS)[: seeds or None]
+    partial = partial_path(json_path) if json_path else None
+    done: dict[tuple[str, int], dict] = {}
+    if resume and partial is not None:
+        found = json.loads(Path(json_path).read_text()).get("trials", []) if Path(json_path).exists() else []
+        if partial.exists():
+            found += [json.loads(line) for line in partial.read_text().splitlines() if line.strip()]
+        for t in found:
+            done[(t["cell"], t["seed"])] = {**t, "resumed": True}
+    if partial is not None:
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text("".join(json.dumps(t, default=_json_scalar) + "\n" for t in done.values()))
     t0 = time.perf_counter()
-    trials = [auto_kr_trial(f, o, i, seed) for f in (families or FAMILIES) for o in (obs_fracs or OBS_FRACS)
-              for i, seed in enumerate(seed_list)]
+    trials = []
+    for i, seed in enumerate(seed_list):
+        for f in families or FAMILIES:
+            for o in obs_fracs or OBS_FRACS:
+                trial = done.get((f"{f}/obs{round(100 * o)}", seed))
+                if trial is None:
+                    trial = auto_kr_trial(f, o, i, seed)
+                    if partial is not None:
+                        with partial.open("a") as fh:
+                            fh.write(json.dumps(trial, default=_json_scalar) + "\n")
+                trials.append(trial)
+    order = {c: j for j, c in enumerate(f"{f}/obs{round(100 * o)}" for f in families or FAMILIES
+                                         for o in obs_fracs or OBS_FRACS)}
+    trials.sort(key=lambda t: (order[t["cell"]], seed_list.index(t["seed"])))
     cells = []
     for cell in dict.fromkeys(t["cell"] for t in trials):
         sel = [t for t in trials if t["cell"] == cell]
@@ -434,9 +477,16 @@ def run_auto_kr(json_path, families=None, obs_fracs=None, seeds: int | None = No
     result = {"command": command, "seeds": list(seed_list), "tuning": tuning, "test_seeds": list(TEST_SEEDS),
               "tuning_seeds": list(TUNING_SEEDS), "shape_n_r_K": list(SHAPE), "epochs": EPOCHS,
               "samples_per_epoch": SAMPLES_PER_EPOCH, "families": FAMILIES, "targets": targets, "cells": cells,
-              "trials": trials, "wall_s": time.perf_counter() - t0}
+              "trials": trials, "resumed_trials": sum(bool(t.get("resumed")) for t in trials),
+              "wall_s": time.perf_counter() - t0}
     if json_path:
         write_json(json_path, result)
+        used = {(t["cell"], t["seed"]) for t in trials}
+        rest = [t for key, t in done.items() if key not in used]  # trials of other seeds or cells: kept for later
+        if rest:
+            partial.write_text("".join(json.dumps(t, default=_json_scalar) + "\n" for t in rest))
+        else:
+            partial.unlink(missing_ok=True)
     print(markdown_table(cells, ["cell", "seeds", "correct_share", "estimates", "nrmse_true_Kr", "nrmse_estimated_Kr",
                                  "nrmse_ratio_mean"]))
     print("targets:", targets)

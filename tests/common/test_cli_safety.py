@@ -163,6 +163,8 @@ CASES: list[tuple[str, str]] = [
     ("mosaic", "bench --suite auto-kr --json {d}/existing.json"),
     ("mosaic", "bench --suite auto-kr --families bogus"),
     ("mosaic", "bench --suite auto-kr --obs-fracs 0"),
+    ("mosaic", "bench --suite auto-kr --resume"),
+    ("mosaic", "bench --out {d}/new_bench --resume"),
     ("mosaic", "bench --out {d}/new_bench --json {d}/new.json"),
     ("mosaic", "pretrain --input {d}/stream.npz --K auto --r auto --out {d}/ckpt"),
     ("mosaic", "pretrain --input {d}/stream.npz --K many --r 2 --out {d}/new_ck"),
