@@ -78,11 +78,9 @@ from streaming.change import (
     reseed_min,
 )
 from streaming.experts import ExpertBank, ExpertStats, StreamStats, as_observed, cap_completion
-from streaming.linalg import RIDGE, fit_observed, grouse_step, orthonormalize, random_bases
+from streaming.linalg import RIDGE, grouse_step, orthonormalize, random_bases, residual_scores
 from streaming.schedule import DRIFT_FACTOR, RESET_CHECK, RESET_FACTOR, EpochReset, StepSchedule
 from streaming.state import StateComponent
-
-_TINY = 1e-300
 
 __all__ = [
     "COMPONENTS", "DRIFT_FACTOR", "FIT_SHRINK", "NOVELTY", "PROVISIONAL_ACCEPT", "PROVISIONAL_MIN_RATIO",
@@ -386,8 +384,7 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
             start, end = bounds[j], bounds[j + 1]
             idx, xo = cols[start:end], vals[start:end]
             xx = float(xo @ xo)
-            w, res = fit_observed(bank.bases, idx, xo, bank.ridge, xx)  # residual_scores, inline
-            score = res / max(xx, _TINY)
+            w, score = residual_scores(bank.bases, idx, xo, bank.ridge, xx)
             k = int(score.argmin())
             completed[j] = self._complete_and_update(idx, xo, w, score, k, xx)
             routes[j] = k
@@ -438,10 +435,7 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
             # the 2× of the provisional fits): a correct fit's unobserved part can carry far more
             # energy than its observed part at small n (the noiseless exact-recovery test has 4.3×)
             completion[idx] = 0.0
-            cap = c.completion_cap * max(xx / m, stream.entry_energy) * (n - m)  # cap_completion, inline
-            energy = float(completion @ completion)
-            if energy > cap:
-                completion *= math.sqrt(cap / energy)
+            cap_completion(completion, xo, n, c.completion_cap, stream.entry_energy, xx)
         completion[idx] = xo
         stream.observe(m, xx)
         if m <= r:  # the fit is exact whatever the subspace: nothing to learn
