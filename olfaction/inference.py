@@ -77,6 +77,19 @@ def standardised_minimol(mols: Sequence[str], mean: np.ndarray, std: np.ndarray)
     return ((np.stack([raw[s] for s in mols]) - mean) / std).astype(np.float32)
 
 
+def _mixture_slots(mixtures: Sequence[Sequence[str]]) -> tuple[list[str], dict[str, np.ndarray]]:
+    """The sorted unique molecules ``mols (U,)`` of ``M`` mixtures and their component slots:
+    ``{comp (C,), comp_batch (C,), mix_ids (M,)}`` (``comp[i]``: the molecule of slot ``i``,
+    ``comp_batch[i]``: its mixture), the part both networks' inputs share."""
+    mols = sorted({s for m in mixtures for s in m})
+    pos = {s: i for i, s in enumerate(mols)}
+    return mols, {
+        "comp": np.asarray([pos[s] for m in mixtures for s in m], np.int64),
+        "comp_batch": np.repeat(np.arange(len(mixtures), dtype=np.int64), [len(m) for m in mixtures]),
+        "mix_ids": np.arange(len(mixtures), dtype=np.int64),
+    }
+
+
 def mixture_inputs(mixtures: Sequence[Sequence[str]], mol_extra=None) -> tuple[list[str], dict[str, np.ndarray]]:
     """The network inputs of ``M`` mixtures of canonical SMILES: the sorted unique molecules
     ``mols (U,)`` and ``{atom_x (N, ATOM_DIM), edge_index (2, E), edge_attr (E, BOND_DIM),
@@ -84,13 +97,10 @@ def mixture_inputs(mixtures: Sequence[Sequence[str]], mol_extra=None) -> tuple[l
     molecule of component slot ``i``, ``comp_batch[i]``: its mixture), plus ``mol_extra (U, k)``
     when ``mol_extra(mols)`` is given. The torch path (:func:`olfaction.predictor.embed_mixtures`)
     and the ONNX path read these same arrays."""
-    mols = sorted({s for m in mixtures for s in m})
-    pos = {s: i for i, s in enumerate(mols)}
+    mols, slots = _mixture_slots(mixtures)
     feeds = batch_graph_arrays(mols)
     feeds["mol_ids"] = np.arange(len(mols), dtype=np.int64)
-    feeds["comp"] = np.asarray([pos[s] for m in mixtures for s in m], np.int64)
-    feeds["comp_batch"] = np.repeat(np.arange(len(mixtures), dtype=np.int64), [len(m) for m in mixtures])
-    feeds["mix_ids"] = np.arange(len(mixtures), dtype=np.int64)
+    feeds.update(slots)
     if mol_extra is not None:
         feeds["mol_extra"] = np.asarray(mol_extra(mols), np.float32)
     return mols, feeds
@@ -99,15 +109,9 @@ def mixture_inputs(mixtures: Sequence[Sequence[str]], mol_extra=None) -> tuple[l
 def label_inputs(mixtures: Sequence[Sequence[str]], kind: str) -> dict[str, np.ndarray]:
     """The label network's inputs of ``M`` mixtures: ``{mol_x (U, d), comp (C,), comp_batch (C,),
     mix_ids (M,)}`` (:func:`label_features` of kind ``kind``)."""
-    mols = sorted({s for m in mixtures for s in m})
+    mols, slots = _mixture_slots(mixtures)
     feats = label_features(mols, kind)
-    pos = {s: i for i, s in enumerate(mols)}
-    return {
-        "mol_x": np.stack([feats[s] for s in mols]),
-        "comp": np.asarray([pos[s] for m in mixtures for s in m], np.int64),
-        "comp_batch": np.repeat(np.arange(len(mixtures), dtype=np.int64), [len(m) for m in mixtures]),
-        "mix_ids": np.arange(len(mixtures), dtype=np.int64),
-    }
+    return {"mol_x": np.stack([feats[s] for s in mols]), **slots}
 
 
 def onnx_session(model, threads: int = 1):
