@@ -49,6 +49,7 @@ from common.report import markdown_table
 from .baselines import PairForest, molecule_table, pair_features
 from .data import PairData, Split, load_pairs, load_split, split_path, strict_molecule_split
 from .evaluate import summarize_folds
+from .inference import fit_minimol_scale
 from .model import DistanceTrainConfig, MixScentConfig, MolEncoder
 from .pipeline import test_predictions, train_distance
 from .predictor import MixturePredictor
@@ -138,11 +139,7 @@ def run_bench(
     best_cfg = replace(network, n_datasets=len(DATASETS))
     methods = METHODS + (MINIMOL_METHODS if minimol else ())
     if minimol:  # the same z-scored rows the predictor builds with minimol=True
-        scaled = MixturePredictor(minimol=True)
-        mols = sorted(pairs.molecules())
-        raw = np.stack(list(scaled._minimol_raw(mols).values()))
-        scaled.minimol_scale = (raw.mean(0), np.maximum(raw.std(0), 1e-6))
-        mm_rows = dict(zip(mols, scaled._minimol_rows(mols), strict=True))
+        _, mm_rows = fit_minimol_scale(sorted(pairs.molecules()))
     preds: dict[tuple[str, str], list[dict]] = {}
     fold_rows: list[dict] = []
     for family in families:

@@ -90,6 +90,17 @@ def _mixture_slots(mixtures: Sequence[Sequence[str]]) -> tuple[list[str], dict[s
     }
 
 
+def fit_minimol_scale(mols: Sequence[str]) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, np.ndarray]]:
+    """The z-scoring of MiniMol v1 rows fitted on ``mols`` (label-free: a predictor's pair molecules):
+    ``((mean (512,), std (512,)), {smiles: standardised row (512,)})`` (std floored at 1e-6)."""
+    from .minimol import minimol_table
+
+    table = minimol_table(mols)
+    raw = np.stack([table[s] for s in mols])
+    scale = (raw.mean(0), np.maximum(raw.std(0), 1e-6))
+    return scale, dict(zip(mols, standardised_minimol(mols, *scale), strict=True))
+
+
 def mixture_inputs(mixtures: Sequence[Sequence[str]], mol_extra=None) -> tuple[list[str], dict[str, np.ndarray]]:
     """The network inputs of ``M`` mixtures of canonical SMILES: the sorted unique molecules
     ``mols (U,)`` and ``{atom_x (N, ATOM_DIM), edge_index (2, E), edge_attr (E, BOND_DIM),

@@ -55,6 +55,7 @@ from .inference import (  # noqa: F401  (LABEL_BITS, LABEL_FEATURES: part of thi
     LABEL_FILE,
     MANIFEST,
     MixtureAPI,
+    fit_minimol_scale,
     label_features,
     label_inputs,
     mixture_inputs,
@@ -179,10 +180,7 @@ class MixturePredictor(PretrainedMixin, MixtureAPI, nn.Module):
 
         extra = None
         if self.minimol:  # MiniMol beside the GNN: z-scored over the pairs' molecules (label-free)
-            mols = sorted(pairs.molecules())
-            raw = np.stack(list(self._minimol_raw(mols).values()))
-            self.minimol_scale = (raw.mean(0), np.maximum(raw.std(0), 1e-6))
-            extra = dict(zip(mols, self._minimol_rows(mols), strict=True))
+            self.minimol_scale, extra = fit_minimol_scale(sorted(pairs.molecules()))
         net, _, hist = train_distance(pairs, split, encoder, self.network_cfg, self.training, mol_extra=extra)
         self.distance_net = net.eval()
         self.validation = {"network_best_epoch": hist["best_epoch"]}
@@ -246,12 +244,6 @@ class MixturePredictor(PretrainedMixin, MixtureAPI, nn.Module):
         self.label_net, self.label_names = net.eval(), list(gslf.labels)
         self.validation.update({"labels_val_macro_auc": hist["val_auc"], "labels_best_epoch": hist["best_epoch"]})
         return self
-
-    @staticmethod
-    def _minimol_raw(mols: Sequence[str]) -> dict[str, np.ndarray]:
-        from .minimol import minimol_table
-
-        return minimol_table(mols)
 
     def _minimol_rows(self, mols: Sequence[str]) -> np.ndarray:
         """``(U, 512)`` float32 z-scored MiniMol rows of ``mols`` (the distance network's extra
