@@ -76,8 +76,13 @@ ABLATIONS: dict[str, dict] = {
 }
 
 
+def auto_kr_cell(family: str, obs_frac: float) -> str:
+    """Name of an auto-kr cell, ``family/obsPP`` (the stress cell name without spec and epochs)."""
+    return f"{family}/obs{round(100 * obs_frac)}"
+
+
 def cell_name(family: str, obs_frac: float, spec: str, epochs: str) -> str:
-    return f"{family}/obs{round(100 * obs_frac)}/{spec}/{epochs}"
+    return f"{auto_kr_cell(family, obs_frac)}/{spec}/{epochs}"
 
 
 def all_cells() -> list[str]:
@@ -399,7 +404,7 @@ def auto_kr_trial(family: str, obs_frac: float, seed_index: int, seed: int) -> d
     true_nrmse = nrmse(K_true, r_true)
     correct = (est.K, est.r) == (K_true, r_true)
     est_nrmse = true_nrmse if correct else nrmse(est.K, est.r)
-    return {"cell": f"{family}/obs{round(100 * obs_frac)}", "family": family, "obs_frac": obs_frac, "seed": seed,
+    return {"cell": auto_kr_cell(family, obs_frac), "family": family, "obs_frac": obs_frac, "seed": seed,
             "K_true": K_true, "r_true": r_true, "K_hat": est.K, "r_hat": est.r, "correct": correct,
             "nrmse_true_Kr": true_nrmse, "nrmse_estimated_Kr": est_nrmse, "nrmse_ratio": est_nrmse / true_nrmse,
             "select_s": select_s, "points": len(est.table), "margin": est.margin, "warnings": est.warnings}
@@ -451,15 +456,14 @@ def run_auto_kr(json_path, families=None, obs_fracs=None, seeds: int | None = No
     for i, seed in enumerate(seed_list):
         for f in families or FAMILIES:
             for o in obs_fracs or OBS_FRACS:
-                trial = done.get((f"{f}/obs{round(100 * o)}", seed))
+                trial = done.get((auto_kr_cell(f, o), seed))
                 if trial is None:
                     trial = auto_kr_trial(f, o, i, seed)
                     if partial is not None:
                         with partial.open("a") as fh:
                             fh.write(json.dumps(trial, default=_json_scalar) + "\n")
                 trials.append(trial)
-    order = {c: j for j, c in enumerate(f"{f}/obs{round(100 * o)}" for f in families or FAMILIES
-                                         for o in obs_fracs or OBS_FRACS)}
+    order = {c: j for j, c in enumerate(auto_kr_cell(f, o) for f in families or FAMILIES for o in obs_fracs or OBS_FRACS)}
     trials.sort(key=lambda t: (order[t["cell"]], seed_list.index(t["seed"])))
     cells = []
     for cell in dict.fromkeys(t["cell"] for t in trials):
