@@ -13,12 +13,15 @@ Every minibatch training is a ``lightning.pytorch.LightningModule`` (its ``train
 * seeding (``seed_everything(seed, workers=True)``) and ``deterministic`` algorithms on request;
 * a NaN/Inf training loss stops the run with :class:`TrainingDiverged` (before the bad
   gradient is applied), naming the step and the last good checkpoint;
-* DDP on CPU with gloo when launched by ``torchrun`` (``WORLD_SIZE > 1``), one plain process
-  otherwise. The same modules run on GPUs and several nodes by Lightning's own settings.
+* the device and precision chosen by the caller (``device="auto"``: a CUDA GPU when present,
+  else the CPU; ``precision="32" | "bf16-mixed" | "16-mixed"``), resolved by ``common.device``;
+* DDP when launched by ``torchrun`` (``WORLD_SIZE > 1``): NCCL with one GPU per rank on CUDA, gloo
+  on the CPU; one plain process otherwise. Several nodes work the same way (``torchrun --nnodes``).
 
 Lightning runs offline here: no logger but the CSV one, no model registry, no downloads.
 
-    trainer = make_trainer(run_dir, max_epochs=20, monitor="val_loss", patience=3, grad_clip=1.0)
+    trainer = make_trainer(run_dir, max_epochs=20, monitor="val_loss", patience=3, grad_clip=1.0,
+                           device="auto", precision="bf16-mixed")
     fit(trainer, module, train_loader, val_loader)        # resumes from run_dir/checkpoints/last.ckpt
     best = type(module).load_from_checkpoint(trainer.checkpoint_callback.best_model_path, ...)
 """
@@ -42,6 +45,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import DDPStrategy
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from common.device import check_precision, resolve_device, trainer_kwargs
 from common.errors import MoeAppsError
 
 LOG_DIR = "logs"
@@ -108,6 +112,8 @@ def make_trainer(
     find_unused_parameters: bool = False,
     use_distributed_sampler: bool = True,
     log_every_n_steps: int = 50,
+    device: str | torch.device | None = "auto",
+    precision: str = "32",
 ) -> L.Trainer:
     """A ``lightning.pytorch.Trainer`` with the suite's defaults (see the module docstring).
 
@@ -131,9 +137,15 @@ def make_trainer(
         use_distributed_sampler: under DDP, let Lightning shard a map-style ``DataLoader`` over the
             ranks; False when the module shards its own batches.
         log_every_n_steps: how often ``self.log`` values reach the CSV log.
+        device: ``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda`` or ``cuda:N``; under
+            ``torchrun`` each rank takes its ``LOCAL_RANK``'s GPU. A GPU asked for and absent is a
+            ``DeviceError``.
+        precision: ``32``, ``bf16-mixed`` or ``16-mixed`` (CUDA only): Lightning's mixed precision.
     """
     if patience is not None and monitor is None:
         raise ValueError("early stopping (patience) needs a monitored metric")
+    resolved = resolve_device(device)
+    check_precision(precision, resolved)
     for name in ("lightning.pytorch", "lightning.fabric"):  # no "GPU available" / "Initializing" banners
         logging.getLogger(name).setLevel(logging.WARNING)
     if seed is not None:
@@ -153,16 +165,18 @@ def make_trainer(
         cbs.append(ModelCheckpoint(dirpath=ckpt_dir, filename=LAST.removesuffix(".ckpt"), save_top_k=1,
                                    enable_version_counter=False))
     world = world_size()
+    dist_kw: dict[str, Any] = trainer_kwargs(resolved, world=world)
     if world > 1:  # under torchrun: devices per node and nodes from its environment
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-        dist_kw: dict[str, Any] = dict(
-            accelerator="cpu", devices=local, num_nodes=world // local,
-            strategy=DDPStrategy(process_group_backend="gloo", find_unused_parameters=find_unused_parameters),
+        dist_kw.update(
+            num_nodes=world // dist_kw["devices"],
+            strategy=DDPStrategy(process_group_backend="nccl" if resolved.type == "cuda" else "gloo",
+                                 find_unused_parameters=find_unused_parameters),
         )
     else:
-        dist_kw = dict(accelerator="cpu", devices=1, strategy="auto")
+        dist_kw["strategy"] = "auto"
     return L.Trainer(
         **dist_kw,
+        precision="32-true" if precision == "32" else precision,
         max_epochs=max_epochs,
         max_steps=max_steps,
         logger=CSVLogger(run_dir, name=LOG_DIR) if run_dir is not None else False,
