@@ -365,18 +365,18 @@ CASES: list[tuple[str, str]] = [
     ("moa3cir", "search --model {d}/ckpt --index {d}/badindex --image {d}/existing.png --text red"),
     ("moa3cir", "search --model {d}/ckpt --index {d}/metaindex --image {d}/existing.png --text red"),
     ("moa3cir", "search --model {d}/ckpt --index {d}/full --image {d}/existing.png --text '  '"),
-    ("moa3cir", "bench --search-only --search-n 0 --out {d}/new_bench"),
-    ("moa3cir", "bench --search-only --search-queries 0 --out {d}/new_bench"),
-    ("moa3cir", "bench --search-only --search-threads 0 --out {d}/new_bench"),
+    ("moa3cir", "bench --suite search --search-n 0 --out {d}/new_bench"),
+    ("moa3cir", "bench --suite search --search-queries 0 --out {d}/new_bench"),
+    ("moa3cir", "bench --suite search --search-threads 0 --out {d}/new_bench"),
     ("moa3cir", "bench --out {d}/full"),
-    ("moa3cir", "bench --search-only --out {d}/new_bench --json {d}/existing.json"),
+    ("moa3cir", "bench --suite search --out {d}/new_bench --json {d}/existing.json"),
     ("moa3cir", "bench --phase1-epochs 0 --phase2-epochs 0 --out {d}/new_bench"),
     ("moa3cir", "build-data --out {d}/new_data --preset huge"),
     ("moa3cir", "bench --benchmark huge --out {d}/new_bench"),
     ("moa3cir", "bench --benchmark hard --root {d}/full --out {d}/new_bench"),
     ("moa3cir", "bench --benchmark hard --root {d}/missing --out {d}/new_bench"),
     ("moa3cir", "bench --image-encoders scratch resnet50 --out {d}/new_bench"),
-    ("moa3cir", "bench --features-only --feature-threads 0 --out {d}/new_bench"),
+    ("moa3cir", "bench --suite features --feature-threads 0 --out {d}/new_bench"),
     # --- mixscent
     ("mixscent", "pretrain --epochs 0 --encoder {d}/new_enc"),
     ("mixscent", "pretrain --epochs -3 --encoder {d}/new_enc"),
@@ -574,7 +574,7 @@ def test_every_subcommand_that_writes_has_overwrite():
 
     from generation3d.cli import build_parser as moca_parser
     from olfaction.cli import _parser as mixscent_parser
-    from retrieval.cli import _parser as moa3cir_parser
+    from retrieval.cli import build_parser as moa3cir_parser
     from streaming.cli import build_parser as mosaic_parser
     from vision.cli import build_parser as moh_parser
 

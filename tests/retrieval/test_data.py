@@ -5,15 +5,10 @@ import pytest
 from PIL import Image
 
 from common.errors import DataError, InputError
-from retrieval.data import (
-    BuildConfig,
-    build_benchmark,
-    load_fashioniq,
-    load_image,
-    load_shoes,
-    load_synthetic,
-)
-from retrieval.render import GROUPS, Attributes, describe, render
+from retrieval.captions import describe
+from retrieval.data import load_fashioniq, load_image, load_shoes, load_synthetic
+from retrieval.render import GROUPS, Attributes, render
+from retrieval.synth import BuildConfig, build_benchmark
 
 
 def test_layout_and_item_disjoint_splits(tiny_bench):
