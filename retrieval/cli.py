@@ -27,7 +27,7 @@ from common.cli import (  # noqa: E402
     seed_int,
     subcommand_main,
 )
-from common.device import add_device_arg, add_precision_arg  # noqa: E402
+from common.device import add_device_arg, add_precision_arg, check_precision, resolve_device  # noqa: E402
 from common.errors import InputError  # noqa: E402
 from common.io import dumps_json, write_json  # noqa: E402
 
@@ -40,8 +40,9 @@ IMAGE_ENCODERS = ("scratch", "efficientnet-lite0")
 DEFAULT_IMAGE_ENCODER = "efficientnet-lite0"
 MODEL_SIZES = ("XS", "S", "B")
 DEFAULT_MODEL_SIZE = "S"
-# bench suites: the results table, the pretrained encoder's gallery-feature speed, the search speed
-SUITES = ("table", "features", "search")
+# bench suites: the results table, the pretrained encoder's gallery-feature speed, the search speed,
+# the model sizes (parameters, memory, train-step time)
+SUITES = ("table", "features", "search", "sizes")
 
 
 def _data_args(sp: argparse.ArgumentParser) -> None:
@@ -145,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--suite", nargs="+", choices=SUITES, default=["table"],
         help="table: MoA³CIR, ablations and baselines on the built benchmark; features: the pretrained "
         "encoder's gallery features on the test gallery (cold, then cached); search: the 1M x 256 "
-        "search benchmark (default table)",
+        "search benchmark; sizes: parameters, memory and train-step time of every --model-size, one "
+        "thread (default table)",
     )
     bn.add_argument(
         "--benchmark", choices=BENCHMARKS, default="small",
@@ -228,6 +230,7 @@ def cmd_train(args) -> int:
     from .train import TrainConfig, fit
 
     out = Path(args.out)
+    check_precision(args.precision, resolve_device(args.device))
     check_outputs(dirs=[out], inputs=[args.root], overwrite=args.overwrite)
     if args.phase1_epochs == 0 and args.phase2_epochs == 0:
         raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
@@ -331,9 +334,10 @@ def cmd_bench(args) -> int:
     from .train import TrainConfig
 
     suites = set(args.suite)
+    check_precision(args.precision, resolve_device(args.device))
     methods = resolve_methods(args.methods)
     out = Path(args.out)
-    rows, search_rows, feature_rows = None, None, None
+    rows, search_rows, feature_rows, size_rows = None, None, None, None
     check_outputs(files=[args.json], dirs=[out], inputs=[args.root], overwrite=args.overwrite)
     if "table" in suites and args.phase1_epochs + args.phase2_epochs == 0:
         raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
@@ -355,10 +359,15 @@ def cmd_bench(args) -> int:
     if "search" in suites:
         search_rows = run_search_bench(out, n=args.search_n, n_queries=args.search_queries,
                                        threads=args.search_threads, seed=args.seed)
+    if "sizes" in suites:
+        from .size_bench import model_size_rows
+
+        torch.set_num_threads(1)
+        size_rows = model_size_rows(seed=args.seed, device=args.device, precision=args.precision)
     if args.json:
         config = {k: v for k, v in vars(args).items() if k not in ("cmd", "json", "overwrite", "fn")}
         write_json(Path(args.json), {"config": config, "rows": rows, "search": search_rows,
-                                     "features": feature_rows})
+                                     "features": feature_rows, "sizes": size_rows})
     return 0
 
 
