@@ -36,7 +36,7 @@ def run_search_bench(
 
     Both sides run with the same number of ``threads`` (BLAS via threadpoolctl, faiss OpenMP),
     so the comparison is per core. Writes ``search_bench.csv/.json``; returns the rows, the last
-    one a summary of the issue's targets (exact >= 5x NumPy with identical results; the smallest
+    one a summary of the targets (exact >= 5x NumPy with identical results; the smallest
     nprobe with IVF recall@10 >= 0.95 of exact, and whether it is >= 10x faster than exact)."""
     import faiss
     from threadpoolctl import threadpool_limits

@@ -135,9 +135,7 @@ class ImageInput(nn.Module):
         moved to a GPU with its model computes these on the CPU and moves back."""
         enc = self.encoder
         home = enc.mean.device
-        if home.type == "cpu":
-            return torch.from_numpy(enc.encode_tokens(images_uint8, use_cache))
-        enc.cpu()
+        enc.cpu()  # a no-op for an encoder on the CPU
         try:
             return torch.from_numpy(enc.encode_tokens(images_uint8, use_cache))
         finally:
