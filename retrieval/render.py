@@ -108,6 +108,43 @@ class Attributes:
         return [g for g, a, b in zip(GROUPS, self.as_list(), other.as_list(), strict=False) if a != b]
 
 
+def _surface(attrs: Attributes, base: np.ndarray, shade: np.ndarray, x: np.ndarray, y: np.ndarray,
+             extent: float, dot_offset: float) -> np.ndarray:
+    """Garment colour (h, w, 3) before compositing: the pattern motif in off-white over ``base``
+    (3,), the finish (with the garment luminance ``shade`` (h, w)) and the fabric grain, all drawn
+    in the coordinates ``x``, ``y`` (h, w) (studio: image pixels; photo: garment coordinates, so
+    they turn and scale with it). ``extent``: the span of the glossy highlight's diagonal;
+    ``dot_offset``: where a dot sits in its motif cell (pixel corners vs centres)."""
+    if attrs.pattern == 0:
+        motif = np.zeros(x.shape, np.float32)
+    else:
+        period = 4 if attrs.scale == 0 else 8
+        half = period / 2
+        if attrs.pattern == 1:  # stripes
+            motif = ((y % period) < half).astype(np.float32)
+        elif attrs.pattern == 2:  # checks
+            motif = (((y // half) + (x // half)) % 2).astype(np.float32)
+        else:  # dots
+            dy, dx = (y % period) - half + dot_offset, (x % period) - half + dot_offset
+            motif = ((dy**2 + dx**2) <= (period / 3.2) ** 2).astype(np.float32)
+    second = np.full(3, 0.95, np.float32)  # motifs in off-white
+    colour = base[None, None] * (1 - motif[..., None]) + second * motif[..., None]
+    if attrs.finish == 1:  # glossy: diagonal specular highlight
+        hl = np.exp(-(((x - y) / extent) ** 2) / 0.02)[..., None]
+        colour = colour * (0.85 + 0.15 * shade[..., None]) + 0.35 * hl
+    elif attrs.finish == 2:  # faded: desaturated, lighter
+        colour = 0.45 * colour + 0.35 * colour.mean(-1, keepdims=True) + 0.25
+    elif attrs.finish == 3:  # dark
+        colour = colour * 0.45
+    else:  # matte
+        colour = colour * (0.7 + 0.3 * shade[..., None])
+    # fabric: faint deterministic grain (weak visual cue; the description carries it)
+    grain_freq = [0.0, 1.7, 2.9, 0.9][attrs.fabric]
+    if grain_freq > 0:
+        colour = colour + 0.025 * np.sin(x * grain_freq + y * grain_freq * 0.6)[..., None]
+    return colour
+
+
 def render(silhouette: np.ndarray, attrs: Attributes, rng: np.random.Generator | None = None) -> np.ndarray:
     """Render a product image.
 
@@ -128,37 +165,7 @@ def render(silhouette: np.ndarray, attrs: Attributes, rng: np.random.Generator |
     if rng is not None:
         base = np.clip(base + rng.normal(0, 0.03, 3), 0, 1)
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
-    if attrs.pattern == 0:
-        motif = np.zeros((size, size), np.float32)
-    else:
-        period = 4 if attrs.scale == 0 else 8
-        half = period / 2
-        if attrs.pattern == 1:  # stripes
-            motif = ((yy % period) < half).astype(np.float32)
-        elif attrs.pattern == 2:  # checks
-            motif = (((yy // half) + (xx // half)) % 2).astype(np.float32)
-        else:  # dots
-            cy, cx = (yy % period) - half + 0.5, (xx % period) - half + 0.5
-            motif = ((cy**2 + cx**2) <= (period / 3.2) ** 2).astype(np.float32)
-    second = np.full(3, 0.95, np.float32)  # motifs in off-white
-    colour = base[None, None] * (1 - motif[..., None]) + second * motif[..., None]
-
-    if attrs.finish == 1:  # glossy: diagonal specular highlight
-        hl = np.exp(-(((xx - yy) / size) ** 2) / 0.02)[..., None]
-        colour = colour * (0.85 + 0.15 * shade[..., None]) + 0.35 * hl
-    elif attrs.finish == 2:  # faded: desaturated, lighter
-        grey = colour.mean(-1, keepdims=True)
-        colour = 0.45 * colour + 0.35 * grey + 0.25
-    elif attrs.finish == 3:  # dark
-        colour = colour * 0.45
-    else:  # matte
-        colour = colour * (0.7 + 0.3 * shade[..., None])
-
-    # fabric: faint deterministic grain (weak visual cue; the description carries it)
-    grain_freq = [0.0, 1.7, 2.9, 0.9][attrs.fabric]
-    if grain_freq > 0:
-        grain = np.sin(xx * grain_freq + yy * grain_freq * 0.6)[..., None]
-        colour = colour + 0.025 * grain
+    colour = _surface(attrs, base, shade, xx, yy, extent=size, dot_offset=0.5)
 
     img = np.full((size, size, 3), 0.92, np.float32)
     img = img * (1 - alpha[..., None]) + np.clip(colour, 0, 1) * alpha[..., None]
@@ -255,31 +262,7 @@ def render_photo(
     shade = np.clip(mask * 1.25, 0, 1)
     alpha = np.clip((mask - 0.05) / 0.1, 0, 1)
     base = np.clip(_RGB[attrs.colour] + rng.normal(0, 0.03, 3), 0, 1).astype(np.float32)
-    if attrs.pattern == 0:
-        motif = np.zeros((size, size), np.float32)
-    else:
-        period = 4 if attrs.scale == 0 else 8
-        half = period / 2
-        if attrs.pattern == 1:
-            motif = ((v % period) < half).astype(np.float32)
-        elif attrs.pattern == 2:
-            motif = (((v // half) + (u // half)) % 2).astype(np.float32)
-        else:
-            du, dv = (u % period) - half, (v % period) - half
-            motif = ((du**2 + dv**2) <= (period / 3.2) ** 2).astype(np.float32)
-    colour = base[None, None] * (1 - motif[..., None]) + np.full(3, 0.95, np.float32) * motif[..., None]
-    if attrs.finish == 1:
-        hl = np.exp(-(((u - v) / 28) ** 2) / 0.02)[..., None]
-        colour = colour * (0.85 + 0.15 * shade[..., None]) + 0.35 * hl
-    elif attrs.finish == 2:
-        colour = 0.45 * colour + 0.35 * colour.mean(-1, keepdims=True) + 0.25
-    elif attrs.finish == 3:
-        colour = colour * 0.45
-    else:
-        colour = colour * (0.7 + 0.3 * shade[..., None])
-    grain_freq = [0.0, 1.7, 2.9, 0.9][attrs.fabric]
-    if grain_freq > 0:
-        colour = colour + 0.025 * np.sin(u * grain_freq + v * grain_freq * 0.6)[..., None]
+    colour = _surface(attrs, base, shade, u, v, extent=28, dot_offset=0.0)
 
     img = _background(size, rng, j.backgrounds)
     if j.backgrounds > 0:  # soft drop shadow below-right of the garment
