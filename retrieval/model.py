@@ -1,6 +1,7 @@
 """MoA³CIR: five-tower composed image retrieval with Mixture of Attribute-Aware Attention.
 
-Towers (asymmetric: query and gallery sides have their own weights)
+Towers (``retrieval.towers``, shared with the baselines; asymmetric: query and gallery sides have
+their own weights)
 
 * reference-image tower, ``MoA3Config.image_encoder``:
   ``"scratch"``: ``ImageTower``, a small CNN trained from scratch, (b, 3, 32, 32) -> (b, 64, d)

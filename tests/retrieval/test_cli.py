@@ -201,3 +201,22 @@ def test_numpy_topk_partition_and_sort_agree_with_a_hand_ranking():
         assert rows.tolist() == [[1, 3, 2]] * 3 and scores[0].tolist() == [5, 4, 3]
     with pytest.raises(ValueError, match="select"):
         numpy_topk(q, gal, 3, select="heap")
+
+
+def test_train_model_size_and_bf16_precision_reach_the_checkpoint(tiny_bench, cached_env, tmp_path):
+    from retrieval.registry import MODEL_SIZES, load_model
+
+    root, _ = tiny_bench
+    out = tmp_path / "xs"
+    argv = ["train", "--root", str(root), "--out", str(out), "--phase1-epochs", "1", "--phase2-epochs", "1",
+            "--model-size", "XS", "--precision", "bf16-mixed", "--device", "cpu", "--image-encoder", "scratch"]
+    assert main(argv) == 0
+    model, extra = load_model(out)
+    xs = MODEL_SIZES["XS"]
+    assert (model.config.d_model, model.config.d_slot, model.config.heads_per_group) == (
+        xs.d_model, xs.d_slot, xs.heads_per_group)
+    assert extra["model_size"] == "XS"
+    assert all(p.dtype.is_floating_point and p.dtype.itemsize == 4 for p in model.parameters())  # fp32 on disk
+    metrics = tmp_path / "m.json"
+    assert main(["eval", "--root", str(root), "--model", str(out), "--device", "cpu", "--out", str(metrics)]) == 0
+    assert 0 <= json.loads(metrics.read_text())["R@10"] <= 100
