@@ -269,6 +269,8 @@ def fit(
     cfg = cfg or TrainConfig()
     say = log or (lambda *_: None)
     if isinstance(train, Features):
+        if val is not None and not (isinstance(val, tuple) and isinstance(val[1], Features)):
+            raise TypeError("with prepared Features, val is a (split, Features) pair or None")
         return _fit_features(model, train, cfg, say, val, run_dir, device, precision)
     if not train.triplets:
         raise DataError(f"{train.name}/{train.split} has no triplets to train on")
