@@ -38,6 +38,7 @@ from common.errors import InputError
 AUTO = "auto"
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:(\d+))$")
+_default: str | None = None  # what "auto" means in this process (moe-demo --device); None: detect
 
 
 class DeviceError(InputError):
@@ -86,6 +87,8 @@ def resolve_device(spec: str | torch.device | None = AUTO) -> torch.device:
         text = _syntax(text)
     except argparse.ArgumentTypeError as exc:
         raise DeviceError(f"--device: {exc}") from None
+    if text == AUTO and _default is not None:
+        text = _default
     if text == AUTO:
         device = torch.device("cuda") if cuda_available() else torch.device("cpu")
     elif text == "cpu":
@@ -99,6 +102,17 @@ def resolve_device(spec: str | torch.device | None = AUTO) -> torch.device:
             raise DeviceError(f"--device {text}: this machine has {count} CUDA GPU(s) (cuda:0..cuda:{count - 1})")
     configure_backends(device)
     return device
+
+
+def set_default_device(spec: str | None) -> None:
+    """Make ``auto`` mean ``spec`` in this process (``moe-demo --device cuda:1`` for every tab);
+    None restores detection. The device is checked now (:class:`DeviceError` when absent)."""
+    global _default
+    if spec is None or _syntax(spec) == AUTO:
+        _default = None
+        return
+    resolve_device(spec)
+    _default = _syntax(spec)
 
 
 def configure_backends(device: torch.device) -> None:
