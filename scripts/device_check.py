@@ -30,7 +30,6 @@ the MiniLM weights) and streaming are checked in (a) only where their wheels are
 
 from __future__ import annotations
 
-import argparse
 import copy
 import importlib
 import json
