@@ -159,8 +159,8 @@ def test_bench_table_formats_rows():
 def test_bench_one_fold_every_method_and_the_gated_combination():
     """`mixscent bench --minimol` end to end on one leave-dataset-out fold with tiny models."""
     from olfaction.bench import METHODS, MINIMOL_METHODS, SET, SHIPPED, run_bench
+    from olfaction.encoder import random_encoder
     from olfaction.model import DistanceTrainConfig, MixScentConfig, MolEncoderConfig
-    from olfaction.pipeline import random_encoder
 
     if not (DATA / "olfaction" / "mixture_pairs.csv").is_file():
         pytest.skip(f"no DREAM mixture data under {DATA}")
