@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from common.data_dir import resolve_data_dir
+from common.device import resolve_device
 from common.io import write_csv, write_json
 
 from .baselines import PairForest, SnitzAngle, molecule_table, pair_features
@@ -51,6 +52,7 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
     predictor = MixturePredictor(
         MixScentConfig(hidden=64, heads=4), DistanceTrainConfig(epochs=40, patience=12, seed=seed), seed=seed
     ).fit(pairs, split, pre.encoder, load_gslf(data_dir), device=device, precision=precision)
+    predictor.to(resolve_device(device))  # the test rows are predicted where the networks trained
     predictor.save_pretrained(out_dir / "olfaction_model", {"split": split.identifier})
     demo_model = model_dir()
     if not (demo_model / "config.json").is_file():  # the demo tab's default model

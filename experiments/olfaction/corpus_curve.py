@@ -1,5 +1,5 @@
 """Pretraining corpus size (extra MOSES molecules) vs held-out descriptor R² and the distance
-task (docs/experiments.md: +8,000 MOSES molecules did not pay). Formerly ``mixscent corpus-curve``.
+task (docs/experiments.md: +8,000 MOSES molecules did not pay).
 
     python -m experiments.olfaction.corpus_curve --sizes 0,2000,8000 --out runs/olfaction_corpus
 

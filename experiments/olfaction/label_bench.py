@@ -1,6 +1,6 @@
 """Label benchmarks (GS-LF stratified CV, blend-pair labels) of MixScentNet label variants,
 seed averages and rank ensembles against logreg / RF baselines: the research behind the GS-LF
-0.89 and blend 0.80 figures (docs/experiments.md). Formerly ``mixscent label-bench``.
+0.89 and blend 0.80 figures (docs/experiments.md).
 
     python -m experiments.olfaction.label_bench --tasks gslf --out runs/olfaction_labels
 

@@ -2,7 +2,7 @@
 angle distance vs regressors on set-level pair features (:mod:`olfaction.set_features`), on the
 POMMix split families (``random_cv0-4``, ``lso_molecules0-4``) and a strict leave-molecules-out
 family, in one run. Prints a table, writes CSV/JSON and a scatter plot. The research behind
-docs/experiments.md's network and ensemble lines (formerly ``mixscent bench``); the product's
+docs/experiments.md's network and ensemble lines; the product's
 benchmark is ``mixscent bench`` (:mod:`olfaction.bench`).
 
     python -m experiments.olfaction.variant_bench --families random_cv --variants MixScentNet --out runs/v
