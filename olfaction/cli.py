@@ -290,18 +290,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import format_table, run_bench
     from .model import DistanceTrainConfig
 
-    result = run_bench(
-        resolve_data_dir(args.data_dir),
-        _encoder(args.encoder),
-        families=families,
-        folds=args.folds,
-        seed=args.seed,
-        training=DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
-        n_estimators=args.trees,
-        minimol=args.suite == "minimol",
-        device=args.device,
-        precision=args.precision,
-    )
+    result = run_bench(resolve_data_dir(args.data_dir), _encoder(args.encoder), families=families, folds=args.folds,
+                       seed=args.seed, training=DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
+                       n_estimators=args.trees, minimol=args.suite == "minimol", device=args.device,
+                       precision=args.precision)
     write_json(Path(args.out), {"command": _bench_command(args, families), **result})
     print(format_table(result["rows"]))
     return 0

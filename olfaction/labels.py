@@ -58,9 +58,10 @@ def fit_labels(
     device: str = "auto", precision: str = "32",
 ) -> dict:
     """Fit :class:`LabelModule` on ``device`` in ``precision``; the epoch is chosen by validation
-    macro ROC-AUC (early stopping with ``cfg.patience``). Returns ``{"best_epoch", "val_auc"}``."""
+    macro ROC-AUC (early stopping with ``cfg.patience``); ``model`` ends on the CPU in eval mode.
+    Returns ``{"best_epoch", "val_auc"}``."""
     module = LabelModule(model, index, y, cfg)
     best = fit_module(module, shuffled_rows(train_ids, cfg.batch_size, cfg.seed), all_rows(val_ids), cfg.epochs,
                       cfg.seed, "val_auc", "max", cfg.patience, device=device, precision=precision)
-    model.eval()
+    model.cpu().eval()
     return {"best_epoch": best.best_epoch, "val_auc": best.best}
