@@ -416,7 +416,7 @@ CASES: list[tuple[str, str]] = [
     ("mixscent", "bench --epochs 0 --out {d}/new_bench.json"),
     ("mixscent", "bench --trees 0 --out {d}/new_bench.json"),
     ("mixscent", "bench --families random_cv,nope --out {d}/new_bench.json"),
-    ("mixscent", "bench --minimol --folds 0 --out {d}/new_bench.json"),
+    ("mixscent", "bench --suite minimol --folds 0 --out {d}/new_bench.json"),
     ("mixscent", "bench --out {d}/existing.json"),
     ("mixscent", "bench --encoder {d}/existing.json --out {d}/existing.json --overwrite"),
     ("mixscent", "quick --out {d}/full"),
@@ -573,7 +573,7 @@ def test_every_subcommand_that_writes_has_overwrite():
     import argparse
 
     from generation3d.cli import build_parser as moca_parser
-    from olfaction.cli import _parser as mixscent_parser
+    from olfaction.cli import build_parser as mixscent_parser
     from retrieval.cli import _parser as moa3cir_parser
     from streaming.cli import build_parser as mosaic_parser
     from vision.cli import build_parser as moh_parser
