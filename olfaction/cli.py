@@ -16,43 +16,22 @@ from pathlib import Path
 
 from common.cli import ArgumentParser, add_common_args, check_outputs, positive_int, subcommand_main
 from common.data_dir import resolve_data_dir
+from common.device import add_device_arg, add_precision_arg
 from common.errors import CheckpointError, InputError
 from common.io import write_csv, write_json
 
-# Names of olfaction.bench.SUITES and common.device.PRECISIONS, spelled here so that building the
-# parser imports neither torch nor the training code: `mixscent predict` on its ONNX export runs
-# without torch (a one-pair call in a third of a second).
+# The names of olfaction.bench.SUITES, spelled here so that building the parser imports neither
+# torch nor the training code: `mixscent predict` on its ONNX export runs without torch (a one-pair
+# call in a third of a second). common.device's options import torch only for a GPU name.
 BENCH_SUITES = ("standard", "minimol")
-PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 LIGHT_DEVICES = ("auto", "cpu")
 
 
-def device_arg(text: str) -> str:
-    """argparse type of ``--device``: ``auto`` and ``cpu`` as they are; anything else is checked by
-    :func:`common.device.parse_device` (imported only then: it imports torch), which refuses a GPU
-    this machine does not have at parse time."""
-    value = str(text).strip().lower()
-    if value in LIGHT_DEVICES:
-        return value
-    from common.device import parse_device
-
-    return parse_device(text)
-
-
 def add_device_args(parser: argparse.ArgumentParser, training: bool = False) -> None:
-    """``--device auto|cpu|cuda|cuda:N`` (default auto) and, for a command that trains,
-    ``--precision 32|bf16-mixed|16-mixed`` (default 32): ``common.device``'s options, parsed
-    without importing torch."""
-    parser.add_argument(
-        "--device", type=device_arg, default="auto", metavar="auto|cpu|cuda|cuda:N",
-        help="where torch runs: auto (a CUDA GPU when present, else the CPU), cpu, cuda or cuda:N (default auto)",
-    )
+    """``--device`` and, for a command that trains, ``--precision`` (common.device's options)."""
+    add_device_arg(parser)
     if training:
-        parser.add_argument(
-            "--precision", choices=PRECISIONS, default="32",
-            help="training precision: 32 (fp32), bf16-mixed (bfloat16 autocast, CPU or GPU), "
-                 "16-mixed (float16 autocast, CUDA only) (default 32)",
-        )
+        add_precision_arg(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
