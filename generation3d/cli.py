@@ -50,7 +50,8 @@ def _data_dir(a) -> Path:
 
 
 def _build_data(a) -> int:
-    from generation3d.data import build_dataset, read_meta
+    from generation3d.data import read_meta
+    from generation3d.shapes import build_dataset
 
     out = Path(a.out) if a.out else _data_dir(a)
     source = a.source
@@ -268,7 +269,7 @@ def _bench_scenes(a) -> int:
 
 
 def _load_mesh(a) -> int:
-    from generation3d.data import load_part_mesh
+    from generation3d.meshes import load_part_mesh
     from generation3d.render import render_preview
 
     check_outputs(files=[a.out], inputs=[a.path], overwrite=a.overwrite)

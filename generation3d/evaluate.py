@@ -15,7 +15,7 @@ from torch import Tensor
 
 from common.errors import DataError
 from generation3d.classifier import N_POINTS, category_fidelity, get_classifier, predict, shape_cloud_fixed
-from generation3d.data import shape_cloud
+from generation3d.geometry import shape_cloud
 from generation3d.losses import chamfer_batch, collate, encode_parts, flow_errors
 
 DEFAULT_TAU = 0.05
@@ -119,7 +119,7 @@ def count_valid_parts(boxes: np.ndarray, min_size: float = 0.005, bound: float =
 
 def reconstruction_metrics(ae, ds, split: str = "test", tau: float = DEFAULT_TAU, max_parts: int = 2000) -> dict:
     """Part autoencoder on held-out parts: mean squared CD and F-score@tau in world coordinates."""
-    from generation3d.data import from_canonical, to_canonical
+    from generation3d.geometry import from_canonical, to_canonical
 
     idx = ds.part_indices(split)[:max_parts]
     pts = torch.from_numpy(to_canonical(ds.points[idx], ds.boxes[idx])).float()

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from generation3d.data import PartDataset, box_to_param, to_canonical
+from generation3d.data import PartDataset
+from generation3d.geometry import box_to_param, to_canonical
 
 NULL_PROB = 0.1  # probability of dropping the category / text condition in training (CFG)
 

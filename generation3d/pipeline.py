@@ -23,7 +23,8 @@ from diffusers import FlowMatchEulerDiscreteScheduler
 
 from common.errors import CheckpointError, InputError
 from common.pretrained import checkpoint_info
-from generation3d.data import CATEGORIES, box_to_param, check_category, from_canonical, param_to_box
+from generation3d.data import CATEGORIES, check_category
+from generation3d.geometry import box_to_param, from_canonical, param_to_box
 from generation3d.model import PartAutoencoder, PartFlowTransformer
 from generation3d.text import check_text, default_encoder
 

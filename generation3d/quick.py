@@ -19,12 +19,13 @@ from common.data_dir import cache_dir
 from common.io import write_csv, write_json
 from common.seed import seed_everything
 from generation3d.bench import bench_attention, plot_bench
-from generation3d.data import PartDataset, build_dataset, trained_categories
+from generation3d.data import PartDataset, trained_categories
 from generation3d.evaluate import evaluate_generator, penetration_rate, reconstruction_metrics
 from generation3d.export import export_meshes, shape_meshes
 from generation3d.model import AEConfig, GenConfig
 from generation3d.pipeline import MoCAPipeline
 from generation3d.render import render_preview
+from generation3d.shapes import build_dataset
 from generation3d.text import shape_descriptions
 from generation3d.train import train_autoencoder, train_generator
 

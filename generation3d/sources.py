@@ -38,16 +38,8 @@ import trimesh
 
 from common.errors import DataError, InputError
 from common.io import atomic_write, write_csv
-from generation3d.data import (
-    CATEGORIES,
-    MESH_SUFFIXES,
-    SPLITS,
-    Part,
-    Shape,
-    mesh_problem,
-    read_named_meshes,
-    write_dataset,
-)
+from generation3d.data import CATEGORIES, SPLITS, Part, Shape, write_dataset
+from generation3d.meshes import MESH_SUFFIXES, mesh_problem, read_named_meshes
 
 TINY_FRACTION = 0.05  # parts with a box diagonal below this fraction of the shape's are merged
 VAL_FRACTION, TEST_FRACTION = 0.1, 0.2

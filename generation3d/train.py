@@ -35,7 +35,8 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from common.engine import fit, make_trainer
 from common.errors import InputError
-from generation3d.data import PartDataset, to_canonical
+from generation3d.data import PartDataset
+from generation3d.geometry import to_canonical
 from generation3d.losses import (
     chamfer_batch,
     collate,

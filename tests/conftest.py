@@ -41,9 +41,10 @@ def _tiny_demo_models(root: Path) -> dict[str, str]:
     point the hub's tabs at them. Real models come from ``make demo``."""
     import torch
 
-    from generation3d.data import PartDataset, build_dataset
+    from generation3d.data import PartDataset
     from generation3d.model import AEConfig, GenConfig
     from generation3d.pipeline import MoCAPipeline
+    from generation3d.shapes import build_dataset
     from generation3d.train import train_autoencoder, train_generator
     from olfaction.predictor import MixturePredictor
     from vision.models import MoHBackbone

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import torch
 
-from generation3d.data import PartDataset, build_dataset, trained_categories
+from generation3d.data import PartDataset, trained_categories
 from generation3d.losses import encode_parts, latent_stats
 from generation3d.model import GenConfig, PartFlowTransformer
 from generation3d.pipeline import MoCAPipeline, load_autoencoder
+from generation3d.shapes import build_dataset
 from generation3d.text import default_encoder, shape_descriptions
 from generation3d.train import GeneratorModule, ShapeBatches, _fit, _trainer
 

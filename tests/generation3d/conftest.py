@@ -14,7 +14,7 @@ def _one_thread():
 
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory):
-    from generation3d.data import build_dataset
+    from generation3d.shapes import build_dataset
 
     d = tmp_path_factory.mktemp("g3data")
     build_dataset(d, n_per_category=4, n_scenes=1, n_points=64, seed=0, min_scene_parts=20)

@@ -112,7 +112,7 @@ def test_training_reduces_loss_and_is_seeded(tiny_data):
 
 
 def test_box_parameterisation_round_trip_keeps_sizes_positive():
-    from generation3d.data import MIN_SIZE, box_to_param, param_to_box
+    from generation3d.geometry import MIN_SIZE, box_to_param, param_to_box
 
     boxes = np.array([[0.1, -0.2, 0.3, 0.01, 0.5, 2.0], [0, 0, 0, 1e-5, 1.0, 1.0]], np.float32)
     p = box_to_param(boxes)
