@@ -95,6 +95,7 @@ class GatheredAttention(torch.autograd.Function):
     that its backward writes dx directly."""
 
     @staticmethod
+    @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)  # fp32 under CPU autocast (bf16-mixed)
     def forward(ctx, x, w_qkv, b_qkv, kc, vc, gate, sel, bias, comp_ok, p, h, step):
         b, n, d = x.shape
         t, e = n // p, d // h
@@ -128,6 +129,7 @@ class GatheredAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, grad_out):
         x, w_qkv, b_qkv, k, v, kc, vc, gate, sel, bias, comp_ok, out, lse = ctx.saved_tensors
         p, h, step = ctx.meta

@@ -1,5 +1,5 @@
-"""Training of the part autoencoder and the flow-matching generator on the suite's Lightning
-engine (``common.engine``).
+"""Training of the part autoencoder (``pretrain``) and the flow-matching generator (``fit``) on the
+suite's Lightning engine (``common.engine``), on any device and precision of ``common.device``.
 
 Both are ``LightningModule`` s fitted by ``make_trainer`` for a fixed number of optimizer steps:
 AdamW, linear warm-up (5 % of the steps) then cosine decay to 0 (``warmup_cosine``, stepped per
@@ -8,7 +8,7 @@ optimizer step), gradients clipped to norm 1, a NaN/Inf loss stops the run
 ``torch.Generator`` / ``numpy`` generator seeded with ``seed`` inside the batch stream, and the
 models are initialised right after ``make_trainer`` seeds the global RNGs, so a run repeats bit
 for bit. Checkpoints are written by the callers with the pipeline's save functions
-(``pipeline.save_autoencoder``, ``MoCAPipeline.save``); with ``run_dir`` Lightning's CSV log of
+(``sampling.save_autoencoder``, ``MoCAPipeline.save``); with ``run_dir`` Lightning's CSV log of
 the training loss goes to ``run_dir/logs``.
 
 * Autoencoder: batches of ``batch_size`` training parts drawn with replacement; loss = squared
@@ -33,7 +33,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
-from common.engine import fit, make_trainer
+from common.engine import fit as engine_fit
+from common.engine import make_trainer
 from common.errors import InputError
 from generation3d.data import PartDataset
 from generation3d.geometry import to_canonical
@@ -67,14 +68,15 @@ def _loader(batches: IterableDataset, seed: int) -> DataLoader:
 def _fit(trainer: L.Trainer, module: L.LightningModule) -> None:
     with warnings.catch_warnings():  # the batch stream is sized on purpose
         warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
-        fit(trainer, module, resume=False)
+        engine_fit(trainer, module, resume=False)
 
 
-def _trainer(run_dir, steps: int, seed: int, progress: bool) -> L.Trainer:
+def _trainer(run_dir, steps: int, seed: int, progress: bool, device: str = "auto", precision: str = "32") -> L.Trainer:
     if steps < 1:
         raise InputError(f"steps must be >= 1, got {steps}")
     return make_trainer(run_dir, max_steps=steps, grad_clip=GRAD_CLIP, seed=seed, progress=progress,
-                        checkpoint=False, use_distributed_sampler=False, log_every_n_steps=LOG_EVERY)
+                        checkpoint=False, use_distributed_sampler=False, log_every_n_steps=LOG_EVERY,
+                        device=device, precision=precision)
 
 
 class PartBatches(IterableDataset):
@@ -120,22 +122,24 @@ class AutoencoderModule(L.LightningModule):
         return loss
 
 
-def train_autoencoder(
+def pretrain(
     ds: PartDataset, config: AEConfig | None = None, steps: int = 300, batch_size: int = 64, lr: float = 2e-3,
-    seed: int = 0, progress: bool = False, run_dir: str | Path | None = None,
+    seed: int = 0, progress: bool = False, run_dir: str | Path | None = None, device: str = "auto",
+    precision: str = "32",
 ) -> tuple[PartAutoencoder, list[dict]]:
-    """Fit the part AE on the training parts with the squared Chamfer loss for ``steps`` steps.
-    ``run_dir``: where Lightning's CSV log goes (None: no files). Returns (model in eval mode,
-    history)."""
+    """Fit the part autoencoder (the generator's pretraining stage) on the training parts with the
+    squared Chamfer loss for ``steps`` steps on ``device`` in ``precision`` (``common.device``).
+    ``run_dir``: where Lightning's CSV log goes (None: no files). Returns (model on the CPU in
+    eval mode, history)."""
     idx = ds.part_indices("train")
     if len(idx) == 0:
         raise InputError("the dataset has no training parts")
-    trainer = _trainer(run_dir, steps, seed, progress)
+    trainer = _trainer(run_dir, steps, seed, progress, device, precision)
     model = PartAutoencoder(config)  # initialised after make_trainer seeded the RNGs
     pts = torch.from_numpy(to_canonical(ds.points[idx], ds.boxes[idx])).float()
     module = AutoencoderModule(model, pts, steps, batch_size, lr, seed)
     _fit(trainer, module)
-    return model.eval(), module.history
+    return model.cpu().eval(), module.history
 
 
 def shape_batches(ds: PartDataset, ids: np.ndarray, batch_size: int, rng: np.random.Generator, max_tokens: int | None = None):
@@ -222,25 +226,29 @@ class GeneratorModule(L.LightningModule):
             self.model.set_sparse_training(False, False)
 
 
-def train_generator(
+def fit(
     ds: PartDataset, ae: PartAutoencoder, config: GenConfig | None = None, steps: int = 300, batch_size: int = 16,
     lr: float = 1e-3, seed: int = 0, progress: bool = False, max_tokens: int = 512, text_encoder=None,
-    run_dir: str | Path | None = None,
+    run_dir: str | Path | None = None, device: str = "auto", precision: str = "32",
+    init: PartFlowTransformer | None = None, stats: dict | None = None,
 ) -> tuple[PartFlowTransformer, dict, list[dict]]:
-    """Train on training shapes with at most ``config.max_parts`` parts, conditioned on category,
-    part count and the MiniLM embedding of each shape's description (``text.describe_shape``;
-    ``text_encoder`` defaults to ``text.default_encoder()``). ``run_dir``: where Lightning's CSV
-    log goes (None: no files). Returns (model in eval mode, latent stats as lists, history)."""
-    config = config or GenConfig()
+    """Train the generator on training shapes with at most ``config.max_parts`` parts,
+    conditioned on category, part count and the MiniLM embedding of each shape's description
+    (``text.describe_shape``; ``text_encoder`` defaults to ``text.default_encoder()``), on
+    ``device`` in ``precision`` (``common.device``). ``init``: continue from this model (its
+    config is used) instead of a new one; ``stats``: latent statistics to standardise with
+    (default: those of ``ds``). ``run_dir``: where Lightning's CSV log goes (None: no files).
+    Returns (model on the CPU in eval mode, latent stats as lists, history)."""
+    config = init.config if init is not None else config or GenConfig()
     ids = ds.shape_ids("train", max_parts=config.max_parts)
     if len(ids) == 0:
         raise InputError(f"no training shapes with at most {config.max_parts} parts (raise --max-parts)")
-    trainer = _trainer(run_dir, steps, seed, progress)
+    trainer = _trainer(run_dir, steps, seed, progress, device, precision)
     latents = encode_parts(ae, ds)
-    stats = latent_stats(ds, latents)
+    stats = latent_stats(ds, latents) if stats is None else {k: torch.as_tensor(v) for k, v in stats.items()}
     text = torch.from_numpy((text_encoder or default_encoder()).encode(shape_descriptions(ds)))
-    model = PartFlowTransformer(config)  # initialised after make_trainer seeded the RNGs
+    model = (init if init is not None else PartFlowTransformer(config)).train()  # new: initialised after the seeding
     batches = ShapeBatches(ds, ids, latents, stats, text, batch_size, max_tokens, steps, seed)
     module = GeneratorModule(model, batches, steps, lr, seed)
     _fit(trainer, module)
-    return model.eval(), {k: v.tolist() for k, v in stats.items()}, module.history
+    return model.cpu().eval(), {k: v.tolist() for k, v in stats.items()}, module.history

@@ -6,7 +6,7 @@ import torch
 
 from common.errors import CheckpointError, InputError
 from generation3d.model import AEConfig, GenConfig, PartAutoencoder, PartFlowTransformer
-from generation3d.pipeline import MoCAPipeline, load_autoencoder, save_autoencoder
+from generation3d.sampling import MoCAPipeline, load_autoencoder, save_autoencoder
 
 
 @pytest.mark.parametrize("attention", ["moca", "full", "topk", "local"])
@@ -101,12 +101,12 @@ def test_corrupt_and_missing_checkpoints(tiny_pipeline, tmp_path):
 
 def test_training_reduces_loss_and_is_seeded(tiny_data):
     from generation3d.data import PartDataset
-    from generation3d.train import train_autoencoder
+    from generation3d.train import pretrain
 
     ds = PartDataset.load(tiny_data)
     cfg = AEConfig(n_latents=4, d_latent=4, d_model=16, n_out=64)
-    ae1, h1 = train_autoencoder(ds, cfg, steps=40, batch_size=16, lr=3e-3, seed=0)
-    ae2, h2 = train_autoencoder(ds, cfg, steps=40, batch_size=16, lr=3e-3, seed=0)
+    ae1, h1 = pretrain(ds, cfg, steps=40, batch_size=16, lr=3e-3, seed=0)
+    ae2, h2 = pretrain(ds, cfg, steps=40, batch_size=16, lr=3e-3, seed=0)
     assert h1 == h2
     assert h1[-1]["loss"] < 0.5 * h1[0]["loss"]
 

@@ -8,7 +8,7 @@ from common.errors import InputError
 from generation3d.cli import main
 from generation3d.data import PartDataset
 from generation3d.model import GenConfig, PartFlowTransformer
-from generation3d.pipeline import MoCAPipeline
+from generation3d.sampling import MoCAPipeline
 from generation3d.shapes import make_shape
 from generation3d.text import MiniLMEncoder, describe_shape, shape_descriptions
 
