@@ -2,7 +2,7 @@
 suite's Lightning engine (``common.engine``), on any device and precision of ``common.device``.
 
 Both are ``LightningModule`` s fitted by ``make_trainer`` for a fixed number of optimizer steps:
-AdamW, linear warm-up (5 % of the steps) then cosine decay to 0 (``warmup_cosine``, stepped per
+AdamW, linear warm-up (5 % of the steps) then cosine decay to 0 (``_warmup_cosine``, stepped per
 optimizer step), gradients clipped to norm 1, a NaN/Inf loss stops the run
 (``common.engine.TrainingDiverged``). Every random draw of the batches comes from a private
 ``torch.Generator`` / ``numpy`` generator seeded with ``seed`` inside the batch stream, and the
@@ -13,7 +13,7 @@ the training loss goes to ``run_dir/logs``.
 
 * Autoencoder: batches of ``batch_size`` training parts drawn with replacement; loss = squared
   Chamfer distance between the reconstruction and the part's points in its box frame.
-* Generator: batches of training shapes with similar part counts (``shape_batches``: sorted
+* Generator: batches of training shapes with similar part counts (``_shape_batches``: sorted
   buckets, shuffled order, reshuffled every pass), rectified-flow loss
   (``losses.flow_matching_loss``); for MoCA the DeepSeek-V3.2 recipe: dense (k = P) for the first
   ``config.dense_warmup`` of the steps and the router distillation loss with weight
@@ -53,7 +53,7 @@ GRAD_CLIP = 1.0  # max global gradient norm
 LOG_EVERY = 50  # history entries every this many steps (and the last)
 
 
-def warmup_cosine(opt: torch.optim.Optimizer, steps: int, warmup_frac: float = 0.05):
+def _warmup_cosine(opt: torch.optim.Optimizer, steps: int, warmup_frac: float = 0.05):
     """Linear warm-up then cosine decay to 0 over ``steps`` (any ``steps >= 1``)."""
     warm = max(1, int(warmup_frac * steps))
     return torch.optim.lr_scheduler.LambdaLR(
@@ -97,7 +97,7 @@ class PartBatches(IterableDataset):
 
 class AutoencoderModule(L.LightningModule):
     """Squared-Chamfer reconstruction of part clouds ``(b, M, 3)`` (box frame) by ``model``;
-    AdamW (weight decay 1e-4) with ``warmup_cosine``. ``history``: ``{"step", "loss"}`` every
+    AdamW (weight decay 1e-4) with ``_warmup_cosine``. ``history``: ``{"step", "loss"}`` every
     ``LOG_EVERY`` steps and at the last."""
 
     def __init__(self, model: PartAutoencoder, points: Tensor, steps: int, batch_size: int, lr: float, seed: int):
@@ -111,7 +111,7 @@ class AutoencoderModule(L.LightningModule):
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=1e-4)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": warmup_cosine(opt, self.steps), "interval": "step"}}
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": _warmup_cosine(opt, self.steps), "interval": "step"}}
 
     def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
         loss = chamfer_batch(self.model(batch), batch).mean()
@@ -142,7 +142,7 @@ def pretrain(
     return model.cpu().eval(), module.history
 
 
-def shape_batches(ds: PartDataset, ids: np.ndarray, batch_size: int, rng: np.random.Generator, max_tokens: int | None = None):
+def _shape_batches(ds: PartDataset, ids: np.ndarray, batch_size: int, rng: np.random.Generator, max_tokens: int | None = None):
     """Batches of shape ids with similar part counts (sorted buckets, shuffled order); a batch
     holds at most ``max_tokens`` parts in total when given."""
     ids = ids[np.argsort([ds.n_parts(i) for i in ids], kind="stable")]
@@ -159,7 +159,7 @@ def shape_batches(ds: PartDataset, ids: np.ndarray, batch_size: int, rng: np.ran
 
 
 class ShapeBatches(IterableDataset):
-    """``steps`` flow-matching batches: ``collate`` of the ``shape_batches`` of ``ids`` (order
+    """``steps`` flow-matching batches: ``collate`` of the ``_shape_batches`` of ``ids`` (order
     from ``np.random.default_rng(seed)``, reshuffled every pass over the shapes) plus
     ``"noise"``, the step's ``draw_flow_noise`` from one ``torch.Generator`` seeded with ``seed``."""
 
@@ -175,7 +175,7 @@ class ShapeBatches(IterableDataset):
         rng, gen = np.random.default_rng(self.seed), torch.Generator().manual_seed(self.seed)
         step = 0
         while step < self.steps:
-            for ids_b in shape_batches(self.ds, self.ids, self.batch_size, rng, self.max_tokens):
+            for ids_b in _shape_batches(self.ds, self.ids, self.batch_size, rng, self.max_tokens):
                 if step >= self.steps:
                     break
                 batch = collate(self.ds, self.latents, ids_b, self.stats, self.text)
@@ -186,7 +186,7 @@ class ShapeBatches(IterableDataset):
 
 class GeneratorModule(L.LightningModule):
     """Rectified-flow training of ``model`` on ``ShapeBatches``; AdamW (no weight decay) with
-    ``warmup_cosine``; MoCA's dense warm-up and router distillation per step (module docstring).
+    ``_warmup_cosine``; MoCA's dense warm-up and router distillation per step (module docstring).
     ``history``: ``{"step", "loss", "time_s"[, "router_distill"]}`` every ``LOG_EVERY`` steps and
     at the last (``loss`` without the distillation term)."""
 
@@ -203,7 +203,7 @@ class GeneratorModule(L.LightningModule):
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=0.0)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": warmup_cosine(opt, self.steps), "interval": "step"}}
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": _warmup_cosine(opt, self.steps), "interval": "step"}}
 
     def on_train_start(self) -> None:
         self.t0 = time.perf_counter()
