@@ -37,8 +37,8 @@ DEFAULT_PARTS = (8, 16, 32, 64, 128, 256)
 METHODS = ("full", "moca", "topk", "local")
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
+def _sync(device: torch.device | None) -> None:
+    if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
@@ -76,16 +76,15 @@ def _keys_per_query(method: str, p: int, t: int, top_k: int, n_compressed: int) 
 def _interleaved_median_ms(step, methods, repeats: int, device: torch.device | None = None) -> dict[str, float]:
     """Median milliseconds of ``step(m)`` per method: one warm-up call each, then ``repeats`` rounds
     that call every method in turn (so load drifts hit all methods alike); GPU work is waited for."""
-    dev = device or torch.device("cpu")
     times = {m: [] for m in methods}
     for m in methods:
         step(m)
     for _ in range(repeats):
         for m in methods:
-            _sync(dev)
+            _sync(device)
             t0 = time.perf_counter()
             step(m)
-            _sync(dev)
+            _sync(device)
             times[m].append(time.perf_counter() - t0)
     return {m: 1e3 * statistics.median(v) for m, v in times.items()}
 
