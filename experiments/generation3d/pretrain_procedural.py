@@ -1,4 +1,4 @@
-"""Does pretraining the generator on procedural shapes help on real furniture (issue 34)?
+"""Does pretraining the generator on procedural shapes help on real furniture?
 
 Protocol: the README's real-object recipe (Sweet Home 3D data at 128 points, its 600-step AE,
 MoCA defaults, seed 0) with the same total generator budget: ``--pretrain-steps`` steps on a
