@@ -74,6 +74,15 @@ def test_bench_attention_writes_csv_and_ratios(tmp_path):
     assert (tmp_path / "bench_attention.png").stat().st_size > 0
 
 
+def test_bench_scenes_suite_writes_the_step_rows(tmp_path):
+    out = tmp_path / "scenes.json"
+    assert main(["bench", "--suite", "scenes", "--parts", "3", "--tokens", "2", "--repeats", "1", "--out", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert [r["method"] for r in saved["rows"]] == ["full", "moca", "moca_no_distill"]
+    assert saved["settings"] == {"parts": [3], "tokens": [2], "repeats": 1, "top_k": 4, "n_compressed": 2, "seed": 0}
+    assert main(["bench", "--suite", "scenes", "--out", str(out)]) == 2  # exists: --overwrite needed
+
+
 def test_demo_tab_builds_and_generates(tiny_pipeline, tmp_path, monkeypatch):
     gr = pytest.importorskip("gradio")
     from generation3d.demo import build_tab, generate
