@@ -60,9 +60,11 @@ def _warmup_cosine(opt: torch.optim.Optimizer, steps: int, warmup_frac: float = 
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
 
 
-def _loader(batches: IterableDataset, seed: int) -> DataLoader:
-    # a private generator: the loader's base seed must not consume the global RNG
-    return DataLoader(batches, batch_size=None, generator=torch.Generator().manual_seed(seed))
+def _loader(batches: IterableDataset, seed: int, device: torch.device) -> DataLoader:
+    # a private generator: the loader's base seed must not consume the global RNG. Pinned memory on
+    # a GPU, but no worker processes: each would replay the whole seeded batch stream
+    return DataLoader(batches, batch_size=None, generator=torch.Generator().manual_seed(seed),
+                      pin_memory=device.type == "cuda")
 
 
 def _fit(trainer: L.Trainer, module: L.LightningModule) -> None:
@@ -107,7 +109,7 @@ class AutoencoderModule(L.LightningModule):
         self.history: list[dict] = []
 
     def train_dataloader(self) -> DataLoader:
-        return _loader(PartBatches(self.points, self.batch_size, self.steps, self.seed), self.seed)
+        return _loader(PartBatches(self.points, self.batch_size, self.steps, self.seed), self.seed, self.device)
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=1e-4)
@@ -199,7 +201,7 @@ class GeneratorModule(L.LightningModule):
         self.t0 = time.perf_counter()
 
     def train_dataloader(self) -> DataLoader:
-        return _loader(self.batches, self.seed)
+        return _loader(self.batches, self.seed, self.device)
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=0.0)
