@@ -1,5 +1,6 @@
 # The two commands of the README: `make demo` (set up + the suite's main job) and `make test`.
-.PHONY: setup demo test serve bench lint clean
+# `make setup GPU=1` installs the CUDA build of torch (GPU=auto, the default, does when nvidia-smi answers).
+.PHONY: setup demo test serve bench lint clean device-check
 
 setup:
 	@bash scripts/setup.sh
@@ -17,6 +18,9 @@ serve: setup
 
 bench: setup
 	@.venv/bin/python benchmarks/moe_dispatch.py --out results/bench
+
+device-check: setup  # on a GPU machine: docs/results/device/<gpu>.json and its PNGs (at most 8 minutes)
+	@HF_HUB_OFFLINE=1 MPLBACKEND=Agg .venv/bin/python scripts/device_check.py --device $${DEVICE:-cuda}
 
 lint: setup
 	@.venv/bin/ruff check .   # product packages, benchmarks/, experiments/, tests/, scripts/

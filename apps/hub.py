@@ -21,6 +21,7 @@ import gradio as gr
 from apps.registry import APPS, CORE
 from common.allowlist import ROOTS_ENV, add_allowed_roots
 from common.cli import ArgumentParser, cli_main, int_in, positive_int
+from common.device import add_device_arg, set_default_device
 from common.errors import InputError
 
 DEFAULT_CONCURRENCY = 4
@@ -106,6 +107,7 @@ def build_parser() -> ArgumentParser:
         "login whenever --host is not loopback",
     )
     parser.add_argument("--auth-file", metavar="FILE", help="logins, one user:password per line")
+    add_device_arg(parser)
     return parser
 
 
@@ -116,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.auth_file:
         auth += read_auth_file(args.auth_file)
     add_allowed_roots(*args.allow_root)
+    set_default_device(args.device)  # every tab's "auto" is this device
     if not is_loopback(args.host):
         login = "login required" if auth else "no login: anyone who reaches it can use it; pass --auth"
         print(

@@ -29,15 +29,17 @@ import contextlib
 import os
 import re
 from collections.abc import Iterator
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from common.errors import InputError
+
+if TYPE_CHECKING:  # torch is imported where it is used: parsing --device never loads it
+    import torch
 
 AUTO = "auto"
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:(\d+))$")
+_default: str | None = None  # what "auto" means in this process (moe-demo --device); None: detect
 
 
 class DeviceError(InputError):
@@ -65,10 +67,14 @@ def parse_device(text: str) -> str:
 
 def cuda_available() -> bool:
     """A CUDA GPU is usable by this torch build (``CUDA_VISIBLE_DEVICES`` respected)."""
+    import torch
+
     return torch.cuda.is_available() and torch.cuda.device_count() > 0
 
 
 def _no_gpu_reason() -> str:
+    import torch
+
     if not torch.version.cuda:
         return f"this torch {torch.__version__} is a CPU build (see 'make setup GPU=1' in the README)"
     return "no CUDA GPU is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
@@ -78,6 +84,8 @@ def resolve_device(spec: str | torch.device | None = AUTO) -> torch.device:
     """The ``torch.device`` for ``spec`` (None means ``auto``). ``auto`` is ``cuda`` when a GPU is
     present, else ``cpu``; ``cuda``/``cuda:N`` without that GPU raise :class:`DeviceError`.
     Selecting a GPU also turns on TF32 matmuls where the GPU has them (:func:`configure_backends`)."""
+    import torch
+
     if isinstance(spec, torch.device):
         text = str(spec)
     else:
@@ -86,6 +94,8 @@ def resolve_device(spec: str | torch.device | None = AUTO) -> torch.device:
         text = _syntax(text)
     except argparse.ArgumentTypeError as exc:
         raise DeviceError(f"--device: {exc}") from None
+    if text == AUTO and _default is not None:
+        text = _default
     if text == AUTO:
         device = torch.device("cuda") if cuda_available() else torch.device("cpu")
     elif text == "cpu":
@@ -101,9 +111,22 @@ def resolve_device(spec: str | torch.device | None = AUTO) -> torch.device:
     return device
 
 
+def set_default_device(spec: str | None) -> None:
+    """Make ``auto`` mean ``spec`` in this process (``moe-demo --device cuda:1`` for every tab);
+    None restores detection. The device is checked now (:class:`DeviceError` when absent)."""
+    global _default
+    if spec is None or _syntax(spec) == AUTO:
+        _default = None
+        return
+    resolve_device(spec)
+    _default = _syntax(spec)
+
+
 def configure_backends(device: torch.device) -> None:
     """Per-device speed settings that do not change CPU results: TF32 matmuls and cuDNN
     convolutions on Ampere and newer GPUs (compute capability >= 8)."""
+    import torch
+
     if device.type != "cuda":
         return
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -116,6 +139,8 @@ def configure_backends(device: torch.device) -> None:
 def check_precision(precision: str, device: torch.device) -> str:
     """``precision`` when ``device`` can train in it; :class:`DeviceError` otherwise (``16-mixed``
     needs CUDA; ``bf16-mixed`` needs a GPU with bfloat16 or the CPU)."""
+    import torch
+
     if precision not in PRECISIONS:
         raise DeviceError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "16-mixed" and device.type != "cuda":
@@ -128,6 +153,8 @@ def check_precision(precision: str, device: torch.device) -> str:
 
 def autocast_dtype(precision: str) -> torch.dtype | None:
     """The autocast dtype of a precision name (None for full fp32)."""
+    import torch
+
     return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
 
 
@@ -135,6 +162,8 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
 def autocast(device: torch.device, precision: str = "32") -> Iterator[None]:
     """``torch.autocast`` for code outside a Lightning fit (sampling, evaluation, benches) in
     ``precision``; a no-op context for ``32``."""
+    import torch
+
     dtype = autocast_dtype(check_precision(precision, device))
     if dtype is None:
         yield
@@ -147,6 +176,8 @@ def trainer_kwargs(device: torch.device, *, world: int = 1) -> dict[str, Any]:
     """Lightning ``Trainer`` arguments (``accelerator``, ``devices``) for one process on ``device``,
     or, under ``torchrun`` (``world > 1``), for this node's ranks: one GPU per rank on CUDA, one
     process per rank on the CPU."""
+    import torch
+
     if device.type == "cuda":
         if world > 1:
             return dict(accelerator="gpu", devices=int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))
@@ -186,6 +217,8 @@ def add_precision_arg(parser: argparse.ArgumentParser) -> None:
 
 def describe(device: torch.device) -> str:
     """A human name for reports: ``cpu (N threads)`` or the GPU's product name."""
+    import torch
+
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         return f"cuda:{index} ({torch.cuda.get_device_name(index)})"

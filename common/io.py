@@ -144,6 +144,57 @@ def read_json(path: str | os.PathLike) -> Any:
         raise DataError(f"malformed JSON in {path}: {exc}") from exc
 
 
+def append_jsonl(path: str | os.PathLike, record: dict) -> None:
+    """Append one record as a JSON line and flush it to disk (a resumable run's progress file):
+    a kill leaves at most the last line torn, which :func:`read_jsonl_resumable` skips."""
+    line = dumps_json(record) + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl_resumable(path: str | os.PathLike, what: str = "progress file") -> list[dict]:
+    """The records of a JSON-lines progress file written by :func:`append_jsonl` (``[]`` when it
+    does not exist). A torn last line (an interrupted append) is skipped with a warning on stderr;
+    anything else malformed (a bad line before the last, a non-object, non-UTF-8 bytes) is a
+    DataError naming the file and the line, since resuming from it would silently lose work."""
+    import sys
+
+    path = Path(path)
+    if not path.exists():
+        return []
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                        "delete it to start over") from None
+    lines = text.split("\n")
+    complete = text.endswith("\n")
+    if complete:
+        lines = lines[:-1]
+    records = []
+    for i, line in enumerate(lines, 1):
+        last = i == len(lines)
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if last:
+                print(f"warning: {what} {path}: skipped the torn last line {i} (an interrupted write)",
+                      file=sys.stderr)
+                continue
+            raise DataError(f"{what} {path} line {i} is not JSON ({exc.msg}); delete it to start over") from None
+        if not isinstance(rec, dict):
+            raise DataError(f"{what} {path} line {i} is not a JSON object; delete it to start over")
+        if last and not complete:
+            print(f"warning: {what} {path}: line {i} has no newline (an interrupted write); kept, it parses",
+                  file=sys.stderr)
+        records.append(rec)
+    return records
+
+
 def read_npz(path: str | os.PathLike, what: str = "file") -> dict[str, Any]:
     """All arrays of an ``.npz`` archive (``allow_pickle=False``) as ``{name: ndarray}``; DataError
     naming the file and the problem when it is missing, empty, not a zip archive, truncated or

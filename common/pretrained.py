@@ -23,6 +23,7 @@ Usage::
     model.save_pretrained(path, extra={"fid": 12.3})
     model = MoHBackbone.from_pretrained(path)      # CheckpointError unless it holds a 'moh'
     model = load_pretrained(path)                  # whatever registered model it holds
+    model = load_pretrained("moh-fmnist-s")        # a shipped model by name (common.shipped)
     checkpoint_info(path).extra                    # {"fid": 12.3}
 
 Config capture: ``PretrainedMixin.__init_subclass__`` wraps every ``__init__`` so the arguments
@@ -345,6 +346,13 @@ def checkpoint_info(path_dir: str | os.PathLike) -> CheckpointInfo:
     directory or a file is missing, the JSON is corrupt, or a version is not a number or newer
     than this code reads."""
     path = Path(path_dir)
+    if not path.exists():  # a shipped model's name (common.shipped): its verified directory
+        from common.shipped import shipped_models, verify
+
+        shipped = shipped_models().get(str(path_dir))
+        if shipped is not None:
+            verify(shipped)
+            path = shipped
     if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
         raise CheckpointError(f"no checkpoint at {path} (needs {WEIGHTS} and {CONFIG})")
     try:

@@ -13,7 +13,6 @@ list that must ship beside anything derived from the items.
 
 from __future__ import annotations
 
-import io
 import os
 import zipfile
 from dataclasses import asdict, dataclass
@@ -137,19 +136,14 @@ def read_member(item: FurnitureItem, member: str) -> bytes:
 
 
 def read_icon(item: FurnitureItem):
-    """The item's icon as an RGB ``PIL.Image`` (transparent pixels composited on white)."""
-    from PIL import Image
+    """The item's icon as an RGB ``PIL.Image`` (transparent pixels composited on white), read by
+    :func:`common.images.read_image`; DataError when it cannot be read."""
+    from common.images import ImageError, read_image
 
     try:
-        img = Image.open(io.BytesIO(read_member(item, item.icon)))
-        img.load()
-    except OSError as exc:
-        raise DataError(f"unreadable icon {item.icon} in {item.archive}: {exc}") from exc
-    if img.mode in ("RGBA", "LA", "P"):
-        img = img.convert("RGBA")
-        white = Image.new("RGBA", img.size, (255, 255, 255, 255))
-        img = Image.alpha_composite(white, img)
-    return img.convert("RGB")
+        return read_image(read_member(item, item.icon), "RGB", what=f"icon {item.icon} in {item.archive}")
+    except ImageError as exc:
+        raise DataError(str(exc)) from exc
 
 
 def write_attribution(items: list[FurnitureItem], path: str | os.PathLike) -> Path:

@@ -134,7 +134,7 @@ def train_classifier(ds: PartDataset, epochs: int = EPOCHS, batch_size: int = BA
         if val and best.is_file():
             state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
             model.load_state_dict({k.removeprefix("model."): v for k, v in state.items()})
-    return model.eval()
+    return model.cpu().eval()
 
 
 @torch.no_grad()
@@ -143,7 +143,8 @@ def predict(model: ShapeClassifier, clouds: Tensor | np.ndarray) -> np.ndarray:
     x = torch.as_tensor(np.asarray(clouds, dtype=np.float32))
     if len(x) == 0:
         return np.zeros(0, dtype=np.int64)
-    return torch.cat([model(x[i:i + 256]).argmax(1) for i in range(0, len(x), 256)]).numpy()
+    dev = next(model.parameters()).device
+    return torch.cat([model(x[i:i + 256].to(dev)).argmax(1).cpu() for i in range(0, len(x), 256)]).numpy()
 
 
 def category_fidelity(model: ShapeClassifier, clouds, requested) -> float:

@@ -49,7 +49,7 @@ _PIPELINES = LoaderCache(MAX_PIPELINES)
 
 
 def _load_pipeline(ckpt: str):
-    from generation3d.pipeline import MoCAPipeline
+    from generation3d.sampling import MoCAPipeline
 
     return MoCAPipeline.load(ckpt), threading.Lock()
 
@@ -65,8 +65,8 @@ def generate(ckpt: str, category: str, n_parts: int, seed: int, steps: int, out_
     """Returns ``(glb path, preview png path, status markdown, routing table rows)``; a blank
     ``text`` means no text conditioning."""
     from generation3d.export import export_meshes, shape_meshes
-    from generation3d.pipeline import FAR_TEXT_COSINE
     from generation3d.render import render_preview
+    from generation3d.sampling import FAR_TEXT_COSINE
 
     pipe, lock = _PIPELINES.get(str(Path(ckpt).resolve()), lambda: _load_pipeline(ckpt))
     text = (text or "").strip() or None

@@ -86,7 +86,7 @@ def export_parts_separately(meshes: list[trimesh.Trimesh], out_dir: str | Path, 
     return [export_meshes([m], Path(out_dir) / f"part_{i:03d}{ext}") for i, m in enumerate(meshes)]
 
 
-def _face_colour(mesh: trimesh.Trimesh, i: int) -> tuple:
+def face_colour(mesh: trimesh.Trimesh, i: int) -> tuple:
     """First face colour of a mesh as RGB in [0, 1] (loaded meshes may carry texture visuals)."""
     try:
         visual = mesh.visual.to_color() if hasattr(mesh.visual, "to_color") else mesh.visual
@@ -110,7 +110,7 @@ def preview_png(meshes: list[trimesh.Trimesh], path: str | Path | None = None, t
     ax = fig.add_subplot(111, projection="3d")
     allv = np.concatenate([m.vertices for m in meshes])
     for i, m in enumerate(meshes):
-        col = _face_colour(m, i)
+        col = face_colour(m, i)
         ax.add_collection3d(Poly3DCollection(m.vertices[m.faces], facecolor=col, edgecolor=(0, 0, 0, 0.15), linewidths=0.2))
     c, r = (allv.max(0) + allv.min(0)) / 2, max((allv.max(0) - allv.min(0)).max() / 2, 1e-3)
     ax.set_xlim(c[0] - r, c[0] + r)

@@ -26,7 +26,7 @@ Methods, all fitted in the same run on the same rows (test rows are never read w
   where it clearly helps on the validation rows (one-standard-error rule,
   :func:`olfaction.evaluate.gated_network_share`).
 
-With ``minimol=True`` (``mixscent bench --minimol``; two more networks per fold), the two networks
+With ``minimol=True`` (``mixscent bench --suite minimol``; two more networks per fold), the two networks
 again with MiniMol v1 embeddings (z-scored over the pairs' molecules, label-free) appended to each
 molecule's input, alone:
 
@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common.device import resolve_device
 from common.errors import InputError
 from common.report import markdown_table
 
@@ -50,9 +51,10 @@ from .baselines import PairForest, molecule_table, pair_features
 from .data import PairData, Split, load_pairs, load_split, split_path, strict_molecule_split
 from .evaluate import summarize_folds
 from .inference import fit_minimol_scale
+from .mixture_index import test_predictions
 from .model import DistanceTrainConfig, MixScentConfig, MolEncoder
-from .pipeline import test_predictions, train_distance
 from .predictor import MixturePredictor
+from .train import fit
 
 FAMILIES = ("random_cv", "lso_molecules", "strict_lmo", "leave_dataset")
 LEAVE_OUT = {
@@ -69,6 +71,8 @@ PAPER_MM = "MixScentNet ++ MiniMol (paper network + MiniMol, alone)"
 BEST_NET_MM = "MixScentNet +Mordred +set features ++ MiniMol (best network + MiniMol, alone)"
 METHODS = (RF, PAPER, BEST_NET, SET, SHIPPED)
 MINIMOL_METHODS = (PAPER_MM, BEST_NET_MM)
+# ``mixscent bench --suite``: the methods each suite runs (``minimol``: also the MiniMol networks)
+SUITES = {"standard": METHODS, "minimol": METHODS + MINIMOL_METHODS}
 
 
 def leave_dataset_split(pairs: PairData, group: str, seed: int = 0, val_frac: float = 0.12) -> Split:
@@ -118,9 +122,12 @@ def run_bench(
     n_boot: int = 200,
     progress: bool = True,
     minimol: bool = False,
+    device: str = "auto",
+    precision: str = "32",
 ) -> dict:
-    """Fit and score :data:`METHODS` (and :data:`MINIMOL_METHODS` with ``minimol``) on ``folds``
-    splits of each family. Returns
+    """Fit and score :data:`METHODS` (and :data:`MINIMOL_METHODS` with ``minimol``: the suite
+    ``minimol``) on ``folds`` splits of each family; the networks train on ``device`` in
+    ``precision``. Returns
     ``{"config", "rows", "folds"}``: a row per family x method with ``pearson`` (mean over folds),
     ``pearson_std``, ``rmse``, ``noself_pearson``, ``noself_rmse`` and pooled-bootstrap CIs; a fold
     row per family x split x method."""
@@ -132,6 +139,7 @@ def run_bench(
         raise InputError(f"unknown split family {unknown[0]!r} (choose from {', '.join(FAMILIES)})")
     network = network or MixScentConfig()
     training = training or DistanceTrainConfig(seed=seed)
+    where = resolve_device(device)  # the networks predict the test rows where they trained
     pairs = load_pairs(data_dir)
     mix_a, mix_b = pairs.sides()
     X_rf = pair_features(mix_a, mix_b, molecule_table(sorted(pairs.molecules())))
@@ -148,21 +156,22 @@ def run_bench(
             te = split.testing
             trval = np.concatenate([split.training, split.validation])
             out = {RF: PairForest(n_estimators=rf_trees, seed=seed).fit(X_rf[trval], pairs.y[trval]).predict(X_rf[te])}
-            model = MixturePredictor(network, training, n_estimators=n_estimators, seed=seed).fit(pairs, split, encoder)
+            model = MixturePredictor(network, training, n_estimators=n_estimators, seed=seed).fit(
+                pairs, split, encoder, device=device, precision=precision).to(where)
             parts = model.predict_components([mix_a[i] for i in te], [mix_b[i] for i in te], [pairs.dataset[i] for i in te])
             out[PAPER], out[SHIPPED] = parts["network"], parts["combined"]
             out[SET] = (parts["trees"] + parts["ridge"]) / 2
-            net, index, _ = train_distance(pairs, split, encoder, best_cfg, training, "embedding+mordred",
-                                           pair_set=pair_set)
-            out[BEST_NET] = test_predictions(net, index, pairs, te)["pred"]
+            net, index, _ = fit(pairs, split, encoder, best_cfg, training, "embedding+mordred",
+                                pair_set=pair_set, device=device, precision=precision)
+            out[BEST_NET] = test_predictions(net.to(where), index, pairs, te)["pred"]
             if minimol:
                 mm = MixturePredictor(network, training, n_estimators=n_estimators, seed=seed, minimol=True)
-                mm.fit(pairs, split, encoder, set_regressors=False)
+                mm.fit(pairs, split, encoder, set_regressors=False, device=device, precision=precision).to(where)
                 out[PAPER_MM] = mm.predict_components(
                     [mix_a[i] for i in te], [mix_b[i] for i in te], [pairs.dataset[i] for i in te])["network"]
-                net, index, _ = train_distance(pairs, split, encoder, best_cfg, training, "embedding+mordred",
-                                               pair_set=pair_set, mol_extra=mm_rows)
-                out[BEST_NET_MM] = test_predictions(net, index, pairs, te)["pred"]
+                net, index, _ = fit(pairs, split, encoder, best_cfg, training, "embedding+mordred",
+                                    pair_set=pair_set, mol_extra=mm_rows, device=device, precision=precision)
+                out[BEST_NET_MM] = test_predictions(net.to(where), index, pairs, te)["pred"]
             for method in methods:
                 fold = {"y": pairs.y[te], "pred": np.asarray(out[method], np.float64), "self_pair": pairs.self_pair[te]}
                 preds.setdefault((family, method), []).append(fold)

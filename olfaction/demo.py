@@ -35,11 +35,14 @@ _PREDICTOR = LoaderCache(2)
 
 
 def get_predictor():
-    """The predictor of :func:`model_dir`, loaded once (thread-safe; at most two paths kept)."""
+    """The predictor of :func:`model_dir`, loaded once (thread-safe; at most two paths kept) onto
+    the ``auto`` device (a GPU when present)."""
+    from common.device import resolve_device
+
     from .predictor import MixturePredictor
 
     path = model_dir()
-    return _PREDICTOR.get(path, lambda: MixturePredictor.from_pretrained(path))
+    return _PREDICTOR.get(path, lambda: MixturePredictor.from_pretrained(path).to(resolve_device("auto")))
 
 
 def draw_mixture(components, attention: dict[str, float] | None = None):

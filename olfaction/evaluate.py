@@ -1,4 +1,5 @@
-"""Metrics and protocols: Pearson r, Kendall tau, RMSE with bootstrap 95% CI; macro ROC-AUC."""
+"""Metrics and protocols: Pearson r, Kendall tau, RMSE with bootstrap 95% CI; macro ROC-AUC; a
+predictor's test metrics on a split."""
 
 from __future__ import annotations
 
@@ -180,3 +181,20 @@ def multilabel_stratified_kfold(y: np.ndarray, n_folds: int = 5, seed: int = 0) 
         fold_of[i] = k
         want_rows[k] -= 1
     return [np.where(fold_of == k)[0] for k in range(n_folds)]
+
+
+def evaluate_predictor(predictor, pairs, split) -> dict:
+    """Test metrics of a :class:`~olfaction.predictor.MixturePredictor` (or
+    :class:`~olfaction.inference.OnnxPredictor`) on ``split.testing`` of ``pairs``: the combined
+    distance (``all_*`` / ``noself_*``, :func:`pair_metrics`), each component's
+    (``network/...``, ``trees/...``, ``ridge/...``) and ``n_test``."""
+    rows = split.testing
+    mix_a, mix_b = pairs.sides()
+    parts = predictor.predict_components(
+        [mix_a[i] for i in rows], [mix_b[i] for i in rows], [pairs.dataset[i] for i in rows]
+    )
+    out = pair_metrics(pairs.y[rows], parts.pop("combined"), pairs.self_pair[rows])
+    for name, pred in parts.items():
+        out.update({f"{name}/{k}": v for k, v in pair_metrics(pairs.y[rows], pred, pairs.self_pair[rows]).items()})
+    out["n_test"] = int(len(rows))
+    return out

@@ -9,6 +9,7 @@ mixtures given as a flat index vector ``comp (C,)`` into the ``U`` molecules wit
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from types import SimpleNamespace
 
 import torch
 import torch.nn as nn
@@ -36,6 +37,18 @@ def segment_max(x: torch.Tensor, index: torch.Tensor | None, size: int | None = 
     size = int(index.max()) + 1 if size is None else size
     out = x.new_full((size, x.shape[1]), float("-inf"))
     return out.scatter_reduce(0, index[:, None].expand_as(x), x, reduce="amax", include_self=True)
+
+
+def graph_view(tensors: dict[str, torch.Tensor]) -> SimpleNamespace:
+    """The PyG-batch view :meth:`MixScentNet.embed` reads (``x``, ``edge_index``, ``edge_attr``,
+    ``batch``, ``num_graphs``, optional ``mol_extra``) of the tensors of
+    :func:`olfaction.inference.mixture_inputs` (``num_graphs`` from ``mol_ids``' length, so it
+    stays a traced size in the ONNX export). The torch predictor and the ONNX export both read it."""
+    graph = SimpleNamespace(x=tensors["atom_x"], edge_index=tensors["edge_index"], edge_attr=tensors["edge_attr"],
+                            batch=tensors["atom_mol"], num_graphs=tensors["mol_ids"].shape[0])
+    if "mol_extra" in tensors:
+        graph.mol_extra = tensors["mol_extra"]
+    return graph
 
 
 def _tiny_graph():
@@ -150,7 +163,7 @@ class MixScentConfig:
 
 @dataclass
 class DistanceTrainConfig:
-    """Training of the distance network (:func:`olfaction.train.fit_distance`): at most ``epochs``,
+    """Training of the distance network (:func:`olfaction.train.fit`): at most ``epochs``,
     early stopping after ``patience`` rounds on the validation criterion ``select`` (``"rmse"``
     lower / ``"pearson"`` higher). Here, not in ``train.py``, so loading a model needs no
     Lightning."""
@@ -309,7 +322,7 @@ class MixScentNet(PretrainedMixin, nn.Module):
         feats = [torch.abs(za - zb), za * zb, za + zb]
         if self.cfg.n_datasets:
             if dataset_onehot is None:
-                dataset_onehot = torch.zeros(za.shape[0], self.cfg.n_datasets, dtype=za.dtype)
+                dataset_onehot = za.new_zeros(za.shape[0], self.cfg.n_datasets)
             feats.append(dataset_onehot)
         if self.desc_proj is not None:
             if ma is None or mb is None:
@@ -350,7 +363,8 @@ class MixScentNet(PretrainedMixin, nn.Module):
 
     def label_aux_loss(self) -> torch.Tensor:
         """Router auxiliary loss of the last :meth:`label_logits` call (0 without MoE head)."""
-        return getattr(self.labels, "last_aux_loss", torch.zeros(()))
+        aux = getattr(self.labels, "last_aux_loss", None)
+        return aux if aux is not None else self.dist[0].weight.new_zeros(())
 
     def config_dict(self) -> dict:
         return asdict(self.cfg)

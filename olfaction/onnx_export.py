@@ -22,6 +22,7 @@ path).
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import sys
@@ -45,8 +46,7 @@ from .inference import (
     mixture_inputs,
     onnx_session,
 )
-from .model import MixScentNet
-from .predictor import graph_view
+from .model import MixScentNet, graph_view
 
 OPSET = 18
 TOLERANCE = 1e-5
@@ -140,11 +140,13 @@ def export_onnx(predictor, path: str | Path) -> dict | None:
     (path / MANIFEST).unlink(missing_ok=True)  # an older save's export must not outlive it
     weights_id = json.loads((path / "config.json").read_text(encoding="utf-8"))["weights_id"]
     minimol_dim = 0 if predictor.minimol_scale is None else len(predictor.minimol_scale[0])
-    parts = [("distance", DISTANCE_FILE, DistanceGraph(predictor._need("distance_net"), bool(minimol_dim)),
+    # the export traces and checks CPU copies, wherever the predictor's networks are
+    distance_net = copy.deepcopy(predictor.distance_net).cpu()
+    parts = [("distance", DISTANCE_FILE, DistanceGraph(distance_net, bool(minimol_dim)),
               ["distance", "alpha"],
               lambda mixes, seed: _distance_feeds(mixes, minimol_dim, seed))]
     if predictor.label_net is not None:
-        parts.append(("labels", LABEL_FILE, LabelGraph(predictor.label_net), ["probability"],
+        parts.append(("labels", LABEL_FILE, LabelGraph(copy.deepcopy(predictor.label_net).cpu()), ["probability"],
                       lambda mixes, seed: label_inputs(mixes, predictor.labels_cfg.features)))
     files = {}
     for name, file, module, outputs, feeds in parts:

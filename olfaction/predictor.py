@@ -37,7 +37,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -61,24 +60,17 @@ from .inference import (  # noqa: F401  (LABEL_BITS, LABEL_FEATURES: part of thi
     mixture_inputs,
     standardised_minimol,
 )
-from .model import DistanceTrainConfig, MixScentConfig, MixScentNet, MolEncoder
+from .model import DistanceTrainConfig, MixScentConfig, MixScentNet, MolEncoder, graph_view
 from .set_models import DEFAULT_PARTNERS, SetRegressors
 
 # Loading and predicting import only torch, PyG, RDKit and numpy: training code (Lightning,
 # scikit-learn, SciPy) is imported inside the fitting methods. With the ONNX export that
 # save_pretrained writes, `mixscent predict` does not import torch at all (olfaction.inference).
+# Prediction runs where the networks are (`predictor.to(device)`); results come back as numpy.
 
 
-def graph_view(tensors: dict[str, torch.Tensor]) -> SimpleNamespace:
-    """The PyG-batch view :meth:`MixScentNet.embed` reads (``x``, ``edge_index``, ``edge_attr``,
-    ``batch``, ``num_graphs``, optional ``mol_extra``) of the tensors of
-    :func:`olfaction.inference.mixture_inputs` (``num_graphs`` from ``mol_ids``' length, so it
-    stays a traced size in the ONNX export)."""
-    graph = SimpleNamespace(x=tensors["atom_x"], edge_index=tensors["edge_index"], edge_attr=tensors["edge_attr"],
-                            batch=tensors["atom_mol"], num_graphs=tensors["mol_ids"].shape[0])
-    if "mol_extra" in tensors:
-        graph.mol_extra = tensors["mol_extra"]
-    return graph
+def _device(net: nn.Module) -> torch.device:
+    return next(net.parameters()).device
 
 
 @torch.no_grad()
@@ -89,9 +81,10 @@ def embed_mixtures(net: MixScentNet, mixtures: Sequence[Sequence[str]],
     SMILES; components are encoded on the fly, so any molecule works. ``mol_extra(mols) -> (U, d)``
     float32: extra per-molecule inputs appended to the molecule embedding (MiniMol), when the network
     was trained with them. The inputs are :func:`olfaction.inference.mixture_inputs`' arrays, the
-    ONNX path's."""
+    ONNX path's. Computed on the network's device."""
     _, feeds = mixture_inputs(mixtures, mol_extra)
-    t = {k: torch.from_numpy(v) for k, v in feeds.items()}
+    device = _device(net)
+    t = {k: torch.from_numpy(v).to(device) for k, v in feeds.items()}
     return net.embed(graph_view(t), t["comp"], t["comp_batch"], len(mixtures))
 
 
@@ -101,8 +94,8 @@ def network_distances(net: MixScentNet, mix_a, mix_b, datasets, mol_extra=None) 
     ``(mix_a[i], mix_b[i])`` of experiment ``datasets[i]`` (``mol_extra`` as in ``embed_mixtures``)."""
     z, _ = embed_mixtures(net, list(mix_a) + list(mix_b), mol_extra)
     n = len(mix_a)
-    oh = dataset_onehot(list(datasets)) if net.cfg.n_datasets else None
-    return net.distance_from_embeddings(z[:n], z[n:], oh).numpy().astype(np.float64)
+    oh = dataset_onehot(list(datasets)).to(z.device) if net.cfg.n_datasets else None
+    return net.distance_from_embeddings(z[:n], z[n:], oh).detach().cpu().numpy().astype(np.float64)
 
 
 @dataclass
@@ -164,6 +157,8 @@ class MixturePredictor(PretrainedMixin, MixtureAPI, nn.Module):
         encoder: MolEncoder,
         gslf: LabelData | None = None,
         set_regressors: bool = True,
+        device: str = "auto",
+        precision: str = "32",
     ) -> MixturePredictor:
         """Train the distance network on ``split.training`` (epoch chosen on
         ``split.validation``), the set regressors and the combination weights, and, with ``gslf``,
@@ -175,19 +170,22 @@ class MixturePredictor(PretrainedMixin, MixtureAPI, nn.Module):
         bootstrap standard error of that gain (200 resamples of the validation rows), else 0
         (:func:`olfaction.evaluate.gated_network_share`); the regressors are then refitted on
         training + validation rows. ``validation`` records ``network_share``,
-        ``network_share_unguarded``, ``network_gain`` and ``network_gain_se``."""
-        from .pipeline import train_distance
+        ``network_share_unguarded``, ``network_gain`` and ``network_gain_se``.
+
+        The networks train on ``device`` in ``precision`` (Lightning) and end on the CPU."""
+        from .train import fit
 
         extra = None
         if self.minimol:  # MiniMol beside the GNN: z-scored over the pairs' molecules (label-free)
             self.minimol_scale, extra = fit_minimol_scale(sorted(pairs.molecules()))
-        net, _, hist = train_distance(pairs, split, encoder, self.network_cfg, self.training, mol_extra=extra)
+        net, _, hist = fit(pairs, split, encoder, self.network_cfg, self.training, mol_extra=extra,
+                           device=device, precision=precision)
         self.distance_net = net.eval()
         self.validation = {"network_best_epoch": hist["best_epoch"]}
         if set_regressors:
             self._fit_set_regressors(pairs, split)
         if gslf is not None:
-            self.fit_labels(gslf)
+            self.fit_labels(gslf, device=device, precision=precision)
         return self
 
     def _fit_set_regressors(self, pairs: PairData, split: Split) -> None:
@@ -224,9 +222,11 @@ class MixturePredictor(PretrainedMixin, MixtureAPI, nn.Module):
             *take(fit_rows), pairs.y[fit_rows], vocabulary
         )
 
-    def fit_labels(self, gslf: LabelData) -> MixturePredictor:
-        """Label network on all of ``gslf`` but a seeded ``val_frac`` (epoch choice)."""
-        from .train import LabelTrainConfig, MixtureIndex, fit_labels
+    def fit_labels(self, gslf: LabelData, device: str = "auto", precision: str = "32") -> MixturePredictor:
+        """Label network on all of ``gslf`` but a seeded ``val_frac`` (epoch choice), trained on
+        ``device`` in ``precision``."""
+        from .labels import LabelTrainConfig, fit_labels
+        from .mixture_index import MixtureIndex
 
         cfg = self.labels_cfg
         feats = label_features(gslf.smiles, cfg.features)
@@ -240,8 +240,9 @@ class MixturePredictor(PretrainedMixin, MixtureAPI, nn.Module):
         hist = fit_labels(
             net, index, gslf.y, order[n_val:], order[:n_val],
             LabelTrainConfig(epochs=cfg.epochs, patience=cfg.patience, seed=self.seed),
+            device=device, precision=precision,
         )
-        self.label_net, self.label_names = net.eval(), list(gslf.labels)
+        self.label_net, self.label_names = net.cpu().eval(), list(gslf.labels)
         self.validation.update({"labels_val_macro_auc": hist["val_auc"], "labels_best_epoch": hist["best_epoch"]})
         return self
 
@@ -266,15 +267,17 @@ class MixturePredictor(PretrainedMixin, MixtureAPI, nn.Module):
         """``(M, L)`` odour-label probabilities (:attr:`label_names`) of ``M`` mixtures."""
         net = self._need("label_net")
         mixes = [validate_mixture(m) for m in mixtures]
-        t = {k: torch.from_numpy(v) for k, v in label_inputs(mixes, self.labels_cfg.features).items()}
-        return torch.sigmoid(net.label_logits(t["mol_x"], t["comp"], t["comp_batch"], len(mixes))).numpy()
+        device = _device(net)
+        t = {k: torch.from_numpy(v).to(device) for k, v in label_inputs(mixes, self.labels_cfg.features).items()}
+        logits = net.label_logits(t["mol_x"], t["comp"], t["comp_batch"], len(mixes))
+        return torch.sigmoid(logits).detach().cpu().numpy()
 
     @torch.no_grad()
     def attention(self, mixture: Sequence[str]) -> dict[str, float]:
         """Per-component readout weights of the distance network (sum to 1)."""
         m = validate_mixture(mixture)
         _, alpha = embed_mixtures(self._need("distance_net"), [m], self._mol_extra())
-        return {s: float(a) for s, a in zip(m, alpha, strict=False)}
+        return {s: float(a) for s, a in zip(m, alpha.detach().cpu(), strict=False)}
 
     # ------------------------------------------------------------------ saved form
     def save_pretrained(self, path_dir, extra: dict | None = None) -> Path:

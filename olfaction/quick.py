@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from common.data_dir import resolve_data_dir
+from common.device import resolve_device
 from common.io import write_csv, write_json
 
 from .baselines import PairForest, SnitzAngle, molecule_table, pair_features
@@ -26,11 +27,13 @@ from .evaluate import regression_metrics
 from .features import DescriptorScaler, compute_mordred
 from .model import MixScentConfig, MolEncoderConfig
 from .predictor import COMPONENTS, MixturePredictor
-from .train import DistanceTrainConfig, PretrainConfig, pretrain_descriptors
+from .train import DistanceTrainConfig, PretrainConfig, pretrain
 
 
-def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf: int = 300) -> list[dict]:
-    """Train a tiny MixScentNet on one CV fold vs RF and Snitz; returns summary rows."""
+def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf: int = 300,
+              device: str = "auto", precision: str = "32") -> list[dict]:
+    """Train a tiny MixScentNet on one CV fold vs RF and Snitz (the networks on ``device`` in
+    ``precision``); returns summary rows."""
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -43,12 +46,13 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
     scaler = DescriptorScaler.fit(raw, [str(i) for i in range(raw.shape[1])])
     X = scaler.transform(raw)
     enc_cfg = MolEncoderConfig(hidden=64, layers=3, emb_dim=64)
-    pre, rep = pretrain_descriptors(corpus, X, enc_cfg, PretrainConfig(epochs=15, seed=seed))
+    pre, rep = pretrain(corpus, X, enc_cfg, PretrainConfig(epochs=15, seed=seed), device=device, precision=precision)
 
     split = load_split(split_path(data_dir, "random_cv0"), len(pairs))
     predictor = MixturePredictor(
         MixScentConfig(hidden=64, heads=4), DistanceTrainConfig(epochs=40, patience=12, seed=seed), seed=seed
-    ).fit(pairs, split, pre.encoder, load_gslf(data_dir))
+    ).fit(pairs, split, pre.encoder, load_gslf(data_dir), device=device, precision=precision)
+    predictor.to(resolve_device(device))  # the test rows are predicted where the networks trained
     predictor.save_pretrained(out_dir / "olfaction_model", {"split": split.identifier})
     demo_model = model_dir()
     if not (demo_model / "config.json").is_file():  # the demo tab's default model

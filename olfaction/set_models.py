@@ -32,8 +32,8 @@ from .set_features import Mixture, MoleculeSpaces, TargetEncoder, dataset_one_ho
 
 KINDS = ("trees", "ridge")
 PARTNER_MODES = ("off", "on", "gated")
-# the mode of `mixscent eval/predict --set-regressors` and `mixscent quick`: chosen on validation
-# rows (olfaction/README.md, session 14), where gated beat off on both split families
+# the mode of the shipped predictor: chosen on validation rows
+# (`python -m experiments.olfaction.validation_choice`), where gated beat off on both split families
 DEFAULT_PARTNERS = "gated"
 
 

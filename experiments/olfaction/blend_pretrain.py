@@ -5,7 +5,7 @@ The blend pairs (two-molecule mixtures with odour labels, ``blends/``) teach the
 how components combine into a mixture odour. :func:`pretrain_mixture_level` fits a
 :class:`~olfaction.model.MixScentNet` with a label head on a seeded subset of the blend pairs
 (epoch chosen on a held-out tenth of them by macro ROC-AUC) and returns the mixture level's
-weights; :func:`olfaction.pipeline.train_distance` starts its mixture level from them
+weights; :func:`olfaction.train.fit` starts its mixture level from them
 (``mixture_init``) and fine-tunes everything on the distance pairs.
 
 Only odour *labels* of blend molecules are used, never a perceptual distance, so no distance test
@@ -22,9 +22,11 @@ import numpy as np
 import torch
 
 from common.errors import InputError
-from olfaction.data import LabelData, load_blends
+from olfaction.blends import load_blends
+from olfaction.data import LabelData
+from olfaction.labels import LabelTrainConfig, fit_labels
+from olfaction.mixture_index import MixtureIndex
 from olfaction.model import MixScentConfig, MixScentNet
-from olfaction.train import LabelTrainConfig, MixtureIndex, fit_labels
 
 
 def pretrain_mixture_level(

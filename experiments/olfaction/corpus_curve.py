@@ -1,5 +1,5 @@
 """Pretraining corpus size (extra MOSES molecules) vs held-out descriptor R² and the distance
-task (docs/experiments.md: +8,000 MOSES molecules did not pay). Formerly ``mixscent corpus-curve``.
+task (docs/experiments.md: +8,000 MOSES molecules did not pay).
 
     python -m experiments.olfaction.corpus_curve --sizes 0,2000,8000 --out runs/olfaction_corpus
 
@@ -28,17 +28,12 @@ from common.errors import InputError
 from common.io import write_csv, write_json
 from common.report import markdown_table
 from olfaction.data import load_pairs, load_split, split_path
+from olfaction.encoder import load_encoder, pretrain_encoder, random_encoder
 from olfaction.evaluate import pair_metrics
+from olfaction.mixture_index import test_predictions
 from olfaction.model import MixScentConfig, MolEncoderConfig
-from olfaction.pipeline import (
-    load_encoder,
-    olfaction_molecules,
-    pretrain_encoder,
-    random_encoder,
-    test_predictions,
-    train_distance,
-)
-from olfaction.train import DistanceTrainConfig, PretrainConfig
+from olfaction.molecules import olfaction_molecules
+from olfaction.train import DistanceTrainConfig, PretrainConfig, fit
 
 from .moses import moses_descriptors, moses_subset
 
@@ -47,7 +42,7 @@ def _downstream(pairs, splits, encoder, mcfg, tcfg) -> dict:
     """Mean over ``splits`` of the test metrics (all pairs and without self-pairs)."""
     per = []
     for split in splits:
-        model, index, _ = train_distance(pairs, split, encoder, mcfg, tcfg)
+        model, index, _ = fit(pairs, split, encoder, mcfg, tcfg)
         tp = test_predictions(model, index, pairs, split.testing)
         per.append(pair_metrics(tp["y"], tp["pred"], tp["self_pair"]))
     return {k: float(np.mean([p[k] for p in per])) for k in per[0]}
@@ -94,7 +89,6 @@ def run_corpus_curve(
             enc_dir,
             enc_cfg,
             pretrain,
-            progress=progress,
             extra_descriptors=moses_descriptors(corpus[:size], progress=progress, nproc=nproc),
         )
         metrics = _downstream(pairs, split_objs, load_encoder(enc_dir), mcfg, tcfg)

@@ -1,6 +1,6 @@
 """Label benchmarks (GS-LF stratified CV, blend-pair labels) of MixScentNet label variants,
 seed averages and rank ensembles against logreg / RF baselines: the research behind the GS-LF
-0.89 and blend 0.80 figures (docs/experiments.md). Formerly ``mixscent label-bench``.
+0.89 and blend 0.80 figures (docs/experiments.md).
 
     python -m experiments.olfaction.label_bench --tasks gslf --out runs/olfaction_labels
 
@@ -9,7 +9,7 @@ Label benchmarks, MixScentNet against fingerprint/descriptor baselines in the sa
 - GS-LF single molecules (a mixture of one), 138 descriptors: ``folds``-fold multi-label
   stratified CV (iterative stratification), macro ROC-AUC per fold.
 - Blend pairs (two-molecule mixtures), the 74 evaluated labels: a seeded molecule-disjoint split
-  (the paper's "carving", :func:`olfaction.data.molecule_disjoint_blend_split`) and the authors'
+  (the paper's "carving", :func:`olfaction.blends.molecule_disjoint_blend_split`) and the authors'
   2023 split; macro ROC-AUC over the labels present in both training and test.
 
 Every network picks its epoch on validation rows carved from the training rows; test rows are
@@ -44,12 +44,14 @@ from common.io import write_csv, write_json
 from common.report import markdown_table
 from experiments.olfaction.odour_transfer import odour_profiles, transfer_inputs
 from olfaction.baselines import MultiLabelLogReg, blend_fingerprints, sum_absdiff_pairs
-from olfaction.data import LabelData, load_blends, load_gslf, molecule_disjoint_blend_split
+from olfaction.blends import load_blends, molecule_disjoint_blend_split
+from olfaction.data import LabelData, load_gslf
 from olfaction.evaluate import macro_roc_auc, multilabel_stratified_kfold
 from olfaction.features import morgan_counts
+from olfaction.labels import LabelTrainConfig, fit_labels
+from olfaction.mixture_index import MixtureIndex, predict_labels
 from olfaction.model import MixScentConfig, MixScentNet, MolEncoder
-from olfaction.pipeline import FEATURE_KINDS, molecule_features
-from olfaction.train import LabelTrainConfig, MixtureIndex, fit_labels, predict_labels
+from olfaction.molecules import FEATURE_KINDS, molecule_features
 
 MOE_EXPERTS, MOE_TOP_K = 4, 2
 
@@ -553,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=positive_int, default=None)
     args = p.parse_args(argv)
     check_outputs(dirs=[args.out], inputs=[args.encoder], overwrite=args.overwrite)
-    from olfaction.pipeline import default_encoder_dir, load_encoder
+    from olfaction.encoder import default_encoder_dir, load_encoder
 
     kinds = _list(args.gslf_features) + _list(args.blend_features)
     encoder = None

@@ -1,5 +1,5 @@
 """How far the lso_molecules distance targets (r >= 0.76, RMSE <= 0.110) are from what the data
-allow: a diagnostic of olfaction/README.md (session 15), not a model.
+allow: a diagnostic (docs/experiments.md, the leave-molecules-out ceiling), not a model.
 
 Bushdid (2014) is about 40 % of the pooled lso_molecules test rows. Its 260 pairs follow a fixed
 design: two mixtures of the same size (10, 20 or 30 components) sharing a set number of them, 13
@@ -63,7 +63,7 @@ from olfaction.set_features import overlap_features  # noqa: E402
 from olfaction.set_models import fit_predict_set_mean, regressor_inputs  # noqa: E402
 
 RATERS = 26  # triangle tests per Bushdid pair (labels are multiples of 1/26)
-TARGET_RMSE = 0.110  # issue #8's lso_molecules RMSE target
+TARGET_RMSE = 0.110  # the lso_molecules RMSE target
 
 
 def conditions(mix_a, mix_b) -> list[tuple[int, int]]:

@@ -37,21 +37,15 @@ from olfaction.baselines import PairForest, molecule_table, pair_features
 from olfaction.data import load_gslf, load_pairs, load_split, split_path, strict_molecule_split
 from olfaction.evaluate import macro_roc_auc, regression_metrics
 from olfaction.features import DescriptorScaler, compute_mordred, morgan_counts
+from olfaction.labels import LabelTrainConfig, fit_labels
 from olfaction.minimol import minimol_table
+from olfaction.mixture_index import MixtureIndex, test_predictions
+from olfaction.mixture_index import predict_labels as net_label_scores
 from olfaction.model import MixScentConfig, MolEncoderConfig
-from olfaction.pipeline import test_predictions, train_distance
+from olfaction.molecules import encode_molecules
 from olfaction.set_features import SET_DISTANCES, MoleculeSpaces, pair_set_features, set_distances
 from olfaction.set_models import KINDS, SetFeatureRegressor
-from olfaction.train import (
-    DistanceTrainConfig,
-    LabelTrainConfig,
-    MixtureIndex,
-    PretrainConfig,
-    encode_molecules,
-    fit_labels,
-    pretrain_descriptors,
-)
-from olfaction.train import predict_labels as net_label_scores
+from olfaction.train import DistanceTrainConfig, PretrainConfig, fit, pretrain
 
 FAMILIES = ("random_cv", "strict_lmo", "lso_molecules")
 
@@ -133,7 +127,7 @@ def distance_parts(data_dir, families, folds, parts, seed, n_estimators, log) ->
         raw = np.stack([table[s] for s in corpus])
         X = DescriptorScaler.fit(raw, [str(i) for i in range(raw.shape[1])]).transform(raw)
         t0 = time.time()
-        pre, rep = pretrain_descriptors(
+        pre, rep = pretrain(
             corpus, X, MolEncoderConfig(hidden=64, layers=3, emb_dim=64), PretrainConfig(epochs=15, seed=seed)
         )
         encoder = pre.encoder.eval()
@@ -164,7 +158,7 @@ def distance_parts(data_dir, families, folds, parts, seed, n_estimators, log) ->
                         pred = np.mean([set_fit_predict(kind, px, sx, fit_rows, rows) for kind in KINDS], axis=0)
                         per[where].setdefault(name, []).append(_score(y, pred, sp))
             for name, feats in net_variants.items():
-                model, index, hist = train_distance(pairs, split, encoder, mcfg, tcfg, "precomputed", mol_features=feats)
+                model, index, hist = fit(pairs, split, encoder, mcfg, tcfg, "precomputed", mol_features=feats)
                 for where, rows in (("validation", va), ("test", te)):
                     p = test_predictions(model, index, pairs, rows)["pred"]
                     per[where].setdefault(name, []).append(_score(pairs.y[rows], p, pairs.self_pair[rows]))

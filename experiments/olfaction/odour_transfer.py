@@ -20,7 +20,7 @@ from common.errors import InputError
 from olfaction.baselines import MultiLabelLogReg
 from olfaction.data import LabelData
 from olfaction.features import morgan_counts
-from olfaction.pipeline import molecule_features
+from olfaction.molecules import molecule_features
 
 
 def stereo_free(smiles: str) -> str:

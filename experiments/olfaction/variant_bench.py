@@ -2,7 +2,7 @@
 angle distance vs regressors on set-level pair features (:mod:`olfaction.set_features`), on the
 POMMix split families (``random_cv0-4``, ``lso_molecules0-4``) and a strict leave-molecules-out
 family, in one run. Prints a table, writes CSV/JSON and a scatter plot. The research behind
-docs/experiments.md's network and ensemble lines (formerly ``mixscent bench``); the product's
+docs/experiments.md's network and ensemble lines; the product's
 benchmark is ``mixscent bench`` (:mod:`olfaction.bench`).
 
     python -m experiments.olfaction.variant_bench --families random_cv --variants MixScentNet --out runs/v
@@ -32,29 +32,24 @@ from olfaction.baselines import (
     pair_features,
     scaled_molecule_table,
 )
+from olfaction.blends import load_blends
 from olfaction.data import (
     DATASETS,
-    load_blends,
     load_pairs,
     load_split,
     olf_file,
     split_path,
     strict_molecule_split,
 )
+from olfaction.encoder import default_encoder_dir, load_encoder, random_encoder
 from olfaction.evaluate import convex_blend_weights, pair_metrics, summarize_folds
 from olfaction.features import DescriptorScaler, compute_mordred
+from olfaction.mixture_index import test_predictions
 from olfaction.model import MixScentConfig, MolEncoderConfig
-from olfaction.pipeline import (
-    default_encoder_dir,
-    load_encoder,
-    molecule_features,
-    random_encoder,
-    test_predictions,
-    train_distance,
-)
+from olfaction.molecules import molecule_features
 from olfaction.set_features import MoleculeSpaces, pair_set_features
 from olfaction.set_models import fit_predict_rows
-from olfaction.train import DistanceTrainConfig
+from olfaction.train import DistanceTrainConfig, fit
 
 VARIANTS = {
     "MixScentNet": {},
@@ -297,7 +292,7 @@ def run_bench(
                         feats, init = None, None
                         if blend:
                             feats, init = blend_init(features, encoder, replace(mcfg, **opts), seed + k)
-                        model, index, hist = train_distance(
+                        model, index, hist = fit(
                             pairs,
                             split,
                             encoder,

@@ -38,7 +38,7 @@ NO_TORCH = {
                   "eval": "scores a completed stream file with numpy"},
 }
 TRAINING = {
-    "olfaction": {"pretrain", "train"},
+    "olfaction": {"pretrain", "train", "eval"},
     "retrieval": {"train"},
     "generation3d": {"train-ae", "train"},
     "vision": {"train"},

@@ -316,16 +316,16 @@ CASES: list[tuple[str, str]] = [
     ("moca", "eval --ckpt {d}/ckpt --no-fidelity --out {d}/existing.json"),
     ("moca", "flow-loss --ckpt {d}/ckpt --out {d}/afile/f.json"),
     ("moca", "flow-loss --ckpt {d}/ckpt --data-dir {d}/parts --out {d}/new.json"),
-    ("moca", "bench-attention --parts 8,0 --out {d}/new_bench"),
-    ("moca", "bench-attention --parts , --out {d}/new_bench"),
-    ("moca", "bench-attention --parts 8,x --out {d}/new_bench"),
-    ("moca", "bench-attention --tokens 0 --out {d}/new_bench"),
-    ("moca", "bench-attention --repeats 0 --out {d}/new_bench"),
-    ("moca", "bench-attention --out {d}/full"),
-    ("moca", "bench-scenes --parts 32,0 --out {d}/new.json"),
-    ("moca", "bench-scenes --tokens 0 --out {d}/new.json"),
-    ("moca", "bench-scenes --repeats 0 --out {d}/new.json"),
-    ("moca", "bench-scenes --out {d}/existing.json"),
+    ("moca", "bench --suite attention --parts 8,0 --out {d}/new_bench"),
+    ("moca", "bench --suite attention --parts , --out {d}/new_bench"),
+    ("moca", "bench --suite attention --parts 8,x --out {d}/new_bench"),
+    ("moca", "bench --suite attention --tokens 0 --out {d}/new_bench"),
+    ("moca", "bench --suite attention --repeats 0 --out {d}/new_bench"),
+    ("moca", "bench --suite attention --out {d}/full"),
+    ("moca", "bench --suite scenes --parts 32,0 --out {d}/new.json"),
+    ("moca", "bench --suite scenes --tokens 0 --out {d}/new.json"),
+    ("moca", "bench --suite scenes --repeats 0 --out {d}/new.json"),
+    ("moca", "bench --suite scenes --out {d}/existing.json"),
     ("moca", "build-data --source scenes --scene-parts 300 --scene-max-parts 256 --out {d}/new_data"),
     ("moca", "build-data --source scenes --scenes 0 --out {d}/new_data"),
     ("moca", "build-data --source scenes --scene-max-parts 0 --out {d}/new_data"),
@@ -416,7 +416,7 @@ CASES: list[tuple[str, str]] = [
     ("mixscent", "bench --epochs 0 --out {d}/new_bench.json"),
     ("mixscent", "bench --trees 0 --out {d}/new_bench.json"),
     ("mixscent", "bench --families random_cv,nope --out {d}/new_bench.json"),
-    ("mixscent", "bench --minimol --folds 0 --out {d}/new_bench.json"),
+    ("mixscent", "bench --suite minimol --folds 0 --out {d}/new_bench.json"),
     ("mixscent", "bench --out {d}/existing.json"),
     ("mixscent", "bench --encoder {d}/existing.json --out {d}/existing.json --overwrite"),
     ("mixscent", "quick --out {d}/full"),
@@ -573,7 +573,7 @@ def test_every_subcommand_that_writes_has_overwrite():
     import argparse
 
     from generation3d.cli import build_parser as moca_parser
-    from olfaction.cli import _parser as mixscent_parser
+    from olfaction.cli import build_parser as mixscent_parser
     from retrieval.cli import build_parser as moa3cir_parser
     from streaming.cli import build_parser as mosaic_parser
     from vision.cli import build_parser as moh_parser

@@ -157,10 +157,10 @@ def test_bench_table_formats_rows():
 
 @pytest.mark.slow
 def test_bench_one_fold_every_method_and_the_gated_combination():
-    """`mixscent bench --minimol` end to end on one leave-dataset-out fold with tiny models."""
-    from olfaction.bench import METHODS, MINIMOL_METHODS, SET, SHIPPED, run_bench
+    """`mixscent bench --suite minimol` end to end on one leave-dataset-out fold with tiny models."""
+    from olfaction.bench import SET, SHIPPED, SUITES, run_bench
+    from olfaction.encoder import random_encoder
     from olfaction.model import DistanceTrainConfig, MixScentConfig, MolEncoderConfig
-    from olfaction.pipeline import random_encoder
 
     if not (DATA / "olfaction" / "mixture_pairs.csv").is_file():
         pytest.skip(f"no DREAM mixture data under {DATA}")
@@ -169,7 +169,7 @@ def test_bench_one_fold_every_method_and_the_gated_combination():
         folds=1, network=MixScentConfig(hidden=8, heads=2), training=DistanceTrainConfig(epochs=1),
         n_estimators=3, rf_trees=3, n_boot=5, progress=False, minimol=True,
     )
-    assert [r["method"] for r in result["rows"]] == list(METHODS + MINIMOL_METHODS)
+    assert [r["method"] for r in result["rows"]] == list(SUITES["minimol"])
     assert all(np.isfinite(r["pearson"]) for r in result["rows"])
     fold = {f["method"]: f for f in result["folds"]}
     w, gate = fold[SHIPPED]["weights"], fold[SHIPPED]["validation"]

@@ -184,8 +184,8 @@ def test_cli_train_eval_predict_labels(tmp_path, capsys):
     for a DREAM-format CSV (symmetric) and two SMILES mixtures; `labels` lists GS-LF labels; and
     the one-line errors."""
     from olfaction.cli import main
+    from olfaction.encoder import random_encoder
     from olfaction.model import MolEncoderConfig
-    from olfaction.pipeline import random_encoder
 
     enc = random_encoder(MolEncoderConfig(hidden=16, layers=2, emb_dim=16), seed=0)
     enc.save_pretrained(tmp_path / "enc")

@@ -11,9 +11,10 @@ import pytest
 from common.errors import InputError
 from olfaction import data as olf_data
 from olfaction.baselines import MultiLabelLogReg, blend_fingerprints
-from olfaction.data import LabelData, load_blends, molecule_disjoint_blend_split
+from olfaction.blends import load_blends, molecule_disjoint_blend_split
+from olfaction.data import LabelData
 from olfaction.evaluate import multilabel_stratified_kfold
-from olfaction.pipeline import molecule_features
+from olfaction.molecules import molecule_features
 
 # tiny blend fixture: 6 valid molecules, one invalid SMILES, one self-pair, one unlabelled pair
 _PAIRS = [

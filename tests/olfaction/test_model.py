@@ -8,16 +8,11 @@ import torch
 from torch_geometric.data import Batch
 
 from olfaction.data import PairData, Split, validate_mixture
+from olfaction.features import graphs_for
+from olfaction.mixture_index import predict_distance
 from olfaction.model import MixScentConfig, MixScentNet, MolEncoderConfig, fully_connected_edges
-from olfaction.pipeline import train_distance
 from olfaction.predictor import embed_mixtures, network_distances
-from olfaction.train import (
-    DistanceTrainConfig,
-    PretrainConfig,
-    graphs_for,
-    predict_distance,
-    pretrain_descriptors,
-)
+from olfaction.train import DistanceTrainConfig, PretrainConfig, fit, pretrain
 
 MOLS = [
     "CCO",
@@ -99,8 +94,8 @@ def test_pretraining_deterministic_and_learns():
     targets = np.stack([[len(s), s.count("O"), s.count("c")] for s in MOLS]).astype(np.float32)
     targets = (targets - targets.mean(0)) / targets.std(0)
     cfg = PretrainConfig(epochs=30, lr=5e-3, batch_size=4, heldout_frac=0.0, seed=3)
-    m1, r1 = pretrain_descriptors(MOLS, targets, TINY_ENC, cfg)
-    m2, r2 = pretrain_descriptors(MOLS, targets, TINY_ENC, cfg)
+    m1, r1 = pretrain(MOLS, targets, TINY_ENC, cfg)
+    m2, r2 = pretrain(MOLS, targets, TINY_ENC, cfg)
     assert r1 == r2 and r1["n_heldout"] == 0
     g = Batch.from_data_list(graphs_for(MOLS))
     with torch.no_grad():
@@ -139,8 +134,8 @@ def test_fit_distance_selects_on_validation_and_roundtrip(tmp_path):
     enc = MolEncoder(TINY_ENC).eval()
     mcfg = MixScentConfig(hidden=16, heads=2, dropout=0.0)
     tcfg = DistanceTrainConfig(epochs=25, lr=5e-3, batch_size=8, patience=25, seed=1)
-    model, index, hist = train_distance(pairs, split, enc, mcfg, tcfg)
-    model2, _, hist2 = train_distance(pairs, split, enc, mcfg, tcfg)
+    model, index, hist = fit(pairs, split, enc, mcfg, tcfg)
+    model2, _, hist2 = fit(pairs, split, enc, mcfg, tcfg)
     # best epoch is the argmin of validation RMSE, recorded per epoch (test rows never scored)
     rmses = [h["rmse"] for h in hist["history"]]
     assert hist["best_epoch"] == int(np.argmin(rmses)) and hist == hist2
@@ -222,7 +217,7 @@ def test_train_distance_with_descriptor_features(tmp_path, monkeypatch):
     enc = MolEncoder(TINY_ENC).eval()
     mcfg = MixScentConfig(hidden=16, heads=2, dropout=0.0)
     tcfg = DistanceTrainConfig(epochs=3, lr=5e-3, batch_size=8, patience=3, seed=1)
-    model, index, _ = train_distance(pairs, split, enc, mcfg, tcfg, features="embedding+mordred")
+    model, index, _ = fit(pairs, split, enc, mcfg, tcfg, features="embedding+mordred")
     assert model.mol_encoder is None and index.x.shape[1] > TINY_ENC.emb_dim + 100
     ka = [pairs.keys_a[i] for i in range(n)]
     kb = [pairs.keys_b[i] for i in range(n)]

@@ -60,7 +60,7 @@ def test_cli_predict_and_labels_fit_nothing(tiny, tmp_path, capsys, monkeypatch)
     from sklearn.ensemble import ExtraTreesRegressor, RandomForestRegressor
     from sklearn.linear_model import RidgeCV
 
-    from olfaction import set_models, train
+    from olfaction import labels, set_models, train
     from olfaction.cli import main
     from olfaction.set_models import SetFeatureRegressor, SetRegressors
 
@@ -73,8 +73,8 @@ def test_cli_predict_and_labels_fit_nothing(tiny, tmp_path, capsys, monkeypatch)
 
     for owner, name in ((MixturePredictor, "fit"), (MixturePredictor, "fit_labels"), (SetRegressors, "fit"),
                         (SetFeatureRegressor, "fit"), (ExtraTreesRegressor, "fit"), (RidgeCV, "fit"),
-                        (RandomForestRegressor, "fit"), (L.Trainer, "fit"), (train, "fit_distance"),
-                        (train, "fit_labels"), (set_models, "compute_mordred")):
+                        (RandomForestRegressor, "fit"), (L.Trainer, "fit"), (train, "fit"),
+                        (labels, "fit_labels"), (set_models, "compute_mordred")):
         monkeypatch.setattr(owner, name, refit)
     args = ["--model", str(tmp_path / "m")]
     assert main(["predict", *args, "--mix1", ";".join(mix_a[0]), "--mix2", ";".join(mix_b[0]),

@@ -232,9 +232,9 @@ def test_network_set_feature_path_symmetric_fitted_on_training_rows_and_roundtri
     import torch
 
     from olfaction.data import Split
+    from olfaction.mixture_index import predict_distance
     from olfaction.model import MixScentConfig, MixScentNet, MolEncoder
-    from olfaction.pipeline import train_distance
-    from olfaction.train import DistanceTrainConfig, predict_distance
+    from olfaction.train import DistanceTrainConfig, fit
 
     from .test_model import TINY_ENC, _tiny_pairs
 
@@ -249,7 +249,7 @@ def test_network_set_feature_path_symmetric_fitted_on_training_rows_and_roundtri
     enc = MolEncoder(TINY_ENC).eval()
     mcfg = MixScentConfig(hidden=16, heads=2, dropout=0.0, n_datasets=7)
     tcfg = DistanceTrainConfig(epochs=4, lr=5e-3, batch_size=8, patience=4, seed=1)
-    model, index, _ = train_distance(pairs, split, enc, mcfg, tcfg, pair_set=pair_set)
+    model, index, _ = fit(pairs, split, enc, mcfg, tcfg, pair_set=pair_set)
     assert model.cfg.set_dim == S.shape[1]
     np.testing.assert_allclose(model.set_mean.numpy(), S[split.training].mean(0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(

@@ -14,8 +14,8 @@ from experiments.olfaction.blend_pretrain import pretrain_mixture_level
 from experiments.olfaction.variant_bench import VARIANTS
 from olfaction.data import LabelData, Split
 from olfaction.model import MixScentConfig, MolEncoder
-from olfaction.pipeline import molecule_features, train_distance
-from olfaction.train import DistanceTrainConfig
+from olfaction.molecules import molecule_features
+from olfaction.train import DistanceTrainConfig, fit
 from tests.olfaction.test_model import MOLS, TINY_ENC, _tiny_pairs
 
 MCFG = MixScentConfig(hidden=16, heads=2, dropout=0.0)
@@ -61,15 +61,15 @@ def test_distance_model_starts_from_the_blend_pretrained_mixture_level():
     n = len(pairs)
     split = Split("tiny", np.arange(0, n - 12), np.arange(n - 12, n - 6), np.arange(n - 6, n))
     # no epoch: the model is exactly the initialisation
-    model, _, _ = train_distance(
+    model, _, _ = fit(
         pairs, split, enc, MCFG, DistanceTrainConfig(epochs=0), mol_features=feats, mixture_init=state
     )
     for k, v in model.mixture.state_dict().items():
         torch.testing.assert_close(v, state[k], rtol=0, atol=0)
     # fine-tuning moves it, deterministically
     tcfg = DistanceTrainConfig(epochs=3, batch_size=8, seed=1)
-    a, _, ha = train_distance(pairs, split, enc, MCFG, tcfg, mol_features=feats, mixture_init=state)
-    b, _, hb = train_distance(pairs, split, enc, MCFG, tcfg, mol_features=feats, mixture_init=state)
+    a, _, ha = fit(pairs, split, enc, MCFG, tcfg, mol_features=feats, mixture_init=state)
+    b, _, hb = fit(pairs, split, enc, MCFG, tcfg, mol_features=feats, mixture_init=state)
     assert ha == hb
     for k, v in a.state_dict().items():
         torch.testing.assert_close(v, b.state_dict()[k], rtol=0, atol=0)
@@ -92,7 +92,7 @@ def test_bad_inputs_name_the_problem():
     n = len(pairs)
     split = Split("tiny", np.arange(0, n - 12), np.arange(n - 12, n - 6), np.arange(n - 6, n))
     with pytest.raises(InputError, match="mixture_init does not fit"):
-        train_distance(pairs, split, enc, MCFG, DistanceTrainConfig(epochs=0), mixture_init=state)
+        fit(pairs, split, enc, MCFG, DistanceTrainConfig(epochs=0), mixture_init=state)
 
 
 def test_bench_lists_the_blend_pretrained_variants():

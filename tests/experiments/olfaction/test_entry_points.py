@@ -1,4 +1,4 @@
-"""The olfaction experiment entry points (formerly mixscent subcommands) reject bad input with one
+"""The olfaction experiment entry points reject bad input with one
 error line before any work."""
 
 from experiments.olfaction import corpus_curve, label_bench

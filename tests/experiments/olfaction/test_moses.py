@@ -11,7 +11,7 @@ import pytest
 from common.errors import DataError
 from experiments.olfaction.moses import MAX_HEAVY_ATOMS, moses_descriptors, moses_subset
 from olfaction.model import MolEncoderConfig
-from olfaction.train import PretrainConfig, pretrain_descriptors
+from olfaction.train import PretrainConfig, pretrain
 
 GOOD = ["CCO", "CC(=O)OC", "c1ccccc1O", "CCCCC=O", "CSC", "FC(F)CCl", "CC(C)CBr", "OCC=CC", "N#CCC", "CCOCC"]
 BAD = [
@@ -57,21 +57,21 @@ def test_extra_corpus_only_trains_and_keeps_the_heldout_base():
     base, extra = GOOD[:8], GOOD[8:]
     targets = np.stack([[len(s), s.count("O"), s.count("C")] for s in base + extra]).astype(np.float32)
     cfg = PretrainConfig(epochs=2, batch_size=4, heldout_frac=0.25, seed=0)
-    _, alone = pretrain_descriptors(base, targets[:8], TINY_ENC, cfg)
-    _, more = pretrain_descriptors(base + extra, targets, TINY_ENC, cfg, n_base=len(base))
+    _, alone = pretrain(base, targets[:8], TINY_ENC, cfg)
+    _, more = pretrain(base + extra, targets, TINY_ENC, cfg, n_base=len(base))
     assert alone["n_heldout"] == more["n_heldout"] == 2
     assert more["n_train"] == alone["n_train"] + len(extra)
     with pytest.raises(ValueError, match="n_base"):
-        pretrain_descriptors(base, targets[:8], TINY_ENC, cfg, n_base=9)
+        pretrain(base, targets[:8], TINY_ENC, cfg, n_base=9)
 
 
 def test_pretrain_encoder_with_extra_corpus(tmp_path, monkeypatch):
-    from olfaction.pipeline import load_encoder, pretrain_encoder
+    from olfaction.encoder import load_encoder, pretrain_encoder
 
     monkeypatch.setenv("MOE_APPS_CACHE", str(tmp_path / "cache"))
     cfg = PretrainConfig(epochs=1, batch_size=4, heldout_frac=0.2, seed=0)
     report = pretrain_encoder(
-        tmp_path / "enc", TINY_ENC, cfg, smiles=GOOD[:6], progress=False,
+        tmp_path / "enc", TINY_ENC, cfg, smiles=GOOD[:6],
         extra_descriptors=moses_descriptors(GOOD[4:], progress=False),
     )
     assert report["n_extra"] == 4  # the two overlapping with the base set are not added twice

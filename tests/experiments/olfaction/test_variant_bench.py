@@ -83,8 +83,8 @@ def test_bench_set_feature_rows_on_real_data(tmp_path):
     its components' test predictions, and the set regressors are well above chance."""
     from experiments.olfaction.variant_bench import SET_RIDGE_NAME, SET_TREES_NAME, run_bench
     from olfaction.data import load_pairs
+    from olfaction.encoder import random_encoder
     from olfaction.model import MixScentConfig, MolEncoderConfig
-    from olfaction.pipeline import random_encoder
     from olfaction.train import DistanceTrainConfig
 
     enc = random_encoder(MolEncoderConfig(hidden=16, layers=2, emb_dim=16), seed=0)

@@ -1,5 +1,8 @@
 """MoCAPipeline: part autoencoder + flow transformer + latent statistics; sampling, save/load.
 
+The pipeline runs where its models are (``to(device)``; loaded on the CPU); the random draws are
+made on the CPU from the seed, so a seed gives the same noise on every device.
+
 Sampling integrates the learned velocity field with diffusers' ``FlowMatchEulerDiscreteScheduler``
 (sigma from 1 to 0), optionally with classifier-free guidance against the null condition (null
 category and null text), then decodes each part's latents to points in its box frame and maps
@@ -21,9 +24,11 @@ import numpy as np
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 
+from common.device import resolve_device
 from common.errors import CheckpointError, InputError
 from common.pretrained import checkpoint_info
-from generation3d.data import CATEGORIES, box_to_param, check_category, from_canonical, param_to_box
+from generation3d.data import CATEGORIES, check_category
+from generation3d.geometry import box_to_param, from_canonical, param_to_box
 from generation3d.model import PartAutoencoder, PartFlowTransformer
 from generation3d.text import check_text, default_encoder
 
@@ -64,6 +69,19 @@ class MoCAPipeline:
         self.stats = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in stats.items()}
         self.descriptions = sorted(set(descriptions or []))
         self._encoder = text_encoder
+
+    @property
+    def device(self) -> torch.device:
+        """Where the generator's parameters are."""
+        return next(self.gen.parameters()).device
+
+    def to(self, device: str | torch.device) -> MoCAPipeline:
+        """Move the autoencoder and the generator to ``device`` (a ``torch.device`` or a
+        ``common.device`` name: auto, cpu, cuda, cuda:N); returns self."""
+        dev = resolve_device(device)
+        self.ae.to(dev)
+        self.gen.to(dev)
+        return self
 
     @property
     def encoder(self):
@@ -124,28 +142,31 @@ class MoCAPipeline:
         if steps < 1:
             raise InputError(f"steps must be >= 1, got {steps}")
         c = self.gen.config
+        dev = self.device
+        stats = {k: v.to(dev) for k, v in self.stats.items()}
         g = torch.Generator().manual_seed(seed)
         shape_z, shape_b = (batch, n_parts, c.n_latents, c.d_latent), (batch, n_parts, 6)
         nz = int(np.prod(shape_z[1:]))
-        x = torch.randn(batch, nz + n_parts * 6, generator=g)
+        x = torch.randn(batch, nz + n_parts * 6, generator=g).to(dev)
         sched = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000)
         sched.set_timesteps(steps)
-        cat = torch.full((batch,), cat_idx, dtype=torch.long)
-        null = torch.full((batch,), c.n_categories, dtype=torch.long)
-        count = torch.full((batch,), n_parts, dtype=torch.long)
+        cat = torch.full((batch,), cat_idx, dtype=torch.long, device=dev)
+        null = torch.full((batch,), c.n_categories, dtype=torch.long, device=dev)
+        count = torch.full((batch,), n_parts, dtype=torch.long, device=dev)
+        text_emb = None if text_emb is None else text_emb.to(dev)
         layout_std = layout_noise = None
         if layout is not None:
             layout = np.asarray(layout, dtype=np.float32)
             if layout.shape != (n_parts, 6) or not np.isfinite(layout).all() or (layout[:, 3:] <= 0).any():
                 raise InputError(f"layout must be finite boxes of shape ({n_parts}, 6) with positive sizes, got {layout.shape}")
-            layout_std = ((box_to_param(torch.from_numpy(layout)) - self.stats["box_mean"]) / self.stats["box_std"]).reshape(1, -1)
-            layout_noise = torch.randn(batch, n_parts * 6, generator=g)
+            layout_std = ((box_to_param(torch.from_numpy(layout).to(dev)) - stats["box_mean"]) / stats["box_std"]).reshape(1, -1)
+            layout_noise = torch.randn(batch, n_parts * 6, generator=g).to(dev)
         for i, t in enumerate(sched.timesteps):
             if layout_std is not None:
                 sigma = float(sched.sigmas[i])
                 x[:, nz:] = (1 - sigma) * layout_std + sigma * layout_noise
             z, box = x[:, :nz].reshape(shape_z), x[:, nz:].reshape(shape_b)
-            tt = t.expand(batch)
+            tt = t.expand(batch).to(dev)
             vz, vb = self.gen(z, box, tt, cat, count, text=text_emb)
             if guidance != 1.0 and (cat_idx != c.n_categories or text_emb is not None):
                 uz, ub = self.gen(z, box, tt, null, count)
@@ -154,8 +175,9 @@ class MoCAPipeline:
             x = sched.step(v, t, x).prev_sample
         if layout_std is not None:
             x[:, nz:] = layout_std
-        z = x[:, :nz].reshape(shape_z) * self.stats["z_std"] + self.stats["z_mean"]
-        box = param_to_box(x[:, nz:].reshape(shape_b) * self.stats["box_std"] + self.stats["box_mean"])
+        z = x[:, :nz].reshape(shape_z) * stats["z_std"] + stats["z_mean"]
+        box = param_to_box(x[:, nz:].reshape(shape_b) * stats["box_std"] + stats["box_mean"])
         pts = self.ae.decode(z.reshape(-1, c.n_latents, c.d_latent)).reshape(batch, n_parts, -1, 3)
-        world = from_canonical(pts.clamp(-1.0, 1.0), box)
+        world = from_canonical(pts.clamp(-1.0, 1.0), box).detach().cpu()
+        box = box.detach().cpu()
         return [GeneratedShape(world[i].numpy(), box[i].numpy(), category, n_parts, seed, text) for i in range(batch)]

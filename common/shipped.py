@@ -1,0 +1,167 @@
+"""Trained weights that ship with the project, found by name.
+
+A shipped model is a checkpoint directory of :mod:`common.pretrained` committed under its app's
+package, ``<app>/weights/<name>/``, with a third file, ``manifest.json``, that says how it was made::
+
+    {"name": "moh-fmnist-s", "app": "vision", "model_type": "moh",
+     "command": "moh train --preset fmnist-s ...",      # the exact command that trained it
+     "data": "Fashion-MNIST (Debian dataset-fashion-mnist)", "split": "train 60k / test 10k",
+     "steps": 20000, "seed": 0, "commit": "<the commit it was trained at>",
+     "trained_on": "NVIDIA H100 80GB HBM3", "wall_s": 1234.5,
+     "metrics": {"fid_classifier": 3.1, ...},
+     "smoke": "vision.sampling:smoke_sample",          # model -> a few samples, for the shipped test
+     "dtype": "float16",                                # storage dtype; loading upcasts to fp32
+     "files": {"model.safetensors": "<sha256>", "config.json": "<sha256>"}}
+
+``resolve_checkpoint("moh-fmnist-s")`` (and therefore every ``from_pretrained`` / ``load_pretrained``
+given a name that is not a path) verifies the files against the manifest's sha256 sums and returns
+the directory; a missing or altered file is a one-line ``CheckpointError``. :func:`ship` writes such
+a directory from a trained model (half-precision storage, at most 10 MB). ``tests/common/
+test_shipped.py`` loads every shipped model, checks its hashes and that its smoke function samples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from common.errors import CheckpointError
+from common.io import atomic_write, dumps_json
+
+MANIFEST = "manifest.json"
+WEIGHTS_DIR = "weights"
+MAX_BYTES = 10 * 2**20
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+REQUIRED = ("name", "app", "model_type", "command", "data", "split", "steps", "seed", "commit", "trained_on",
+            "wall_s", "metrics", "smoke", "dtype", "files")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+ROOT = Path(__file__).resolve().parents[1]  # the directory holding the suite's packages
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def shipped_models(root: Path | None = None) -> dict[str, Path]:
+    """Name -> directory of every shipped model: ``<package>/weights/<name>/manifest.json`` for
+    the suite's packages beside ``common``."""
+    base = root or ROOT
+    out: dict[str, Path] = {}
+    for manifest in sorted(base.glob(f"*/{WEIGHTS_DIR}/*/{MANIFEST}")):
+        pkg = manifest.parents[2]
+        if (pkg / "__init__.py").is_file():
+            out[manifest.parent.name] = manifest.parent
+    return out
+
+
+def read_manifest(path_dir: str | os.PathLike) -> dict[str, Any]:
+    """The validated manifest of a shipped model directory (CheckpointError when missing or malformed)."""
+    path = Path(path_dir) / MANIFEST
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"shipped model {Path(path_dir).name}: {MANIFEST} is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
+        raise CheckpointError(f"shipped model {Path(path_dir).name}: corrupt {MANIFEST} ({exc})") from None
+    missing = [k for k in REQUIRED if k not in meta] if isinstance(meta, dict) else list(REQUIRED)
+    if missing:
+        raise CheckpointError(f"shipped model {Path(path_dir).name}: {MANIFEST} lacks {', '.join(missing)}")
+    if not isinstance(meta["files"], dict) or not meta["files"]:
+        raise CheckpointError(f"shipped model {Path(path_dir).name}: {MANIFEST} lists no files")
+    return meta
+
+
+def verify(path_dir: str | os.PathLike) -> dict[str, Any]:
+    """Check every file of a shipped model against its manifest's sha256; returns the manifest."""
+    path = Path(path_dir)
+    meta = read_manifest(path)
+    for name, digest in meta["files"].items():
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"shipped model {path.name}: {name} is missing (reinstall or `git checkout` it)")
+        if sha256_file(file) != digest:
+            raise CheckpointError(f"shipped model {path.name}: {name} does not match its sha256 in {MANIFEST} "
+                                  "(altered or a Git LFS pointer); restore it from the repository")
+    return meta
+
+
+def resolve_checkpoint(path_or_name: str | os.PathLike) -> Path:
+    """``path_or_name`` when it is an existing path, else the verified directory of the shipped
+    model of that name; CheckpointError naming both possibilities otherwise."""
+    path = Path(path_or_name)
+    if path.exists():
+        return path
+    text = str(path_or_name)
+    shipped = shipped_models()
+    if text in shipped:
+        verify(shipped[text])
+        return shipped[text]
+    known = ", ".join(sorted(shipped)) or "none"
+    raise CheckpointError(f"no checkpoint at {text} and no shipped model of that name (shipped: {known})")
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def ship(model, name: str, app_dir: str | os.PathLike, *, command: str, data: str, split: str, steps: int,
+         seed: int, metrics: dict[str, Any], trained_on: str, wall_s: float, smoke: str,
+         dtype: str = "float16", commit: str | None = None, overwrite: bool = False) -> Path:
+    """Write ``model`` (a registered ``PretrainedMixin``) as the shipped model ``name`` under
+    ``app_dir/weights/name`` with floating tensors stored in ``dtype`` and a manifest; refuses a
+    directory over :data:`MAX_BYTES`, a malformed name and, without ``overwrite``, an existing one."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    if not _NAME_RE.match(name):
+        raise ValueError(f"shipped model names are lower-case words with - . _, got {name!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    module, _, func = smoke.partition(":")
+    if not module or not func:
+        raise ValueError(f"smoke must be 'module:function', got {smoke!r}")
+    out = Path(app_dir) / WEIGHTS_DIR / name
+    if out.exists() and not overwrite:
+        raise CheckpointError(f"{out} exists (pass overwrite=True to replace it)")
+    model.save_pretrained(out)
+    weights = out / "model.safetensors"
+    with safe_open(str(weights), framework="pt") as f:
+        meta = f.metadata() or {}
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    tensors = {k: v.to(DTYPES[dtype]) if v.is_floating_point() else v for k, v in tensors.items()}
+    save_file(tensors, str(weights), metadata=meta)
+    files = {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.name != MANIFEST}
+    size = sum((out / n).stat().st_size for n in files)
+    if size > MAX_BYTES:
+        raise CheckpointError(f"shipped model {name} is {size / 2**20:.1f} MiB, over the {MAX_BYTES / 2**20:.0f} MiB "
+                              "limit: use a smaller model or half-precision storage")
+    manifest = {"name": name, "app": type(model).app, "model_type": type(model).model_type, "command": command,
+                "data": data, "split": split, "steps": steps, "seed": seed, "commit": commit or _git_commit(),
+                "trained_on": trained_on, "wall_s": wall_s, "metrics": metrics, "smoke": smoke, "dtype": dtype,
+                "size_bytes": size, "files": files}
+    with atomic_write(out / MANIFEST, "w", encoding="utf-8") as f:
+        f.write(dumps_json(manifest, indent=2) + "\n")
+    return out
+
+
+def smoke_function(meta: dict[str, Any]):
+    """The manifest's ``smoke`` callable (``module:function``: model -> samples)."""
+    module, _, func = meta["smoke"].partition(":")
+    return getattr(importlib.import_module(module), func)

@@ -1,0 +1,122 @@
+"""``common.shipped``: trained weights committed with the project, found by name, verified by sha256,
+stored in half precision and upcast on load; and every model that really ships loads and samples."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from common import shipped
+from common.errors import CheckpointError
+from common.pretrained import PretrainedMixin, checkpoint_info, load_pretrained, register_model
+
+MAX_TOTAL_BYTES = 40 * 2**20  # all shipped weights together
+
+
+@register_model("shipped_probe")
+class _Probe(PretrainedMixin, nn.Module):
+    """``x: (b, 4) -> (b, 2)``."""
+
+    def __init__(self, hidden: int = 16):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, hidden), nn.Tanh(), nn.Linear(hidden, 2))
+
+    def forward(self, x):
+        return self.net(x)
+
+    @classmethod
+    def tiny_example(cls):
+        torch.manual_seed(0)
+        return cls(hidden=4), (torch.randn(2, 4),)
+
+
+def smoke(model):
+    return model(torch.randn(3, 4))
+
+
+@pytest.fixture
+def pkg_root(tmp_path, monkeypatch):
+    (tmp_path / "toyapp").mkdir()
+    (tmp_path / "toyapp" / "__init__.py").write_text("")
+    monkeypatch.setattr(shipped, "ROOT", tmp_path)
+    return tmp_path
+
+
+def _ship(pkg_root, name="toy-s", **kw):
+    torch.manual_seed(0)
+    model = _Probe()
+    fields = dict(command="toy train --steps 3", data="random", split="none", steps=3, seed=0,
+                  metrics={"loss": 0.5}, trained_on="cpu", wall_s=0.1, smoke=f"{__name__}:smoke", commit="abc")
+    fields.update(kw)
+    return model, shipped.ship(model, name, pkg_root / "toyapp", **fields)
+
+
+def test_ship_then_load_by_name_upcasts_half_precision(pkg_root):
+    model, path = _ship(pkg_root)
+    assert path == pkg_root / "toyapp" / "weights" / "toy-s"
+    meta = json.loads((path / shipped.MANIFEST).read_text())
+    assert meta["dtype"] == "float16" and meta["commit"] == "abc" and meta["model_type"] == "shipped_probe"
+    assert set(meta["files"]) == {"model.safetensors", "config.json"}
+    assert shipped.shipped_models() == {"toy-s": path}
+    loaded = load_pretrained("toy-s")
+    assert all(p.dtype == torch.float32 for p in loaded.parameters())
+    for a, b in zip(model.parameters(), loaded.parameters(), strict=True):
+        torch.testing.assert_close(b, a.detach().half().float())  # exactly the fp16 rounding
+    assert _Probe.from_pretrained("toy-s").net[0].weight.shape == (16, 4)
+    assert checkpoint_info("toy-s").path == path
+    assert torch.isfinite(shipped.smoke_function(meta)(loaded)).all()
+
+
+def test_altered_or_missing_files_are_one_line_errors(pkg_root):
+    _, path = _ship(pkg_root)
+    weights = path / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="model.safetensors does not match its sha256") as info:
+        load_pretrained("toy-s")
+    assert "\n" not in str(info.value)
+    weights.unlink()
+    with pytest.raises(CheckpointError, match="model.safetensors is missing"):
+        load_pretrained("toy-s")
+    with pytest.raises(CheckpointError, match="no checkpoint at nope"):
+        load_pretrained("nope")
+    with pytest.raises(CheckpointError, match="no shipped model of that name"):
+        shipped.resolve_checkpoint("nope")
+    (path / shipped.MANIFEST).write_text("{}")
+    with pytest.raises(CheckpointError, match="lacks name"):
+        shipped.verify(path)
+
+
+def test_ship_refuses_oversize_bad_names_and_existing_dirs(pkg_root, monkeypatch):
+    _ship(pkg_root)
+    with pytest.raises(CheckpointError, match="exists"):
+        _ship(pkg_root)
+    with pytest.raises(ValueError, match="lower-case"):
+        _ship(pkg_root, name="Bad Name")
+    monkeypatch.setattr(shipped, "MAX_BYTES", 100)
+    with pytest.raises(CheckpointError, match="over the"):
+        _ship(pkg_root, name="toy-big")
+
+
+SHIPPED = shipped.shipped_models()
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_every_shipped_model_verifies_loads_and_samples(name):
+    meta = shipped.verify(SHIPPED[name])
+    assert meta["name"] == name and meta["size_bytes"] <= shipped.MAX_BYTES
+    importlib_app = __import__(meta["app"])  # registers the app's models
+    assert importlib_app
+    model = load_pretrained(name)
+    assert type(model).model_type == meta["model_type"]
+    out = shipped.smoke_function(meta)(model)
+    assert torch.isfinite(torch.as_tensor(out)).all()
+
+
+def test_shipped_weights_stay_small():
+    total = sum(f.stat().st_size for d in SHIPPED.values() for f in d.iterdir())
+    assert total <= MAX_TOTAL_BYTES, f"shipped weights take {total / 2**20:.1f} MiB (limit 40 MiB)"
