@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from common.errors import DataError, InputError
+from common.images import read_image
 
 from .render import FIQ_CATEGORIES, GROUPS, IMAGE_SIZE
 
@@ -134,17 +135,13 @@ def read_descriptions(
 
 
 def load_image(path: Path, size: int = IMAGE_SIZE) -> np.ndarray:
-    """Read an image file as (size, size, 3) uint8 RGB; InputError when unreadable."""
-    try:
-        with Image.open(path) as im:
-            im = im.convert("RGB")
-            if im.size != (size, size):
-                im = im.resize((size, size), Image.BILINEAR)
-            return np.asarray(im, np.uint8).copy()
-    except FileNotFoundError:
-        raise InputError(f"image file not found: {path}") from None
-    except (UnidentifiedImageError, OSError, ValueError) as e:
-        raise InputError(f"not a readable image: {path} ({type(e).__name__})") from None
+    """Read an image file as (size, size, 3) uint8 RGB (``common.images.read_image``: EXIF
+    orientation applied, transparency composited on white, 16-bit, palette and CMYK images
+    converted), resized bilinearly; InputError when it is missing or unreadable."""
+    im = read_image(Path(path), "RGB", what=f"image file {path}")
+    if im.size != (size, size):
+        im = im.resize((size, size), Image.BILINEAR)
+    return np.asarray(im, np.uint8).copy()
 
 
 def image_from_array(arr: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
