@@ -30,7 +30,7 @@ from common.cli import (  # noqa: E402
     positive_int,
     subcommand_main,
 )
-from common.device import add_device_arg, add_precision_arg  # noqa: E402
+from common.device import add_device_arg, add_precision_arg, check_precision, resolve_device  # noqa: E402
 from common.errors import InputError  # noqa: E402
 
 SUITES = ("quick", "full", "scaling", "sizes")
@@ -54,6 +54,7 @@ def cmd_train(a) -> int:
     from vision.train import TrainConfig, fit
 
     out = Path(a.out or f"runs/{a.model}")
+    check_precision(a.precision, resolve_device(a.device))
     check_outputs(dirs=[out], inputs=[_data_input(a.data)], overwrite=a.overwrite)
     torch.set_num_threads(a.threads)
     channels = a.channels or (1 if a.data in FASHION_MNIST_NAMES else 3)
@@ -83,7 +84,6 @@ def cmd_train(a) -> int:
 def cmd_sample(a) -> int:
     import torch
 
-    from common.device import resolve_device
     from vision.models import load_backbone
     from vision.sampling import MoHPipeline, checkpoint_dir, load_sampler, save_grid
 
@@ -103,7 +103,6 @@ def cmd_sample(a) -> int:
 def cmd_eval(a) -> int:
     import torch
 
-    from common.device import resolve_device
     from common.io import write_json
     from vision.classifier import get_classifier
     from vision.data import FASHION_MNIST_NAMES, SWEETHOME3D, load_dataset
@@ -146,6 +145,7 @@ def cmd_eval(a) -> int:
 
 
 def cmd_bench(a) -> int:
+    check_precision(a.precision, resolve_device(a.device))
     for option, suites in SUITE_OPTIONS.items():
         if getattr(a, option) not in (None, False) and a.suite not in suites:
             flag = "--" + option.replace("_", "-")

@@ -60,7 +60,7 @@ class ModelSize:
     sequential_search: bool = False
 
 
-_WIDE_UNETS = (64, 96, 128, 160, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024)
+_WIDE_UNETS = tuple(range(64, 1025, 16))
 # XS is the CPU model of the committed results. S, B and L follow DiT-S/2, -B/2 and -L/2 (width 384 /
 # 768 / 1024, patch 2: 256 tokens at 32 px); a Mamba block holds about half a DiT block's
 # parameters, so MoH's deepest scan is 1.5x DiT's depth, which with the coarse levels gives
@@ -135,7 +135,11 @@ def build_matched(name: str, reference_params: int, sample_size: int = 32, in_ch
         candidates = [make(o) for o in options]
         return min(candidates, key=lambda m: abs(count_parameters(m) - reference_params))
     with torch.device("meta"):
-        counts = [count_parameters(make(o)) for o in options]
+        if name == "unet":
+            counts = [count_parameters(make(o)) for o in options]
+        else:  # identical blocks: the count grows by one block's parameters per depth
+            one, two = count_parameters(make(1)), count_parameters(make(2))
+            counts = [one + (k - 1) * (two - one) for k in options]
     best = min(range(len(options)), key=lambda i: abs(counts[i] - reference_params))
     return make(options[best])
 

@@ -215,7 +215,7 @@ class MoHBackbone(DiffusionBackbone):
             up = rearrange(coarse, "m (h w) d -> m d h w", h=self.grid // f)
             up = rearrange(F.interpolate(up, scale_factor=f, mode="nearest"), "m d h w -> m (h w) d")
             update = self.level_out[lvl - 1](up) * _straight_through(level_p[rows, lvl])[:, None, None]
-            x = x.index_add(0, rows, update)
+            x = x.index_add(0, rows, update.to(x.dtype))  # under autocast the update may be bfloat16
 
         # 2. scan depth: sample i runs blocks 0 .. depth_i - 1
         depth_routing = self.depth_router(c)
@@ -235,7 +235,7 @@ class MoHBackbone(DiffusionBackbone):
             if rows.numel() == b:
                 h = blk(h, c)
             else:
-                h = h.index_copy(0, rows, blk(h[rows], c[rows]))
+                h = h.index_copy(0, rows, blk(h[rows], c[rows]).to(h.dtype))
             sample_layers += rows.numel()
         p_depth = depth_routing.probs.gather(1, depth_idx[:, None])
         h = h + (p_depth - p_depth.detach())[:, :, None] * (h - x)
