@@ -258,17 +258,32 @@ def time_train_step(model_size: str, backbone: str, device="auto", precision: st
 
 @dataclass
 class SizesConfig:
-    """``run_sizes``: which sizes and backbones, and the step measured per size (``train_sizes``:
-    training steps at ``batch_size``; the others: one forward pass at ``forward_batch_size``)."""
+    """``run_sizes``: the sizes described, the backbones timed, and the step measured per size
+    (``train_sizes``: ``steps`` training steps at ``batch_size``; the others: one forward pass at
+    ``forward_batch_size``)."""
 
     sizes: tuple[str, ...] = ("XS", "S", "B", "L")
-    models: tuple[str, ...] = ("moh", "mamba", "dit", "unet")
+    models: tuple[str, ...] = ("moh",)
     train_sizes: tuple[str, ...] = ("XS", "S")
     steps: int = 2
-    batch_size: int = 8
+    batch_size: int = 2
     forward_batch_size: int = 1
     image_size: int = 32
     threads: int = 1
+
+
+def describe_size(name: str, image_size: int = 32) -> dict:
+    """The size table's row ``name``: MoH's shape (``width``, ``depth_choices``, ``d_state``,
+    ``patch_size``, ``level_layers``, ``tokens`` at ``image_size``) and the parameter counts of
+    MoH and its matched baselines for 1-channel images (counted on the meta device)."""
+    from vision.models import moh_config
+
+    cfg = moh_config(name)
+    with torch.device("meta"):
+        params = {m: count_parameters(build_backbone(m, name, sample_size=image_size)) for m in MODEL_NAMES}
+    return {"model_size": name, "width": cfg["d_model"], "depth_choices": list(cfg["depth_choices"]),
+            "d_state": cfg["d_state"], "patch_size": cfg["patch_size"], "level_layers": cfg["level_layers"],
+            "tokens": (image_size // cfg["patch_size"]) ** 2, "params": params}
 
 
 def _time_in_fresh_process(kwargs: dict, threads: int) -> dict:
@@ -277,8 +292,10 @@ def _time_in_fresh_process(kwargs: dict, threads: int) -> dict:
 
 
 def run_sizes(cfg: SizesConfig | None = None, device: str = "auto", precision: str = "32", log=None) -> dict:
-    """One :func:`time_train_step` per size and backbone of ``cfg``, each in a fresh process (so
-    that the CPU's peak resident memory is that row's). Returns ``{"config", "device", "rows"}``."""
+    """The size table: :func:`describe_size` of every size of ``cfg`` and one
+    :func:`time_train_step` per size and timed backbone, each in a fresh process (so that the
+    CPU's peak resident memory is that row's). Returns ``{"config", "device", "precision",
+    "sizes", "rows"}``."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
@@ -287,6 +304,7 @@ def run_sizes(cfg: SizesConfig | None = None, device: str = "auto", precision: s
     cfg = cfg or SizesConfig()
     log = log or (lambda msg: print(msg, flush=True))
     dev = resolve_device(device)
+    sizes = [describe_size(size, cfg.image_size) for size in cfg.sizes]
     rows = []
     for size in cfg.sizes:
         train_step = size in cfg.train_sizes
@@ -301,6 +319,8 @@ def run_sizes(cfg: SizesConfig | None = None, device: str = "auto", precision: s
             log(f"[{size}] {name}: {row['params']:,} params, {row['tokens']} tokens, "
                 f"{'forward' if row['forward_only'] else 'train step'} {row['ms_per_step']:.0f} ms "
                 f"(batch {row['batch_size']}), peak memory {row['peak_memory_mb']:.0f} MB")
+    log(markdown_table([{**{k: v for k, v in r.items() if k != "params"}, **{f"{m}_params": n for m, n in
+                                                                              r["params"].items()}} for r in sizes]))
     log(markdown_table(rows, ["model_size", "backbone", "params", "tokens", "forward_only", "batch_size",
                               "ms_per_step", "peak_memory_mb"]))
-    return {"config": cfg.__dict__, "device": describe(dev), "precision": precision, "rows": rows}
+    return {"config": cfg.__dict__, "device": describe(dev), "precision": precision, "sizes": sizes, "rows": rows}

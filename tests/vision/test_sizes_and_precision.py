@@ -126,6 +126,9 @@ def test_sizes_suite_writes_json_rows(tmp_path):
     (row,) = data["rows"]
     assert (row["model_size"], row["backbone"], row["params"], row["batch_size"]) == ("XS", "moh", 105_971, 2)
     assert data["config"]["sizes"] == ["XS"] and data["device"].startswith("cpu")
+    (size,) = data["sizes"]
+    assert size["width"] == 32 and size["depth_choices"] == [2, 4, 6] and size["tokens"] == 64
+    assert size["params"] == {"moh": 105_971, "mamba": 106_864, "dit": 102_928, "unet": 100_045}  # the XS results
 
 
 def test_cli_trains_bf16_on_the_cpu_then_samples(tmp_path, capsys):
