@@ -112,4 +112,4 @@ def classifier_features(model: FMNISTClassifier, images: Tensor) -> np.ndarray:
     if images.dim() != 4 or images.shape[1:] != (1, 32, 32):
         raise InputError(f"FMNIST-classifier features need (N, 1, 32, 32) images, got {tuple(images.shape)}")
     model.eval()
-    return torch.cat([model.features(images[i:i + 512]) for i in range(0, len(images), 512)]).double().numpy()
+    return torch.cat([model.features(images[i:i + 512]) for i in range(0, len(images), 512)]).double().detach().cpu().numpy()

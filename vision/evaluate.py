@@ -142,7 +142,7 @@ def inception_features(weights: Path, images: Tensor) -> np.ndarray:
     if x.shape[1] == 1:
         x = x.repeat(1, 3, 1, 1)
     feats = [detector(x[i:i + 64], return_features=True) for i in range(0, len(x), 64)]
-    return torch.cat(feats).double().numpy()
+    return torch.cat(feats).double().detach().cpu().numpy()
 
 
 def inception_fid(real: Tensor, fake: Tensor, weights: Path) -> float:

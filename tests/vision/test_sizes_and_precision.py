@@ -159,3 +159,33 @@ def test_bad_size_precision_and_suite_options_are_one_line_errors(argv, message,
     assert main([*argv, "--out", str(tmp_path / "new")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and message in err[0], err
+
+
+@pytest.mark.slow
+def test_cli_size_s_trains_samples_and_evaluates(tmp_path, capsys):
+    """The GPU check's path (``moh train --model-size S --precision bf16-mixed`` then ``sample`` and
+    ``eval`` on the checkpoint) on the CPU, at 16 px and one step (about a minute)."""
+    import json
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        Image.fromarray(rng.integers(0, 255, (16, 16), dtype=np.uint8)).save(folder / f"{i}.png")
+    run = tmp_path / "run"
+    assert main(["train", "--model-size", "S", "--data", str(folder), "--size", "16", "--channels", "1",
+                 "--steps", "1", "--batch-size", "2", "--device", "cpu", "--precision", "bf16-mixed",
+                 "--out", str(run)]) == 0
+    model = load_backbone(run / CHECKPOINT)
+    assert (model.config.d_model, model.config.patch_size) == (384, 2)
+    assert count_parameters(model) == count_parameters(_meta_moh_at(16))
+    assert main(["sample", "--ckpt", str(run), "--n", "2", "--steps", "2", "--device", "cpu",
+                 "--out", str(tmp_path / "g.png")]) == 0
+    assert main(["eval", "--ckpt", str(run), "--data", str(folder), "--n", "6", "--steps", "2", "--device", "cpu",
+                 "--out", str(tmp_path / "m.json")]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["efficientnet_lite0_fid"] >= 0
+
+
+def _meta_moh_at(size):
+    with torch.device("meta"):
+        return build_backbone("moh", "S", sample_size=size)

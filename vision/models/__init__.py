@@ -205,7 +205,7 @@ def _load_diffusers(path: Path, cls_name: str) -> DiffusionBackbone:
     config = cls.upgrade_config(json.loads((path / CONFIG).read_text(encoding="utf-8")), 0)
     try:
         model = cls(**config)
-        state = load_file(str(path / LEGACY_WEIGHTS), device="cpu")
+        state = load_file(str(path / LEGACY_WEIGHTS))
     except (SafetensorError, OSError) as exc:
         raise CheckpointError(f"cannot load checkpoint {path}: corrupt or missing {LEGACY_WEIGHTS} ({exc})") from exc
     except (TypeError, ValueError, InputError) as exc:
