@@ -114,11 +114,10 @@ def cmd_eval(a) -> int:
         to_model_range,
     )
     from vision.models import load_backbone
-    from vision.sampling import MoHPipeline, checkpoint_dir, load_sampler
-    from vision.train import STATE, checkpoint_data
+    from vision.sampling import MoHPipeline, checkpoint_data, checkpoint_dir, load_sampler
 
     ckpt = checkpoint_dir(a.ckpt)
-    trained_on = checkpoint_data(ckpt) if (ckpt / STATE).is_file() else None
+    trained_on = checkpoint_data(ckpt)
     source = a.data or (trained_on or {}).get("source", "fashion-mnist")
     split_seed = (trained_on or {}).get("seed", 0) if source == SWEETHOME3D else a.seed
     check_outputs(files=[a.out], inputs=[a.ckpt, _data_input(source), a.inception_weights],

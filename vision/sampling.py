@@ -6,7 +6,8 @@ A checkpoint directory holds the backbone (``config.json`` + ``model.safetensors
 diffusers ``save_config``), so its prediction type (x0 / ε / v) travels with the weights:
 ``save_checkpoint`` writes both, ``load_sampler`` rebuilds the sampler from the saved schedule
 and refuses a checkpoint without one instead of guessing. A training run keeps its checkpoint in
-``RUN/checkpoint``; ``checkpoint_dir`` accepts either the run or the checkpoint directory.
+``RUN/checkpoint``, with ``train_state.json`` (step, loss, training config and the data spec that
+``moh eval`` defaults to); ``checkpoint_dir`` accepts either the run or the checkpoint directory.
 
 The pipeline runs where its backbone's parameters are (``model.to(device)`` first); the initial
 noise is drawn on the CPU from the caller's generator, so a seed gives the same noise on any
@@ -26,9 +27,11 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from common.errors import CheckpointError, InputError
+from common.io import read_json
 
 NUM_TRAIN_TIMESTEPS = 1000
 CHECKPOINT = "checkpoint"  # a training run's checkpoint subdirectory
+STATE = "train_state.json"  # beside the weights: step, loss, training config, data spec
 PREDICTION_TYPE = "sample"  # x0-prediction: measured best of epsilon / v / sample at a CPU budget (README)
 
 
@@ -72,6 +75,20 @@ def checkpoint_dir(path: str | Path) -> Path:
     else ``path`` itself."""
     p = Path(path)
     return p / CHECKPOINT if (p / CHECKPOINT).is_dir() else p
+
+
+def read_train_state(path: str | Path) -> dict:
+    """``train_state.json`` of the checkpoint directory ``path``."""
+    return read_json(Path(path) / STATE)
+
+
+def checkpoint_data(path: str | Path) -> dict | None:
+    """The ``data`` spec (``vision.data.data_spec``) the checkpoint at ``path`` was trained on
+    (None for checkpoints without one)."""
+    if not (Path(path) / STATE).is_file():
+        return None
+    data = read_train_state(path).get("data")
+    return data if isinstance(data, dict) and "source" in data else None
 
 
 def save_checkpoint(model, path, scheduler: DDPMScheduler | None = None) -> Path:

@@ -45,18 +45,18 @@ from torch.utils.data import DataLoader, IterableDataset
 from common.engine import fit as engine_fit
 from common.engine import make_trainer
 from common.errors import InputError
-from common.io import read_json, write_json
+from common.io import write_json
 from vision.data import check_images
 from vision.sampling import (
     CHECKPOINT,
     NUM_TRAIN_TIMESTEPS,
+    STATE,
     backbone_call,
     make_train_scheduler,
     save_checkpoint,
     training_target,
 )
 
-STATE = "train_state.json"
 GRAD_CLIP = 1.0  # max global gradient norm
 
 
@@ -121,7 +121,7 @@ class _WarmupCosineLR(torch.optim.lr_scheduler.LRScheduler):
 
 
 @torch.no_grad()
-def ema_update(ema, model, step: int, decay: float) -> None:
+def _ema_update(ema, model, step: int, decay: float) -> None:
     """``θ_ema <- β θ_ema + (1 - β) θ`` with ``β = min(decay, (1 + step) / (10 + step))``;
     buffers are copied."""
     beta = min(decay, (1 + step) / (10 + step))
@@ -217,7 +217,7 @@ class DiffusionModule(L.LightningModule):
         t0 = time.perf_counter()
         super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)  # forward, backward, clip, step
         if self.ema is not None:
-            ema_update(self.ema, self.backbone, step, self.cfg.ema_decay)
+            _ema_update(self.ema, self.backbone, step, self.cfg.ema_decay)
         if self.device.type == "cuda":  # kernels run asynchronously: wait for them before reading the clock
             torch.cuda.synchronize(self.device)
         self.compute_s += time.perf_counter() - t0
@@ -273,7 +273,7 @@ def fit(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = No
     Lightning's CSV log goes to ``out_dir/logs``. On return ``model`` holds the sampling (EMA)
     weights. ``progress``: a tqdm bar. ``data``: the data source and preprocessing
     (``vision.data.data_spec``) recorded in the checkpoint's ``train_state.json`` so that
-    evaluation defaults to it (``checkpoint_data``). ``device``: ``auto`` (a CUDA GPU when
+    evaluation defaults to it (``vision.sampling.checkpoint_data``). ``device``: ``auto`` (a CUDA GPU when
     present, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``; ``precision``: ``32``,
     ``bf16-mixed`` or ``16-mixed`` (CUDA only). ``model`` is back on the CPU on return.
     """
@@ -308,16 +308,3 @@ def fit(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = No
     return TrainResult(steps=steps, final_loss=module.final_loss, time_per_step_s=module.compute_s / max(1, steps),
                        history=module.history, route_log=module.route_log,
                        checkpoint=(ckpt.last_model_path or None) if ckpt is not None else None, ema_model=module.ema)
-
-
-def read_train_state(checkpoint_dir: str | Path) -> dict:
-    return read_json(Path(checkpoint_dir) / STATE)
-
-
-def checkpoint_data(checkpoint_dir: str | Path) -> dict | None:
-    """The ``data`` spec the checkpoint was trained on (None for checkpoints without one)."""
-    path = Path(checkpoint_dir) / STATE
-    if not path.is_file():
-        return None
-    data = read_train_state(checkpoint_dir).get("data")
-    return data if isinstance(data, dict) and "source" in data else None

@@ -50,7 +50,7 @@ def test_run_quick_writes_report_rows_and_demo_model(tmp_path, untrained_classif
     assert (tmp_path / "out" / "vision.csv").is_file()
     assert (tmp_path / "cache" / "vision" / "demo_model" / "config.json").is_file()
     from vision.demo import default_checkpoint
-    from vision.train import checkpoint_data
+    from vision.sampling import checkpoint_data
 
     sh3d = tmp_path / "cache" / "vision" / "demo_model_sweethome3d"
     assert default_checkpoint("sweethome3d") == str(sh3d)

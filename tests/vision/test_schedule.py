@@ -10,7 +10,7 @@ from torch import nn
 from common.errors import InputError
 from tests.vision.conftest import tiny_moh
 from vision.sampling import make_train_scheduler, training_target
-from vision.train import TrainConfig, _lr_at, ema_update, fit
+from vision.train import TrainConfig, _ema_update, _lr_at, fit
 
 
 def _const_linear(value: float) -> nn.Linear:
@@ -23,10 +23,10 @@ def _const_linear(value: float) -> nn.Linear:
 
 def test_ema_update_by_hand():
     ema, model = _const_linear(0.0), _const_linear(1.0)
-    ema_update(ema, model, step=0, decay=0.9)  # warm-up decay min(0.9, 1/10) = 0.1
+    _ema_update(ema, model, step=0, decay=0.9)  # warm-up decay min(0.9, 1/10) = 0.1
     assert torch.allclose(ema.weight, torch.full_like(ema.weight, 0.9))
     ema, model = _const_linear(0.0), _const_linear(1.0)
-    ema_update(ema, model, step=10_000, decay=0.9)  # full decay 0.9
+    _ema_update(ema, model, step=10_000, decay=0.9)  # full decay 0.9
     assert torch.allclose(ema.bias, torch.full_like(ema.bias, 0.1))
 
 

@@ -8,8 +8,8 @@ from common.errors import DataError, InputError
 from tests.vision.conftest import tiny_moh
 from vision.data import check_images, fashion_mnist_images, load_image_folder
 from vision.models import load_backbone
-from vision.sampling import CHECKPOINT, MoHPipeline, grid_image, make_sampler
-from vision.train import TrainConfig, fit, read_train_state
+from vision.sampling import CHECKPOINT, MoHPipeline, grid_image, make_sampler, read_train_state
+from vision.train import TrainConfig, fit
 
 
 def _images(n=16, seed=0):

@@ -31,7 +31,7 @@ from vision.models.plain_mamba import PlainMambaBackbone
 from vision.models.unet import UNetBaseline
 
 __all__ = ["DiTBackbone", "MoHBackbone", "PlainMambaBackbone", "UNetBaseline", "MODEL_NAMES", "MODEL_SIZES",
-           "ModelSize", "build_backbone", "build_matched", "build_moh", "load_backbone", "model_kind", "moh_config",
+           "ModelSize", "build_backbone", "build_matched", "build_moh", "load_backbone", "moh_config",
            "size_spec"]
 
 MODEL_NAMES = ("moh", "mamba", "dit", "unet")
@@ -162,11 +162,6 @@ def build_backbone(name: str, model_size: str = "XS", sample_size: int = 32, in_
             moh = build_moh(sample_size, in_channels, model_size, **moh_overrides)
     kw = {k: moh.config[k] for k in ("d_model", "d_state", "patch_size")}
     return build_matched(name, count_parameters(moh), sample_size, in_channels, model_size, **kw)
-
-
-def model_kind(model) -> str:
-    """``moh``, ``mamba``, ``dit`` or ``unet``: the ``MODEL_NAMES`` entry of a built backbone."""
-    return {MoHBackbone: "moh", PlainMambaBackbone: "mamba", DiTBackbone: "dit", UNet2DModel: "unet"}[type(model)]
 
 
 # classes by the name diffusers' config.json records (checkpoints saved before common.pretrained)
