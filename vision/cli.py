@@ -199,6 +199,8 @@ def _bench_sizes(a, json_path: Path | None) -> int:
     from common.io import write_json
     from vision.bench import SizesConfig, run_sizes
 
+    if a.out:
+        raise InputError("--out does not apply to --suite sizes (it writes its results to --json)")
     check_outputs(files=[json_path] if json_path else (), overwrite=a.overwrite)
     overrides = {k: tuple(v) for k, v in (("sizes", a.sizes), ("models", a.models)) if v}
     overrides.update({k: v for k, v in (("steps", a.steps), ("batch_size", a.batch_size)) if v})

@@ -154,6 +154,7 @@ def test_cli_trains_bf16_on_the_cpu_then_samples(tmp_path, capsys):
     (["bench", "--suite", "quick", "--sizes", "S"], "--sizes applies to --suite sizes only"),
     (["bench", "--suite", "sizes", "--budgets", "S"], "--budgets applies to --suite scaling only"),
     (["bench", "--suite", "scaling", "--steps", "3"], "--steps does not apply"),
+    (["bench", "--suite", "sizes"], "--out does not apply"),
 ])
 def test_bad_size_precision_and_suite_options_are_one_line_errors(argv, message, tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path / "new")]) == 2
