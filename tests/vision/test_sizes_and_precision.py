@@ -190,3 +190,34 @@ def test_cli_size_s_trains_samples_and_evaluates(tmp_path, capsys):
 def _meta_moh_at(size):
     with torch.device("meta"):
         return build_backbone("moh", "S", sample_size=size)
+
+
+def test_checkpointed_scan_gives_the_same_outputs_and_gradients():
+    """``checkpoint_scan`` recomputes the S6 states in the backward pass: values and gradients
+    equal those of the stored-states path, bit for bit on the CPU."""
+    from vision.models.layers import MambaMixer
+
+    torch.manual_seed(0)
+    plain = MambaMixer(16, d_state=4)
+    ckpt = MambaMixer(16, d_state=4, checkpoint_scan=True)
+    ckpt.load_state_dict(plain.state_dict())
+    u = torch.randn(2, 40, 16)
+    outs, grads = [], []
+    for m in (plain, ckpt):
+        x = u.clone().requires_grad_()
+        y = m(x)
+        y.square().sum().backward()
+        outs.append(y.detach())
+        grads.append([x.grad] + [p.grad for p in m.parameters()])
+    assert torch.equal(outs[0], outs[1])
+    for a, b in zip(*grads, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_large_sizes_checkpoint_the_scan_and_plain_mamba_has_its_registered_name():
+    with torch.device("meta"):
+        moh = build_backbone("moh", "S")
+        mamba = build_backbone("plain_mamba", "S")
+    assert moh.config.checkpoint_scan and mamba.config.checkpoint_scan
+    assert type(mamba).__name__ == "PlainMambaBackbone"
+    assert not build_backbone("moh", "XS").config.checkpoint_scan

@@ -35,6 +35,7 @@ __all__ = ["DiTBackbone", "MoHBackbone", "PlainMambaBackbone", "UNetBaseline", "
            "size_spec"]
 
 MODEL_NAMES = ("moh", "mamba", "dit", "unet")
+REGISTERED_NAMES = {"plain_mamba": "mamba"}  # common.pretrained model types that differ from MODEL_NAMES
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,9 @@ class ModelSize:
     per level). ``sequential_search``: every candidate baseline is built on the CPU in turn (each
     draws from the global RNG, so the chosen one's initial weights follow the draws of those
     before it), as the committed XS results were made; otherwise candidates are counted on the
-    meta device and only the chosen one is built."""
+    meta device and only the chosen one is built. ``checkpoint_scan``: MoH and plain Mamba
+    recompute their S6 states in the backward pass (``MambaMixer``), which the large sizes need
+    to train at a useful batch on one GPU."""
 
     name: str
     patch_size: int
@@ -58,6 +61,7 @@ class ModelSize:
     max_baseline_depth: int
     unet_widths: tuple[int, ...]
     sequential_search: bool = False
+    checkpoint_scan: bool = False
 
 
 _WIDE_UNETS = tuple(range(64, 1025, 16))
@@ -69,11 +73,11 @@ MODEL_SIZES = {
     "XS": ModelSize("XS", patch_size=4, d_model=32, d_state=4, depth_choices=(2, 4, 6), level_layers=1, dit_heads=4,
                     max_baseline_depth=16, unet_widths=(8, 12, 16, 20, 24, 32, 40), sequential_search=True),
     "S": ModelSize("S", patch_size=2, d_model=384, d_state=16, depth_choices=(6, 12, 18), level_layers=1,
-                   dit_heads=6, max_baseline_depth=48, unet_widths=_WIDE_UNETS),
+                   dit_heads=6, max_baseline_depth=48, unet_widths=_WIDE_UNETS, checkpoint_scan=True),
     "B": ModelSize("B", patch_size=2, d_model=768, d_state=16, depth_choices=(6, 12, 18), level_layers=1,
-                   dit_heads=12, max_baseline_depth=48, unet_widths=_WIDE_UNETS),
+                   dit_heads=12, max_baseline_depth=48, unet_widths=_WIDE_UNETS, checkpoint_scan=True),
     "L": ModelSize("L", patch_size=2, d_model=1024, d_state=16, depth_choices=(12, 24, 36), level_layers=2,
-                   dit_heads=16, max_baseline_depth=64, unet_widths=_WIDE_UNETS),
+                   dit_heads=16, max_baseline_depth=64, unet_widths=_WIDE_UNETS, checkpoint_scan=True),
 }
 
 # Shared by every size. depth_cost 0.002, not the model's 0.02: at 0.02 the compute penalty was
@@ -91,8 +95,9 @@ def size_spec(name: str) -> ModelSize:
 def moh_config(size: str = "XS") -> dict:
     """MoH's constructor arguments (without the image geometry) of the size ``size``."""
     s = size_spec(size)
+    extra = {"checkpoint_scan": True} if s.checkpoint_scan else {}
     return dict(patch_size=s.patch_size, d_model=s.d_model, d_state=s.d_state, depth_choices=s.depth_choices,
-                level_layers=s.level_layers, **MOH_SHARED)
+                level_layers=s.level_layers, **MOH_SHARED, **extra)
 
 
 def build_moh(sample_size: int = 32, in_channels: int = 1, model_size: str = "XS", **overrides) -> MoHBackbone:
@@ -107,7 +112,8 @@ def _baseline_maker(name: str, size: ModelSize, sample_size: int, in_channels: i
     geo = dict(sample_size=sample_size, in_channels=in_channels, patch_size=patch_size)
     depths = list(range(1, size.max_baseline_depth + 1))
     if name == "mamba":
-        return (lambda k: PlainMambaBackbone(**geo, d_model=d_model, d_state=d_state, depth=k)), depths
+        extra = {"checkpoint_scan": True} if size.checkpoint_scan else {}
+        return (lambda k: PlainMambaBackbone(**geo, d_model=d_model, d_state=d_state, depth=k, **extra)), depths
     if name == "dit":
         return (lambda k: DiTBackbone(**geo, d_model=d_model, depth=k, heads=size.dit_heads)), depths
     if name == "unet":
@@ -149,7 +155,9 @@ def build_backbone(name: str, model_size: str = "XS", sample_size: int = 32, in_
                    **moh_overrides):
     """``moh`` of ``model_size`` (plus ``moh_overrides`` of its constructor arguments), or the
     baseline ``mamba`` / ``dit`` / ``unet`` of that size matched to that MoH's parameter count
-    (same width, SSM state and patch)."""
+    (same width, SSM state and patch). A backbone may also be named by its registered model type
+    (``plain_mamba``)."""
+    name = REGISTERED_NAMES.get(name, name)
     size = size_spec(model_size)
     if name == "moh":
         return build_moh(sample_size, in_channels, model_size, **moh_overrides)
