@@ -20,8 +20,8 @@ Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``. For a sample ``x``
    expert moved*: with ``epoch_reset="detect"`` (default) an expert restarts only when the mean
    normalised residual of its first ``RESET_CHECK`` accepted samples of the new epoch exceeds
    ``RESET_FACTOR`` × its slow average, so experts whose subspace did not change (the others of an
-   abrupt replacement) keep their small steps (``"always"``: every expert restarts, the pre-session-11
-   rule; ``"never"``). The drift floor ``f_k = min(η_0, drift_floor · sqrt(max(ℓ_k / ℓ_ref,k − 1, 0)))``
+   abrupt replacement) keep their small steps (``"always"``: every expert restarts;
+   ``"never"``). The drift floor ``f_k = min(η_0, drift_floor · sqrt(max(ℓ_k / ℓ_ref,k − 1, 0)))``
    keeps the step of an expert whose fast residual level ``ℓ_k`` stays above its level at the end of
    pretraining ``ℓ_ref,k`` (a subspace that drifts, with or without epochs; ``streaming.schedule``).
 4. **Change detection** (abrupt replacement of a subspace): a sample whose best score exceeds
@@ -45,7 +45,14 @@ handling (``streaming.schedule``), the change buffer and its provisional fit (``
 ``MoSAIC`` wires them together and is the one class that is saved (``common.pretrained``).
 Pretraining (``fit``) is batch k-subspaces with missing data, seeded by spectral clustering of
 co-observed affinities, then by annealed mixture-of-PPCA EM on further restarts, with a robust
-refit of any cluster that fits far worse than the others (``streaming.train.k_subspaces_missing``).
+refit of any cluster that fits far worse than the others (``streaming.train.fit``,
+``streaming.kss``); the hyper-parameters are ``streaming.config.MoSAICConfig``, older checkpoints
+load through ``streaming.compat``.
+
+Why over 400 lines: ``MoSAIC`` is one online estimator whose per-sample path (route, complete,
+update, change detection, re-seed) reads and writes every component of its state; its
+scikit-learn methods and checkpoint hooks are thin methods on that same state, and the algorithm
+above is documented here once. Split over modules, one sample's path would cross several files.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -63,98 +70,23 @@ from sklearn.exceptions import NotFittedError
 
 from common.errors import CheckpointError, InputError
 from common.pretrained import PretrainedMixin, register_model
-from moe.routing import route_by_score
+from streaming import train
 from streaming.change import (
-    FIT_SHRINK,
     NOVELTY,
-    PROVISIONAL_ACCEPT,
     PROVISIONAL_MIN_RATIO,
     SPIKE_FACTOR,
-    WARM_ITERS,
     ChangeBuffer,
     ProvisionalFit,
-    identifiable_rank,
     reseed_fit,
     reseed_min,
 )
-from streaming.experts import ExpertBank, ExpertStats, StreamStats, as_observed, cap_completion
+from streaming.compat import load_flat_state, upgrade_component_state, upgrade_config
+from streaming.config import MoSAICConfig
+from streaming.experts import ExpertBank, ExpertStats, StreamStats, cap_completion, route_scores
 from streaming.linalg import RIDGE, grouse_step, orthonormalize, random_bases, residual_scores
-from streaming.schedule import DRIFT_FACTOR, RESET_CHECK, RESET_FACTOR, EpochReset, StepSchedule
+from streaming.observed import as_observed, check_observed
+from streaming.schedule import DRIFT_FACTOR, EpochReset, StepSchedule
 from streaming.state import StateComponent
-
-__all__ = [
-    "COMPONENTS", "DRIFT_FACTOR", "FIT_SHRINK", "NOVELTY", "PROVISIONAL_ACCEPT", "PROVISIONAL_MIN_RATIO",
-    "RESET_CHECK", "RESET_FACTOR", "SPIKE_FACTOR", "WARM_ITERS", "MoSAIC", "MoSAICConfig", "as_observed",
-    "cap_completion", "identifiable_rank",
-]
-
-
-@dataclass
-class MoSAICConfig:
-    """Hyper-parameters of MoSAIC (defaults are the ones used in the benchmarks); every field is set
-    by a command, a baseline, an ablation or a test."""
-
-    n: int
-    r: int
-    K: int
-    eta0: float = 1.0  # session 11 (was 0.5): with epoch_reset="detect", chosen on tuning seeds 1100-1101
-    eta_min: float = 0.05
-    # issue 33 (config version 5): the drift floor's coefficient (``streaming.schedule.drift_floor``), chosen on the
-    # stress suite's tuning seeds; 0 = off (older checkpoints)
-    drift_floor: float = 0.3
-    schedule: str = "sublinear"  # or "constant" (η = eta0 always, k-GROUSE style)
-    detect: bool = True  # change detection (novel samples -> change buffer -> re-seed)
-    epoch_reset: str = "detect"  # restart the schedule at an epoch start: "detect" (only experts that moved), "always", "never"
-    provisional: bool = True  # complete novel samples with a growing-rank fit of the change buffer
-    provisional_growth: float = 0.0  # refit it when the buffer has grown by this fraction (0 = auto: 0.05 posterior, 0.2 als)
-    provisional_lambda: float = 0.1  # Soft-Impute threshold of the under-determined buffer, × rms(x_Ω) sqrt(m̄)
-    provisional_estimator: str = "auto"  # "posterior", "als" (least-squares completion, shrunk and capped) or
-    # "auto": posterior when the mean observed count m̄ >= PROVISIONAL_MIN_RATIO × r, else als
-    completion_cap: float = 10.0  # energy cap of a routed expert's completion (``cap_completion``); 0 = off
-    pretrain_restarts: int = 16  # session 12 (was 6): restarts stop at the first clean solution, so only hard cases pay
-    # rounds of the robust refit of a cluster that fits far worse than the others (train.repair_clusters); 0 = off
-    pretrain_repair: int = 2
-    seed: int = 0
-
-    def validate(self) -> None:
-        if self.K < 1:
-            raise InputError(f"K must be >= 1, got {self.K}")
-        if self.n < 2:
-            raise InputError(f"n must be >= 2, got {self.n}")
-        if not 1 <= self.r < self.n:
-            raise InputError(f"rank r must satisfy 1 <= r < n, got r={self.r}, n={self.n}")
-        if self.provisional_lambda <= 0:
-            raise InputError(f"provisional_lambda must be > 0, got {self.provisional_lambda}")
-        if self.provisional_estimator not in ("auto", "posterior", "als"):
-            raise InputError(
-                f"provisional_estimator must be 'auto', 'posterior' or 'als', got {self.provisional_estimator!r}")
-        if self.completion_cap < 0:
-            raise InputError(f"completion_cap must be >= 0 (0 = off), got {self.completion_cap}")
-        if self.provisional_growth < 0:
-            raise InputError(f"provisional_growth must be >= 0 (0 = auto), got {self.provisional_growth}")
-        if self.epoch_reset not in ("detect", "always", "never"):
-            raise InputError(f"epoch_reset must be 'detect', 'always' or 'never', got {self.epoch_reset!r}")
-        if self.pretrain_repair < 0:
-            raise InputError(f"pretrain_repair must be >= 0 (0 = off), got {self.pretrain_repair}")
-        if self.schedule not in ("sublinear", "constant"):
-            raise InputError(f"schedule must be 'sublinear' or 'constant', got {self.schedule!r}")
-        if not (0 < self.eta0 <= 1 and 0 <= self.eta_min <= self.eta0):
-            raise InputError("step sizes must satisfy 0 <= eta_min <= eta0 <= 1, eta0 > 0")
-        if not (0 <= self.drift_floor <= 1):
-            raise InputError(f"drift_floor must be in [0, 1] (0 = off), got {self.drift_floor}")
-
-
-#: config fields deleted in each config version (dropped when an older checkpoint loads): 2 the drift
-#: prediction; 3 the stream repair of a defective expert and the knobs nobody set (now module constants
-#: at their defaults, or the sublinear schedule's fixed ``tau = 2 r``)
-REMOVED_FIELDS_BY_VERSION = {
-    2: ("drift_predict", "predict_check", "predict_max_angle"),
-    3: ("repair_factor", "tau", "novelty", "spike_factor", "reseed_min", "drift_factor", "reset_check",
-        "reset_factor", "fit_shrink", "warm_iters", "provisional_rank", "provisional_accept",
-        "provisional_min_ratio", "pretrain_passes", "pretrain_iters", "pretrain_spectral", "pretrain_em"),
-}
-REMOVED_FIELDS = tuple(f for fields in REMOVED_FIELDS_BY_VERSION.values() for f in fields)
-
 
 #: the components of a MoSAIC model: attribute name -> class (``streaming.state.StateComponent``); the
 #: model's whole state, and the one thing ``checkpoint_state`` saves besides the config
@@ -188,11 +120,16 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
     # 2: drift prediction deleted; 3: stream repair and unset knobs; 4: component state; 5: drift floor
     config_version = 5
 
-    def __init__(self, n: int, r: int, K: int, *, eta0: float = 1.0, eta_min: float = 0.05, drift_floor: float = 0.3,
-                 schedule: str = "sublinear", detect: bool = True, epoch_reset: str = "detect",
-                 provisional: bool = True, provisional_growth: float = 0.0, provisional_lambda: float = 0.1,
-                 provisional_estimator: str = "auto", completion_cap: float = 10.0, pretrain_restarts: int = 16,
-                 pretrain_repair: int = 2, seed: int = 0) -> None:
+    def __init__(self, n: int, r: int, K: int, *, eta0: float = MoSAICConfig.eta0,
+                 eta_min: float = MoSAICConfig.eta_min, drift_floor: float = MoSAICConfig.drift_floor,
+                 schedule: str = MoSAICConfig.schedule, detect: bool = MoSAICConfig.detect,
+                 epoch_reset: str = MoSAICConfig.epoch_reset, provisional: bool = MoSAICConfig.provisional,
+                 provisional_growth: float = MoSAICConfig.provisional_growth,
+                 provisional_lambda: float = MoSAICConfig.provisional_lambda,
+                 provisional_estimator: str = MoSAICConfig.provisional_estimator,
+                 completion_cap: float = MoSAICConfig.completion_cap,
+                 pretrain_restarts: int = MoSAICConfig.pretrain_restarts,
+                 pretrain_repair: int = MoSAICConfig.pretrain_repair, seed: int = MoSAICConfig.seed) -> None:
         config = MoSAICConfig(
             n=n, r=r, K=K, eta0=eta0, eta_min=eta_min, drift_floor=drift_floor, schedule=schedule, detect=detect, epoch_reset=epoch_reset,
             provisional=provisional, provisional_growth=provisional_growth, provisional_lambda=provisional_lambda,
@@ -226,6 +163,20 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         self.config = config
         if reshape:
             self._init_state()
+
+    # ------------------------------------------------------------------ device
+    def to(self, device: torch.device | None) -> MoSAIC:
+        """Run the torch part (the routing of ``fit``, ``step``, ``route`` and ``transform`` through
+        ``moe.route_by_score``) on ``device`` (a ``torch.device`` from ``common.device.resolve_device``;
+        None: the CPU). The state stays in host numpy arrays (the per-sample path of ``process`` is
+        numpy throughout) and checkpoints hold no device. Returns the model."""
+        self._device = device
+        return self
+
+    @property
+    def device(self) -> torch.device | None:
+        """Where the routing runs (``to``); None: the CPU."""
+        return getattr(self, "_device", None)
 
     # ------------------------------------------------------------------ state shortcuts
     @property
@@ -333,14 +284,11 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         at most ``r`` observed entries cannot identify a rank-``r`` subspace: a
         ``LowObservationWarning`` when most samples are so, an ``InputError`` when all are.
         """
-        from streaming.select import check_observed
-        from streaming.train import pretrain_experts
-
         X0, M = as_observed(X, mask, self.n)
         check_observed(M, self.r, "source samples")
         c = self.config
-        result, ridge = pretrain_experts(
-            X0, M, self.K, self.r, restarts=c.pretrain_restarts, seed=c.seed, repair_rounds=c.pretrain_repair)
+        result, ridge = train.fit(X0, M, self.K, self.r, restarts=c.pretrain_restarts, seed=c.seed,
+                                  repair_rounds=c.pretrain_repair, device=self.device)
         self._init_state()
         self.bank.bases, self.bank.ridge = result.bases.copy(), ridge
         stats = self.expert_stats
@@ -405,7 +353,7 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
             self._set_epoch(epoch)
         xx = float(xo @ xo)
         w, score = self.bank.scores(idx, xo, xx)
-        k = int(route_by_score(torch.from_numpy(score[None])).indices[0, 0])
+        k = int(route_scores(score[None], self.device)[0])
         return self._complete_and_update(idx, xo, w, score, k, xx), k
 
     def _set_epoch(self, epoch: int) -> None:
@@ -566,12 +514,12 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
     def route(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """Expert of each sample ``(B,)`` (no update), through ``moe.route_by_score``."""
         X0, M = as_observed(x, mask, self.n)
-        return self.bank.batch_route(X0, M)[1]
+        return self.bank.batch_route(X0, M, self.device)[1]
 
     def transform(self, X: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """Completed samples ``(B, n)`` (no update): the routed expert's fit, observed entries kept."""
         X0, M = as_observed(X, mask, self.n)
-        W, k = self.bank.batch_route(X0, M)
+        W, k = self.bank.batch_route(X0, M, self.device)
         est = np.where(M, 0.0, np.einsum("bnr,br->bn", self.bank.bases[k], W[np.arange(len(k)), k]))
         if self.config.completion_cap:
             for b in range(len(est)):
@@ -606,13 +554,9 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
 
     @classmethod
     def upgrade_config(cls, config: dict, from_version: int) -> dict:
-        # deleted mechanisms' fields go (3: the same fields, flat state layout); before 5 there was no
-        # drift floor, so an older model continues its stream as it was trained
-        if from_version == 0 and config.get("model") == "MoSAIC":  # common.checkpoint: {"model", **fields}
-            return {"drift_floor": 0.0, **{k: v for k, v in config.items() if k not in ("model", *REMOVED_FIELDS)}}
-        if from_version in (1, 2, 3, 4):
-            return {"drift_floor": 0.0, **{k: v for k, v in config.items() if k not in REMOVED_FIELDS}}
-        return super().upgrade_config(config, from_version)
+        """Older configs through ``streaming.compat.upgrade_config``."""
+        upgraded = upgrade_config(config, from_version)
+        return upgraded if upgraded is not None else super().upgrade_config(config, from_version)
 
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict]:
         """``(tensors, state)``: every field of every component (``COMPONENTS``)."""
@@ -625,66 +569,25 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         return tensors, state
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], state: dict, source: str) -> None:
-        """Inverse of :meth:`checkpoint_state` (and reader of the flat layout of config versions
-        <= 3 and of ``common.checkpoint``); CheckpointError when something is missing or does not fit."""
+        """Inverse of :meth:`checkpoint_state`; older layouts through ``streaming.compat``.
+        CheckpointError when something is missing or does not fit."""
         if state.get("layout") != STATE_LAYOUT:
-            self._load_flat_state(tensors, state, source)
+            fresh = load_flat_state(tensors, state, self.K, source)
         else:
             unknown = set(state) - {"layout", *COMPONENTS}
             if unknown:
                 raise CheckpointError(f"{source}: unknown MoSAIC state {sorted(unknown)}")
-            steps, expert_stats = state.get("steps"), state.get("expert_stats")
-            if (isinstance(steps, dict) and "level_ref" not in steps and "t" in steps
-                    and isinstance(expert_stats, dict) and "level_slow" in expert_stats):
-                # config version 4: no drift floor yet (its coefficient is 0 after upgrade_config)
-                state = {**state, "steps": {**steps, "level_ref": expert_stats["level_slow"]}}
+            state = upgrade_component_state(state)
             fresh = {name: cls.__new__(cls) for name, cls in COMPONENTS.items()}
             for name, comp in fresh.items():
                 comp.load_state(tensors, state.get(name), source)
-            for name, comp in fresh.items():
-                setattr(self, name, comp)
+        for name, comp in fresh.items():
+            setattr(self, name, comp)
         K, n, r = self.K, self.n, self.r
         if self.bank.bases.shape != (K, n, r):
             shape = self.bank.bases.shape
             self._init_state()
             raise CheckpointError(f"bases in {source} have shape {shape}, expected {(K, n, r)}")
-
-    def _load_flat_state(self, tensors: dict[str, torch.Tensor], state: dict, source: str) -> None:
-        """The flat layout before the components (config versions <= 3; older fields default as
-        they were trained)."""
-        try:
-            arr = {k: v.numpy().copy() for k, v in tensors.items()}
-            K = self.K
-            self.bank = ExpertBank(bases=arr["bases"], ridge=float(state["ridge"]))
-            self.expert_stats = ExpertStats(
-                level=arr["level"], level_slow=arr["level_slow"], mature=arr["mature"].astype(bool),
-                n_updates=arr["n_updates"], long_counts=arr["long_counts"], last_update=arr["last_update"],
-                reseeded_at=arr["reseeded_at"])
-            self.steps = StepSchedule(t=arr["t"], level_ref=arr["level_slow"].copy())  # no drift floor before 5
-            epochs = EpochReset.new(K)
-            epochs.epoch = int(state["epoch"])
-            if "reset_pending" in arr:  # older checkpoints: no pending epoch-reset decision
-                epochs.pending = arr["reset_pending"].astype(bool)
-                epochs.sum, epochs.count = arr["reset_sum"], arr["reset_count"]
-            self.epochs = epochs
-            self.stream_stats = StreamStats(
-                n_seen=int(state["n_seen"]), mean_m=float(state["mean_m"]),
-                entry_energy=float(state.get("entry_energy", 0.0)),  # older checkpoints: no floor
-                pretrained=bool(state["pretrained"]))
-            buffer_t = state["buffer_t"]
-            B = state.get("buffer_len", len(buffer_t))
-            self.change_buffer = ChangeBuffer(
-                idx=[arr[f"buffer_idx_{j}"] for j in range(B)], values=[arr[f"buffer_val_{j}"] for j in range(B)],
-                stamps=[int(t) for t in buffer_t[:B]], next_try=int(state["next_try"]),
-                last_novel=int(state.get("last_novel", -(10**12))), reseeds=[tuple(x) for x in state["reseeds"]])
-            noise = state.get("provisional_noise")
-            self.provisional_fit = ProvisionalFit(
-                basis=arr.get("provisional"), at=int(state.get("provisional_at", 0)),
-                loadings=arr.get("provisional_loadings"), noise=None if noise is None else float(noise),
-                si_stamps=arr.get("soft_impute_stamps"), si_Z=arr.get("soft_impute_Z"))
-        except (KeyError, TypeError, ValueError) as exc:
-            self._init_state()
-            raise CheckpointError(f"incomplete MoSAIC checkpoint {source}: {exc}") from exc
 
     @classmethod
     def tiny_example(cls):

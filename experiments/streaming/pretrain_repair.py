@@ -1,4 +1,4 @@
-"""Does the pretraining repair (``train.repair_clusters``, ``MoSAICConfig.pretrain_repair``) pay on
+"""Does the pretraining repair (``kss.repair_clusters``, ``MoSAICConfig.pretrain_repair``) pay on
 the stress suite?
 
 MoSAIC pretrained with ``pretrain_repair`` = 2 (default) and 0 on the stress suite's streams
@@ -31,8 +31,8 @@ def run(obs_fracs: list[float]) -> list[dict]:
     from streaming import stress
     from streaming.data import generate_stream
     from streaming.evaluate import nrmse_unobserved
+    from streaming.harness import run_online
     from streaming.model import MoSAIC
-    from streaming.train import run_online
 
     n, r, K = stress.SHAPE
     rows = []

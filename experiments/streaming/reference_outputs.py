@@ -15,8 +15,8 @@ import numpy as np
 
 from streaming.baselines import KGrousePretrained, k_grouse, mosaic_no_pretrain
 from streaming.data import StreamConfig, generate_stream
+from streaming.harness import run_online
 from streaming.model import MoSAIC
-from streaming.train import run_online
 
 
 def cases():

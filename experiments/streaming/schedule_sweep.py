@@ -47,8 +47,8 @@ def _scenario(args) -> list[dict]:
     config, drift, obs, s, variants = args
     from streaming.data import STANDARD_CONFIGS, StreamConfig, generate_stream
     from streaming.evaluate import nrmse_unobserved
+    from streaming.harness import run_online
     from streaming.model import MoSAIC
-    from streaming.train import run_online
 
     n, r, K = STANDARD_CONFIGS[config]
     cfg = StreamConfig(n=n, r=r, K=K, obs_frac=obs, drift=drift, epochs=4, samples_per_epoch=200 * K, seed=1100 + s)

@@ -144,7 +144,7 @@ def run(cells, n_seeds, names, tuning):
 
 
 def _run(model, values):
-    from streaming.train import run_online
+    from streaming.harness import run_online
 
     return run_online(model, values).completed
 

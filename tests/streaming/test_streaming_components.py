@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from common.errors import CheckpointError, InputError
+from streaming.config import MoSAICConfig
 from streaming.data import StreamConfig, generate_stream
-from streaming.model import COMPONENTS, MoSAIC, MoSAICConfig
+from streaming.model import COMPONENTS, MoSAIC
 from streaming.state import StateComponent, state_equal
 
 DATA = Path(__file__).parent / "data"

@@ -13,9 +13,10 @@ from streaming.evaluate import (
     subspace_error,
     summarize,
 )
+from streaming.harness import run_online
+from streaming.kss import k_subspaces_missing, refine, repair_clusters
 from streaming.linalg import als_subspace, batch_fit, orthonormalize, projection_distance, random_bases
 from streaming.model import MoSAIC
-from streaming.train import k_subspaces_missing, refine, repair_clusters, run_online
 
 
 def test_subspace_error_is_permutation_invariant_and_reports_the_match():

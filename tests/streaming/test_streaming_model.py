@@ -364,7 +364,7 @@ def test_auto_provisional_estimator_follows_the_observed_count_per_rank():
 
 
 def test_an_ill_conditioned_routed_fit_cannot_blow_up_the_completion():
-    from streaming.model import cap_completion
+    from streaming.experts import cap_completion
 
     n, r = 20, 2
     obs = np.arange(6)
@@ -442,7 +442,7 @@ def test_epoch_reset_rejects_unknown_modes():
 def test_a_checkpoint_saved_before_the_deletions_still_loads(tmp_path, version):
     import json
 
-    from streaming.model import REMOVED_FIELDS
+    from streaming.compat import REMOVED_FIELDS
 
     m = MoSAIC(10, 2, 2, seed=0)
     m.save(tmp_path / "ckpt")

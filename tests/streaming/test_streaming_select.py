@@ -10,14 +10,8 @@ import pytest
 from common.errors import InputError
 from streaming.cli import main
 from streaming.data import StreamConfig, generate_stream
-from streaming.select import (
-    LowObservationWarning,
-    check_observed,
-    estimate_K_r,
-    fit_auto,
-    save_model,
-    selection_of,
-)
+from streaming.observed import LowObservationWarning, check_observed
+from streaming.select import estimate_K_r, fit_auto, save_model, selection_of
 
 
 @pytest.fixture(scope="module")
