@@ -6,7 +6,7 @@ largest absolute difference. Five streams (shared rotation with and without epoc
 re-seeds, an ALS provisional fit at m̄ < 2.25 r, ``epoch_reset="always"``) and a tiny abrupt one;
 per stream: pretrained bases, ``complete`` and ``route`` of 50 samples, ``process`` completions and
 routes, the pretrained k-GROUSE, MoSAIC without pretraining and k-GROUSE from random bases.
-Used for the split of ``streaming/model.py`` into components (issue 33).
+Used whenever MoSAIC's code is moved or restructured.
 """
 import copy
 import sys

@@ -1,4 +1,4 @@
-"""The tuning-seed comparisons behind MoSAIC's session-11/12 defaults (step size, epoch reset, pretraining repair).
+"""The tuning-seed comparisons behind MoSAIC's defaults (step size, epoch reset, pretraining repair).
 
 Streams of the standard configs (4 epochs of 200·K samples, σ = 0.05) with stream seeds 1100+s and
 model seeds 100+s, s < ``--seeds``: outside the ``mosaic bench`` seeds (1000+s), so nothing here
@@ -32,10 +32,10 @@ from common.report import markdown_table  # noqa: E402
 # the stream repair of a defective expert these variants also compared was deleted (config version 3)
 OLD = {"eta0": 0.5, "epoch_reset": "always"}
 VARIANTS = {
-    "session 10 (eta0 0.5, reset always)": OLD,
+    "eta0 0.5, reset always": OLD,
     "default (eta0 1, reset detect)": {},
 }
-# ``--pretrain``: the robust refit of a badly fitting cluster in pretraining (session 12)
+# ``--pretrain``: the robust refit of a badly fitting cluster in pretraining
 PRETRAIN = {"6 restarts, no pretraining repair": {"pretrain_restarts": 6, "pretrain_repair": 0},
             "6 restarts, repair": {"pretrain_restarts": 6},
             "16 restarts, repair": {"pretrain_restarts": 16}}
