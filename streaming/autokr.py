@@ -49,7 +49,7 @@ def auto_kr_trial(family: str, obs_frac: float, seed_index: int, seed: int, devi
     select_s = time.perf_counter() - t0
 
     def nrmse(K: int, r: int) -> float:
-        model = MoSAIC(n, r, K, seed=seed_index).to(device).fit(stream.source_values)
+        model = MoSAIC(r, K, seed=seed_index).to(device).fit(stream.source_values)
         return nrmse_rows(stream, run_online(model, stream.values, stream.epoch).completed)["nrmse"]
 
     true_nrmse = nrmse(K_true, r_true)

@@ -90,9 +90,10 @@ class Petrels:
         return int(self.U.nbytes + self.Rinv.nbytes)
 
 
-def k_grouse(n: int, r: int, K: int, eta: float = 0.3, seed: int = 0) -> MoSAIC:
-    """k-GROUSE: MoSAIC's routing with constant-step GROUSE updates, no pretraining or detection."""
-    return MoSAIC(n, r, K, schedule="constant", eta0=eta, eta_min=eta, detect=False, seed=seed)
+def k_grouse(r: int, K: int, eta: float = 0.3, seed: int = 0) -> MoSAIC:
+    """k-GROUSE: MoSAIC's routing with constant-step GROUSE updates, no pretraining or detection
+    (``n`` is learned from the first samples streamed)."""
+    return MoSAIC(r, K, schedule="constant", eta0=eta, eta_min=eta, detect=False, seed=seed)
 
 
 class KGrousePretrained:
@@ -126,8 +127,8 @@ class KGrousePretrained:
     def from_mosaic(cls, model: MoSAIC, eta: float = KGROUSE_ETA) -> KGrousePretrained:
         """The same pretrained experts and ridge as a freshly ``fit`` MoSAIC (what ``fit`` with the
         same seed and restarts gives, without pretraining twice)."""
-        kg = cls(model.n, model.r, model.K, eta=eta, seed=model.config.seed,
-                 pretrain_restarts=model.config.pretrain_restarts)
+        kg = cls(model.n, model.r, model.K, eta=eta, seed=model.seed,
+                 pretrain_restarts=model.pretrain_restarts)
         kg.bases, kg.ridge = model.bases.copy(), model.ridge
         return kg
 
@@ -158,9 +159,10 @@ def kgrouse_pretrained(n: int, r: int, K: int, source: np.ndarray, eta: float = 
     return KGrousePretrained(n, r, K, eta=eta, seed=seed, pretrain_restarts=pretrain_restarts).fit(source)
 
 
-def mosaic_no_pretrain(n: int, r: int, K: int, seed: int = 0, **kwargs) -> MoSAIC:
-    """MoSAIC's online phase from random bases (the ablation "MoSAIC without pretraining")."""
-    return MoSAIC(n, r, K, seed=seed, **kwargs)
+def mosaic_no_pretrain(r: int, K: int, seed: int = 0, **kwargs) -> MoSAIC:
+    """MoSAIC's online phase from random bases (the ablation "MoSAIC without pretraining"; ``n`` is
+    learned from the first samples streamed)."""
+    return MoSAIC(r, K, seed=seed, **kwargs)
 
 
 def _complete_with(bases_per_sample: np.ndarray, X0: np.ndarray, M: np.ndarray, ridge: float) -> np.ndarray:

@@ -73,12 +73,12 @@ def run_trial(
         else:
             if method in ("mosaic", "kgrouse_pretrained"):
                 if pretrained is None:
-                    pretrained = MoSAIC(n, r, K, seed=seed, pretrain_restarts=3 if quick else 16).to(device).fit(stream.source_values)
+                    pretrained = MoSAIC(r, K, seed=seed, pretrain_restarts=3 if quick else 16).to(device).fit(stream.source_values)
                 model = copy.deepcopy(pretrained) if method == "mosaic" else KGrousePretrained.from_mosaic(pretrained)
             elif method == "mosaic-nopretrain":
-                model = mosaic_no_pretrain(n, r, K, seed=seed)
+                model = mosaic_no_pretrain(r, K, seed=seed)
             elif method == "k-grouse":
-                model = k_grouse(n, r, K, seed=seed)
+                model = k_grouse(r, K, seed=seed)
             elif method == "grouse-r":
                 model = Grouse(n, r, seed=seed)
             elif method == "grouse-Kr":
@@ -115,12 +115,12 @@ def fashion_trial(seed: int = 0, quick: bool = False, K_r: tuple[int, int] = (5,
     K, r = K_r
     stream = fashion_mnist_stream(samples_per_epoch=400 if quick else 1000, source_per_class=150 if quick else 300, seed=seed)
     n = stream.n
-    pretrained = MoSAIC(n, r, K, seed=seed, pretrain_restarts=2 if quick else 4).to(device).fit(stream.source_values)
+    pretrained = MoSAIC(r, K, seed=seed, pretrain_restarts=2 if quick else 4).to(device).fit(stream.source_values)
     models = {
         "mosaic": lambda: copy.deepcopy(pretrained),
         "kgrouse_pretrained": lambda: KGrousePretrained.from_mosaic(pretrained),
-        "mosaic-nopretrain": lambda: mosaic_no_pretrain(n, r, K, seed=seed),
-        "k-grouse": lambda: k_grouse(n, r, K, seed=seed),
+        "mosaic-nopretrain": lambda: mosaic_no_pretrain(r, K, seed=seed),
+        "k-grouse": lambda: k_grouse(r, K, seed=seed),
         "grouse-r": lambda: Grouse(n, r, seed=seed),
         "grouse-Kr": lambda: Grouse(n, K * r, seed=seed),
         "petrels": lambda: Petrels(n, r, seed=seed),
@@ -280,7 +280,7 @@ def large_config_check(quick: bool = False, seed: int = 0, device: torch.device 
     cfg = StreamConfig(n=n, r=r, K=K, obs_frac=0.3, epochs=2, samples_per_epoch=200 if quick else 1000,
                        drift="rotation", source_per_class=80, seed=seed, dtype="float32")
     stream = generate_stream(cfg)
-    model = MoSAIC(n, r, K, seed=seed, pretrain_restarts=1).to(device).fit(stream.source_values)
+    model = MoSAIC(r, K, seed=seed, pretrain_restarts=1).to(device).fit(stream.source_values)
     run = run_online(model, stream.values, stream.epoch)
     return [{"config": "10000-10-20", "drift": "rotation", "seed": seed, "method": "large-check",
              "nrmse": nrmse_unobserved(run.completed, stream.full, stream.values),

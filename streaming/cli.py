@@ -116,7 +116,7 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
         _warn_low_observed(source, r, "source samples")
     from streaming.model import MoSAIC
 
-    model = MoSAIC(stream.n, r, K, seed=a.seed, pretrain_restarts=a.restarts).to(device)
+    model = MoSAIC(r, K, seed=a.seed, pretrain_restarts=a.restarts).to(device)
     _fit_quietly(model, source)
     model.selection_ = estimate
     save_model(model, a.out)
@@ -140,7 +140,7 @@ def cmd_stream(a: argparse.Namespace) -> int:
     else:
         if a.K is None or a.r is None:
             raise InputError("pass --model CHECKPOINT, or --K and --r (pretrained on the file's source unless --no-pretrain)")
-        model = MoSAIC(stream.n, a.r, a.K, seed=a.seed).to(device)
+        model = MoSAIC(a.r, a.K, seed=a.seed).to(device)
         if not a.no_pretrain:
             source = _source(stream, a.n_source)
             _warn_low_observed(source, a.r, "source samples")

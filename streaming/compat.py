@@ -3,8 +3,9 @@
 Config versions: 1 the first ``common.pretrained`` one (0: a ``common.checkpoint`` directory, its
 config flat beside ``"model": "MoSAIC"``); 2 drift prediction deleted; 3 the stream repair and the
 knobs nobody set deleted; 4 the state split into components (``streaming.state``); 5 the drift
-floor. Every older model loads and continues its stream as it was trained: its deleted fields are
-dropped, the drift floor is off (coefficient 0) and its reference level is the slow level.
+floor; 6 ``n`` learned at fit (the bases' shape) instead of a constructor argument. Every older
+model loads and continues its stream as it was trained: its deleted fields are dropped, the drift
+floor is off (coefficient 0) and its reference level is the slow level.
 """
 
 from __future__ import annotations
@@ -30,13 +31,17 @@ REMOVED_FIELDS = tuple(f for fields in REMOVED_FIELDS_BY_VERSION.values() for f 
 
 
 def upgrade_config(config: dict, from_version: int) -> dict | None:
-    """The current config of a checkpoint of config version ``from_version`` (0: ``common.checkpoint``);
-    None for a version this module does not know."""
-    if from_version == 0 and config.get("model") == "MoSAIC":
-        return {"drift_floor": 0.0, **{k: v for k, v in config.items() if k not in ("model", *REMOVED_FIELDS)}}
-    if from_version in (1, 2, 3, 4):
-        return {"drift_floor": 0.0, **{k: v for k, v in config.items() if k not in REMOVED_FIELDS}}
-    return None
+    """The current config (the constructor arguments) of a checkpoint of config version
+    ``from_version`` (0: ``common.checkpoint``); None for a version this module does not know."""
+    if from_version == 0:
+        if config.get("model") != "MoSAIC":
+            return None
+        config = {k: v for k, v in config.items() if k != "model"}
+    elif from_version not in (1, 2, 3, 4, 5):
+        return None
+    if from_version <= 4:
+        config = {"drift_floor": 0.0, **{k: v for k, v in config.items() if k not in REMOVED_FIELDS}}
+    return {k: v for k, v in config.items() if k != "n"}  # n: the bases' shape
 
 
 def upgrade_component_state(state: dict) -> dict:

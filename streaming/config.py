@@ -1,7 +1,8 @@
 """MoSAIC's hyper-parameters: one dataclass, the single source of their defaults and their checks.
 
-``MoSAIC``'s constructor takes its defaults from these fields, and a checkpoint's ``config.json``
-is this dataclass in full (so a default changed later cannot change a saved model).
+``MoSAIC``'s constructor takes its defaults from these fields (all but ``n``, which ``fit`` learns),
+and ``MoSAIC.fit`` / ``partial_fit`` validate the hyper-parameters through ``validate``. Frozen: a
+model's hyper-parameters are changed on the model (``set_params``), never on a config copy.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from dataclasses import dataclass
 from common.errors import InputError
 
 
-@dataclass
+@dataclass(frozen=True)
 class MoSAICConfig:
-    """Hyper-parameters of MoSAIC (defaults are the ones used in the benchmarks); every field is set
-    by a command, a baseline, an ablation or a test."""
+    """Hyper-parameters of MoSAIC for ``n`` features (defaults are the ones used in the benchmarks);
+    every field is set by a command, a baseline, an ablation or a test."""
 
     n: int
     r: int

@@ -111,7 +111,7 @@ def spectral_seed(
     by ALS. This is what separates the clusters of (100, 25, 5) at 40% observed, where online
     seeding from random bases stays in a mixed solution.
     """
-    from scipy.sparse.linalg import eigsh
+    from scipy.sparse.linalg import ArpackError, eigsh
 
     S = X0.shape[0]
     pick = np.sort(rng.choice(S, size=min(S, max_samples), replace=False))
@@ -121,12 +121,17 @@ def spectral_seed(
     A = G**2 / np.maximum(norms * norms.T, _TINY) * (Mf @ Mf.T)
     np.fill_diagonal(A, 0.0)
     d = np.maximum(A.sum(1), _TINY)
-    L = A / np.sqrt(d[:, None] * d[None, :])
+    with np.errstate(invalid="ignore", under="ignore"):
+        L = A / np.sqrt(d[:, None] * d[None, :])
+    L[np.isnan(L)] = 0.0  # a sample with no energy (all observed values 0): no affinity (0/0)
     if K == 1:
         labels = np.zeros(len(pick), int)
     else:
         v0 = np.full(len(pick), 1.0 / np.sqrt(len(pick)))
-        _, V = eigsh(L, k=K, which="LA", v0=v0)
+        try:
+            _, V = eigsh(L, k=K, which="LA", v0=v0)
+        except ArpackError:  # no Arnoldi factorization (tiny or degenerate affinities): the dense solver
+            V = np.linalg.eigh(L)[1][:, -K:]
         V /= np.maximum(np.linalg.norm(V, axis=1, keepdims=True), _TINY)
         labels = kmeans(V, K, rng)
     U = np.empty((K, X0.shape[1], r))

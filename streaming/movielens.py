@@ -304,7 +304,7 @@ def default_methods(seed: int = 0, device: torch.device | None = None) -> dict[s
         return on_residuals(lambda n: Petrels(n, r, lam=lam, seed=seed))
 
     def mosaic(K, r, eta0):
-        return on_residuals(lambda n: MoSAIC(n, r, K, eta0=eta0, eta_min=min(0.05, eta0), seed=seed).to(device))
+        return on_residuals(lambda n: MoSAIC(r, K, eta0=eta0, eta_min=min(0.05, eta0), seed=seed).to(device))
 
     def kgrouse_pretrained(K, r, eta):
         return on_residuals(lambda n: KGrousePretrained(n, r, K, eta=eta, seed=seed, device=device))

@@ -19,6 +19,12 @@ from common.errors import InputError
 LOW_OBS_SHARE = 0.5
 
 
+class InvalidSamples(InputError, ValueError, TypeError):
+    """Samples that cannot be used (wrong shape, sparse, complex, non-numeric, no observed entry, a
+    non-finite observed value): an ``InputError`` for the CLIs, and the ``ValueError`` / ``TypeError``
+    that scikit-learn expects from an estimator."""
+
+
 class LowObservationWarning(UserWarning):
     """Most samples have too few observed entries (``m <= r``) to identify a rank-``r`` subspace."""
 
@@ -28,14 +34,14 @@ def as_observed(x: np.ndarray, mask: np.ndarray | None, n: int) -> tuple[np.ndar
 
     ``x (n,)`` or ``(B, n)``; ``mask`` bool of the same shape (True = observed) or None, meaning
     "observed where x is not NaN". Returns ``(X0 (B, n) zero-filled float64, M (B, n) bool)``.
-    Raises InputError for a wrong dimension, a sample with no observed entry, or a NaN/inf
-    observed value. Nothing is modified, so a rejected batch leaves a model untouched.
+    Raises ``InvalidSamples`` (an InputError) for a wrong dimension, a sample with no observed entry,
+    or a NaN/inf observed value. Nothing is modified, so a rejected batch leaves a model untouched.
     """
     x = np.asarray(x, dtype=np.float64)
     if x.ndim == 1:
         x = x[None]
     if x.ndim != 2 or x.shape[1] != n:
-        raise InputError(f"samples must have shape ({n},) or (B, {n}), got {x.shape}")
+        raise InvalidSamples(f"samples must have shape ({n},) or (B, {n}), got {x.shape}")
     if mask is None:
         M = ~np.isnan(x)
     else:
@@ -43,14 +49,35 @@ def as_observed(x: np.ndarray, mask: np.ndarray | None, n: int) -> tuple[np.ndar
         if M.ndim == 1:
             M = M[None]
         if M.shape != x.shape:
-            raise InputError(f"mask must have the shape of x {x.shape}, got {M.shape}")
+            raise InvalidSamples(f"mask must have the shape of x {x.shape}, got {M.shape}")
         M = M.astype(bool)
     empty = ~M.any(1)
     if empty.any():
-        raise InputError(f"sample {int(np.flatnonzero(empty)[0])} has no observed entry")
+        raise InvalidSamples(f"sample {int(np.flatnonzero(empty)[0])} has no observed entry")
     if not np.isfinite(x[M]).all():
-        raise InputError("observed values contain NaN or inf")
+        raise InvalidSamples("observed values contain NaN or inf")
     return np.where(M, x, 0.0), M
+
+
+def check_samples(estimator, X, mask: np.ndarray | None = None, *, reset: bool, allow_1d: bool = False,
+                  min_samples: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's input validation (``validate_data``: dense numeric 2-D, at least 2 features and
+    ``min_samples`` samples; ``reset`` learns ``estimator.n_features_in_``, otherwise checks it), then
+    ``as_observed``. ``allow_1d``: a single sample ``(n,)`` is read as ``(1, n)``. NaN marks an
+    unobserved entry unless ``mask`` is given (then the values under ``~mask`` are not looked at).
+    Returns ``(X0 (B, n), M (B, n))``; ``InvalidSamples`` on anything else."""
+    from sklearn.utils.validation import validate_data
+
+    if allow_1d and np.ndim(X) == 1:
+        X = np.asarray(X)[None]
+        mask = None if mask is None else np.asarray(mask)[None]
+    try:
+        X = validate_data(estimator, X, reset=reset, dtype=np.float64, accept_sparse=False,
+                          ensure_all_finite="allow-nan" if mask is None else False,
+                          ensure_min_features=2 if reset else 1, ensure_min_samples=min_samples)
+    except (TypeError, ValueError) as exc:
+        raise InvalidSamples(str(exc)) from None
+    return as_observed(X, mask, X.shape[1])
 
 
 def check_observed(M: np.ndarray, r: int, what: str = "samples", warn: bool = True) -> str | None:

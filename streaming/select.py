@@ -252,7 +252,7 @@ def fit_auto(source: np.ndarray, mask: np.ndarray | None = None, K: int | str = 
     if K == "auto" or r == "auto":
         estimate = estimate_K_r(X0, M, K=K, r=r, k_max=k_max, r_max=r_max, seed=config.get("seed", 0), device=device)
         K, r = estimate.K, estimate.r
-    model = MoSAIC(X0.shape[1], int(r), int(K), **config).to(device).fit(X0, M)
+    model = MoSAIC(int(r), int(K), **config).to(device).fit(X0, mask=M)
     model.selection_ = estimate
     return model
 

@@ -162,7 +162,7 @@ def run_group(family: str, obs_frac: float, spec: str, seed_index: int, seed: in
         return run.completed, run.time_per_sample_s * 1e6
 
     t0 = time.perf_counter()
-    mosaic = MoSAIC(n, r, K, seed=seed_index).to(device).fit(stream.source_values)
+    mosaic = MoSAIC(r, K, seed=seed_index).to(device).fit(stream.source_values)
     pretrain_s = time.perf_counter() - t0
     once: dict[str, tuple[np.ndarray, float]] = {}
     etas = KGROUSE_ETA_GRID if eta_grid else (KGROUSE_ETA,)
@@ -182,10 +182,10 @@ def run_group(family: str, obs_frac: float, spec: str, seed_index: int, seed: in
         for name, overrides in variants.items():
             model = copy.deepcopy(mosaic)
             for key, value in overrides.items():
-                setattr(model.config, key, value)
+                setattr(model, key, value)
             completed, us = stream_model(model, epochs)
             record(name, epochs, completed, us, {"pretrain_s": pretrain_s, "reseeds": len(model.reseeds)})
-        completed, us = stream_model(mosaic_no_pretrain(n, r, K, seed=seed_index), epochs)
+        completed, us = stream_model(mosaic_no_pretrain(r, K, seed=seed_index), epochs)
         record("mosaic_no_pretrain", epochs, completed, us)
         for name, (completed, us) in once.items():
             record(name, epochs, completed, us)

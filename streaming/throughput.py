@@ -87,7 +87,7 @@ def throughput_bench(
         M = ~np.isnan(stream.values)
         X0 = np.where(M, stream.values, 0.0)
         T = stream.values.shape[0]
-        pretrained = MoSAIC(n, r, K, seed=seed).to(device).fit(stream.source_values)
+        pretrained = MoSAIC(r, K, seed=seed).to(device).fit(stream.source_values)
         proc_cpu, proc_wall = _time_per_sample_us(
             partial(_process_copy, pretrained, stream.values, stream.epoch), T, repeats)
         step_cpu, step_wall = _time_per_sample_us(
@@ -146,7 +146,7 @@ def large_memory(samples: int = 400, seed: int = 0, device: torch.device | None 
                        drift="abrupt", source_per_class=80, seed=seed, dtype="float32")
     stream = generate_stream(cfg)
     t0 = time.perf_counter()
-    model = MoSAIC(n, r, K, seed=seed, pretrain_restarts=1).to(device).fit(stream.source_values)
+    model = MoSAIC(r, K, seed=seed, pretrain_restarts=1).to(device).fit(stream.source_values)
     pretrain_s = time.perf_counter() - t0
     M = ~np.isnan(stream.values)
     X0 = np.where(M, stream.values, 0.0).astype(np.float64)

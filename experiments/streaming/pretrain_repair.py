@@ -42,7 +42,7 @@ def run(obs_fracs: list[float]) -> list[dict]:
                 s = generate_stream(stress.stream_config(family, obs, seed))
                 nrmse = {}
                 for rounds in (2, 0):
-                    model = MoSAIC(n, r, K, seed=i, pretrain_repair=rounds).fit(s.source_values)
+                    model = MoSAIC(r, K, seed=i, pretrain_repair=rounds).fit(s.source_values)
                     for epochs in stress.EPOCH_INFO:
                         run_ = run_online(copy.deepcopy(model), s.values, s.epoch if epochs == "given" else None)
                         nrmse[(rounds, epochs)] = nrmse_unobserved(run_.completed, s.full, s.values)

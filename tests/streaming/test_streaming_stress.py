@@ -141,7 +141,7 @@ def test_unscaled_data_has_the_requested_scale():
 
 def test_pretrained_kgrouse_shares_mosaics_pretraining():
     _, s = tiny("none")
-    m = MoSAIC(N, R, K, seed=3, pretrain_restarts=2).fit(s.source_values)
+    m = MoSAIC(R, K, seed=3, pretrain_restarts=2).fit(s.source_values)
     kg = KGrousePretrained(N, R, K, seed=3, pretrain_restarts=2).fit(s.source_values)
     assert np.allclose(kg.bases, m.bases) and kg.ridge == pytest.approx(m.ridge)
     assert np.allclose(KGrousePretrained.from_mosaic(m).bases, m.bases)
