@@ -107,7 +107,9 @@ def evaluate_progressive(stream: RatingStream, methods: dict[str, dict[str, Fact
 
 def default_methods(seed: int = 0, items: int = 500, device: torch.device | None = None) -> dict[str, dict[str, Factory]]:
     """The compared online methods as grids chosen on the tuning part: the damped online user + item
-    means (damping) and MoSAIC on their residuals (``MoSAICRecommender``: K, r, η0)."""
+    means (damping), MoSAIC on their residuals (``MoSAICRecommender``: K, r, η0) and the pretrained
+    k-GROUSE on the same residuals (the same recommender with MoSAIC's pretraining but plain routed
+    GROUSE steps of a constant size: no schedule, change detection or completion cap; K, r, η)."""
     from streaming.recommend import MoSAICRecommender, OnlineBiases
 
     def biases(d: float) -> Factory:
@@ -117,8 +119,14 @@ def default_methods(seed: int = 0, items: int = 500, device: torch.device | None
         return lambda pretrain_at: MoSAICRecommender(r, K, items=items, pretrain_at=pretrain_at, seed=seed,
                                                      eta0=eta0, eta_min=min(0.05, eta0), device=device)
 
+    def kgrouse(K: int, r: int, eta: float) -> Factory:
+        return lambda pretrain_at: MoSAICRecommender(
+            r, K, items=items, pretrain_at=pretrain_at, seed=seed, schedule="constant", eta0=eta, eta_min=eta,
+            detect=False, completion_cap=0.0, device=device)
+
     return {
         "user_item_means": {f"damping={d}": biases(d) for d in (1.0, 5.0, 25.0)},
+        "kgrouse_pretrained": {f"K=2,r={r},eta={e}": kgrouse(2, r, e) for r in (1, 2) for e in (0.1, 0.5)},
         "mosaic": {f"K={K},r={r},eta0={e}": mosaic(K, r, e) for K in (2, 3) for r in (1, 2) for e in (0.3, 1.0)},
     }
 
