@@ -1,8 +1,10 @@
-"""Online recommenders over a rating stream, with river's ``reco`` interface: ``learn_one(user,
-item, y)`` learns one rating, ``predict_one(user, item)`` predicts one before it is learned (users
-and items are any hashable ids; ``x``, river's optional context, is accepted and ignored). Neither
-class imports river, so both drop into ``river.evaluate.progressive_val_score`` where river is
-installed and into ``streaming.progressive`` where it is not.
+"""Online recommenders over a rating stream, with the method signatures of river's ``reco`` models:
+``learn_one(user, item, y, x=None)`` learns one rating, ``predict_one(user, item, x=None)`` predicts
+one before it is learned (users and items are any hashable ids; ``x``, river's optional context, is
+accepted and ignored), so they are driven the way river's reco models are (``predict_one(**x)``,
+``learn_one(**x, y=y)`` with ``x = {"user": u, "item": i}``). Neither class imports river (they are
+not river estimators, so river's own evaluation helpers, which check river's base classes, are not
+claimed); ``streaming.progressive`` runs them.
 
 * ``OnlineBiases``: damped online user + item means, ``ŷ = μ + b_u + b_i`` with ``μ`` the running
   mean rating, ``b_i = Σ (y − μ) / (d + c_i)`` over item i's ``c_i`` earlier ratings and
