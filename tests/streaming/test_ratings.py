@@ -149,14 +149,14 @@ def test_settings_are_chosen_on_the_tuning_part_only():
 def test_river_reco_calling_convention_gives_the_progressive_predictions():
     """river's reco models are driven with ``x = {"user": u, "item": i}`` as ``predict_one(**x)`` then
     ``learn_one(**x, y=y)``; the adapter gives the same predictions as ``predict_then_learn``."""
-    s = _planted(users=20, per_user=10)
-    model = MoSAICRecommender(1, 2, items=10, pretrain_at=100, pretrain_restarts=2)
+    s = _planted(users=20, per_user=15)
+    model = MoSAICRecommender(1, 2, items=30, pretrain_at=150, pretrain_restarts=2)
     preds = []
     for u, i, y in zip(s.user.tolist(), s.item.tolist(), s.rating.tolist(), strict=True):
         x = {"user": u, "item": i}
         preds.append(model.predict_one(**x))
         model.learn_one(**x, y=y)
-    ref = predict_then_learn(s, MoSAICRecommender(1, 2, items=10, pretrain_at=100, pretrain_restarts=2))
+    ref = predict_then_learn(s, MoSAICRecommender(1, 2, items=30, pretrain_at=150, pretrain_restarts=2))
     assert model.fitted
     np.testing.assert_array_equal(np.array(preds), ref)
 
