@@ -48,7 +48,7 @@ def _tiny_demo_models(root: Path) -> dict[str, str]:
     from generation3d.train import fit, pretrain
     from olfaction.predictor import MixturePredictor
     from vision.models import MoHBackbone
-    from vision.pipeline import save_checkpoint
+    from vision.sampling import save_checkpoint
 
     torch.manual_seed(0)
     MixturePredictor.tiny_example()[0].save_pretrained(root / "olfaction")

@@ -305,8 +305,7 @@ def test_checkpoints_of_the_previous_formats_load_through_the_upgrade_path(tmp_p
     from olfaction.model import MixScentConfig, MixScentNet
     from retrieval.baselines import CombinerCIR
     from retrieval.registry import load_model
-    from vision.baselines import load_model as load_backbone
-    from vision.models import MoHBackbone, UNetBaseline
+    from vision.models import MoHBackbone, UNetBaseline, load_backbone
 
     net, ex = MixScentNet.tiny_example()
     net.eval()
