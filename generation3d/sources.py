@@ -273,7 +273,7 @@ def _read_category_csv(path: Path) -> dict[str, str]:
     return {(r["shape"] or "").strip(): (r["category"] or "").strip() for r in rows}
 
 
-def _folder_entries(root: Path) -> list[tuple[Path, str | None]]:
+def folder_entries(root: Path) -> list[tuple[Path, str | None]]:
     """(shape path, category or None when unknown/missing) for every shape in ``root``."""
     csv_path = root / CATEGORY_CSV
     if csv_path.is_file():
@@ -321,7 +321,7 @@ def load_folder(root, n_points: int = 256, max_parts: int = 64, seed: int = 0, u
         raise InputError(f"up axis must be 'y' or 'z', got {up!r}")
     matrix = Y_UP_TO_Z_UP if up == "y" else np.eye(3)
     skips, shapes, records = Skips(), [], []
-    for k, (path, category) in enumerate(_folder_entries(root)):
+    for k, (path, category) in enumerate(folder_entries(root)):
         key = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
         if category is None:
             skips.add(key, path.stem, "no category")

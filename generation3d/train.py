@@ -23,6 +23,8 @@ the training loss goes to ``run_dir/logs``.
 from __future__ import annotations
 
 import math
+import signal
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -67,10 +69,29 @@ def _loader(batches: IterableDataset, seed: int, device: torch.device) -> DataLo
                       pin_memory=device.type == "cuda")
 
 
+class _Interrupted(BaseException):
+    """Ctrl-C during ``trainer.fit``: Lightning turns a ``KeyboardInterrupt`` into ``sys.exit(1)``,
+    so SIGINT raises this instead (Lightning tears down and re-raises it) and ``_fit`` turns it back
+    into the ``KeyboardInterrupt`` the CLI reports with exit 130."""
+
+
+def _raise_interrupted(signum, frame):
+    raise _Interrupted
+
+
 def _fit(trainer: L.Trainer, module: L.LightningModule) -> None:
-    with warnings.catch_warnings():  # the batch stream is sized on purpose
-        warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
-        engine_fit(trainer, module, resume=False)
+    ours = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, _raise_interrupted) if ours else None
+    try:
+        with warnings.catch_warnings():  # the batch stream is sized on purpose
+            warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
+            engine_fit(trainer, module, resume=False)
+    except _Interrupted:
+        raise KeyboardInterrupt from None
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _trainer(run_dir, steps: int, seed: int, progress: bool, device: str = "auto", precision: str = "32") -> L.Trainer:
