@@ -29,7 +29,7 @@ import torch
 
 from common.device import autocast, check_precision, describe, resolve_device
 from common.errors import InputError
-from common.io import write_csv, write_json
+from common.io import atomic_write, write_csv, write_json
 from common.report import markdown_table
 from generation3d.attention import build_attention
 from generation3d.limits import check_bench_memory
@@ -152,12 +152,10 @@ def crossover(rows: list[dict], method: str = "moca") -> int | None:
 
 
 def plot_bench(rows: list[dict], path: Path) -> Path:
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig = Figure(figsize=(10, 4))
+    axes = fig.subplots(1, 2)
     for m in METHODS:
         pts = sorted((r["parts"], r["time_ms"], r["peak_mem_mb"]) for r in rows if r["method"] == m)
         if not pts:
@@ -173,9 +171,8 @@ def plot_bench(rows: list[dict], path: Path) -> Path:
         ax.legend()
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
     return path
 
 

@@ -82,6 +82,29 @@ BOX_PARAM = "centre+log_size"
 FAR_TEXT_COSINE = 0.5  # below this a text is reported as unlike every training description
 
 
+def _check_extra(path: Path, extra: dict, d_latent: int) -> None:
+    """CheckpointError naming the entry of the generator's ``extra`` that has the wrong type."""
+
+    def bad(key: str, expected: str) -> CheckpointError:
+        return CheckpointError(f"{path / 'config.json'}: extra.{key} should be {expected}")
+
+    stats = extra["stats"]
+    sizes = {"z_mean": d_latent, "z_std": d_latent, "box_mean": 6, "box_std": 6}
+    if not isinstance(stats, dict):
+        raise bad("stats", f"an object with {', '.join(sizes)}")
+    for key, n in sizes.items():
+        v = stats.get(key)
+        if not (isinstance(v, list) and len(v) == n and all(isinstance(x, (int, float)) for x in v)):
+            raise bad(f"stats.{key}", f"a list of {n} numbers")
+    for key in ("descriptions", "categories"):
+        v = extra.get(key)
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            raise bad(key, "a list of strings")
+    unknown = sorted(set(extra.get("categories") or []) - set(CATEGORIES))
+    if unknown:
+        raise bad("categories", f"categories of {', '.join(CATEGORIES)}, not {', '.join(unknown)}")
+
+
 class MoCAPipeline:
     """Part autoencoder + generator + latent statistics; ``descriptions`` are the training texts
     (for ``nearest_description``); ``categories`` the categories it was trained on (default: the
@@ -134,6 +157,7 @@ class MoCAPipeline:
         if extra.get("box_param") != BOX_PARAM:
             raise CheckpointError(f"{path / 'generator'} was trained with an older box parameterisation; retrain it with `moca train`")
         gen = PartFlowTransformer.from_pretrained(path / "generator")
+        _check_extra(path / "generator", extra, gen.config.d_latent)
         return cls(ae, gen, extra["stats"], extra.get("descriptions"), categories=extra.get("categories"))
 
     def embed_text(self, text: str) -> torch.Tensor:
