@@ -223,6 +223,7 @@ def cmd_eval(a) -> int:
     from generation3d.evaluate import evaluate_generator
     from generation3d.sampling import MoCAPipeline
 
+    lim.check_eval_work(a.n, a.steps, a.force)
     check_outputs(files=[a.out], inputs=[a.ckpt, _data_dir(a)], overwrite=a.overwrite)
     pipe = MoCAPipeline.load(a.ckpt).to(a.device)
     ds = PartDataset.load(_data_dir(a))
@@ -376,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fidelity", action="store_true",
                    help="skip category fidelity (its classifier is trained on the dataset's training shapes "
                         "on first use and cached)")
+    lim.add_force_arg(p, f"run more than {lim.EVAL_PASSES_WITHOUT_FORCE} generator passes (--n x --steps)")
     add_device_arg(p)
     p.set_defaults(fn=cmd_eval)
 

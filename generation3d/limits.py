@@ -25,6 +25,7 @@ MAX_TRAIN_STEPS = 10_000_000  # with --force; STEPS_WITHOUT_FORCE without
 STEPS_WITHOUT_FORCE = 100_000
 MAX_SAMPLING_STEPS = 1_000  # Euler steps of one sample
 MAX_EVAL_SHAPES = 10_000  # eval --n
+EVAL_PASSES_WITHOUT_FORCE = 100_000  # eval --n x --steps without --force
 MAX_BATCH = 4_096
 MAX_LATENTS = 256  # latent tokens per part, and latent width
 MAX_WIDTH = 4_096  # --d-model
@@ -81,6 +82,14 @@ def check_steps(steps: int, force: bool, flag: str = "--steps") -> None:
     if steps > STEPS_WITHOUT_FORCE and not force:
         raise InputError(f"{flag} {steps} is over {STEPS_WITHOUT_FORCE} optimizer steps (40x the README's recipes, "
                          "days on a CPU); pass --force if you mean it")
+
+
+def check_eval_work(n_shapes: int, steps: int, force: bool) -> None:
+    """InputError (unless ``force``) when ``eval`` would run more than ``EVAL_PASSES_WITHOUT_FORCE``
+    generator passes (shapes x sampling steps; 640 by default)."""
+    if n_shapes * steps > EVAL_PASSES_WITHOUT_FORCE and not force:
+        raise InputError(f"--n {n_shapes} x --steps {steps} is {n_shapes * steps} generator passes, over "
+                         f"{EVAL_PASSES_WITHOUT_FORCE} (hours on a CPU); lower them, or pass --force if you mean it")
 
 
 def attention_bytes(n_tokens: int, n_heads: int = 4) -> int:

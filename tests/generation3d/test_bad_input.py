@@ -55,6 +55,12 @@ def test_training_past_the_step_budget_needs_force(argv, flag, tmp_path, monkeyp
     assert "--force" in err
 
 
+def test_eval_names_its_generator_passes(tmp_path):
+    err = assert_refused(main, ["eval", "--ckpt", "ck", "--n", "10000", "--steps", "1000", "--out",
+                                str(tmp_path / "e.json")], tmp_path, match="is 10000000 generator passes")
+    assert "--force" in err
+
+
 @pytest.mark.parametrize("argv, match", [
     (["--parts", "100000"], "at most 4096"),
     (["--parts", "512", "--tokens", "64"], "GiB of memory (estimate)"),
