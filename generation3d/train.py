@@ -22,6 +22,7 @@ the training loss goes to ``run_dir/logs``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 import threading
@@ -79,19 +80,27 @@ def _raise_interrupted(signum, frame):
     raise _Interrupted
 
 
-def _fit(trainer: L.Trainer, module: L.LightningModule) -> None:
+@contextlib.contextmanager
+def ctrl_c_interrupts():
+    """Around a Lightning ``trainer.fit``: Ctrl-C raises ``KeyboardInterrupt`` out of the block (the
+    CLI's exit 130 and message) instead of Lightning's silent ``sys.exit(1)``. Main thread with
+    Python's default SIGINT handler only; elsewhere a no-op."""
     ours = threading.current_thread() is threading.main_thread() and \
         signal.getsignal(signal.SIGINT) is signal.default_int_handler
     previous = signal.signal(signal.SIGINT, _raise_interrupted) if ours else None
     try:
-        with warnings.catch_warnings():  # the batch stream is sized on purpose
-            warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
-            engine_fit(trainer, module, resume=False)
+        yield
     except _Interrupted:
         raise KeyboardInterrupt from None
     finally:
         if ours:
             signal.signal(signal.SIGINT, previous)
+
+
+def _fit(trainer: L.Trainer, module: L.LightningModule) -> None:
+    with ctrl_c_interrupts(), warnings.catch_warnings():  # the batch stream is sized on purpose
+        warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
+        engine_fit(trainer, module, resume=False)
 
 
 def _trainer(run_dir, steps: int, seed: int, progress: bool, device: str = "auto", precision: str = "32") -> L.Trainer:
