@@ -69,6 +69,11 @@ def test_bench_sizes_are_bounded(argv, match, tmp_path):
     assert_refused(main, ["bench", "--suite", "attention", *argv, "--out", str(tmp_path / "b")], tmp_path, match=match)
 
 
+def test_over_long_text_is_refused(tmp_path):
+    assert_refused(main, ["sample", "--ckpt", str(tmp_path / "ck"), "--text", "a chair " * 1000, "--out",
+                          str(tmp_path / "s.glb")], tmp_path, match="over the 2000 limit")
+
+
 def test_sampling_api_bounds_steps(tiny_pipeline):
     from common.errors import InputError
     from generation3d.sampling import MoCAPipeline
