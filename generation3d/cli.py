@@ -154,8 +154,11 @@ def cmd_train(a) -> int:
         lim.check_steps(a.ae_steps, a.force, "--ae-steps")
     torch.set_num_threads(a.threads)
     info = {}
+    width, depth = a.d_model or size.d_model, a.layers or size.n_layers
     if recipe:
         from generation3d.preset import preset_data_and_autoencoder
+
+        lim.check_generator_memory(width, depth, size.n_heads, a.max_parts, size.tokens_per_part, a.force)
 
         ds, ae, info = preset_data_and_autoencoder(a.preset, out, seed=a.seed, max_parts=a.max_parts,
                                                    ae_steps=a.ae_steps, tokens_per_part=size.tokens_per_part,
@@ -169,8 +172,9 @@ def cmd_train(a) -> int:
             raise InputError(f"--model-size {a.model_size} has T = {size.tokens_per_part} tokens per part but the "
                              f"autoencoder {a.ae} has {ae.config.n_latents}; train one with "
                              f"`moca train-ae --latents {size.tokens_per_part}`")
+        lim.check_generator_memory(width, depth, size.n_heads, a.max_parts, ae.config.n_latents, a.force)
     cfg = GenConfig(n_latents=ae.config.n_latents, d_latent=ae.config.d_latent, max_parts=a.max_parts,
-                    d_model=a.d_model or size.d_model, n_layers=a.layers or size.n_layers, n_heads=size.n_heads,
+                    d_model=width, n_layers=depth, n_heads=size.n_heads,
                     attention=a.attention, top_k=a.top_k, n_compressed=a.compressed,
                     router_distill=a.router_distill, dense_warmup=a.dense_warmup)
     print(f"training the {a.attention} generator for {steps} steps", file=sys.stderr)
@@ -342,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dense-warmup", type=probability, default=None, metavar="FRAC",
                    help="first FRAC of the steps dense, k = P (default 0.25 for moca, else 0)")
     p.add_argument("--threads", type=lim.bounded(lim.MAX_THREADS), default=2)
-    lim.add_force_arg(p, f"train more than {lim.STEPS_WITHOUT_FORCE} steps")
+    lim.add_force_arg(p, f"train more than {lim.STEPS_WITHOUT_FORCE} steps or a model over the memory budget")
     add_device_arg(p)
     add_precision_arg(p)
     p.set_defaults(fn=cmd_train)

@@ -8,8 +8,9 @@ Two kinds:
 - **Estimates** checked against a budget, refused with the estimate in the message unless the
   user passes ``--force``: the memory ``build-data`` holds for the surface points
   (``dataset_bytes``), the optimizer steps of ``train-ae`` / ``train`` (``check_steps``: more than
-  ``STEPS_WITHOUT_FORCE`` is 40x the README's recipes) and the score matrix of full attention in
-  ``bench`` (``attention_bytes``).
+  ``STEPS_WITHOUT_FORCE`` is 40x the README's recipes), the generator passes of ``eval``
+  (``check_eval_work``), a generator's training state and scores (``check_generator_memory``) and
+  the score matrix of full attention in ``bench`` (``attention_bytes``).
 """
 
 from __future__ import annotations
@@ -90,6 +91,17 @@ def check_eval_work(n_shapes: int, steps: int, force: bool) -> None:
     if n_shapes * steps > EVAL_PASSES_WITHOUT_FORCE and not force:
         raise InputError(f"--n {n_shapes} x --steps {steps} is {n_shapes * steps} generator passes, over "
                          f"{EVAL_PASSES_WITHOUT_FORCE} (hours on a CPU); lower them, or pass --force if you mean it")
+
+
+def check_generator_memory(d_model: int, n_layers: int, n_heads: int, max_parts: int, tokens_per_part: int,
+                           force: bool) -> None:
+    """Refuse (unless ``force``) a generator whose training needs more than ``MEMORY_BUDGET_BYTES``:
+    its weights, gradients and AdamW state (16 bytes per parameter, ``12 * d_model**2`` parameters
+    per layer) plus one layer's full-attention scores of a shape of ``max_parts`` parts (the dense
+    phase; fused kernels need less, so this errs high)."""
+    n_bytes = 16 * 12 * d_model**2 * n_layers + attention_bytes(max_parts * tokens_per_part, n_heads)
+    check_memory(n_bytes, f"a generator of width {d_model}, {n_layers} layers and up to {max_parts} parts of "
+                          f"{tokens_per_part} tokens", force)
 
 
 def attention_bytes(n_tokens: int, n_heads: int = 4) -> int:

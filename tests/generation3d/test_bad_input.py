@@ -55,6 +55,12 @@ def test_training_past_the_step_budget_needs_force(argv, flag, tmp_path, monkeyp
     assert "--force" in err
 
 
+def test_train_names_the_generator_memory(tmp_path):
+    err = assert_refused(main, ["train", "--preset", "demo", "--d-model", "4096", "--layers", "128", "--out",
+                                str(tmp_path / "run")], tmp_path, match="GiB of memory (estimate)")
+    assert "width 4096, 128 layers" in err
+
+
 def test_eval_names_its_generator_passes(tmp_path):
     err = assert_refused(main, ["eval", "--ckpt", "ck", "--n", "10000", "--steps", "1000", "--out",
                                 str(tmp_path / "e.json")], tmp_path, match="is 10000000 generator passes")
