@@ -70,8 +70,8 @@ def cmd_build_data(a) -> int:
     lim.check_build_memory(source, a.points, per_category=a.per_category, scenes=a.scenes, scene_parts=a.scene_parts,
                            scene_max_parts=a.scene_max_parts, max_parts=a.max_parts, force=a.force)
     check_outputs(dirs=[out], inputs=inputs, overwrite=a.overwrite)
-    print(f"building the {source} dataset into {out}", file=sys.stderr)
     if source == "procedural":
+        print(f"building the procedural dataset into {out}", file=sys.stderr)
         build_dataset(out, n_per_category=a.per_category, n_scenes=a.scenes, n_points=a.points,
                       seed=a.seed, min_scene_parts=a.scene_parts)
     elif source == "scenes":
@@ -109,7 +109,6 @@ def cmd_train_ae(a) -> int:
     check_outputs(dirs=[out], inputs=[_data_dir(a)], overwrite=a.overwrite)
     torch.set_num_threads(a.threads)
     ds = PartDataset.load(_data_dir(a))
-    print(f"training the autoencoder for {a.steps} steps", file=sys.stderr)
     ae, hist = pretrain(ds, AEConfig(n_latents=a.latents, d_latent=a.latent_dim), steps=a.steps,
                         batch_size=a.batch_size, lr=a.lr, seed=a.seed, progress=True, run_dir=out,
                         device=a.device, precision=a.precision)
@@ -177,7 +176,6 @@ def cmd_train(a) -> int:
                     d_model=width, n_layers=depth, n_heads=size.n_heads,
                     attention=a.attention, top_k=a.top_k, n_compressed=a.compressed,
                     router_distill=a.router_distill, dense_warmup=a.dense_warmup)
-    print(f"training the {a.attention} generator for {steps} steps", file=sys.stderr)
     gen, stats, hist = fit(ds, ae, cfg, steps=steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed, progress=True,
                            run_dir=out, device=a.device, precision=a.precision)
     pipe = MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"), categories=trained_categories(ds, a.max_parts))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -111,6 +112,12 @@ def _trainer(run_dir, steps: int, seed: int, progress: bool, device: str = "auto
                         device=device, precision=precision)
 
 
+def _announce(trainer: L.Trainer, message: str) -> None:
+    """One line on stderr as the first step starts, when the run shows progress (the CLI's runs)."""
+    if trainer.progress_bar_callback is not None and trainer.is_global_zero:
+        print(message, file=sys.stderr, flush=True)
+
+
 class PartBatches(IterableDataset):
     """``steps`` batches ``(batch_size, M, 3)`` of rows of ``points (N, M, 3)`` drawn with
     replacement by one ``torch.Generator`` seeded with ``seed``."""
@@ -140,6 +147,9 @@ class AutoencoderModule(L.LightningModule):
 
     def train_dataloader(self) -> DataLoader:
         return _loader(PartBatches(self.points, self.batch_size, self.steps, self.seed), self.seed, self.device)
+
+    def on_train_start(self) -> None:
+        _announce(self.trainer, f"training the autoencoder for {self.steps} steps")
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=1e-4)
@@ -238,6 +248,7 @@ class GeneratorModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": _warmup_cosine(opt, self.steps), "interval": "step"}}
 
     def on_train_start(self) -> None:
+        _announce(self.trainer, f"training the {self.model.config.attention} generator for {self.steps} steps")
         self.t0 = time.perf_counter()
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:

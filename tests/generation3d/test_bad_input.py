@@ -192,7 +192,7 @@ def test_train_stops_on_sigint_during_fit(tiny_data, tiny_pipeline, tmp_path):
     err = assert_stops_on_signal([*MOCA, "train", "--data-dir", str(tiny_data), "--ae", str(tiny_pipeline / "ae"),
                                   "--out", "gen", "--steps", "90000", "--batch-size", "2", "--d-model", "32",
                                   "--layers", "1", "--max-parts", "40", "--threads", "1"], tmp_path, signal.SIGINT,
-                                 after_s=25, within_s=20, env={"HF_HUB_OFFLINE": "1"})
+                                 ready="training the moca generator", within_s=20, env={"HF_HUB_OFFLINE": "1"})
     assert "interrupted" in err and not (tmp_path / "gen" / "generator").exists()
 
 
