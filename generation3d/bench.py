@@ -29,9 +29,10 @@ import torch
 
 from common.device import autocast, check_precision, describe, resolve_device
 from common.errors import InputError
-from common.io import write_csv, write_json
+from common.io import atomic_write, write_csv, write_json
 from common.report import markdown_table
 from generation3d.attention import build_attention
+from generation3d.limits import check_bench_memory
 
 DEFAULT_PARTS = (8, 16, 32, 64, 128, 256)
 METHODS = ("full", "moca", "topk", "local")
@@ -151,12 +152,10 @@ def crossover(rows: list[dict], method: str = "moca") -> int | None:
 
 
 def plot_bench(rows: list[dict], path: Path) -> Path:
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig = Figure(figsize=(10, 4))
+    axes = fig.subplots(1, 2)
     for m in METHODS:
         pts = sorted((r["parts"], r["time_ms"], r["peak_mem_mb"]) for r in rows if r["method"] == m)
         if not pts:
@@ -172,9 +171,8 @@ def plot_bench(rows: list[dict], path: Path) -> Path:
         ax.legend()
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
     return path
 
 
@@ -370,9 +368,10 @@ def suite_output(suite: str, out: str | Path | None = None) -> tuple[Path, bool]
 
 def run_suite(suite: str, out: str | Path | None = None, parts: tuple[int, ...] | None = None,
               tokens: tuple[int, ...] | None = None, repeats: int = 3, top_k: int = 4, n_compressed: int = 2,
-              seed: int = 0, device: str = "auto", precision: str = "32") -> list[dict]:
+              seed: int = 0, device: str = "auto", precision: str = "32", force: bool = False) -> list[dict]:
     """Run one suite (module docstring) with its defaults for ``parts``, ``tokens`` and ``out``;
-    ``repeats`` is the number of timed steps of the sizes suite. Returns its rows."""
+    ``repeats`` is the number of timed steps of the sizes suite; sizes over the bounds of
+    ``limits.check_bench_memory`` are refused unless ``force``. Returns its rows."""
     out, _ = suite_output(suite, out)
     parts_default, tokens_default, _ = SUITES[suite]
     parts, tokens = tuple(parts or parts_default), tuple(tokens or tokens_default or ())
@@ -382,6 +381,7 @@ def run_suite(suite: str, out: str | Path | None = None, parts: tuple[int, ...] 
         raise InputError("--suite sizes takes one --parts value and no --tokens (each size has its own T)")
     if precision != "32" and suite != "sizes":
         raise InputError("--precision applies to --suite sizes only")
+    check_bench_memory(suite, parts, tokens, force)
     # the committed CPU results were written without a device setting: keep them that way on auto
     dev = {} if device == "auto" else {"device": device}
     if suite == "attention":

@@ -37,6 +37,7 @@ from common.engine import BEST, CHECKPOINT_DIR, fit, make_trainer, shuffled_load
 from common.errors import CheckpointError, DataError
 from common.pretrained import PretrainedMixin, checkpoint_info, register_model
 from generation3d.data import CATEGORIES, PartDataset
+from generation3d.train import ctrl_c_interrupts
 
 CLASSIFIER_VERSION = 1  # bump when the model or its training changes (new cache key)
 N_POINTS = 512
@@ -126,7 +127,7 @@ def train_classifier(ds: PartDataset, epochs: int = EPOCHS, batch_size: int = BA
                                checkpoint=val, log_every_n_steps=1)
         model = ShapeClassifier(len(CATEGORIES), width)  # initialised after make_trainer seeded the RNGs
         val_loader = torch.utils.data.DataLoader(TensorDataset(xv, yv), batch_size=256) if val else None
-        with warnings.catch_warnings():  # without validation shapes the validation step is unused
+        with ctrl_c_interrupts(), warnings.catch_warnings():  # without validation shapes the validation step is unused
             warnings.filterwarnings("ignore", message=r".*`validation_step` but have no `val_dataloader`.*")
             fit(trainer, ClassifierModule(model, lr, seed), shuffled_loader(TensorDataset(x, y), batch_size, seed),
                 val_loader, resume=False)

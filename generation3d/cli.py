@@ -10,12 +10,16 @@ subcommand in generation3d/README.md.
     moca train --data-dir data/parts --ae runs/ae --model-size S --device cuda --precision bf16-mixed --out runs/s
     moca bench --suite attention --parts 8,16,32,64,128,256 --out results/bench
     moca bench --suite sizes --out docs/results/generation3d/sizes.json
+
+Why over 400 lines: one parser with eight subcommands and their thin handlers, kept together so
+every option and its bound (``limits.py``) reads in one place.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -26,14 +30,13 @@ from common.cli import (  # noqa: E402
     check_outputs,
     int_list,
     nonneg_float,
-    nonneg_int,
     positive_float,
-    positive_int,
     probability,
     subcommand_main,
 )
 from common.device import add_device_arg, add_precision_arg  # noqa: E402
 from common.errors import InputError  # noqa: E402
+from generation3d import limits as lim  # noqa: E402
 from generation3d.model import MODEL_SIZES  # noqa: E402
 from generation3d.render import RENDERERS  # noqa: E402
 
@@ -64,8 +67,11 @@ def cmd_build_data(a) -> int:
         raise InputError(f"--scene-parts ({a.scene_parts}) must not exceed --scene-max-parts ({a.scene_max_parts})")
     if source == "scenes" and a.scenes < 1:
         raise InputError("--scenes must be at least 1 for --source scenes")
+    lim.check_build_memory(source, a.points, per_category=a.per_category, scenes=a.scenes, scene_parts=a.scene_parts,
+                           scene_max_parts=a.scene_max_parts, max_parts=a.max_parts, force=a.force)
     check_outputs(dirs=[out], inputs=inputs, overwrite=a.overwrite)
     if source == "procedural":
+        print(f"building the procedural dataset into {out}", file=sys.stderr)
         build_dataset(out, n_per_category=a.per_category, n_scenes=a.scenes, n_points=a.points,
                       seed=a.seed, min_scene_parts=a.scene_parts)
     elif source == "scenes":
@@ -99,6 +105,7 @@ def cmd_train_ae(a) -> int:
     from generation3d.train import pretrain
 
     out = Path(a.out or "runs/ae")
+    lim.check_steps(a.steps, a.force)
     check_outputs(dirs=[out], inputs=[_data_dir(a)], overwrite=a.overwrite)
     torch.set_num_threads(a.threads)
     ds = PartDataset.load(_data_dir(a))
@@ -141,10 +148,16 @@ def cmd_train(a) -> int:
         out = Path(a.out or f"runs/{a.attention}")
         check_outputs(dirs=[out], inputs=[_data_dir(a), a.ae], overwrite=a.overwrite)
     steps = a.steps or (recipe["steps"] if recipe else 2000)
+    lim.check_steps(steps, a.force)
+    if a.ae_steps is not None:
+        lim.check_steps(a.ae_steps, a.force, "--ae-steps")
     torch.set_num_threads(a.threads)
     info = {}
+    width, depth = a.d_model or size.d_model, a.layers or size.n_layers
     if recipe:
         from generation3d.preset import preset_data_and_autoencoder
+
+        lim.check_generator_memory(width, depth, size.n_heads, a.max_parts, size.tokens_per_part, a.force)
 
         ds, ae, info = preset_data_and_autoencoder(a.preset, out, seed=a.seed, max_parts=a.max_parts,
                                                    ae_steps=a.ae_steps, tokens_per_part=size.tokens_per_part,
@@ -158,8 +171,9 @@ def cmd_train(a) -> int:
             raise InputError(f"--model-size {a.model_size} has T = {size.tokens_per_part} tokens per part but the "
                              f"autoencoder {a.ae} has {ae.config.n_latents}; train one with "
                              f"`moca train-ae --latents {size.tokens_per_part}`")
+        lim.check_generator_memory(width, depth, size.n_heads, a.max_parts, ae.config.n_latents, a.force)
     cfg = GenConfig(n_latents=ae.config.n_latents, d_latent=ae.config.d_latent, max_parts=a.max_parts,
-                    d_model=a.d_model or size.d_model, n_layers=a.layers or size.n_layers, n_heads=size.n_heads,
+                    d_model=width, n_layers=depth, n_heads=size.n_heads,
                     attention=a.attention, top_k=a.top_k, n_compressed=a.compressed,
                     router_distill=a.router_distill, dense_warmup=a.dense_warmup)
     gen, stats, hist = fit(ds, ae, cfg, steps=steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed, progress=True,
@@ -211,6 +225,7 @@ def cmd_eval(a) -> int:
     from generation3d.evaluate import evaluate_generator
     from generation3d.sampling import MoCAPipeline
 
+    lim.check_eval_work(a.n, a.steps, a.force)
     check_outputs(files=[a.out], inputs=[a.ckpt, _data_dir(a)], overwrite=a.overwrite)
     pipe = MoCAPipeline.load(a.ckpt).to(a.device)
     ds = PartDataset.load(_data_dir(a))
@@ -251,7 +266,7 @@ def cmd_bench(a) -> int:
     check_outputs(dirs=[out] if is_dir else [], files=[] if is_dir else [out], overwrite=a.overwrite)
     torch.set_num_threads(a.threads)
     run_suite(a.suite, out, parts=a.parts, tokens=a.tokens, repeats=a.repeats, top_k=a.top_k,
-              n_compressed=a.compressed, seed=a.seed, device=a.device, precision=a.precision)
+              n_compressed=a.compressed, seed=a.seed, device=a.device, precision=a.precision, force=a.force)
     return 0
 
 
@@ -278,28 +293,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", default="procedural",
                    help="procedural, sweethome3d (Debian's sweethome3d-furniture), scenes (rooms of that "
                         "furniture) or a folder of part-labelled meshes (formats in generation3d/README.md)")
-    p.add_argument("--per-category", type=positive_int, default=200, help="procedural: shapes per category")
-    p.add_argument("--scenes", type=nonneg_int, default=8, help="procedural / scenes: number of scenes")
-    p.add_argument("--scene-parts", type=positive_int, default=64, help="procedural / scenes: minimum parts per scene")
-    p.add_argument("--scene-max-parts", type=positive_int, default=256, help="scenes: maximum parts per scene")
-    p.add_argument("--points", type=positive_int, default=256, help="surface points per part")
-    p.add_argument("--max-parts", type=positive_int, default=64,
+    p.add_argument("--per-category", type=lim.bounded(lim.MAX_PER_CATEGORY), default=200, help="procedural: shapes per category")
+    p.add_argument("--scenes", type=lim.bounded(lim.MAX_SCENES, 0), default=8, help="procedural / scenes: number of scenes")
+    p.add_argument("--scene-parts", type=lim.bounded(lim.MAX_SCENE_PARTS), default=64, help="procedural / scenes: minimum parts per scene")
+    p.add_argument("--scene-max-parts", type=lim.bounded(lim.MAX_SCENE_PARTS), default=256, help="scenes: maximum parts per scene")
+    p.add_argument("--points", type=lim.bounded(lim.MAX_POINTS), default=256, help="surface points per part")
+    p.add_argument("--max-parts", type=lim.bounded(lim.MAX_SCENE_PARTS), default=64,
                    help="sweethome3d / scenes / folder: shapes (items) with more parts (after merging tiny ones) "
                         "are skipped")
     p.add_argument("--furniture-dir", default=None,
                    help="sweethome3d / scenes: folder of .sh3f archives (default $MOE_APPS_SWEETHOME3D or "
                         "/usr/share/sweethome3d/furniture)")
     p.add_argument("--up", default="z", choices=["y", "z"], help="folder: the meshes' up axis (y is rotated to z)")
+    lim.add_force_arg(p, "build a dataset over the memory budget (README 'Limits')")
     p.set_defaults(fn=cmd_build_data)
 
     p = sub.add_parser("train-ae", help="train the per-part point-cloud autoencoder")
     add_common_args(p)
-    p.add_argument("--steps", type=positive_int, default=1500)
-    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--steps", type=lim.bounded(lim.MAX_TRAIN_STEPS), default=1500)
+    p.add_argument("--batch-size", type=lim.bounded(lim.MAX_BATCH), default=64)
     p.add_argument("--lr", type=positive_float, default=2e-3)
-    p.add_argument("--latents", type=positive_int, default=8, help="latent tokens T per part")
-    p.add_argument("--latent-dim", type=positive_int, default=8)
-    p.add_argument("--threads", type=positive_int, default=2)
+    p.add_argument("--latents", type=lim.bounded(lim.MAX_LATENTS), default=8, help="latent tokens T per part")
+    p.add_argument("--latent-dim", type=lim.bounded(lim.MAX_LATENTS), default=8)
+    p.add_argument("--threads", type=lim.bounded(lim.MAX_THREADS), default=2)
+    lim.add_force_arg(p, f"train more than {lim.STEPS_WITHOUT_FORCE} steps")
     add_device_arg(p)
     add_precision_arg(p)
     p.set_defaults(fn=cmd_train_ae)
@@ -310,23 +327,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=None, choices=["demo"],
                    help="demo: Sweet Home 3D data, autoencoder and generator with the README's recipe into --out "
                         "(default: the hub's real-furniture model), with one sample per category")
-    p.add_argument("--ae-steps", type=positive_int, default=None, help="--preset: autoencoder steps (default 600)")
+    p.add_argument("--ae-steps", type=lim.bounded(lim.MAX_TRAIN_STEPS), default=None, help="--preset: autoencoder steps (default 600)")
     p.add_argument("--attention", default="moca", choices=["moca", "full", "topk", "local"])
-    p.add_argument("--steps", type=positive_int, default=None, help="default 2000 (2400 with --preset demo)")
-    p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument("--steps", type=lim.bounded(lim.MAX_TRAIN_STEPS), default=None, help="default 2000 (2400 with --preset demo)")
+    p.add_argument("--batch-size", type=lim.bounded(lim.MAX_BATCH), default=16)
     p.add_argument("--lr", type=positive_float, default=1e-3)
-    p.add_argument("--max-parts", type=positive_int, default=64)
+    p.add_argument("--max-parts", type=lim.bounded(lim.MAX_SCENE_PARTS), default=64)
     p.add_argument("--model-size", default=None, choices=list(MODEL_SIZES),
                    help="named width, depth, heads and tokens per part T (README 'Model sizes'; default S)")
-    p.add_argument("--d-model", type=positive_int, default=None, help="width (default 128; not with --model-size)")
-    p.add_argument("--layers", type=positive_int, default=None, help="depth (default 4; not with --model-size)")
-    p.add_argument("--top-k", type=positive_int, default=4)
-    p.add_argument("--compressed", type=positive_int, default=2, help="compressed tokens per non-selected component")
+    p.add_argument("--d-model", type=lim.bounded(lim.MAX_WIDTH), default=None, help="width (default 128; not with --model-size)")
+    p.add_argument("--layers", type=lim.bounded(lim.MAX_LAYERS), default=None, help="depth (default 4; not with --model-size)")
+    p.add_argument("--top-k", type=lim.bounded(lim.MAX_TOP_K), default=4)
+    p.add_argument("--compressed", type=lim.bounded(lim.MAX_COMPRESSED), default=2, help="compressed tokens per non-selected component")
     p.add_argument("--router-distill", type=nonneg_float, default=None, metavar="W",
                    help="router distillation loss weight (default 0.5 for moca, else 0)")
     p.add_argument("--dense-warmup", type=probability, default=None, metavar="FRAC",
                    help="first FRAC of the steps dense, k = P (default 0.25 for moca, else 0)")
-    p.add_argument("--threads", type=positive_int, default=2)
+    p.add_argument("--threads", type=lim.bounded(lim.MAX_THREADS), default=2)
+    lim.add_force_arg(p, f"train more than {lim.STEPS_WITHOUT_FORCE} steps or a model over the memory budget")
     add_device_arg(p)
     add_precision_arg(p)
     p.set_defaults(fn=cmd_train)
@@ -335,8 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_args(p, out_default="sample.glb")
     p.add_argument("--ckpt", required=True)
     p.add_argument("--category", default="chair", help="a category the model was trained on (chair, table, shelf, lamp, scene, sofa, bed) or none")
-    p.add_argument("--parts", type=positive_int, default=8)
-    p.add_argument("--steps", type=positive_int, default=25)
+    p.add_argument("--parts", type=lim.bounded(lim.MAX_SCENE_PARTS), default=8)
+    p.add_argument("--steps", type=lim.bounded(lim.MAX_SAMPLING_STEPS), default=25)
     p.add_argument("--guidance", type=nonneg_float, default=1.0)
     p.add_argument("--text", default=None, help="description to condition on (MiniLM); omit for no text")
     p.add_argument("--renderer", default="auto", choices=RENDERERS, help="preview renderer (auto: open3d, else matplotlib)")
@@ -352,8 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evaluate a generator against the test split")
     add_common_args(p)
     p.add_argument("--ckpt", required=True)
-    p.add_argument("--n", type=positive_int, default=32)
-    p.add_argument("--steps", type=positive_int, default=20)
+    p.add_argument("--n", type=lim.bounded(lim.MAX_EVAL_SHAPES), default=32)
+    p.add_argument("--steps", type=lim.bounded(lim.MAX_SAMPLING_STEPS), default=20)
     p.add_argument("--guidance", type=nonneg_float, default=1.0)
     p.add_argument("--text", action="store_true", help="also condition on each test shape's description")
     p.add_argument("--split", default="test", choices=["test", "val"],
@@ -361,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fidelity", action="store_true",
                    help="skip category fidelity (its classifier is trained on the dataset's training shapes "
                         "on first use and cached)")
+    lim.add_force_arg(p, f"run more than {lim.EVAL_PASSES_WITHOUT_FORCE} generator passes (--n x --steps)")
     add_device_arg(p)
     p.set_defaults(fn=cmd_eval)
 
@@ -378,10 +397,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="components P (attention: 8,16,32,64,128,256; scenes: 32,64,128,256; sizes: 16)")
     p.add_argument("--tokens", type=int_list(1), default=None,
                    help="tokens T per component (attention: one value, 64; scenes: 8 = the AE's default)")
-    p.add_argument("--repeats", type=positive_int, default=3, help="timed repeats (sizes: timed steps)")
-    p.add_argument("--top-k", type=positive_int, default=4)
-    p.add_argument("--compressed", type=positive_int, default=2)
-    p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--repeats", type=lim.bounded(lim.MAX_REPEATS), default=3, help="timed repeats (sizes: timed steps)")
+    p.add_argument("--top-k", type=lim.bounded(lim.MAX_TOP_K), default=4)
+    p.add_argument("--compressed", type=lim.bounded(lim.MAX_COMPRESSED), default=2)
+    p.add_argument("--threads", type=lim.bounded(lim.MAX_THREADS), default=1)
+    lim.add_force_arg(p, "run sizes whose full-attention scores exceed the memory budget")
     p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("load-mesh", help="load a part-segmented GLB/OBJ and list its parts")

@@ -14,8 +14,8 @@ category, plus the source's own fields).
 
 from __future__ import annotations
 
-import json
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +23,7 @@ import numpy as np
 import trimesh
 
 from common.errors import DataError, InputError
-from common.io import atomic_write, write_json
+from common.io import atomic_write, read_json, write_json
 
 OBJECT_CATEGORIES = ("chair", "table", "shelf", "lamp")  # the procedural object makers
 # Category indices are stored in datasets and checkpoints: new categories are only ever appended.
@@ -31,6 +31,7 @@ CATEGORIES = OBJECT_CATEGORIES + ("scene", "sofa", "bed")
 FURNITURE_TYPES = OBJECT_CATEGORIES + ("sofa", "bed")  # the types real furniture is sorted into
 SPLITS = {"train": 0, "test": 1, "val": 2}  # values of the dataset's ``split`` array
 DATASET_FILE = "parts.npz"
+DATASET_ARRAYS = ("points", "boxes", "offsets", "category", "split", "part_names")  # what PartDataset reads
 
 
 @dataclass
@@ -138,13 +139,16 @@ class PartDataset:
         if not path.is_file():
             raise DataError(f"no dataset at {path}: run `moca build-data --out {data_dir}` first")
         try:
-            z = np.load(path, allow_pickle=False)
-            ds = cls(z["points"], z["boxes"], z["offsets"], z["category"], z["split"], z["part_names"])
-        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            with np.load(path, allow_pickle=False) as z:
+                missing = [k for k in DATASET_ARRAYS if k not in z.files]
+                if missing:
+                    raise DataError(f"{path} is not a MoCA dataset: no {', '.join(missing)} array "
+                                    f"(expected {', '.join(DATASET_ARRAYS)}; rebuild it with `moca build-data`)")
+                arrays = {k: z[k] for k in DATASET_ARRAYS}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
             raise DataError(f"corrupt dataset {path}: {exc}") from exc
-        if len(ds.offsets) != len(ds.category) + 1 or ds.offsets[-1] != len(ds.points):
-            raise DataError(f"corrupt dataset {path}: offsets do not match the part arrays")
-        return ds
+        _check_arrays(path, arrays)
+        return cls(**arrays)
 
     def __len__(self) -> int:
         return len(self.category)
@@ -170,11 +174,48 @@ class PartDataset:
         return np.concatenate([np.arange(self.offsets[i], self.offsets[i + 1]) for i in ids])
 
 
+def _check_arrays(path: Path, z: dict[str, np.ndarray]) -> None:
+    """DataError naming the array and what was expected when the arrays of a dataset file do not
+    fit together (shapes, dtypes, ranges, finite values)."""
+
+    def bad(key: str, expected: str, got) -> DataError:
+        return DataError(f"corrupt dataset {path}: array {key!r} should be {expected}, got {got}")
+
+    pts, boxes, off, cat, split = z["points"], z["boxes"], z["offsets"], z["category"], z["split"]
+    if pts.ndim != 3 or pts.shape[2] != 3 or pts.shape[1] < 1 or pts.dtype.kind != "f":
+        raise bad("points", "float (parts, points, 3)", f"{pts.dtype} {pts.shape}")
+    if boxes.shape != (len(pts), 6) or boxes.dtype.kind != "f":
+        raise bad("boxes", f"float ({len(pts)}, 6)", f"{boxes.dtype} {boxes.shape}")
+    if not (np.isfinite(pts).all() and np.isfinite(boxes).all()):
+        raise bad("points/boxes", "finite", "NaN or inf values")
+    for key in ("offsets", "category", "split"):
+        if z[key].ndim != 1 or z[key].dtype.kind not in "iu":
+            raise bad(key, "a 1-D integer array", f"{z[key].dtype} {z[key].shape}")
+    if len(off) != len(cat) + 1 or len(split) != len(cat) or len(cat) == 0:
+        raise bad("offsets", f"one more entry than the {len(cat)} shapes (and split one per shape)",
+                  f"{len(off)} offsets, {len(split)} splits")
+    if off[0] != 0 or off[-1] != len(pts) or (np.diff(off) < 1).any():
+        raise bad("offsets", f"increasing from 0 to the {len(pts)} parts, at least one part per shape",
+                  f"{off[0]}..{off[-1]}")
+    if ((cat < 0) | (cat >= len(CATEGORIES))).any():
+        raise bad("category", f"indices 0..{len(CATEGORIES) - 1} into {', '.join(CATEGORIES)}", f"{cat.min()}..{cat.max()}")
+    if not np.isin(split, list(SPLITS.values())).all():
+        raise bad("split", "0 (train), 1 (test) or 2 (val)", sorted(set(split.tolist()) - set(SPLITS.values())))
+    if z["part_names"].shape != (len(pts),) or z["part_names"].dtype.kind != "U":
+        raise bad("part_names", f"{len(pts)} strings", f"{z['part_names'].dtype} {z['part_names'].shape}")
+
+
 def trained_categories(ds: PartDataset, max_parts: int | None = None) -> list[str]:
     """The categories (in ``CATEGORIES`` order) of the training shapes with at most ``max_parts`` parts."""
     present = set(ds.category[ds.shape_ids("train", max_parts)].tolist())
     return [c for i, c in enumerate(CATEGORIES) if i in present]
 
 def read_meta(data_dir: str | Path) -> dict:
+    """``meta.json`` of a dataset ({} when there is none); DataError when it is not a JSON object."""
     p = Path(data_dir) / "meta.json"
-    return json.loads(p.read_text()) if p.is_file() else {}
+    if not p.is_file():
+        return {}
+    meta = read_json(p)
+    if not isinstance(meta, dict):
+        raise DataError(f"{p} should hold a JSON object, got {type(meta).__name__}")
+    return meta

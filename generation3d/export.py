@@ -100,13 +100,10 @@ def face_colour(mesh: trimesh.Trimesh, i: int) -> tuple:
 
 def preview_png(meshes: list[trimesh.Trimesh], path: str | Path | None = None, title: str = "", elev: float = 20, azim: float = -60) -> bytes:
     """Matplotlib render of coloured part meshes (z up); returns PNG bytes, writes ``path`` if given."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
     from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
-    fig = plt.figure(figsize=(5, 5))
+    fig = Figure(figsize=(5, 5))  # no pyplot: its global figure state is shared by the hub's concurrent requests
     ax = fig.add_subplot(111, projection="3d")
     allv = np.concatenate([m.vertices for m in meshes])
     for i, m in enumerate(meshes):
@@ -122,7 +119,6 @@ def preview_png(meshes: list[trimesh.Trimesh], path: str | Path | None = None, t
         ax.set_title(title)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
     png = buf.getvalue()
     if path is not None:
         with atomic_write(path, "wb") as f:

@@ -41,6 +41,7 @@ def check_mesh(mesh: trimesh.Trimesh, name: str) -> None:
 
 
 MESH_SUFFIXES = (".glb", ".gltf", ".obj", ".ply")
+MAX_MESH_BYTES = 512 * 2**20  # a larger file is refused before parsing (the parsers hold it all in memory)
 
 
 def read_named_meshes(path: str | Path, data: bytes | None = None) -> list[tuple[str, trimesh.Trimesh]]:
@@ -52,6 +53,9 @@ def read_named_meshes(path: str | Path, data: bytes | None = None) -> list[tuple
     suffix = path.suffix.lower()
     if suffix not in MESH_SUFFIXES:
         raise DataError(f"unsupported mesh format {path.name!r}; use {', '.join(MESH_SUFFIXES)}")
+    size = len(data) if data is not None else path.stat().st_size if path.is_file() else 0
+    if size > MAX_MESH_BYTES:
+        raise DataError(f"mesh file {path} is {size / 2**20:.3g} MiB, over the {MAX_MESH_BYTES / 2**20:g} MiB limit")
     kw = {"split_objects": True, "split_groups": True, "group_material": False} if suffix == ".obj" else {}
     try:
         if data is None:

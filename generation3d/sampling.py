@@ -17,6 +17,9 @@ free text), and ``nearest_description`` reports how close it is to the training 
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +32,7 @@ from common.errors import CheckpointError, InputError
 from common.pretrained import checkpoint_info
 from generation3d.data import CATEGORIES, check_category
 from generation3d.geometry import box_to_param, from_canonical, param_to_box
+from generation3d.limits import MAX_BATCH, MAX_SAMPLING_STEPS
 from generation3d.model import PartAutoencoder, PartFlowTransformer
 from generation3d.text import check_text, default_encoder
 
@@ -53,8 +57,52 @@ def save_autoencoder(model: PartAutoencoder, path: str | Path, extra: dict | Non
     return model.save_pretrained(path, extra)
 
 
+@contextlib.contextmanager
+def _signals_deferred():
+    """SIGINT / SIGTERM arriving inside the block are delivered when it ends (main thread only;
+    an ignored signal stays ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: h for s, h in previous.items() if h not in (None, signal.SIG_IGN)}
+    for s in previous:
+        signal.signal(s, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if held:
+            signal.raise_signal(held[0])
+
+
 BOX_PARAM = "centre+log_size"
 FAR_TEXT_COSINE = 0.5  # below this a text is reported as unlike every training description
+
+
+def _check_extra(path: Path, extra: dict, d_latent: int) -> None:
+    """CheckpointError naming the entry of the generator's ``extra`` that has the wrong type."""
+
+    def bad(key: str, expected: str) -> CheckpointError:
+        return CheckpointError(f"{path / 'config.json'}: extra.{key} should be {expected}")
+
+    stats = extra["stats"]
+    sizes = {"z_mean": d_latent, "z_std": d_latent, "box_mean": 6, "box_std": 6}
+    if not isinstance(stats, dict):
+        raise bad("stats", f"an object with {', '.join(sizes)}")
+    for key, n in sizes.items():
+        v = stats.get(key)
+        if not (isinstance(v, list) and len(v) == n and all(isinstance(x, (int, float)) for x in v)):
+            raise bad(f"stats.{key}", f"a list of {n} numbers")
+    for key in ("descriptions", "categories"):
+        v = extra.get(key)
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            raise bad(key, "a list of strings")
+    unknown = sorted(set(extra.get("categories") or []) - set(CATEGORIES))
+    if unknown:
+        raise bad("categories", f"categories of {', '.join(CATEGORIES)}, not {', '.join(unknown)}")
 
 
 class MoCAPipeline:
@@ -88,11 +136,15 @@ class MoCAPipeline:
         return self._encoder or default_encoder()
 
     def save(self, path: str | Path, extra: dict | None = None) -> Path:
+        """Write ``path/ae`` and ``path/generator`` (each file atomic); a SIGINT/SIGTERM meanwhile
+        takes effect once both are written, so an interrupted save never pairs a new autoencoder
+        with an old generator."""
         path = Path(path)
-        save_autoencoder(self.ae, path / "ae")
-        self.gen.save_pretrained(path / "generator", {
-            "stats": {k: v.tolist() for k, v in self.stats.items()}, "box_param": BOX_PARAM,
-            "descriptions": self.descriptions, "categories": self.categories, **(extra or {})})
+        with _signals_deferred():
+            save_autoencoder(self.ae, path / "ae")
+            self.gen.save_pretrained(path / "generator", {
+                "stats": {k: v.tolist() for k, v in self.stats.items()}, "box_param": BOX_PARAM,
+                "descriptions": self.descriptions, "categories": self.categories, **(extra or {})})
         return path
 
     @classmethod
@@ -105,6 +157,7 @@ class MoCAPipeline:
         if extra.get("box_param") != BOX_PARAM:
             raise CheckpointError(f"{path / 'generator'} was trained with an older box parameterisation; retrain it with `moca train`")
         gen = PartFlowTransformer.from_pretrained(path / "generator")
+        _check_extra(path / "generator", extra, gen.config.d_latent)
         return cls(ae, gen, extra["stats"], extra.get("descriptions"), categories=extra.get("categories"))
 
     def embed_text(self, text: str) -> torch.Tensor:
@@ -139,8 +192,10 @@ class MoCAPipeline:
         if not isinstance(n_parts, (int, np.integer)):
             raise InputError(f"number of parts must be an integer, got {n_parts!r}")
         self.gen.check_parts(int(n_parts))
-        if steps < 1:
-            raise InputError(f"steps must be >= 1, got {steps}")
+        if not 1 <= steps <= MAX_SAMPLING_STEPS:
+            raise InputError(f"sampling steps must be in 1..{MAX_SAMPLING_STEPS}, got {steps}")
+        if not 1 <= batch <= MAX_BATCH:
+            raise InputError(f"batch must be in 1..{MAX_BATCH}, got {batch}")
         c = self.gen.config
         dev = self.device
         stats = {k: v.to(dev) for k, v in self.stats.items()}

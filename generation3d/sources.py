@@ -23,7 +23,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import trimesh
@@ -270,14 +270,28 @@ def _read_category_csv(path: Path) -> dict[str, str]:
         raise DataError(f"cannot read {path}: {exc}") from exc
     if not rows or not {"shape", "category"} <= set(rows[0]):
         raise DataError(f"{path} needs a header with the columns shape,category and at least one row")
-    return {(r["shape"] or "").strip(): (r["category"] or "").strip() for r in rows}
+    out: dict[str, str] = {}
+    for row, r in enumerate(rows, start=1):
+        shape = (r["shape"] or "").strip()
+        parts = PurePosixPath(shape.replace("\\", "/")).parts
+        if not shape or shape.startswith(("/", "\\")) or ".." in parts or ":" in shape:
+            raise DataError(f"{path} row {row}: shape {shape!r} should be a path inside the folder "
+                            "(relative, no '..', e.g. chairs/a.obj)")
+        if shape in out:
+            raise DataError(f"{path} row {row}: shape {shape!r} is listed twice")
+        out[shape] = (r["category"] or "").strip()
+    return out
 
 
-def _folder_entries(root: Path) -> list[tuple[Path, str | None]]:
+def folder_entries(root: Path) -> list[tuple[Path, str | None]]:
     """(shape path, category or None when unknown/missing) for every shape in ``root``."""
     csv_path = root / CATEGORY_CSV
     if csv_path.is_file():
-        return [(root / rel, cat) for rel, cat in _read_category_csv(csv_path).items()]
+        entries = [(root / rel, cat) for rel, cat in _read_category_csv(csv_path).items()]
+        for path, _ in entries:
+            if not path.resolve().is_relative_to(root.resolve()):
+                raise DataError(f"{csv_path}: shape {str(path.relative_to(root))!r} leads outside {root} (a link?)")
+        return entries
     entries = []
     for sub in sorted(p for p in root.iterdir() if not p.name.startswith(".")):
         if sub.is_dir():
@@ -321,7 +335,7 @@ def load_folder(root, n_points: int = 256, max_parts: int = 64, seed: int = 0, u
         raise InputError(f"up axis must be 'y' or 'z', got {up!r}")
     matrix = Y_UP_TO_Z_UP if up == "y" else np.eye(3)
     skips, shapes, records = Skips(), [], []
-    for k, (path, category) in enumerate(_folder_entries(root)):
+    for k, (path, category) in enumerate(folder_entries(root)):
         key = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
         if category is None:
             skips.add(key, path.stem, "no category")

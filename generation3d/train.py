@@ -22,7 +22,11 @@ the training loss goes to ``run_dir/logs``.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
+import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -67,8 +71,35 @@ def _loader(batches: IterableDataset, seed: int, device: torch.device) -> DataLo
                       pin_memory=device.type == "cuda")
 
 
+class _Interrupted(BaseException):
+    """Ctrl-C during ``trainer.fit``: Lightning turns a ``KeyboardInterrupt`` into ``sys.exit(1)``,
+    so SIGINT raises this instead (Lightning tears down and re-raises it) and ``_fit`` turns it back
+    into the ``KeyboardInterrupt`` the CLI reports with exit 130."""
+
+
+def _raise_interrupted(signum, frame):
+    raise _Interrupted
+
+
+@contextlib.contextmanager
+def ctrl_c_interrupts():
+    """Around a Lightning ``trainer.fit``: Ctrl-C raises ``KeyboardInterrupt`` out of the block (the
+    CLI's exit 130 and message) instead of Lightning's silent ``sys.exit(1)``. Main thread with
+    Python's default SIGINT handler only; elsewhere a no-op."""
+    ours = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, _raise_interrupted) if ours else None
+    try:
+        yield
+    except _Interrupted:
+        raise KeyboardInterrupt from None
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, previous)
+
+
 def _fit(trainer: L.Trainer, module: L.LightningModule) -> None:
-    with warnings.catch_warnings():  # the batch stream is sized on purpose
+    with ctrl_c_interrupts(), warnings.catch_warnings():  # the batch stream is sized on purpose
         warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
         engine_fit(trainer, module, resume=False)
 
@@ -79,6 +110,12 @@ def _trainer(run_dir, steps: int, seed: int, progress: bool, device: str = "auto
     return make_trainer(run_dir, max_steps=steps, grad_clip=GRAD_CLIP, seed=seed, progress=progress,
                         checkpoint=False, use_distributed_sampler=False, log_every_n_steps=LOG_EVERY,
                         device=device, precision=precision)
+
+
+def _announce(trainer: L.Trainer, message: str) -> None:
+    """One line on stderr as the first step starts, when the run shows progress (the CLI's runs)."""
+    if trainer.progress_bar_callback is not None and trainer.is_global_zero:
+        print(message, file=sys.stderr, flush=True)
 
 
 class PartBatches(IterableDataset):
@@ -110,6 +147,9 @@ class AutoencoderModule(L.LightningModule):
 
     def train_dataloader(self) -> DataLoader:
         return _loader(PartBatches(self.points, self.batch_size, self.steps, self.seed), self.seed, self.device)
+
+    def on_train_start(self) -> None:
+        _announce(self.trainer, f"training the autoencoder for {self.steps} steps")
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=1e-4)
@@ -208,6 +248,7 @@ class GeneratorModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": _warmup_cosine(opt, self.steps), "interval": "step"}}
 
     def on_train_start(self) -> None:
+        _announce(self.trainer, f"training the {self.model.config.attention} generator for {self.steps} steps")
         self.t0 = time.perf_counter()
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
