@@ -257,17 +257,25 @@ def _write_ratings(a: argparse.Namespace) -> int:
 
 def _eval_progressive(a: argparse.Namespace) -> int:
     """``mosaic eval --protocol progressive``: every method of ``streaming.progressive.default_methods``
-    predicts each rating before learning it; tuning on the first ``--tune-frac`` of the stream."""
+    predicts each rating before learning it; tuning on the first ``--tune-frac`` of the stream. The
+    offline references of ``streaming.refit.surprise_methods`` are refit before each time slice."""
     from streaming.progressive import default_methods, evaluate_progressive, format_table
     from streaming.ratings import load_ratings
 
     stream = load_ratings(a.input)
     limit_threads()
-    methods = default_methods(seed=a.seed, items=a.items, device=resolve_device(a.device))
+    try:
+        from streaming.refit import evaluate_refit, surprise_methods
+
+        methods = default_methods(seed=a.seed, items=a.items, device=resolve_device(a.device))
+        references = surprise_methods(seed=a.seed)
+    except ImportError as exc:
+        raise InputError(f"--protocol progressive needs the bench extra (river, scikit-surprise): {exc}") from None
     try:
         result = evaluate_progressive(stream, methods, tune_frac=a.tune_frac)
     except ValueError as exc:
         raise InputError(str(exc)) from None
+    result["references"] = evaluate_refit(stream, references, tune_frac=a.tune_frac)
     result["command"] = "mosaic " + " ".join(sys.argv[1:]) if sys.argv[1:] else "mosaic eval --protocol progressive"
     result["stream"] = {"file": str(a.input), "seed": a.seed, "items": a.items}
     print(format_table(result))

@@ -80,11 +80,17 @@ class MoSAICRecommender:
         min_ratings: rated coordinates a user needs before MoSAIC completes their vector.
         pretrain_at: pretrain the experts once this many ratings have been learned (0: never, the
             biases alone).
+        window: the fold-in uses each user's last ``window`` ratings only (None: all of them), so that
+            a returning user whose taste drifted is completed from the new ratings.
         device: where MoSAIC's routing runs (``MoSAIC.to``).
     """
 
     def __init__(self, r: int = 1, K: int = 2, *, items: int = 500, damping: float = 5.0, min_ratings: int = 5,
-                 pretrain_at: int = 0, seed: int = 0, device: torch.device | None = None, **mosaic) -> None:
+                 pretrain_at: int = 0, window: int | None = None, seed: int = 0, device: torch.device | None = None,
+                 **mosaic) -> None:
+        if window is not None and window < 1:
+            raise ValueError(f"window must be >= 1 or None, got {window}")
+        self.window = window
         self.biases = OnlineBiases(damping)
         self.items, self.min_ratings, self.pretrain_at = items, min_ratings, pretrain_at
         self.mosaic = MoSAIC(r, K, seed=seed, **mosaic).to(device)
@@ -117,7 +123,11 @@ class MoSAICRecommender:
 
     def learn_one(self, user: Hashable, item: Hashable, y: float, x: dict | None = None) -> None:
         self.biases.learn_one(user, item, y)
-        self.history[user][item] = float(y)
+        seen = self.history[user]
+        seen.pop(item, None)  # a re-rated item moves to the newest end
+        seen[item] = float(y)
+        if self.window is not None and len(seen) > self.window:
+            del seen[next(iter(seen))]
         self.item_cnt[item] += 1
         self.learned += 1
         if self.fitted and item in self.column and self._rated_columns(user) >= self.min_ratings:

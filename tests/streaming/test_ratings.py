@@ -168,7 +168,9 @@ def test_cli_data_csv_and_progressive_eval(tmp_path):
     assert main(["data", "csv", "--csv", str(csv), "--out", str(npz)]) == 0
     assert main(["eval", "--input", str(npz), "--protocol", "progressive", "--items", "10", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert set(result["methods"]) == {"user_item_means", "kgrouse_pretrained", "mosaic"}
+    assert set(result["methods"]) == {"user_item_means", "kgrouse_pretrained", "mosaic", "river_baseline",
+                                     "river_biased_mf", "river_funk_mf"}
+    assert set(result["references"]) == {"surprise_svd_refit", "surprise_svdpp_refit"}
     assert result["protocol"]["tuning_events"] == int(0.2 * len(s))
     assert main(["data", "csv", "--out", str(tmp_path / "x.npz")]) == 2  # no --csv
     assert main(["eval", "--input", str(npz), "--compare", "--protocol", "progressive"]) == 2
