@@ -80,17 +80,23 @@ class MoSAICRecommender:
         min_ratings: rated coordinates a user needs before MoSAIC completes their vector.
         pretrain_at: pretrain the experts once this many ratings have been learned (0: never, the
             biases alone).
+        fold_ridge: ``λ`` of a ridge fold-in: the routed expert's coefficients are
+            ``w = (U_Ωᵀ U_Ω + λ I)⁻¹ U_Ωᵀ e_Ω`` over the user's rated coordinates ``Ω``, so the
+            completion shrinks toward the biases when the rated items carry little of the expert
+            (few ratings); 0: MoSAIC's own completion (``MoSAIC.transform``).
         window: the fold-in uses each user's last ``window`` ratings only (None: all of them), so that
             a returning user whose taste drifted is completed from the new ratings.
         device: where MoSAIC's routing runs (``MoSAIC.to``).
     """
 
     def __init__(self, r: int = 1, K: int = 2, *, items: int = 500, damping: float = 5.0, min_ratings: int = 5,
-                 pretrain_at: int = 0, window: int | None = None, seed: int = 0, device: torch.device | None = None,
+                 pretrain_at: int = 0, fold_ridge: float = 0.0, window: int | None = None, seed: int = 0, device: torch.device | None = None,
                  **mosaic) -> None:
         if window is not None and window < 1:
             raise ValueError(f"window must be >= 1 or None, got {window}")
-        self.window = window
+        if not fold_ridge >= 0:
+            raise ValueError(f"fold_ridge must be >= 0, got {fold_ridge}")
+        self.window, self.fold_ridge = window, float(fold_ridge)
         self.biases = OnlineBiases(damping)
         self.items, self.min_ratings, self.pretrain_at = items, min_ratings, pretrain_at
         self.mosaic = MoSAIC(r, K, seed=seed, **mosaic).to(device)
@@ -111,15 +117,23 @@ class MoSAICRecommender:
                 x[col] = y - mu - b_u - b.item_bias(item)
         return x
 
-    def _rated_columns(self, user: Hashable) -> int:
+    def rated_columns(self, user: Hashable) -> int:
+        """How many of the coordinates the user has rated (in the window)."""
         return sum(item in self.column for item in self.history.get(user, ()))
 
     def predict_one(self, user: Hashable, item: Hashable, x: dict | None = None) -> float:
         base = self.biases.predict_one(user, item)
         col = self.column.get(item)
-        if not self.fitted or col is None or self._rated_columns(user) < self.min_ratings:
+        if not self.fitted or col is None or self.rated_columns(user) < self.min_ratings:
             return base
-        return base + float(self.mosaic.transform(self._residual_vector(user)[None])[0, col])
+        e = self._residual_vector(user)
+        if not self.fold_ridge:
+            return base + float(self.mosaic.transform(e[None])[0, col])
+        U = self.mosaic.bank_.bases[self.mosaic.route(e[None])[0]]  # (n, r), the routed expert
+        rated = ~np.isnan(e)
+        Uo = U[rated]
+        w = np.linalg.solve(Uo.T @ Uo + self.fold_ridge * np.eye(U.shape[1]), Uo.T @ e[rated])
+        return base + float(U[col] @ w)
 
     def learn_one(self, user: Hashable, item: Hashable, y: float, x: dict | None = None) -> None:
         self.biases.learn_one(user, item, y)
@@ -130,7 +144,7 @@ class MoSAICRecommender:
             del seen[next(iter(seen))]
         self.item_cnt[item] += 1
         self.learned += 1
-        if self.fitted and item in self.column and self._rated_columns(user) >= self.min_ratings:
+        if self.fitted and item in self.column and self.rated_columns(user) >= self.min_ratings:
             self.mosaic.partial_fit(self._residual_vector(user))
         elif not self.fitted and self.learned == self.pretrain_at:
             self._pretrain()
@@ -139,7 +153,7 @@ class MoSAICRecommender:
         """Coordinates = the ``items`` most-rated items so far; MoSAIC fitted on the residual vectors of
         the users with at least ``min_ratings`` rated coordinates (none fitted with fewer than 2 K)."""
         self.column = {item: c for c, (item, _) in enumerate(self.item_cnt.most_common(self.items))}
-        users = [u for u in self.history if self._rated_columns(u) >= self.min_ratings]
+        users = [u for u in self.history if self.rated_columns(u) >= self.min_ratings]
         if len(self.column) <= self.mosaic.r or len(users) < 2 * self.mosaic.K:
             self.column = {}
             return

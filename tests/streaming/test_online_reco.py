@@ -154,3 +154,24 @@ def test_returning_user_drift_is_followed_through_the_window():
     assert late_err < 0.5 * rmse(MoSAICRecommender(1, 2, items=60, pretrain_at=cut, pretrain_restarts=4, seed=0), late)
     with pytest.raises(ValueError, match="window"):
         MoSAICRecommender(window=0)
+
+
+def test_ridge_fold_in_by_hand_and_shrinks_toward_the_biases():
+    s, _ = _planted()
+    rec = MoSAICRecommender(1, 2, items=30, pretrain_at=len(s), pretrain_restarts=2, seed=0, fold_ridge=0.3)
+    predict_then_learn(s, rec)
+    user, item = 0, next(i for i in rec.column if i not in rec.history[0])
+    e = rec._residual_vector(user)
+    U = rec.mosaic.subspaces()[rec.mosaic.route(e[None])[0]]
+    obs = ~np.isnan(e)
+    A = np.vstack([U[obs], np.sqrt(0.3) * np.eye(1)])  # ridge as least squares on stacked rows
+    w = np.linalg.lstsq(A, np.r_[e[obs], 0.0], rcond=None)[0]
+    base = rec.biases.predict_one(user, item)
+    assert rec.predict_one(user, item) == pytest.approx(base + U[rec.column[item]] @ w, rel=1e-9)
+    shifts = []
+    for lam in (0.01, 0.3, 3.0, 1e6):
+        rec.fold_ridge = lam
+        shifts.append(abs(rec.predict_one(user, item) - base))
+    assert shifts == sorted(shifts, reverse=True) and shifts[-1] < 1e-4 < shifts[0]
+    with pytest.raises(ValueError, match="fold_ridge"):
+        MoSAICRecommender(fold_ridge=-1.0)

@@ -84,7 +84,7 @@ def test_predictions_come_before_learning_and_cold_users_and_new_items_get_the_b
     outside = next(i for i in range(s.n_items) if i not in rec.column)
     cold = 10**6  # a user never seen
     assert rec.predict_one(cold, 0) == ref.predict_one(cold, 0)  # cold user: the biases
-    warm = max(rec.history, key=lambda u: rec._rated_columns(u))
+    warm = max(rec.history, key=lambda u: rec.rated_columns(u))
     assert rec.predict_one(warm, outside) == ref.predict_one(warm, outside)  # an item outside the coordinates
     assert rec.predict_one(warm, next(iter(rec.column))) != ref.predict_one(warm, next(iter(rec.column)))
     before = rec.mosaic.n_samples_seen_
