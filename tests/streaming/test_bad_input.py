@@ -1,0 +1,28 @@
+"""Bad input to ``mosaic``: sizes that parse but cannot run are refused before any work."""
+
+import pytest
+
+from streaming import cli
+from streaming.cli import main
+from tests.bad_input import assert_refused
+
+
+def test_simulate_refuses_a_stream_too_large_for_memory(tmp_path):
+    out = tmp_path / "s.npz"
+    line = assert_refused(main, ["simulate", "--epochs", "1000000000000", "--out", str(out)], tmp_path, match="GiB",
+                          timeout_s=30)
+    assert "--force" in line and not out.exists()
+
+
+def test_simulate_force_lifts_the_memory_bound(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "SIMULATE_MAX_BYTES", 1000)
+    argv = ["simulate", "--n", "10", "--r", "2", "--K", "2", "--epochs", "1", "--samples-per-epoch", "20"]
+    assert_refused(main, [*argv, "--out", str(tmp_path / "a.npz")], tmp_path, match="at most", timeout_s=30)
+    assert main([*argv, "--out", str(tmp_path / "b.npz"), "--force"]) == 0 and (tmp_path / "b.npz").exists()
+
+
+@pytest.mark.parametrize("flag", ["--restarts", "--select-restarts"])
+def test_pretrain_refuses_restarts_that_would_run_for_years(tmp_path, flag):
+    argv = ["pretrain", "--input", str(tmp_path / "none.npz"), "--K", "2", "--r", "2", flag, "1000000000000",
+            "--out", str(tmp_path / "ck")]
+    assert_refused(main, argv, tmp_path, match="1000", timeout_s=30)
