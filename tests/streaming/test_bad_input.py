@@ -26,3 +26,17 @@ def test_pretrain_refuses_restarts_that_would_run_for_years(tmp_path, flag):
     argv = ["pretrain", "--input", str(tmp_path / "none.npz"), "--K", "2", "--r", "2", flag, "1000000000000",
             "--out", str(tmp_path / "ck")]
     assert_refused(main, argv, tmp_path, match="1000", timeout_s=30)
+
+
+@pytest.mark.parametrize("observed", ["partly", "fully"])
+def test_stream_refuses_an_all_zero_source(tmp_path, observed):
+    import numpy as np
+
+    assert main(["simulate", "--n", "10", "--r", "2", "--K", "2", "--epochs", "1", "--samples-per-epoch", "50",
+                 "--out", str(tmp_path / "s.npz")]) == 0
+    d = dict(np.load(tmp_path / "s.npz", allow_pickle=False))
+    for key in ("values", "source_values"):
+        d[key] = np.where(np.isnan(d[key]), np.nan, 0.0) if observed == "partly" else np.zeros_like(d[key])
+    np.savez(tmp_path / "zero.npz", **d)
+    assert_refused(main, ["stream", "--input", str(tmp_path / "zero.npz"), "--output", str(tmp_path / "o.npz"),
+                          "--K", "2", "--r", "2"], tmp_path, match="all zero", timeout_s=60)
