@@ -2,9 +2,9 @@
 ``learn_one(user, item, y, x=None)`` learns one rating, ``predict_one(user, item, x=None)`` predicts
 one before it is learned (users and items are any hashable ids; ``x``, river's optional context, is
 accepted and ignored), so they are driven the way river's reco models are (``predict_one(**x)``,
-``learn_one(**x, y=y)`` with ``x = {"user": u, "item": i}``). Neither class imports river (they are
-not river estimators, so river's own evaluation helpers, which check river's base classes, are not
-claimed); ``streaming.progressive`` runs them.
+``learn_one(**x, y=y)`` with ``x = {"user": u, "item": i}``). Neither class imports river;
+``streaming.progressive`` runs them, and ``streaming.river_reco.RiverMoSAIC`` wraps the recommender as
+a river regressor for ``river.evaluate.progressive_val_score``.
 
 * ``OnlineBiases``: damped online user + item means, ``ŷ = μ + b_u + b_i`` with ``μ`` the running
   mean rating, ``b_i = Σ (y − μ) / (d + c_i)`` over item i's ``c_i`` earlier ratings and
@@ -12,8 +12,9 @@ claimed); ``streaming.progressive`` runs them.
   values at the time of that rating), ``d = damping``.
 * ``MoSAICRecommender``: ``OnlineBiases`` plus MoSAIC on each user's residual vector
   ``e_u = y − μ − b_u − b_i`` over the ``items`` most-rated items (the coordinates, ``n = items``):
-  the routed expert completes ``e_u`` from the user's rated coordinates (fold-in) and its value at
-  item i is added to the biases; every learned rating of a coordinate streams ``e_u`` once through
+  the routed expert completes ``e_u`` from the user's rated coordinates (fold-in; optionally a ridge
+  fold-in, ``fold_ridge``, and only the user's last ``window`` ratings) and its value at item i is
+  added to the biases; every learned rating of a coordinate streams ``e_u`` once through
   MoSAIC (one expert updated per rating, so a returning user's drift is followed). The experts are
   pretrained once, after ``pretrain_at`` ratings, on the residual vectors of the users seen so far;
   before that, for items outside the coordinates and for users with fewer than ``min_ratings``
