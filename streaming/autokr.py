@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common.errors import InputError
-from common.io import write_json
+from common.errors import DataError, InputError
+from common.io import read_json, read_jsonl_resumable, write_json
 from common.report import markdown_table
 from streaming.harness import limit_threads, run_online
 from streaming.stress import (
@@ -94,10 +94,12 @@ def run_auto_kr(json_path, families=None, obs_fracs=None, seeds: int | None = No
     partial = partial_path(json_path) if json_path else None
     done: dict[tuple[str, int], dict] = {}
     if resume and partial is not None:
-        found = json.loads(Path(json_path).read_text()).get("trials", []) if Path(json_path).exists() else []
-        if partial.exists():
-            found += [json.loads(line) for line in partial.read_text().splitlines() if line.strip()]
+        found = read_json(json_path).get("trials", []) if Path(json_path).exists() else []
+        found += read_jsonl_resumable(partial, "auto-kr progress file")
         for t in found:
+            if not isinstance(t, dict) or not isinstance(t.get("cell"), str) or not isinstance(t.get("seed"), int):
+                raise DataError(f"a trial in {json_path} or {partial} has no cell and seed: {str(t)[:80]}; "
+                                "delete the file to start over")
             done[(t["cell"], t["seed"])] = {**t, "resumed": True}
     if partial is not None:
         partial.parent.mkdir(parents=True, exist_ok=True)

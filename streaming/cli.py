@@ -32,6 +32,11 @@ from common.errors import DataError, InputError
 from common.io import atomic_write, dumps_json, read_npz, write_json
 from streaming.harness import limit_threads
 
+#: ``simulate`` refuses (without ``--force``) a stream whose arrays would take more than this
+SIMULATE_MAX_BYTES = 4 * 2**30
+#: most k-subspaces restarts ``pretrain`` runs (each is a full fit of the source samples)
+MAX_RESTARTS = 1000
+
 
 def cmd_simulate(a: argparse.Namespace) -> int:
     from streaming.data import STANDARD_CONFIGS, StreamConfig, generate_stream, save_stream
@@ -43,6 +48,11 @@ def cmd_simulate(a: argparse.Namespace) -> int:
             raise InputError(f"unknown config {a.config!r}; choose from {sorted(STANDARD_CONFIGS)}")
         n, r, K = STANDARD_CONFIGS[a.config]
     props = None if not a.proportions else _proportions(a.proportions)
+    # values (float64) and mask (bool) of the stream, and as much again while they are generated
+    need = 2 * a.epochs * a.samples_per_epoch * n * 9
+    if need > SIMULATE_MAX_BYTES and not a.force:
+        raise InputError(f"--epochs {a.epochs} x --samples-per-epoch {a.samples_per_epoch} x n {n} needs about "
+                         f"{need / 2**30:,.1f} GiB (at most {SIMULATE_MAX_BYTES / 2**30:.0f} GiB without --force)")
     cfg = StreamConfig(
         n=n, r=r, K=K, obs_frac=a.obs_frac, noise_std=a.noise, proportions=props, epochs=a.epochs,
         samples_per_epoch=a.samples_per_epoch, drift=a.drift, angle_rad=a.angle, n_replace=a.n_replace,
@@ -257,17 +267,25 @@ def _write_ratings(a: argparse.Namespace) -> int:
 
 def _eval_progressive(a: argparse.Namespace) -> int:
     """``mosaic eval --protocol progressive``: every method of ``streaming.progressive.default_methods``
-    predicts each rating before learning it; tuning on the first ``--tune-frac`` of the stream."""
+    predicts each rating before learning it; tuning on the first ``--tune-frac`` of the stream. The
+    offline references of ``streaming.refit.surprise_methods`` are refit before each time slice."""
     from streaming.progressive import default_methods, evaluate_progressive, format_table
     from streaming.ratings import load_ratings
 
     stream = load_ratings(a.input)
     limit_threads()
-    methods = default_methods(seed=a.seed, items=a.items, device=resolve_device(a.device))
+    try:
+        from streaming.refit import evaluate_refit, surprise_methods
+
+        methods = default_methods(seed=a.seed, items=a.items, device=resolve_device(a.device))
+        references = surprise_methods(seed=a.seed)
+    except ImportError as exc:
+        raise InputError(f"--protocol progressive needs the bench extra (river, scikit-surprise): {exc}") from None
     try:
         result = evaluate_progressive(stream, methods, tune_frac=a.tune_frac)
     except ValueError as exc:
         raise InputError(str(exc)) from None
+    result["references"] = evaluate_refit(stream, references, tune_frac=a.tune_frac)
     result["command"] = "mosaic " + " ".join(sys.argv[1:]) if sys.argv[1:] else "mosaic eval --protocol progressive"
     result["stream"] = {"file": str(a.input), "seed": a.seed, "items": a.items}
     print(format_table(result))
@@ -336,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--source-per-class", type=nonneg_int, default=0, help="pretraining samples per class (0 = auto)")
     s.add_argument("--seed", type=seed_int, default=0)
     s.add_argument("--out", required=True, help="output .npz")
+    s.add_argument("--force", action="store_true",
+                   help=f"generate a stream over {SIMULATE_MAX_BYTES // 2**30} GiB (refused without it)")
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_simulate)
 
@@ -362,9 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--r", type=_auto_or_int, required=True, help="rank of each expert, or 'auto' (estimated)")
     s.add_argument("--k-max", type=positive_int, default=20, help="--K auto: largest K tried")
     s.add_argument("--r-max", type=positive_int, default=20, help="--r auto: largest r tried")
-    s.add_argument("--select-restarts", type=positive_int, default=3,
-                   help="--K/--r auto: k-subspaces restarts per (K, r) point")
-    s.add_argument("--restarts", type=positive_int, default=16)
+    s.add_argument("--select-restarts", type=int_in(1, MAX_RESTARTS), default=3,
+                   help=f"--K/--r auto: k-subspaces restarts per (K, r) point (at most {MAX_RESTARTS})")
+    s.add_argument("--restarts", type=int_in(1, MAX_RESTARTS), default=16,
+                   help=f"k-subspaces restarts (at most {MAX_RESTARTS})")
     s.add_argument("--n-source", type=nonneg_int, default=0, help="without source_values: pretrain on the first N samples")
     s.add_argument("--seed", type=seed_int, default=0)
     s.add_argument("--out", required=True, help="checkpoint directory")

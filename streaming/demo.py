@@ -11,9 +11,13 @@ PLOT_LABEL = "Tracking error (NRMSE on unobserved entries)"
 TABLE_LABEL = "Summary"
 
 
-def _figure(errs: dict, drifts: list[int], T: int):
-    # a bare Figure, not pyplot: concurrent requests must not share pyplot's global figure list
+def tracking_figure(errs: dict, drifts: list[int], T: int):
+    """Rolling-mean NRMSE of each method over the stream, drift points dashed (a ``Figure``)."""
+    # a bare Figure, not pyplot: concurrent requests must not share pyplot's global figure list; and
+    # plain tick labels: the log axis' default "$10^{-1}$" labels go through matplotlib's mathtext
+    # parser, one shared parser that fails under concurrent requests
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     fig = Figure(figsize=(7, 3.5))
     ax = fig.subplots()
@@ -26,6 +30,8 @@ def _figure(errs: dict, drifts: list[int], T: int):
         ax.axvline(d, color="k", ls="--", lw=0.8)
     ax.set_xlim(0, T)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("sample")
     ax.set_ylabel("NRMSE (rolling mean)")
     ax.legend(fontsize=8)
@@ -72,7 +78,7 @@ def run_demo(n: int, r: int, K: int, obs_frac: float, noise: float, drift: str, 
                         comp[j], _ = model.step(idx, stream.values[t, idx], int(stream.epoch[t]))
                 errs[name].extend(per_sample_nrmse(comp, stream.full[sl], stream.values[sl]).tolist())
             rows = [[name, float(np.sqrt(np.nanmean(np.square(e)))), float(np.nanmean(e[-chunk:]))] for name, e in errs.items()]
-            yield _figure(errs, stream.drift_points(), T), rows
+            yield tracking_figure(errs, stream.drift_points(), T), rows
 
 
 def build_tab() -> None:

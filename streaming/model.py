@@ -322,11 +322,14 @@ class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
         Runs k-subspaces with missing data (online seeding passes + restarts + batch
         refinement), then sets each expert's residual level from its assigned samples. Samples with
         at most ``r`` observed entries cannot identify a rank-``r`` subspace: a
-        ``LowObservationWarning`` when most samples are so, an ``InputError`` when all are.
+        ``LowObservationWarning`` when most samples are so, an ``InputError`` when all are (and when
+        every observed entry is zero).
         """
         X0, M = check_samples(self, X, mask, reset=True, min_samples=2)
         self._checked_config(X0.shape[1])
         check_observed(M, self.r, "source samples")
+        if not np.any(X0[M]):
+            raise InputError("the source samples are all zero: there is no subspace to learn from them")
         result, ridge = train.fit(X0, M, self.K, self.r, restarts=self.pretrain_restarts, seed=self.seed,
                                   repair_rounds=self.pretrain_repair, device=self.device)
         self._init_state(X0.shape[1])

@@ -70,7 +70,8 @@ def progressive_metrics(stream: RatingStream, pred: np.ndarray, start: int, slic
     ts = stream.timestamp[start:]
     return {
         **errors(p, y),
-        "slices": [{**errors(p[s], y[s]), "from_ts": int(ts[s[0]]), "to_ts": int(ts[s[-1]])} for s in parts if s.size],
+        "slices": [{"slice": k, **errors(p[s], y[s]), "from_ts": int(ts[s[0]]), "to_ts": int(ts[s[-1]])}
+                   for k, s in enumerate(parts) if s.size],
         "cold_users": errors(p[cold], y[cold]),
         "warm_users": errors(p[~cold], y[~cold]),
         "new_items": errors(p[new], y[new]),
@@ -107,17 +108,21 @@ def evaluate_progressive(stream: RatingStream, methods: dict[str, dict[str, Fact
 
 def default_methods(seed: int = 0, items: int = 500, device: torch.device | None = None) -> dict[str, dict[str, Factory]]:
     """The compared online methods as grids chosen on the tuning part: the damped online user + item
-    means (damping), MoSAIC on their residuals (``MoSAICRecommender``: K, r, η0) and the pretrained
+    means (damping), MoSAIC on their residuals (``MoSAICRecommender``: r, η0 and the fold-in ridge λ;
+    K = 2, the choice of a K in {2, 3} grid on the tuning part) and the pretrained
     k-GROUSE on the same residuals (the same recommender with MoSAIC's pretraining but plain routed
-    GROUSE steps of a constant size: no schedule, change detection or completion cap; K, r, η)."""
+    GROUSE steps of a constant size: no schedule, change detection or completion cap; K, r, η), and
+    river's reco models (``streaming.river_reco.river_methods``; needs the ``bench`` extra)."""
     from streaming.recommend import MoSAICRecommender, OnlineBiases
+    from streaming.river_reco import river_methods
 
     def biases(d: float) -> Factory:
         return lambda pretrain_at: OnlineBiases(d)
 
-    def mosaic(K: int, r: int, eta0: float) -> Factory:
+    def mosaic(K: int, r: int, eta0: float, lam: float) -> Factory:
         return lambda pretrain_at: MoSAICRecommender(r, K, items=items, pretrain_at=pretrain_at, seed=seed,
-                                                     eta0=eta0, eta_min=min(0.05, eta0), device=device)
+                                                     eta0=eta0, eta_min=min(0.05, eta0), fold_ridge=lam,
+                                                     device=device)
 
     def kgrouse(K: int, r: int, eta: float) -> Factory:
         return lambda pretrain_at: MoSAICRecommender(
@@ -127,14 +132,23 @@ def default_methods(seed: int = 0, items: int = 500, device: torch.device | None
     return {
         "user_item_means": {f"damping={d}": biases(d) for d in (1.0, 5.0, 25.0)},
         "kgrouse_pretrained": {f"K=2,r={r},eta={e}": kgrouse(2, r, e) for r in (1, 2) for e in (0.1, 0.5)},
-        "mosaic": {f"K={K},r={r},eta0={e}": mosaic(K, r, e) for K in (2, 3) for r in (1, 2) for e in (0.3, 1.0)},
+        "mosaic": {f"K=2,r={r},eta0={e},fold_ridge={lam}": mosaic(2, r, e, lam) for r in (1, 2) for e in (0.3, 1.0)
+                   for lam in (0.0, 0.5, 5.0)},
+        **river_methods(seed),
     }
 
 
 def format_table(result: dict) -> str:
-    """The result as a markdown table, one row per method."""
-    rows = ["| method | setting | RMSE | MAE | cold users RMSE | new items RMSE | ratings/s |", "|---|---|---|---|---|---|---|"]
-    for name, m in sorted(result["methods"].items(), key=lambda kv: kv[1]["rmse"]):
-        rows.append(f"| {name} | {m['setting']} | {m['rmse']:.4f} | {m['mae']:.4f} | {m['cold_users']['rmse']:.4f} | "
-                    f"{m['new_items']['rmse']:.4f} | {m['ratings_per_s']:,.0f} |")
+    """The result as a markdown table, one row per method (online methods, then the offline references
+    of ``result["references"]``, if any; a reference refit on fewer slices is scored on those only)."""
+    rows = ["| method | setting | RMSE | MAE | cold users RMSE | new items RMSE | last slice RMSE | ratings/s |",
+            "|---|---|---|---|---|---|---|---|"]
+    groups = [("", result["methods"]), ("offline ", result.get("references", {}))]
+    for kind, methods in groups:
+        for name, m in sorted(methods.items(), key=lambda kv: kv[1]["rmse"]):
+            where = f" ({m['refits']} last slice{'s' if m['refits'] > 1 else ''} only)" if (
+                kind and m["refits"] < result["protocol"]["slices"]) else ""
+            rows.append(f"| {kind}{name} | {m['setting']}{where} | {m['rmse']:.4f} | {m['mae']:.4f} | "
+                        f"{m['cold_users']['rmse']:.4f} | {m['new_items']['rmse']:.4f} | {m['slices'][-1]['rmse']:.4f} | "
+                        f"{m['ratings_per_s']:,.0f} |")
     return "\n".join(rows)

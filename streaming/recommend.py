@@ -2,9 +2,9 @@
 ``learn_one(user, item, y, x=None)`` learns one rating, ``predict_one(user, item, x=None)`` predicts
 one before it is learned (users and items are any hashable ids; ``x``, river's optional context, is
 accepted and ignored), so they are driven the way river's reco models are (``predict_one(**x)``,
-``learn_one(**x, y=y)`` with ``x = {"user": u, "item": i}``). Neither class imports river (they are
-not river estimators, so river's own evaluation helpers, which check river's base classes, are not
-claimed); ``streaming.progressive`` runs them.
+``learn_one(**x, y=y)`` with ``x = {"user": u, "item": i}``). Neither class imports river;
+``streaming.progressive`` runs them, and ``streaming.river_reco.RiverMoSAIC`` wraps the recommender as
+a river regressor for ``river.evaluate.progressive_val_score``.
 
 * ``OnlineBiases``: damped online user + item means, ``ŷ = μ + b_u + b_i`` with ``μ`` the running
   mean rating, ``b_i = Σ (y − μ) / (d + c_i)`` over item i's ``c_i`` earlier ratings and
@@ -12,8 +12,9 @@ claimed); ``streaming.progressive`` runs them.
   values at the time of that rating), ``d = damping``.
 * ``MoSAICRecommender``: ``OnlineBiases`` plus MoSAIC on each user's residual vector
   ``e_u = y − μ − b_u − b_i`` over the ``items`` most-rated items (the coordinates, ``n = items``):
-  the routed expert completes ``e_u`` from the user's rated coordinates (fold-in) and its value at
-  item i is added to the biases; every learned rating of a coordinate streams ``e_u`` once through
+  the routed expert completes ``e_u`` from the user's rated coordinates (fold-in; optionally a ridge
+  fold-in, ``fold_ridge``, and only the user's last ``window`` ratings) and its value at item i is
+  added to the biases; every learned rating of a coordinate streams ``e_u`` once through
   MoSAIC (one expert updated per rating, so a returning user's drift is followed). The experts are
   pretrained once, after ``pretrain_at`` ratings, on the residual vectors of the users seen so far;
   before that, for items outside the coordinates and for users with fewer than ``min_ratings``
@@ -80,11 +81,23 @@ class MoSAICRecommender:
         min_ratings: rated coordinates a user needs before MoSAIC completes their vector.
         pretrain_at: pretrain the experts once this many ratings have been learned (0: never, the
             biases alone).
+        fold_ridge: ``λ`` of a ridge fold-in: the routed expert's coefficients are
+            ``w = (U_Ωᵀ U_Ω + λ I)⁻¹ U_Ωᵀ e_Ω`` over the user's rated coordinates ``Ω``, so the
+            completion shrinks toward the biases when the rated items carry little of the expert
+            (few ratings); 0: MoSAIC's own completion (``MoSAIC.transform``).
+        window: the fold-in uses each user's last ``window`` ratings only (None: all of them), so that
+            a returning user whose taste drifted is completed from the new ratings.
         device: where MoSAIC's routing runs (``MoSAIC.to``).
     """
 
     def __init__(self, r: int = 1, K: int = 2, *, items: int = 500, damping: float = 5.0, min_ratings: int = 5,
-                 pretrain_at: int = 0, seed: int = 0, device: torch.device | None = None, **mosaic) -> None:
+                 pretrain_at: int = 0, fold_ridge: float = 0.0, window: int | None = None, seed: int = 0, device: torch.device | None = None,
+                 **mosaic) -> None:
+        if window is not None and window < 1:
+            raise ValueError(f"window must be >= 1 or None, got {window}")
+        if not fold_ridge >= 0:
+            raise ValueError(f"fold_ridge must be >= 0, got {fold_ridge}")
+        self.window, self.fold_ridge = window, float(fold_ridge)
         self.biases = OnlineBiases(damping)
         self.items, self.min_ratings, self.pretrain_at = items, min_ratings, pretrain_at
         self.mosaic = MoSAIC(r, K, seed=seed, **mosaic).to(device)
@@ -105,22 +118,34 @@ class MoSAICRecommender:
                 x[col] = y - mu - b_u - b.item_bias(item)
         return x
 
-    def _rated_columns(self, user: Hashable) -> int:
+    def rated_columns(self, user: Hashable) -> int:
+        """How many of the coordinates the user has rated (in the window)."""
         return sum(item in self.column for item in self.history.get(user, ()))
 
     def predict_one(self, user: Hashable, item: Hashable, x: dict | None = None) -> float:
         base = self.biases.predict_one(user, item)
         col = self.column.get(item)
-        if not self.fitted or col is None or self._rated_columns(user) < self.min_ratings:
+        if not self.fitted or col is None or self.rated_columns(user) < self.min_ratings:
             return base
-        return base + float(self.mosaic.transform(self._residual_vector(user)[None])[0, col])
+        e = self._residual_vector(user)
+        if not self.fold_ridge:
+            return base + float(self.mosaic.transform(e[None])[0, col])
+        U = self.mosaic.bank_.bases[self.mosaic.route(e[None])[0]]  # (n, r), the routed expert
+        rated = ~np.isnan(e)
+        Uo = U[rated]
+        w = np.linalg.solve(Uo.T @ Uo + self.fold_ridge * np.eye(U.shape[1]), Uo.T @ e[rated])
+        return base + float(U[col] @ w)
 
     def learn_one(self, user: Hashable, item: Hashable, y: float, x: dict | None = None) -> None:
         self.biases.learn_one(user, item, y)
-        self.history[user][item] = float(y)
+        seen = self.history[user]
+        seen.pop(item, None)  # a re-rated item moves to the newest end
+        seen[item] = float(y)
+        if self.window is not None and len(seen) > self.window:
+            del seen[next(iter(seen))]
         self.item_cnt[item] += 1
         self.learned += 1
-        if self.fitted and item in self.column and self._rated_columns(user) >= self.min_ratings:
+        if self.fitted and item in self.column and self.rated_columns(user) >= self.min_ratings:
             self.mosaic.partial_fit(self._residual_vector(user))
         elif not self.fitted and self.learned == self.pretrain_at:
             self._pretrain()
@@ -129,7 +154,7 @@ class MoSAICRecommender:
         """Coordinates = the ``items`` most-rated items so far; MoSAIC fitted on the residual vectors of
         the users with at least ``min_ratings`` rated coordinates (none fitted with fewer than 2 K)."""
         self.column = {item: c for c, (item, _) in enumerate(self.item_cnt.most_common(self.items))}
-        users = [u for u in self.history if self._rated_columns(u) >= self.min_ratings]
+        users = [u for u in self.history if self.rated_columns(u) >= self.min_ratings]
         if len(self.column) <= self.mosaic.r or len(users) < 2 * self.mosaic.K:
             self.column = {}
             return

@@ -84,7 +84,7 @@ def test_predictions_come_before_learning_and_cold_users_and_new_items_get_the_b
     outside = next(i for i in range(s.n_items) if i not in rec.column)
     cold = 10**6  # a user never seen
     assert rec.predict_one(cold, 0) == ref.predict_one(cold, 0)  # cold user: the biases
-    warm = max(rec.history, key=lambda u: rec._rated_columns(u))
+    warm = max(rec.history, key=lambda u: rec.rated_columns(u))
     assert rec.predict_one(warm, outside) == ref.predict_one(warm, outside)  # an item outside the coordinates
     assert rec.predict_one(warm, next(iter(rec.column))) != ref.predict_one(warm, next(iter(rec.column)))
     before = rec.mosaic.n_samples_seen_
@@ -168,7 +168,9 @@ def test_cli_data_csv_and_progressive_eval(tmp_path):
     assert main(["data", "csv", "--csv", str(csv), "--out", str(npz)]) == 0
     assert main(["eval", "--input", str(npz), "--protocol", "progressive", "--items", "10", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert set(result["methods"]) == {"user_item_means", "kgrouse_pretrained", "mosaic"}
+    assert set(result["methods"]) == {"user_item_means", "kgrouse_pretrained", "mosaic", "river_baseline",
+                                     "river_biased_mf", "river_funk_mf"}
+    assert set(result["references"]) == {"surprise_svd_refit", "surprise_svdpp_refit"}
     assert result["protocol"]["tuning_events"] == int(0.2 * len(s))
     assert main(["data", "csv", "--out", str(tmp_path / "x.npz")]) == 2  # no --csv
     assert main(["eval", "--input", str(npz), "--compare", "--protocol", "progressive"]) == 2
