@@ -19,7 +19,7 @@ serve: setup
 bench: setup
 	@.venv/bin/python benchmarks/moe_dispatch.py --out results/bench
 
-device-check: setup  # on a GPU machine: docs/results/device/<gpu>.json and its PNGs (at most 8 minutes)
+device-check: setup  # on a GPU machine: docs/results/device/<gpu>.json and its PNGs (at most 8 minutes); scripts/device_wheels.sh for a machine without network
 	@HF_HUB_OFFLINE=1 MPLBACKEND=Agg .venv/bin/python scripts/device_check.py --device $${DEVICE:-cuda}
 
 lint: setup

