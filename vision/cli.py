@@ -32,6 +32,7 @@ from common.cli import (  # noqa: E402
 )
 from common.device import add_device_arg, add_precision_arg, check_precision, resolve_device  # noqa: E402
 from common.errors import InputError  # noqa: E402
+from vision.limits import MAX_IMAGES, MAX_SAMPLES, MAX_THREADS, check_max, check_sampling, check_training  # noqa: E402
 
 SUITES = ("quick", "full", "scaling", "sizes")
 # options that only some suites read (any other suite refuses them)
@@ -54,10 +55,14 @@ def cmd_train(a) -> int:
     from vision.train import TrainConfig, fit
 
     out = Path(a.out or f"runs/{a.model}")
+    channels = a.channels or (1 if a.data in FASHION_MNIST_NAMES else 3)
+    check_training(steps=a.steps, batch_size=a.batch_size, size=a.size, channels=channels, limit=a.limit,
+                   force=a.force)
+    if a.patch_size and a.patch_size > a.size:
+        raise InputError(f"--patch-size {a.patch_size} is larger than the image (--size {a.size})")
     check_precision(a.precision, resolve_device(a.device))
     check_outputs(dirs=[out], inputs=[_data_input(a.data)], overwrite=a.overwrite)
     torch.set_num_threads(a.threads)
-    channels = a.channels or (1 if a.data in FASHION_MNIST_NAMES else 3)
     images = load_dataset(a.data, a.size, channels, limit=a.limit, seed=a.seed)
     torch.manual_seed(a.seed)
     patch = {"patch_size": a.patch_size} if a.patch_size else {}
@@ -88,9 +93,15 @@ def cmd_sample(a) -> int:
     from vision.sampling import MoHPipeline, checkpoint_dir, load_sampler, save_grid
 
     path = Path(a.out or "grid.png")
+    _check_counts(a)
     check_outputs(files=[path], inputs=[a.ckpt], overwrite=a.overwrite)
     ckpt = checkpoint_dir(a.ckpt)
-    model = load_backbone(ckpt).to(resolve_device(a.device))
+    model = load_backbone(ckpt)
+    check_sampling(n=a.n, steps=a.steps, channels=model.config.in_channels, size=model.config.sample_size,
+                   force=a.force)
+    device = resolve_device(a.device)
+    model = model.to(device)
+    print(f"sampling {a.n} images in {a.steps} {a.sampler} steps on {device}", file=sys.stderr, flush=True)
     out = MoHPipeline(model, load_sampler(ckpt, a.sampler))(
         batch_size=a.n, num_inference_steps=a.steps, generator=torch.Generator().manual_seed(a.seed))
     save_grid(out.images, path)
@@ -116,6 +127,7 @@ def cmd_eval(a) -> int:
     from vision.models import load_backbone
     from vision.sampling import MoHPipeline, checkpoint_data, checkpoint_dir, load_sampler
 
+    _check_counts(a)
     ckpt = checkpoint_dir(a.ckpt)
     trained_on = checkpoint_data(ckpt)
     source = a.data or (trained_on or {}).get("source", "fashion-mnist")
@@ -124,6 +136,8 @@ def cmd_eval(a) -> int:
                   overwrite=a.overwrite)
     model = load_backbone(ckpt)
     cfg = model.config
+    check_sampling(n=a.n, steps=a.steps, channels=cfg.in_channels, size=cfg.sample_size, force=a.force)
+    check_max("--n-real", a.n_real, MAX_IMAGES, "the reference images are held in memory", a.force)
     weights = inception_weights_path(a.inception_weights)
     real = load_dataset(source, cfg.sample_size, cfg.in_channels, limit=a.n_real, split="test", seed=split_seed)
     out = MoHPipeline(model.to(resolve_device(a.device)), load_sampler(ckpt, "ddim"))(
@@ -143,7 +157,14 @@ def cmd_eval(a) -> int:
     return 0
 
 
+def _check_counts(a) -> None:
+    """The bounds that need no checkpoint, checked before anything is read."""
+    check_sampling(n=a.n, steps=a.steps, channels=1, size=1, force=a.force)
+
+
 def cmd_bench(a) -> int:
+    check_training(steps=a.steps, batch_size=a.batch_size, size=32, channels=3, limit=None, force=a.force)
+    check_max("--n-samples", a.n_samples, MAX_SAMPLES, "the bench's samples are one batch", a.force)
     check_precision(a.precision, resolve_device(a.device))
     for option, suites in SUITE_OPTIONS.items():
         if getattr(a, option) not in (None, False) and a.suite not in suites:
@@ -211,6 +232,12 @@ def _bench_sizes(a, json_path: Path | None) -> int:
     return 0
 
 
+def add_force_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--force", action="store_true",
+                        help="allow counts and sizes over their documented maxima (vision/limits.py); "
+                             "the memory check still applies")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from vision.models import MODEL_NAMES, MODEL_SIZES
 
@@ -219,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a backbone")
     add_common_args(t)
     add_device_arg(t)
+    add_force_arg(t)
     add_precision_arg(t)
     t.add_argument("--model", choices=MODEL_NAMES, default="moh")
     t.add_argument("--model-size", choices=tuple(MODEL_SIZES), default="XS",
@@ -235,11 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=positive_float, default=2e-3)
     t.add_argument("--limit", type=positive_int, default=20000, help="training images used")
     t.add_argument("--checkpoint-every", type=nonneg_int, default=100)
-    t.add_argument("--threads", type=positive_int, default=1)
+    t.add_argument("--threads", type=int_in(1, MAX_THREADS), default=1)
     t.set_defaults(fn=cmd_train)
     s = sub.add_parser("sample", help="sample a grid of images")
     add_common_args(s, out_default="grid.png")
     add_device_arg(s)
+    add_force_arg(s)
     s.add_argument("--ckpt", required=True)
     s.add_argument("--n", type=positive_int, default=64)
     s.add_argument("--steps", type=positive_int, default=25)
@@ -249,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(Inception FID with local weights)")
     add_common_args(e)
     add_device_arg(e)
+    add_force_arg(e)
     e.add_argument("--ckpt", required=True)
     e.add_argument("--data", default=None,
                    help="real images to compare with: default the checkpoint's training data (its test split)")
@@ -261,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark suites: quick / full same-budget table, scaling trend, model sizes")
     add_common_args(b)
     add_device_arg(b)
+    add_force_arg(b)
     add_precision_arg(b)
     b.add_argument("--suite", choices=SUITES, default="full",
                    help="quick: 120 steps, MoH / plain Mamba / DiT (minutes); full: 500 steps, all four models; "
