@@ -67,6 +67,8 @@ def cmd_train(a) -> int:
     torch.manual_seed(a.seed)
     patch = {"patch_size": a.patch_size} if a.patch_size else {}
     model = build_backbone(a.model, a.model_size, sample_size=a.size, in_channels=channels, **patch)
+    print(f"training {a.model} ({a.model_size}) on {len(images)} images for {a.steps} steps on "
+          f"{resolve_device(a.device)}", file=sys.stderr, flush=True)
     res = fit(model, images, TrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
                                          checkpoint_every=a.checkpoint_every), out_dir=out,
               progress=sys.stdout.isatty(), data=data_spec(a.data, a.size, channels, a.seed), device=a.device,

@@ -25,10 +25,15 @@ BIG = "1000000000000"
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> Path:
-    """A tiny MoH checkpoint (16x16 grayscale) with a valid train_state.json."""
+    """A tiny MoH checkpoint (16x16 grayscale) with a valid train_state.json; its weights are
+    perturbed off the zero-initialised output so that samples depend on the seed."""
     d = tmp_path_factory.mktemp("ck") / "ck"
     torch.manual_seed(0)
-    save_checkpoint(tiny_moh(), d)
+    model = tiny_moh()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    save_checkpoint(model, d)
     (d / STATE).write_text(json.dumps({"step": 1, "data": {"source": "fashion-mnist", "size": 16, "channels": 1,
                                                            "seed": 0}}))
     return d
@@ -223,7 +228,7 @@ def test_training_stops_on_signal_with_a_whole_checkpoint(tmp_path, sig):
         Image.fromarray(np.full((16, 16), 60 * i, dtype=np.uint8)).save(fm / f"{i}.png")
     argv = ["-m", "vision.cli", "train", "--data", str(fm), "--channels", "1", "--size", "16", "--steps", "100000",
             "--checkpoint-every", "1", "--batch-size", "4", "--out", str(tmp_path / "run")]
-    text = assert_stops_on_signal(argv, tmp_path, sig, ready="GPU available", within_s=20)
+    text = assert_stops_on_signal(argv, tmp_path, sig, ready="training moh", within_s=20)
     if sig == signal.SIGINT:
         assert "interrupted" in text
     assert not list((tmp_path / "run").glob(f".{CHECKPOINT}.*"))
@@ -293,7 +298,7 @@ def test_tab_serves_eight_concurrent_requests(tab_ckpt):
     from vision.demo import run_sample
 
     seeds = list(range(8))
-    serial = {s: run_sample(str(tab_ckpt), 4, 3, s) for s in (0, 5)}
+    serial = {s: run_sample(str(tab_ckpt), 4, 3, s) for s in seeds}
     results: dict[int, object] = {}
     barrier = threading.Barrier(len(seeds))
 
@@ -312,6 +317,6 @@ def test_tab_serves_eight_concurrent_requests(tab_ckpt):
         assert not isinstance(result, str), result
         grid, frames, rows, fig = result
         assert isinstance(fig, Figure) and len(frames) == len(rows) == 3
-        if seed in serial:
-            np.testing.assert_array_equal(grid, serial[seed][0])
+        np.testing.assert_array_equal(grid, serial[seed][0])
+        assert rows == serial[seed][2]
     assert not np.array_equal(results[0][0], results[5][0])
