@@ -121,6 +121,7 @@ def cmd_eval(a) -> int:
     from vision.data import FASHION_MNIST_NAMES, SWEETHOME3D, load_dataset
     from vision.evaluate import (
         classifier_metrics,
+        feature_encoder,
         feature_metrics,
         inception_fid,
         inception_weights_path,
@@ -147,7 +148,8 @@ def cmd_eval(a) -> int:
     fake = to_model_range(out.images)
     metrics = {"data": source, "n_real": int(real.shape[0]), "n_samples": a.n, "sampling_steps": a.steps,
                "sample_s_per_image": out.time_s / a.n}
-    metrics.update(feature_metrics(real, fake))
+    # the encoder follows --device (features computed where the samples were)
+    metrics.update(feature_metrics(real, fake, feature_encoder().to(resolve_device(a.device))))
     if cfg.in_channels == 1 and cfg.sample_size == 32 and source in FASHION_MNIST_NAMES:
         metrics.update(classifier_metrics(real, fake, get_classifier()[0]))
     if weights is not None:
