@@ -25,8 +25,11 @@ DATASETS = ("fashion-mnist", "sweethome3d")
 def default_checkpoint(dataset: str = "fashion-mnist") -> str:
     """The demo model of ``dataset``: ``$MOH_DEMO_CKPT`` for Fashion-MNIST if set, else the model
     that ``make demo`` (``vision.quick``) leaves in the cache (``demo_model`` /
-    ``demo_model_sweethome3d``)."""
+    ``demo_model_sweethome3d``). ``dataset`` is a name of ``DATASETS`` (InputError otherwise)."""
     from vision.quick import demo_model_dir
+
+    if dataset not in DATASETS:
+        raise InputError(f"dataset must be one of {', '.join(DATASETS)}, got {str(dataset)[:40]!r}")
 
     if dataset == "fashion-mnist" and os.environ.get(CKPT_ENV):
         return os.environ[CKPT_ENV]
@@ -155,7 +158,13 @@ def build_tab() -> None:
             return None
         return _squeeze(frames[int(min(max(k, 1), len(frames))) - 1])
 
-    dataset.change(default_checkpoint, dataset, ckpt)
+    def on_dataset(name):
+        try:
+            return default_checkpoint(name)
+        except InputError:
+            return gr.update()  # a name outside the dropdown (an API call) leaves the path as it is
+
+    dataset.change(on_dataset, dataset, ckpt)
     run.click(on_sample, [ckpt, n, steps, seed], [final, frames_state, trace, plot, status, step]).then(
         on_step, [frames_state, step], frame)
     step.change(on_step, [frames_state, step], frame)

@@ -320,3 +320,12 @@ def test_tab_serves_eight_concurrent_requests(tab_ckpt):
         np.testing.assert_array_equal(grid, serial[seed][0])
         assert rows == serial[seed][2]
     assert not np.array_equal(results[0][0], results[5][0])
+
+
+@pytest.mark.parametrize("name", ["../../../x", "/etc", "fashion-mnist/../../x", ""])
+def test_tab_dataset_is_a_name_never_a_path(name):
+    from common.errors import InputError
+    from vision.demo import default_checkpoint
+
+    with pytest.raises(InputError, match="dataset must be one of"):
+        default_checkpoint(name)
