@@ -131,6 +131,7 @@ def cmd_eval(a) -> int:
     from vision.sampling import MoHPipeline, checkpoint_data, checkpoint_dir, load_sampler
 
     _check_counts(a)
+    check_max("--n-real", a.n_real, MAX_IMAGES, "the reference images are held in memory", a.force)
     ckpt = checkpoint_dir(a.ckpt)
     trained_on = checkpoint_data(ckpt)
     source = a.data or (trained_on or {}).get("source", "fashion-mnist")
@@ -140,7 +141,6 @@ def cmd_eval(a) -> int:
     model = load_backbone(ckpt)
     cfg = model.config
     check_sampling(n=a.n, steps=a.steps, channels=cfg.in_channels, size=cfg.sample_size, force=a.force)
-    check_max("--n-real", a.n_real, MAX_IMAGES, "the reference images are held in memory", a.force)
     weights = inception_weights_path(a.inception_weights)
     real = load_dataset(source, cfg.sample_size, cfg.in_channels, limit=a.n_real, split="test", seed=split_seed)
     out = MoHPipeline(model.to(resolve_device(a.device)), load_sampler(ckpt, "ddim"))(
@@ -236,7 +236,7 @@ def _bench_sizes(a, json_path: Path | None) -> int:
     return 0
 
 
-def add_force_arg(parser: argparse.ArgumentParser) -> None:
+def _add_force_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="allow counts and sizes over their documented maxima (vision/limits.py); "
                              "the memory check still applies")
@@ -250,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a backbone")
     add_common_args(t)
     add_device_arg(t)
-    add_force_arg(t)
+    _add_force_arg(t)
     add_precision_arg(t)
     t.add_argument("--model", choices=MODEL_NAMES, default="moh")
     t.add_argument("--model-size", choices=tuple(MODEL_SIZES), default="XS",
@@ -262,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--channels", type=int_in(1, 4), default=None,
                    help="1 (grayscale) or 3 (RGB); default 1 for Fashion-MNIST, 3 otherwise")
     t.add_argument("--patch-size", type=positive_int, default=None, help="default: the model size's")
-    t.add_argument("--steps", type=positive_int, default=300)
+    t.add_argument("--steps", type=positive_int, default=300, help="at most 200000 without --force")
     t.add_argument("--batch-size", type=positive_int, default=32)
     t.add_argument("--lr", type=positive_float, default=2e-3)
     t.add_argument("--limit", type=positive_int, default=20000, help="training images used")
@@ -272,17 +272,17 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sample", help="sample a grid of images")
     add_common_args(s, out_default="grid.png")
     add_device_arg(s)
-    add_force_arg(s)
+    _add_force_arg(s)
     s.add_argument("--ckpt", required=True)
-    s.add_argument("--n", type=positive_int, default=64)
-    s.add_argument("--steps", type=positive_int, default=25)
+    s.add_argument("--n", type=positive_int, default=64, help="samples, one batch (at most 4096 without --force)")
+    s.add_argument("--steps", type=positive_int, default=25, help="denoising steps (at most 1000)")
     s.add_argument("--sampler", choices=("ddim", "ddpm"), default="ddim")
     s.set_defaults(fn=cmd_sample)
     e = sub.add_parser("eval", help="EfficientNet-Lite0 FID, FMNIST-classifier FID / precision / recall "
                                     "(Inception FID with local weights)")
     add_common_args(e)
     add_device_arg(e)
-    add_force_arg(e)
+    _add_force_arg(e)
     e.add_argument("--ckpt", required=True)
     e.add_argument("--data", default=None,
                    help="real images to compare with: default the checkpoint's training data (its test split)")
@@ -295,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark suites: quick / full same-budget table, scaling trend, model sizes")
     add_common_args(b)
     add_device_arg(b)
-    add_force_arg(b)
+    _add_force_arg(b)
     add_precision_arg(b)
     b.add_argument("--suite", choices=SUITES, default="full",
                    help="quick: 120 steps, MoH / plain Mamba / DiT (minutes); full: 500 steps, all four models; "
