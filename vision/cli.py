@@ -229,7 +229,10 @@ def _bench_sizes(a, json_path: Path | None) -> int:
     check_outputs(files=[json_path] if json_path else (), overwrite=a.overwrite)
     overrides = {k: tuple(v) for k, v in (("sizes", a.sizes), ("models", a.models)) if v}
     overrides.update({k: v for k, v in (("steps", a.steps), ("batch_size", a.batch_size)) if v})
-    result = run_sizes(SizesConfig(**overrides), device=a.device, precision=a.precision)
+    cfg = SizesConfig(**overrides)
+    print(f"measuring sizes {' '.join(cfg.sizes)} of {' '.join(cfg.models)}, each in a fresh process",
+          file=sys.stderr, flush=True)
+    result = run_sizes(cfg, device=a.device, precision=a.precision)
     if json_path is not None:
         write_json(json_path, result)
         print(f"wrote {json_path}")

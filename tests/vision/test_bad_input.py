@@ -244,6 +244,36 @@ def test_sampling_stops_on_sigint(tmp_path, ckpt):
     assert not (tmp_path / "grid.png").exists()
 
 
+def test_sizes_bench_stops_on_sigterm_without_waiting_for_its_worker(tmp_path):
+    """SIGTERM while the fresh worker process times 100,000 steps: the worker is ended, not waited for."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.bad_input import ROOT, stray_temps
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "vision.cli", "bench", "--suite", "sizes", "--sizes", "XS",
+                             "--steps", "100000"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()  # bounded: the process prints it within its start-up
+        assert "measuring sizes" in line, line
+        time.sleep(20)  # the worker is spawned and inside its timed steps
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()
+    assert code == 143, (code, err[-2000:])
+    assert "Traceback" not in err, err[-2000:]
+    assert not stray_temps(tmp_path)
+
+
 def test_checkpoint_write_defers_a_signal_until_complete(tmp_path, monkeypatch):
     """SIGINT raised in the middle of the checkpoint write: the write completes, then the
     interrupt arrives; no temporary directory is left."""
