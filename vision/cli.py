@@ -125,6 +125,7 @@ def cmd_eval(a) -> int:
         feature_metrics,
         inception_fid,
         inception_weights_path,
+        load_inception,
         to_model_range,
     )
     from vision.models import load_backbone
@@ -142,6 +143,7 @@ def cmd_eval(a) -> int:
     cfg = model.config
     check_sampling(n=a.n, steps=a.steps, channels=cfg.in_channels, size=cfg.sample_size, force=a.force)
     weights = inception_weights_path(a.inception_weights)
+    detector = load_inception(weights) if weights is not None else None  # a bad file fails before sampling
     real = load_dataset(source, cfg.sample_size, cfg.in_channels, limit=a.n_real, split="test", seed=split_seed)
     out = MoHPipeline(model.to(resolve_device(a.device)), load_sampler(ckpt, "ddim"))(
         batch_size=a.n, num_inference_steps=a.steps, generator=torch.Generator().manual_seed(a.seed))
@@ -152,8 +154,8 @@ def cmd_eval(a) -> int:
     metrics.update(feature_metrics(real, fake, feature_encoder().to(resolve_device(a.device))))
     if cfg.in_channels == 1 and cfg.sample_size == 32 and source in FASHION_MNIST_NAMES:
         metrics.update(classifier_metrics(real, fake, get_classifier()[0]))
-    if weights is not None:
-        metrics["inception_fid"] = inception_fid(real, fake, weights)
+    if detector is not None:
+        metrics["inception_fid"] = inception_fid(real, fake, detector)
     for k, v in metrics.items():
         print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
     if a.out:

@@ -178,6 +178,13 @@ def test_non_utf8_train_state_is_refused(tmp_path, ckpt):
     assert_refused(moh_main, ["eval", "--ckpt", str(ck)], tmp_path, match=STATE)
 
 
+def test_bad_inception_weights_fail_before_sampling(tmp_path, ckpt):
+    bad = tmp_path / "inception.pt"
+    bad.write_bytes(b"not torchscript")
+    assert_refused(moh_main, ["eval", "--ckpt", str(ckpt), "--n", "4096", "--steps", "1000", "--inception-weights",
+                              str(bad)], tmp_path, match="cannot load Inception TorchScript", timeout_s=30)
+
+
 def _scaling_record(**row) -> dict:
     from vision.scaling import ScalingConfig, scaling_signature
 
