@@ -104,7 +104,8 @@ class EfficientNetLite0Encoder(nn.Module):
     ``token_block``: MBConv block (0-15) whose output is the token grid. ``trainable_blocks``: how
     many of the last MBConv blocks (plus the head convolution when > 0) fine-tune; 0 = frozen.
     ``cache``: directory holding the ``efficientnet-lite0/`` feature folders (None: no cache); the
-    cache is used only while the encoder is frozen. The model loads on construction (offline)."""
+    cache is used only while the encoder is frozen. The model loads on construction (offline), on
+    the CPU; ``encoder.to(device)`` runs it elsewhere (features come back as NumPy arrays)."""
 
     dim = POOLED_DIM
     model_tag = MODEL_TAG
@@ -157,12 +158,13 @@ class EfficientNetLite0Encoder(nn.Module):
 
     def preprocess(self, images: np.ndarray | Tensor) -> Tensor:
         """Any accepted image batch (see ``to_uint8_hwc``) -> ``(n, 3, r, r)`` float32, ImageNet
-        normalised, ``r = resolution``."""
+        normalised, ``r = resolution``, on the encoder's device (resized on the CPU, so that the
+        inputs are the same on every device)."""
         x = torch.from_numpy(to_uint8_hwc(images)).permute(0, 3, 1, 2).float() / 255.0
         if x.shape[-2:] != (self.resolution, self.resolution):
             x = F.interpolate(x, size=(self.resolution, self.resolution), mode="bilinear",
                               align_corners=False, antialias=True)
-        return (x - self.mean) / self.std
+        return (x.to(self.mean.device) - self.mean) / self.std
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Preprocessed ``x (b, 3, r, r)`` -> ``(pooled (b, 1280), tokens (b, h*w, c))``; gradients
@@ -178,8 +180,8 @@ class EfficientNetLite0Encoder(nn.Module):
         pooled, tokens = [], []
         for i in range(0, len(images_uint8), self.batch_size):
             p, t = self(self.preprocess(images_uint8[i:i + self.batch_size]))
-            pooled.append(p.numpy())
-            tokens.append(t.numpy())
+            pooled.append(p.detach().cpu().numpy())
+            tokens.append(t.detach().cpu().numpy())
         return np.concatenate(pooled).astype(np.float32), np.concatenate(tokens).astype(np.float32)
 
     def _features(self, images: np.ndarray | Tensor, which: str, use_cache: bool) -> np.ndarray:

@@ -294,10 +294,9 @@ def _time_in_fresh_process(kwargs: dict, threads: int) -> dict:
 def run_sizes(cfg: SizesConfig | None = None, device: str = "auto", precision: str = "32", log=None) -> dict:
     """The size table: :func:`describe_size` of every size of ``cfg`` and one
     :func:`time_train_step` per size and timed backbone, each in a fresh process (so that the
-    CPU's peak resident memory is that row's). Returns ``{"config", "device", "precision",
-    "sizes", "rows"}``."""
+    CPU's peak resident memory is that row's; an interruption ends that process at once). Returns
+    ``{"config", "device", "precision", "sizes", "rows"}``."""
     import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
 
     from common.device import describe
 
@@ -313,8 +312,10 @@ def run_sizes(cfg: SizesConfig | None = None, device: str = "auto", precision: s
                           steps=cfg.steps if train_step else 1, image_size=cfg.image_size,
                           batch_size=cfg.batch_size if train_step else cfg.forward_batch_size,
                           forward_only=not train_step)
-            with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
-                row = pool.submit(_time_in_fresh_process, kwargs, cfg.threads).result()
+            # a Pool, not a ProcessPoolExecutor: leaving the block terminates the worker, so Ctrl-C or
+            # SIGTERM does not wait for a long timed step to finish
+            with mp.get_context("spawn").Pool(1) as pool:
+                row = pool.apply_async(_time_in_fresh_process, (kwargs, cfg.threads)).get()
             rows.append(row)
             log(f"[{size}] {name}: {row['params']:,} params, {row['tokens']} tokens, "
                 f"{'forward' if row['forward_only'] else 'train step'} {row['ms_per_step']:.0f} ms "

@@ -32,6 +32,7 @@ from common.cli import (  # noqa: E402
 )
 from common.device import add_device_arg, add_precision_arg, check_precision, resolve_device  # noqa: E402
 from common.errors import InputError  # noqa: E402
+from vision.limits import MAX_IMAGES, MAX_SAMPLES, MAX_THREADS, check_max, check_sampling, check_training  # noqa: E402
 
 SUITES = ("quick", "full", "scaling", "sizes")
 # options that only some suites read (any other suite refuses them)
@@ -54,14 +55,20 @@ def cmd_train(a) -> int:
     from vision.train import TrainConfig, fit
 
     out = Path(a.out or f"runs/{a.model}")
+    channels = a.channels or (1 if a.data in FASHION_MNIST_NAMES else 3)
+    check_training(steps=a.steps, batch_size=a.batch_size, size=a.size, channels=channels, limit=a.limit,
+                   force=a.force)
+    if a.patch_size and a.patch_size > a.size:
+        raise InputError(f"--patch-size {a.patch_size} is larger than the image (--size {a.size})")
     check_precision(a.precision, resolve_device(a.device))
     check_outputs(dirs=[out], inputs=[_data_input(a.data)], overwrite=a.overwrite)
     torch.set_num_threads(a.threads)
-    channels = a.channels or (1 if a.data in FASHION_MNIST_NAMES else 3)
     images = load_dataset(a.data, a.size, channels, limit=a.limit, seed=a.seed)
     torch.manual_seed(a.seed)
     patch = {"patch_size": a.patch_size} if a.patch_size else {}
     model = build_backbone(a.model, a.model_size, sample_size=a.size, in_channels=channels, **patch)
+    print(f"training {a.model} ({a.model_size}) on {len(images)} images for {a.steps} steps on "
+          f"{resolve_device(a.device)}", file=sys.stderr, flush=True)
     res = fit(model, images, TrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
                                          checkpoint_every=a.checkpoint_every), out_dir=out,
               progress=sys.stdout.isatty(), data=data_spec(a.data, a.size, channels, a.seed), device=a.device,
@@ -88,9 +95,15 @@ def cmd_sample(a) -> int:
     from vision.sampling import MoHPipeline, checkpoint_dir, load_sampler, save_grid
 
     path = Path(a.out or "grid.png")
+    _check_counts(a)
     check_outputs(files=[path], inputs=[a.ckpt], overwrite=a.overwrite)
     ckpt = checkpoint_dir(a.ckpt)
-    model = load_backbone(ckpt).to(resolve_device(a.device))
+    model = load_backbone(ckpt)
+    check_sampling(n=a.n, steps=a.steps, channels=model.config.in_channels, size=model.config.sample_size,
+                   force=a.force)
+    device = resolve_device(a.device)
+    model = model.to(device)
+    print(f"sampling {a.n} images in {a.steps} {a.sampler} steps on {device}", file=sys.stderr, flush=True)
     out = MoHPipeline(model, load_sampler(ckpt, a.sampler))(
         batch_size=a.n, num_inference_steps=a.steps, generator=torch.Generator().manual_seed(a.seed))
     save_grid(out.images, path)
@@ -108,14 +121,18 @@ def cmd_eval(a) -> int:
     from vision.data import FASHION_MNIST_NAMES, SWEETHOME3D, load_dataset
     from vision.evaluate import (
         classifier_metrics,
+        feature_encoder,
         feature_metrics,
         inception_fid,
         inception_weights_path,
+        load_inception,
         to_model_range,
     )
     from vision.models import load_backbone
     from vision.sampling import MoHPipeline, checkpoint_data, checkpoint_dir, load_sampler
 
+    _check_counts(a)
+    check_max("--n-real", a.n_real, MAX_IMAGES, "the reference images are held in memory", a.force)
     ckpt = checkpoint_dir(a.ckpt)
     trained_on = checkpoint_data(ckpt)
     source = a.data or (trained_on or {}).get("source", "fashion-mnist")
@@ -124,18 +141,21 @@ def cmd_eval(a) -> int:
                   overwrite=a.overwrite)
     model = load_backbone(ckpt)
     cfg = model.config
+    check_sampling(n=a.n, steps=a.steps, channels=cfg.in_channels, size=cfg.sample_size, force=a.force)
     weights = inception_weights_path(a.inception_weights)
+    detector = load_inception(weights) if weights is not None else None  # a bad file fails before sampling
     real = load_dataset(source, cfg.sample_size, cfg.in_channels, limit=a.n_real, split="test", seed=split_seed)
     out = MoHPipeline(model.to(resolve_device(a.device)), load_sampler(ckpt, "ddim"))(
         batch_size=a.n, num_inference_steps=a.steps, generator=torch.Generator().manual_seed(a.seed))
     fake = to_model_range(out.images)
     metrics = {"data": source, "n_real": int(real.shape[0]), "n_samples": a.n, "sampling_steps": a.steps,
                "sample_s_per_image": out.time_s / a.n}
-    metrics.update(feature_metrics(real, fake))
+    # the encoder follows --device (features computed where the samples were)
+    metrics.update(feature_metrics(real, fake, feature_encoder().to(resolve_device(a.device))))
     if cfg.in_channels == 1 and cfg.sample_size == 32 and source in FASHION_MNIST_NAMES:
         metrics.update(classifier_metrics(real, fake, get_classifier()[0]))
-    if weights is not None:
-        metrics["inception_fid"] = inception_fid(real, fake, weights)
+    if detector is not None:
+        metrics["inception_fid"] = inception_fid(real, fake, detector)
     for k, v in metrics.items():
         print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
     if a.out:
@@ -143,7 +163,14 @@ def cmd_eval(a) -> int:
     return 0
 
 
+def _check_counts(a) -> None:
+    """The bounds that need no checkpoint, checked before anything is read."""
+    check_sampling(n=a.n, steps=a.steps, channels=1, size=1, force=a.force)
+
+
 def cmd_bench(a) -> int:
+    check_training(steps=a.steps, batch_size=a.batch_size, size=32, channels=3, limit=None, force=a.force)
+    check_max("--n-samples", a.n_samples, MAX_SAMPLES, "the bench's samples are one batch", a.force)
     check_precision(a.precision, resolve_device(a.device))
     for option, suites in SUITE_OPTIONS.items():
         if getattr(a, option) not in (None, False) and a.suite not in suites:
@@ -204,11 +231,20 @@ def _bench_sizes(a, json_path: Path | None) -> int:
     check_outputs(files=[json_path] if json_path else (), overwrite=a.overwrite)
     overrides = {k: tuple(v) for k, v in (("sizes", a.sizes), ("models", a.models)) if v}
     overrides.update({k: v for k, v in (("steps", a.steps), ("batch_size", a.batch_size)) if v})
-    result = run_sizes(SizesConfig(**overrides), device=a.device, precision=a.precision)
+    cfg = SizesConfig(**overrides)
+    print(f"measuring sizes {' '.join(cfg.sizes)} of {' '.join(cfg.models)}, each in a fresh process",
+          file=sys.stderr, flush=True)
+    result = run_sizes(cfg, device=a.device, precision=a.precision)
     if json_path is not None:
         write_json(json_path, result)
         print(f"wrote {json_path}")
     return 0
+
+
+def _add_force_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--force", action="store_true",
+                        help="allow counts and sizes over their documented maxima (vision/limits.py); "
+                             "the memory check still applies")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -219,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a backbone")
     add_common_args(t)
     add_device_arg(t)
+    _add_force_arg(t)
     add_precision_arg(t)
     t.add_argument("--model", choices=MODEL_NAMES, default="moh")
     t.add_argument("--model-size", choices=tuple(MODEL_SIZES), default="XS",
@@ -230,25 +267,27 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--channels", type=int_in(1, 4), default=None,
                    help="1 (grayscale) or 3 (RGB); default 1 for Fashion-MNIST, 3 otherwise")
     t.add_argument("--patch-size", type=positive_int, default=None, help="default: the model size's")
-    t.add_argument("--steps", type=positive_int, default=300)
+    t.add_argument("--steps", type=positive_int, default=300, help="at most 200000 without --force")
     t.add_argument("--batch-size", type=positive_int, default=32)
     t.add_argument("--lr", type=positive_float, default=2e-3)
     t.add_argument("--limit", type=positive_int, default=20000, help="training images used")
     t.add_argument("--checkpoint-every", type=nonneg_int, default=100)
-    t.add_argument("--threads", type=positive_int, default=1)
+    t.add_argument("--threads", type=int_in(1, MAX_THREADS), default=1)
     t.set_defaults(fn=cmd_train)
     s = sub.add_parser("sample", help="sample a grid of images")
     add_common_args(s, out_default="grid.png")
     add_device_arg(s)
+    _add_force_arg(s)
     s.add_argument("--ckpt", required=True)
-    s.add_argument("--n", type=positive_int, default=64)
-    s.add_argument("--steps", type=positive_int, default=25)
+    s.add_argument("--n", type=positive_int, default=64, help="samples, one batch (at most 4096 without --force)")
+    s.add_argument("--steps", type=positive_int, default=25, help="denoising steps (at most 1000)")
     s.add_argument("--sampler", choices=("ddim", "ddpm"), default="ddim")
     s.set_defaults(fn=cmd_sample)
     e = sub.add_parser("eval", help="EfficientNet-Lite0 FID, FMNIST-classifier FID / precision / recall "
                                     "(Inception FID with local weights)")
     add_common_args(e)
     add_device_arg(e)
+    _add_force_arg(e)
     e.add_argument("--ckpt", required=True)
     e.add_argument("--data", default=None,
                    help="real images to compare with: default the checkpoint's training data (its test split)")
@@ -261,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark suites: quick / full same-budget table, scaling trend, model sizes")
     add_common_args(b)
     add_device_arg(b)
+    _add_force_arg(b)
     add_precision_arg(b)
     b.add_argument("--suite", choices=SUITES, default="full",
                    help="quick: 120 steps, MoH / plain Mamba / DiT (minutes); full: 500 steps, all four models; "

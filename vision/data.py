@@ -23,6 +23,7 @@ from torch import Tensor
 
 from common.data_dir import load_fashion_mnist
 from common.errors import DataError, InputError
+from vision.limits import check_memory, images_bytes
 
 SWEETHOME3D = "sweethome3d"
 SWEETHOME3D_TEST_FRACTION = 0.2
@@ -51,6 +52,7 @@ def fashion_mnist_images(
     if limit is not None and limit < len(images):
         idx = np.random.default_rng(seed).permutation(len(images))[:limit]
         images, labels = images[idx], labels[idx]
+    check_memory(f"{len(images):,} Fashion-MNIST images at {size}x{size}", images_bytes(len(images), 1, size))
     x = to_unit_range(images)[:, None]
     pad = (size - 28) // 2
     if pad:
@@ -97,6 +99,8 @@ def sweethome3d_images(split: str = "train", size: int = 32, channels: int = 3, 
     items = sweethome3d_items(split, split_seed, folder)[:limit]
     if not items:
         raise DataError(f"the Sweet Home 3D {split} split is empty")
+    check_memory(f"{len(items):,} Sweet Home 3D icons at {channels}x{size}x{size}",
+                 images_bytes(len(items), channels, size))
     out = np.stack([_square_resize(read_icon(it), size, channels) for it in items])
     return to_unit_range(out).permute(0, 3, 1, 2).contiguous()
 
@@ -104,10 +108,12 @@ def sweethome3d_images(split: str = "train", size: int = 32, channels: int = 3, 
 def load_image_folder(
     path: str | Path, size: int, channels: int = 3, limit: int | None = None
 ) -> Tensor:
-    """Every image under ``path`` (recursively, sorted), centre-cropped to a square, resized to
-    ``size`` and converted to ``channels`` (1 = grayscale, 3 = RGB). Returns ``(N, c, size,
-    size)`` in ``[-1, 1]``. Raises DataError for a missing/empty folder or an unreadable image."""
-    from PIL import Image, UnidentifiedImageError
+    """Every image under ``path`` (recursively, sorted), read by ``common.images.read_image``
+    (16-bit and float images scaled, transparency on white, bombs and truncated files refused),
+    centre-cropped to a square, resized to ``size`` and converted to ``channels`` (1 = grayscale,
+    3 = RGB). Returns ``(N, c, size, size)`` in ``[-1, 1]``. Raises DataError for a missing/empty
+    folder or an unreadable image (naming the file)."""
+    from common.images import ImageError, read_image
 
     if channels not in (1, 3):
         raise InputError(f"channels must be 1 or 3, got {channels}")
@@ -120,13 +126,15 @@ def load_image_folder(
     if not files:
         raise DataError(f"no images ({', '.join(IMAGE_SUFFIXES)}) found in {root}")
     files = files[:limit] if limit else files
+    check_memory(f"{len(files):,} images of {root} at {channels}x{size}x{size}",
+                 images_bytes(len(files), channels, size, copies=2))
     out = np.empty((len(files), size, size, channels), dtype=np.uint8)
     for i, f in enumerate(files):
         try:
-            with Image.open(f) as im:
-                out[i] = _square_resize(im, size, channels)
-        except (UnidentifiedImageError, OSError) as exc:
-            raise DataError(f"cannot read image {f}: {exc}") from exc
+            im = read_image(f, "L" if channels == 1 else "RGB")
+        except ImageError as exc:
+            raise DataError(f"cannot read image: {exc}") from None
+        out[i] = _square_resize(im, size, channels)
     return to_unit_range(out).permute(0, 3, 1, 2).contiguous()
 
 

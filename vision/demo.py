@@ -3,13 +3,20 @@ representation levels, transform expert and scan depth the router chose at each 
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 from pathlib import Path
 
 import numpy as np
 
 from common.allowlist import check_allowed_path
-from common.errors import MoeAppsError
+from common.errors import InputError, MoeAppsError
+
+MAX_IMAGES = 64  # the tab's sliders; a request outside them is refused
+MAX_STEPS = 50
+SEED_MAX = 2**32 - 1
+log = logging.getLogger(__name__)
 
 CKPT_ENV = "MOH_DEMO_CKPT"
 DATASETS = ("fashion-mnist", "sweethome3d")
@@ -18,8 +25,11 @@ DATASETS = ("fashion-mnist", "sweethome3d")
 def default_checkpoint(dataset: str = "fashion-mnist") -> str:
     """The demo model of ``dataset``: ``$MOH_DEMO_CKPT`` for Fashion-MNIST if set, else the model
     that ``make demo`` (``vision.quick``) leaves in the cache (``demo_model`` /
-    ``demo_model_sweethome3d``)."""
+    ``demo_model_sweethome3d``). ``dataset`` is a name of ``DATASETS`` (InputError otherwise)."""
     from vision.quick import demo_model_dir
+
+    if dataset not in DATASETS:
+        raise InputError(f"dataset must be one of {', '.join(DATASETS)}, got {str(dataset)[:40]!r}")
 
     if dataset == "fashion-mnist" and os.environ.get(CKPT_ENV):
         return os.environ[CKPT_ENV]
@@ -32,23 +42,56 @@ def allowed_checkpoint(ckpt: str) -> Path:
     return check_allowed_path(ckpt, "checkpoint directory", extra_roots=[os.environ.get(CKPT_ENV, "")])
 
 
+def _whole(value, name: str, lo: int, hi: int) -> int:
+    """``value`` (a slider or number box: int, float or numeric string) as an int in ``[lo, hi]``;
+    InputError saying what to enter otherwise."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a whole number from {lo} to {hi}") from None
+    if not math.isfinite(number) or number != int(number) or not lo <= number <= hi:
+        raise InputError(f"{name} must be a whole number from {lo} to {hi}, got {value}")
+    return int(number)
+
+
 def sample_with_trace(ckpt: str, n: int, steps: int, seed: int):
-    """Returns ``(final grid uint8, per-step grids list, trace rows, depth plot figure)``."""
+    """Returns ``(final grid uint8, per-step grids list, trace rows, depth plot figure)``.
+    Safe to call from several threads at once: each call loads its own model and draws on its
+    own generator and figure."""
     import torch
 
     from vision.models import load_backbone
     from vision.sampling import MoHPipeline, checkpoint_dir, grid_image, load_sampler
 
+    n, steps = _whole(n, "images", 1, MAX_IMAGES), _whole(steps, "DDIM steps", 1, MAX_STEPS)
+    seed = _whole(seed, "seed", 0, SEED_MAX)
     ckpt_dir = checkpoint_dir(ckpt)
     model = load_backbone(ckpt_dir)
-    out = MoHPipeline(model, load_sampler(ckpt_dir, "ddim"))(batch_size=int(n), num_inference_steps=int(steps),
-                                                   generator=torch.Generator().manual_seed(int(seed)),
+    out = MoHPipeline(model, load_sampler(ckpt_dir, "ddim"))(batch_size=n, num_inference_steps=steps,
+                                                   generator=torch.Generator().manual_seed(seed),
                                                    return_intermediates=True)
     final = grid_image(out.images)
     frames = [grid_image(((x + 1) / 2).transpose(0, 2, 3, 1)) for x in out.intermediates]
     rows = [[i + 1, r["timestep"], r.get("depth", float("nan")), " ".join(map(str, r.get("levels", []))),
              r.get("transform", -1), r["sample_layers"]] for i, r in enumerate(out.trace)]
     return final, frames, rows, _plot(out.trace, getattr(model, "transforms", None))
+
+
+def run_sample(ckpt: str, n, steps, seed):
+    """The tab's request: :func:`sample_with_trace` of an allowed checkpoint, or the page message
+    (a string) saying what to do when the request cannot be served; never raw exception text."""
+    try:
+        if not isinstance(ckpt, str) or not ckpt.strip() or "\x00" in ckpt:
+            raise InputError("enter the directory of a trained checkpoint (moh train --out DIR, or make demo)")
+        return sample_with_trace(str(allowed_checkpoint(ckpt)), n, steps, seed)
+    except MoeAppsError as exc:
+        return f"**error:** {exc}"
+    except MemoryError:
+        return "**error:** not enough memory for this request; choose fewer images or steps"
+    except Exception:  # a bug: logged for the operator, a plain message for the page
+        log.exception("vision tab: sampling failed")
+        return ("**error:** sampling failed unexpectedly; check that the checkpoint was written by `moh train` "
+                "and try again (details are in the server log)")
 
 
 def _plot(trace, transforms):
@@ -102,11 +145,11 @@ def build_tab() -> None:
     plot = gr.Plot(label="compute per step")
 
     def on_sample(ckpt_v, n_v, steps_v, seed_v):
-        try:
-            g, frames, rows, fig = sample_with_trace(str(allowed_checkpoint(ckpt_v)), n_v, steps_v, seed_v)
-        except MoeAppsError as exc:
-            return (None, [], None, None, f"**error:** {exc}", gr.update())
-        msg = f"sampled {int(n_v)} images in {len(rows)} steps"
+        result = run_sample(ckpt_v, n_v, steps_v, seed_v)
+        if isinstance(result, str):
+            return (None, [], None, None, result, gr.update())
+        g, frames, rows, fig = result
+        msg = f"sampled {int(float(n_v))} images in {len(rows)} steps"
         return (_squeeze(g), frames, rows, fig, msg,
                 gr.update(maximum=len(frames), value=len(frames)))
 
@@ -115,7 +158,13 @@ def build_tab() -> None:
             return None
         return _squeeze(frames[int(min(max(k, 1), len(frames))) - 1])
 
-    dataset.change(default_checkpoint, dataset, ckpt)
+    def on_dataset(name):
+        try:
+            return default_checkpoint(name)
+        except InputError:
+            return gr.update()  # a name outside the dropdown (an API call) leaves the path as it is
+
+    dataset.change(on_dataset, dataset, ckpt)
     run.click(on_sample, [ckpt, n, steps, seed], [final, frames_state, trace, plot, status, step]).then(
         on_step, [frames_state, step], frame)
     step.change(on_step, [frames_state, step], frame)

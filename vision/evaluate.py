@@ -130,14 +130,23 @@ def inception_weights_path(cli_value: str | None = None) -> Path | None:
     return path
 
 
-@torch.no_grad()
-def inception_features(weights: Path, images: Tensor) -> np.ndarray:
-    """2048-d Inception pool features from the user's TorchScript detector (StyleGAN2-ADA
-    ``inception-2015-12-05.pt``: takes uint8-range ``(b, 3, H, W)``, resizes internally)."""
+def load_inception(weights: Path | torch.nn.Module):
+    """The user's TorchScript Inception detector at ``weights`` (CPU, eval mode); a module is
+    returned as it is. CheckpointError naming the file when it cannot be loaded."""
+    if isinstance(weights, torch.nn.Module):
+        return weights
     try:
-        detector = torch.jit.load(str(weights), map_location="cpu").eval()
+        return torch.jit.load(str(weights), map_location="cpu").eval()
     except Exception as exc:
         raise CheckpointError(f"cannot load Inception TorchScript {weights}: {exc}") from exc
+
+
+@torch.no_grad()
+def inception_features(weights: Path | torch.nn.Module, images: Tensor) -> np.ndarray:
+    """2048-d Inception pool features from the user's TorchScript detector (StyleGAN2-ADA
+    ``inception-2015-12-05.pt``: takes uint8-range ``(b, 3, H, W)``, resizes internally);
+    ``weights``: its path or the detector from :func:`load_inception`."""
+    detector = load_inception(weights)
     x = ((images.clamp(-1, 1) + 1) * 127.5)
     if x.shape[1] == 1:
         x = x.repeat(1, 3, 1, 1)
@@ -145,5 +154,6 @@ def inception_features(weights: Path, images: Tensor) -> np.ndarray:
     return torch.cat(feats).double().detach().cpu().numpy()
 
 
-def inception_fid(real: Tensor, fake: Tensor, weights: Path) -> float:
-    return frechet_distance(inception_features(weights, real), inception_features(weights, fake))
+def inception_fid(real: Tensor, fake: Tensor, weights: Path | torch.nn.Module) -> float:
+    detector = load_inception(weights)
+    return frechet_distance(inception_features(detector, real), inception_features(detector, fake))

@@ -1,5 +1,6 @@
 """The figures of ``moh bench``: routing statistics per timestep, FID against training steps, and
-the scaling trend. Each writes a PNG with matplotlib's Agg backend."""
+the scaling trend. Each writes a PNG from its own ``matplotlib.figure.Figure`` (no pyplot state is
+shared, so they are safe to call from several threads)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,7 @@ import numpy as np
 def plot_routing(route_log: list[dict], trace: list[dict], path: Path, depth_options, n_transforms: int, n_levels: int) -> None:
     """Routing statistics per timestep: mean scan depth, transform-expert shares and level use
     over timestep bins (training routes), plus the route taken at each sampling step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     bins = np.linspace(0, 1000, 11)
     t = np.array([r["timestep"] for r in route_log])
@@ -25,7 +23,8 @@ def plot_routing(route_log: list[dict], trace: list[dict], path: Path, depth_opt
         lv[i, r["levels"]] = 1
     which = np.clip(np.digitize(t, bins) - 1, 0, 9)
     centers = (bins[:-1] + bins[1:]) / 2
-    fig, ax = plt.subplots(1, 4, figsize=(17, 3.3))
+    fig = Figure(figsize=(17, 3.3))
+    ax = fig.subplots(1, 4)
     ax[0].plot(centers, [d[which == b].mean() if (which == b).any() else np.nan for b in range(10)], "o-")
     ax[0].set(xlabel="timestep", ylabel="mean scan depth", title="depth (training routes)", ylim=(0, max(depth_options) + 0.5))
     share = np.array([[(tr[which == b] == e).mean() if (which == b).any() else 0 for e in range(n_transforms)] for b in range(10)])
@@ -40,36 +39,30 @@ def plot_routing(route_log: list[dict], trace: list[dict], path: Path, depth_opt
     ax[3].invert_xaxis()
     ax[3].set(xlabel="timestep (sampling runs right to left)", ylabel="depth", title="route per sampling step")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save_png(fig, path)
 
 
 def plot_fid_curve(curve: list[dict], path: Path) -> None:
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3.3))
+    fig = Figure(figsize=(5, 3.3))
+    ax = fig.subplots()
     for m in dict.fromkeys(c["model"] for c in curve):
         pts = sorted((c["step"], c["fmnist_classifier_fid"]) for c in curve if c["model"] == m)
         ax.plot(*zip(*pts, strict=True), "o-", label=m)
     ax.set(xlabel="training step", ylabel="FMNIST-classifier FID", title="FID vs training steps")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save_png(fig, path)
 
 
 def plot_scaling(summary: list[dict], path: Path) -> None:
     """FID ratio to plain Mamba (mean over seeds) vs budget, one panel per dataset."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     datasets = list(dict.fromkeys(r["dataset"] for r in summary))
-    fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 3.3), squeeze=False)
+    fig = Figure(figsize=(5 * len(datasets), 3.3))
+    axes = fig.subplots(1, len(datasets), squeeze=False)
     for ax, ds in zip(axes[0], datasets, strict=True):
         for m in dict.fromkeys(r["model"] for r in summary):
             pts = [(r["budget_index"], r["fid_vs_mamba"]) for r in summary if r["dataset"] == ds and r["model"] == m]
@@ -81,5 +74,12 @@ def plot_scaling(summary: list[dict], path: Path) -> None:
                title=ds)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save_png(fig, path)
+
+
+def _save_png(fig, path: Path) -> None:
+    """Write ``fig`` as PNG atomically (a reader never sees half a plot)."""
+    from common.io import atomic_write
+
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=90)

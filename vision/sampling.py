@@ -77,18 +77,40 @@ def checkpoint_dir(path: str | Path) -> Path:
     return p / CHECKPOINT if (p / CHECKPOINT).is_dir() else p
 
 
+DATA_SPEC_FIELDS = {"source": str, "size": int, "channels": int, "seed": int}
+
+
 def read_train_state(path: str | Path) -> dict:
-    """``train_state.json`` of the checkpoint directory ``path``."""
-    return read_json(Path(path) / STATE)
+    """``train_state.json`` of the checkpoint directory ``path`` (CheckpointError when it is not a
+    JSON object)."""
+    from common.errors import DataError
+
+    file = Path(path) / STATE
+    try:
+        state = read_json(file)
+    except DataError as exc:
+        raise CheckpointError(str(exc)) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{file} must hold a JSON object, got {type(state).__name__}")
+    return state
 
 
 def checkpoint_data(path: str | Path) -> dict | None:
     """The ``data`` spec (``vision.data.data_spec``) the checkpoint at ``path`` was trained on
-    (None for checkpoints without one)."""
+    (None for checkpoints without one); CheckpointError naming the entry when it is malformed."""
     if not (Path(path) / STATE).is_file():
         return None
     data = read_train_state(path).get("data")
-    return data if isinstance(data, dict) and "source" in data else None
+    if data is None:
+        return None
+    where = f"{Path(path) / STATE} entry 'data'"
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{where} must be an object {{source, size, channels, seed}}, "
+                              f"got {type(data).__name__}")
+    for key, kind in DATA_SPEC_FIELDS.items():
+        if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
+            raise CheckpointError(f"{where}: {key!r} missing or not {'a string' if kind is str else 'an integer'}")
+    return data
 
 
 def save_checkpoint(model, path, scheduler: DDPMScheduler | None = None) -> Path:

@@ -4,7 +4,6 @@ icons, scored with the EfficientNet-Lite0 FID (``vision.evaluate``)."""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,8 @@ import numpy as np
 import torch
 
 from common.device import resolve_device
-from common.io import write_csv, write_json
+from common.errors import DataError
+from common.io import append_jsonl, read_jsonl_resumable, write_csv, write_json
 from common.report import markdown_table
 from common.seed import seed_everything
 from vision.evaluate import to_model_range
@@ -60,23 +60,39 @@ def _row_key(row: dict) -> tuple:
     return tuple(row[k] for k in ("dataset", "budget", "d_model", "steps", "seed", "model"))
 
 
-def _load_done_rows(path: Path, cfg: ScalingConfig) -> dict[tuple, dict]:
-    """Rows of an earlier (possibly interrupted) run in ``path`` made under the same settings."""
+ROW_FIELDS = {"dataset": str, "budget": str, "budget_index": int, "d_model": int, "steps": int, "seed": int,
+              "model": str, "params": int, "train_s_per_step": (int, float),
+              "efficientnet_lite0_fid": (int, float, type(None)), "wall_s": (int, float)}
+
+
+def read_finished_rows(path: Path, cfg: ScalingConfig) -> dict[tuple, dict]:
+    """Rows of an earlier (possibly interrupted) run in ``path`` made under the same settings.
+    A torn last line is skipped with a warning; any other malformed record is a DataError naming
+    the file, the line and what was expected."""
     done = {}
-    if not path.exists():
-        return done
-    sig = _scaling_signature(cfg)
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:  # a line torn by an interruption
-            continue
-        if rec.get("signature") == sig:
-            done[_row_key(rec["row"])] = rec["row"]
+    sig = scaling_signature(cfg)
+    for i, rec in enumerate(read_jsonl_resumable(path, "scaling progress file"), 1):
+        row = rec.get("row")
+        where = f"scaling progress file {path}, record {i}"
+        if not isinstance(rec.get("signature"), dict) or not isinstance(row, dict):
+            raise DataError(f"{where}: expected {{'signature': {{...}}, 'row': {{...}}}}; delete it to start over")
+        for key, kind in ROW_FIELDS.items():
+            if not isinstance(row.get(key), kind) or isinstance(row.get(key), bool):
+                raise DataError(f"{where}: row field {key!r} missing or not {_type_name(kind)}; "
+                                "delete it to start over")
+        if rec["signature"] == sig:
+            if row["efficientnet_lite0_fid"] is None:  # a NaN FID is written as null
+                row["efficientnet_lite0_fid"] = float("nan")
+            done[_row_key(row)] = row
     return done
 
 
-def _scaling_signature(cfg: ScalingConfig) -> dict:
+def _type_name(kind) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({str: "a string", int: "an integer", float: "a number", type(None): "null"}[k] for k in kinds)
+
+
+def scaling_signature(cfg: ScalingConfig) -> dict:
     return {k: getattr(cfg, k) for k in ("size", "batch_size", "train_limit", "n_real", "n_samples",
                                          "sample_steps")}
 
@@ -105,7 +121,7 @@ def run_scaling(out_dir: str | Path, cfg: ScalingConfig | None = None, log=None,
     budgets = [b for b in SCALING_BUDGETS if b.name in cfg.budgets]
     channels = dict(SCALING_DATASETS)
     rows_path = out / "scaling_rows.jsonl"
-    done = _load_done_rows(rows_path, cfg) if resume else {}
+    done = read_finished_rows(rows_path, cfg) if resume else {}
     if not resume:
         rows_path.unlink(missing_ok=True)
     if done:
@@ -139,8 +155,7 @@ def run_scaling(out_dir: str | Path, cfg: ScalingConfig | None = None, log=None,
                            "train_s_per_step": res.time_per_step_s, "efficientnet_lite0_fid": fid,
                            "wall_s": time.perf_counter() - t0}
                     rows.append(row)
-                    with open(rows_path, "a") as fh:
-                        fh.write(json.dumps({"signature": _scaling_signature(cfg), "row": row}) + "\n")
+                    append_jsonl(rows_path, {"signature": scaling_signature(cfg), "row": row})
                     log(f"[{ds} {b.name} seed {seed}] {name}: {row['params']:,} params, FID {fid:.1f}, "
                         f"{res.time_per_step_s:.3f} s/step, {row['wall_s']:.0f} s in all")
     summary = []

@@ -26,10 +26,13 @@ and runs the callback.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
 import shutil
+import signal
+import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -84,21 +87,77 @@ class TrainResult:
     ema_model: object | None = None  # the EMA copy sampled from (None without EMA)
 
 
+@contextlib.contextmanager
+def _signals_deferred():
+    """SIGINT and SIGTERM arriving inside the block are held and delivered when it ends (to the
+    handlers in force before it), so a short critical write is never cut in half. Only in the main
+    thread (Python runs signal handlers there); elsewhere a plain block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    signums = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: pending.append(signum)) for s in signums}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        if pending:
+            signal.raise_signal(pending[0])
+
+
 def _save_atomic(model, out_dir: Path, state: dict) -> Path:
     """``save_pretrained`` into a temporary directory, then swap it in, so ``out_dir /
-    checkpoint`` is always either the previous complete checkpoint or the new one."""
+    checkpoint`` is always either the previous complete checkpoint or the new one. SIGINT / SIGTERM
+    during the write are delivered once it is complete; on any error the temporary directory is
+    removed and the previous checkpoint kept."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     final, tmp, old = out_dir / CHECKPOINT, out_dir / f".{CHECKPOINT}.tmp", out_dir / f".{CHECKPOINT}.old"
-    for p in (tmp, old):
-        shutil.rmtree(p, ignore_errors=True)
-    save_checkpoint(model, tmp)
-    write_json(tmp / STATE, state)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
+    with _signals_deferred():
+        if old.exists() and not final.exists():  # a killed earlier swap: the old one is the last complete
+            os.replace(old, final)
+        for p in (tmp, old):
+            shutil.rmtree(p, ignore_errors=True)
+        try:
+            save_checkpoint(model, tmp)
+            write_json(tmp / STATE, state)
+            if final.exists():
+                os.replace(final, old)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if old.exists() and not final.exists():
+                os.replace(old, final)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+class _Interrupted(BaseException):
+    """SIGINT inside Lightning's loop: not a KeyboardInterrupt, which Lightning turns into
+    ``sys.exit(1)``; ``fit`` re-raises it as KeyboardInterrupt once Lightning has torn down."""
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """While Lightning trains, SIGINT raises ``_Interrupted`` (see there) and leaves as
+    KeyboardInterrupt, so the CLI reports it and exits 130."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    except _Interrupted:
+        raise KeyboardInterrupt from None
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
 
 
 def _lr_at(step: int, cfg: TrainConfig) -> float:
@@ -297,7 +356,8 @@ def fit(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = No
     with warnings.catch_warnings():  # the EMA copy is in eval mode on purpose; the batch stream is sized
         warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode.*")
         warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
-        engine_fit(trainer, module, resume=False)
+        with _interruptible():
+            engine_fit(trainer, module, resume=False)
     trainer.strategy.barrier()  # the final checkpoint exists before any rank returns
     model.cpu()
     if module.ema is not None:
