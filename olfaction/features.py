@@ -222,7 +222,16 @@ def compute_mordred(
     """Raw 2D Mordred vectors ``(D,)`` (NaN where a descriptor fails) for canonical ``smiles``.
 
     Missing molecules are computed (in chunks, saved after each chunk so an interrupted run keeps
-    its work) and appended to the on-disk cache."""
+    its work) and appended to the on-disk cache. One thread at a time reads and extends the cache
+    (concurrent demo requests would otherwise interleave its two files and lose rows)."""
+    with _MORDRED_LOCK:
+        return _compute_mordred(smiles, path, nproc, chunk, progress)
+
+
+_MORDRED_LOCK = threading.Lock()
+
+
+def _compute_mordred(smiles, path, nproc, chunk, progress) -> dict[str, np.ndarray]:
     path = path or mordred_cache_path()
     wanted = list(dict.fromkeys(smiles))
     have_smiles, have_values, columns = load_mordred_cache(path)

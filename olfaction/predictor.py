@@ -263,10 +263,8 @@ class MixturePredictor(PretrainedMixin, MixtureAPI, nn.Module):
         return network_distances(self._need("distance_net"), mix_a, mix_b, datasets, self._mol_extra())
 
     @torch.no_grad()
-    def predict_labels(self, mixtures: Sequence[Sequence[str]]) -> np.ndarray:
-        """``(M, L)`` odour-label probabilities (:attr:`label_names`) of ``M`` mixtures."""
+    def _label_probabilities(self, mixes: Sequence[Sequence[str]]) -> np.ndarray:
         net = self._need("label_net")
-        mixes = [validate_mixture(m) for m in mixtures]
         device = _device(net)
         t = {k: torch.from_numpy(v).to(device) for k, v in label_inputs(mixes, self.labels_cfg.features).items()}
         logits = net.label_logits(t["mol_x"], t["comp"], t["comp_batch"], len(mixes))

@@ -1,0 +1,120 @@
+"""Distances of a DREAM-format pairs CSV (``Dataset,Mixture_1,Mixture_2``, mixture labels of
+``mixture_definitions.csv``) in bounded memory: what ``mixscent predict --csv`` runs.
+
+Two passes over the file, both streamed (:func:`iter_pairs_csv`):
+:func:`check_pairs_csv` reads every row before the model loads (a bad row fails in one line naming
+the file and the line, before any work), then :func:`predict_pairs_csv` predicts
+:data:`CHUNK_ROWS` rows at a time and writes each chunk as it is done, with a tqdm bar on stderr.
+Memory is the model, the mixture table and one chunk, whatever the number of rows
+(``docs/results/olfaction/predict_memory.json``: peak RSS at 1k / 10k / 100k rows).
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+from typing import TextIO
+
+from common.errors import DataError, InputError
+
+from .data import MixtureKey, resolve_mixture
+
+CHUNK_ROWS = 1024  # rows predicted and written at once (the predictors batch them further)
+OUT_COLUMNS = ("Dataset", "Mixture_1", "Mixture_2", "Predicted_Experimental_Values")
+PAIR_COLUMNS = ("Dataset", "Mixture_1", "Mixture_2")
+
+
+def iter_pairs_csv(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    """``(line, {"Dataset", "Mixture_1", "Mixture_2"})`` for every row of a DREAM-format CSV
+    (``mixscent predict --csv``), streamed (one row in memory at a time; extra columns are
+    dropped). DataError naming the file, the line and what was expected: missing file, not UTF-8,
+    malformed CSV (an over-long field included), missing columns, no rows, an empty value."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"CSV not found: {path}")
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            reader = csv.DictReader(fh)
+            columns = reader.fieldnames or []
+            if not columns:
+                raise DataError(f"{path} is empty (expected a header {','.join(PAIR_COLUMNS)})")
+            missing = [c for c in PAIR_COLUMNS if c not in columns]
+            if missing:
+                raise DataError(f"{path} needs columns {list(PAIR_COLUMNS)}; missing {missing}")
+            n = 0
+            for row in reader:
+                n += 1
+                line = reader.line_num
+                if None in row:
+                    raise DataError(f"{path} line {line}: {len(columns) + len(row[None])} fields, the header has "
+                                    f"{len(columns)}")
+                values = {c: (row.get(c) or "").strip() for c in PAIR_COLUMNS}
+                empty = [c for c in PAIR_COLUMNS if not values[c]]
+                if empty:
+                    raise DataError(f"{path} line {line}: no value for {empty[0]}")
+                yield line, values
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except csv.Error as exc:
+        raise DataError(f"malformed CSV {path}: {exc}") from None
+    if n == 0:
+        raise DataError(f"{path} has a header but no rows")
+
+
+def _resolved(path: Path, line: int, row: dict[str, str], mixtures: dict[MixtureKey, tuple[str, ...]]):
+    try:
+        return (resolve_mixture(mixtures, row["Dataset"], row["Mixture_1"]),
+                resolve_mixture(mixtures, row["Dataset"], row["Mixture_2"]))
+    except InputError as exc:
+        raise DataError(f"{path} line {line}: {exc}") from None
+
+
+def check_pairs_csv(path: Path, mixtures: dict[MixtureKey, tuple[str, ...]]) -> tuple[int, dict[str, int]]:
+    """Every row of the CSV ``path`` read and its two mixtures resolved in ``mixtures``; returns
+    ``(rows, {dataset: first line naming it})``. DataError naming the file and line otherwise."""
+    n, datasets = 0, {}
+    for line, row in iter_pairs_csv(path):
+        _resolved(path, line, row, mixtures)
+        datasets.setdefault(row["Dataset"], line)
+        n += 1
+    return n, datasets
+
+
+def check_datasets(path: Path, datasets: dict[str, int], known: list[str]) -> None:
+    """DataError naming the first line whose experiment the model does not know."""
+    unknown = sorted((line, d) for d, line in datasets.items() if d not in known)
+    if unknown and known:
+        line, d = unknown[0]
+        raise DataError(f"{path} line {line}: unknown dataset {d!r} (the model knows {', '.join(known)})")
+
+
+def _chunks(rows: Iterator, size: int) -> Iterator[list]:
+    while chunk := list(islice(rows, size)):
+        yield chunk
+
+
+def predict_pairs_csv(predictor, path: Path, mixtures: dict[MixtureKey, tuple[str, ...]], out: TextIO,
+                      total: int | None = None, progress: bool = True, chunk_rows: int = CHUNK_ROWS) -> int:
+    """Write ``Dataset,Mixture_1,Mixture_2,Predicted_Experimental_Values`` for every row of the
+    CSV ``path`` to ``out``, :data:`CHUNK_ROWS` rows at a time, with ``predictor`` (a
+    :class:`~olfaction.predictor.MixturePredictor` or :class:`~olfaction.inference.OnnxPredictor`);
+    returns the number of rows. ``total`` (from :func:`check_pairs_csv`) sizes the progress bar."""
+    from tqdm import tqdm
+
+    writer = csv.writer(out)
+    writer.writerow(OUT_COLUMNS)
+    done = 0
+    with tqdm(total=total, desc="predict", unit="pair", file=sys.stderr, disable=not progress) as bar:
+        for chunk in _chunks(iter_pairs_csv(path), chunk_rows):
+            sides = [_resolved(path, line, row, mixtures) for line, row in chunk]
+            # the mixtures of the table are validated and canonical: predict_components skips re-parsing
+            pred = predictor.predict_components([a for a, _ in sides], [b for _, b in sides],
+                                                [row["Dataset"] for _, row in chunk])["combined"]
+            writer.writerows([row["Dataset"], row["Mixture_1"], row["Mixture_2"], float(p)]
+                             for (_, row), p in zip(chunk, pred, strict=True))
+            done += len(chunk)
+            bar.update(len(chunk))
+    return done
