@@ -231,8 +231,9 @@ def load_torch_predictor(model: Path, device: str = "auto"):
 def cmd_labels(args: argparse.Namespace) -> int:
     from .data import parse_mixture_text
 
+    mixture = parse_mixture_text(args.mix)  # before the model loads
     predictor = load_torch_predictor(Path(args.model), args.device)
-    for name, prob in predictor.top_labels(parse_mixture_text(args.mix), k=args.top):
+    for name, prob in predictor.top_labels(mixture, k=args.top):
         print(f"{name}\t{prob:.3f}")
     return 0
 
@@ -247,7 +248,8 @@ def cmd_white(args: argparse.Namespace) -> int:
     sizes = range(1, args.max_n + 1)
     check_white_sizes(sizes, len(pool))  # before the model loads
     predictor = load_torch_predictor(Path(args.model), args.device)
-    rows = olfactory_white(predictor, pool, sizes, args.samples, args.seed, args.dataset)
+    _check_dataset(predictor, args.dataset)
+    rows = olfactory_white(predictor, pool, sizes, args.samples, args.seed, args.dataset, progress=True)
     trend = white_trend(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ measured against the number of components ``n``."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,18 +41,22 @@ def olfactory_white(
     samples: int = 30,
     seed: int = 0,
     dataset: str = "Bushdid",
+    progress: bool = False,
 ) -> list[dict]:
     """For each ``n``: ``samples`` pairs of disjoint ``n``-component mixtures drawn (seeded) from
     ``pool``, their distances by a :class:`~olfaction.predictor.MixturePredictor` as if measured
     in ``dataset``; returns rows ``{"n", "mean_distance", "std_distance", "samples"}``. Pairs are
-    drawn and predicted :data:`SAMPLE_CHUNK` at a time (the mean and sd accumulate)."""
+    drawn and predicted :data:`SAMPLE_CHUNK` at a time (the mean and sd accumulate); ``progress``:
+    a tqdm bar over the sizes on stderr."""
     pool = sorted(set(pool))
     check_white_sizes(n_values, len(pool))
     if samples < 1:
         raise InputError(f"samples must be >= 1, got {samples}")
     rng = np.random.default_rng(seed)
     rows = []
-    for n in n_values:
+    from tqdm import tqdm
+
+    for n in tqdm(n_values, desc="white", unit="size", file=sys.stderr, disable=not progress):
         total = total_sq = 0.0
         d = np.zeros(0)
         for start in range(0, samples, SAMPLE_CHUNK):
