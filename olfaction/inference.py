@@ -140,6 +140,15 @@ def onnx_session(model, threads: int = 1):
                                 providers=["CPUExecutionProvider"])
 
 
+def unique_mixtures(mixtures: Sequence[Sequence[str]]) -> tuple[list[tuple[str, ...]], np.ndarray]:
+    """``(unique, pos)``: the distinct mixtures in first-seen order and ``pos (M,)`` with
+    ``mixtures[i] == unique[pos[i]]`` (a mixture's embedding does not depend on the others in its
+    batch, so each distinct one is embedded once)."""
+    index: dict[tuple[str, ...], int] = {}
+    pos = np.asarray([index.setdefault(tuple(m), len(index)) for m in mixtures], np.int64)
+    return list(index), pos
+
+
 def batches(n: int, size: int) -> list[slice]:
     """Slices ``[0, size), [size, 2 size), ...`` covering ``range(n)``."""
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
@@ -319,7 +328,8 @@ class OnnxPredictor(MixtureAPI):
 
     def _network_distances(self, mix_a, mix_b, datasets) -> np.ndarray:
         n = len(mix_a)
-        dist, _ = self._network_outputs(list(mix_a) + list(mix_b), np.arange(n), np.arange(n, 2 * n), datasets)
+        mixtures, pos = unique_mixtures(list(mix_a) + list(mix_b))
+        dist, _ = self._network_outputs(mixtures, pos[:n], pos[n:], datasets)
         return dist.astype(np.float64)
 
     def _note_unseen(self, mixtures) -> None:
