@@ -122,6 +122,9 @@ def test_mixture_over_the_component_limit_is_refused(tiny_predictor, tiny_dir, t
 
 def test_mixture_text_with_a_nul_byte_or_an_unknown_dataset(tiny_dir, tmp_path):
     _refused(["labels", "--model", tiny_dir, "--mix", "CCO;C\x00C"], tmp_path, "NUL byte")
+    line = _refused(["labels", "--model", tiny_dir, "--mix", "CCO;" + "C" * 1_000_000], tmp_path,
+                    "has 1000000 characters; at most 1000")
+    assert len(line) < 300  # the message quotes the start of the SMILES, not all of it
     _refused(["predict", "--model", tiny_dir, "--mix1", "CCO", "--mix2", "CC(=O)O", "--dataset", "Nowhere"],
              tmp_path, "unknown dataset 'Nowhere'")
 
