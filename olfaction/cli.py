@@ -27,6 +27,7 @@ from .limits import MAX_FOLDS, MAX_NPROC, MAX_WHITE_N, add_force_arg, check_soft
 BENCH_SUITES = ("standard", "minimol")
 LIGHT_DEVICES = ("auto", "cpu")
 
+
 def add_device_args(parser: argparse.ArgumentParser, training: bool = False) -> None:
     """``--device`` and, for a command that trains, ``--precision`` (common.device's options)."""
     add_device_arg(parser)

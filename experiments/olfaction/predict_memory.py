@@ -1,6 +1,6 @@
 """Peak memory and throughput of ``mixscent predict --csv`` at 1k / 10k / 100k pairs, each size in a
 fresh process per backend (``--backend onnx``: the torch-free path, ``--backend torch``): the peak
-resident set size of the child (``wait4``'s ``ru_maxrss``), its wall time and rows per second.
+resident set size of the child (its own ``VmHWM``), its wall time and rows per second.
 
     python -m experiments.olfaction.predict_memory --out docs/results/olfaction/predict_memory.json
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.cli import ArgumentParser, add_common_args, check_outputs, cli_main, int_list
+from common.cli import ArgumentParser, add_common_args, check_outputs, cli_main, int_list, positive_int
 from common.data_dir import resolve_data_dir
 from common.errors import InputError
 from common.io import write_json
@@ -71,21 +71,35 @@ def fit_model(out: Path, data_dir: Path, seed: int) -> Path:
     return out
 
 
+# The child reports its own peak (VmHWM of /proc/self/status) at exit: wait4's ru_maxrss would
+# carry over the high-water mark of this process (which fitted the model) across fork and exec.
+CHILD = ("import atexit, runpy, sys\n"
+         "def peak():\n"
+         "    for line in open('/proc/self/status'):\n"
+         "        if line.startswith('VmHWM:'):\n"
+         "            print('peak_rss_kb', line.split()[1], file=sys.stderr)\n"
+         "atexit.register(peak)\n"
+         "sys.argv = ['mixscent'] + sys.argv[1:]\n"
+         "runpy.run_module('olfaction.cli', run_name='__main__')\n")
+
+
 def measure(model: Path, csv_path: Path, backend: str, data_dir: Path, out_csv: Path) -> dict:
-    """Peak RSS (MB), wall seconds and rows/s of one ``mixscent predict --csv`` process."""
-    cmd = [sys.executable, "-m", "olfaction.cli", "predict", "--model", str(model), "--csv", str(csv_path),
+    """Peak RSS (MB, the child's VmHWM), wall seconds and rows/s of one ``mixscent predict --csv``
+    process."""
+    cmd = [sys.executable, "-c", CHILD, "predict", "--model", str(model), "--csv", str(csv_path),
            "--out", str(out_csv), "--overwrite", "--backend", backend, "--data-dir", str(data_dir)]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    err = proc.stderr.read()  # the progress bar; drained so the child never blocks on a full pipe
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seconds = time.perf_counter() - start
+    lines = proc.stderr.replace("\r", "\n").splitlines()
     if proc.returncode != 0:
-        raise InputError(f"{' '.join(cmd)} failed: {err.strip().splitlines()[-1:]}")
+        raise InputError(f"predict --csv failed (exit {proc.returncode}): {lines[-1:]}")
+    peak = [int(line.split()[1]) for line in lines if line.startswith("peak_rss_kb ")]
+    if not peak:
+        raise InputError("the predict process reported no peak RSS (/proc/self/status unreadable?)")
     with open(out_csv, encoding="utf-8") as fh:
         rows = sum(1 for _ in fh) - 1
-    return {"peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "wall_s": round(seconds, 2),
+    return {"peak_rss_mb": round(peak[-1] / 1024, 1), "wall_s": round(seconds, 2),
             "rows_per_s": round(rows / seconds, 1), "rows_written": rows}
 
 
@@ -97,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default="runs/olfaction_predict_memory", help="folder of the CSVs (and model)")
     p.add_argument("--sizes", type=int_list(1), default=(1000, 10_000, 100_000), help="rows per run")
     p.add_argument("--backends", default="onnx,torch", help=f"comma-separated, of {', '.join(BACKENDS)}")
+    p.add_argument("--torch-max-rows", type=positive_int, default=None,
+                   help="run the torch backend only up to this many rows (the slower path)")
     args = p.parse_args(argv)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = [b for b in backends if b not in BACKENDS] or ([] if backends else ["(none)"])
@@ -112,28 +128,34 @@ def main(argv: list[str] | None = None) -> int:
     from olfaction.batch_predict import CHUNK_ROWS
     from olfaction.inference import MixtureAPI
 
-    runs = []
+    command = ["python -m experiments.olfaction.predict_memory", "--sizes", ",".join(map(str, args.sizes)),
+               "--backends", ",".join(backends), "--seed", str(args.seed)]
+    if args.torch_max_rows:
+        command += ["--torch-max-rows", str(args.torch_max_rows)]
+    if args.model:
+        command += ["--model", args.model]
+    runs: list[dict] = []
     for n in args.sizes:
         csv_path = write_pairs(work / f"pairs_{n}.csv", n, data_dir, args.seed)
         for backend in backends:
+            if backend == "torch" and args.torch_max_rows and n > args.torch_max_rows:
+                continue
             result = {"rows": n, "backend": backend,
                       **measure(model, csv_path, backend, data_dir, work / f"pred_{n}_{backend}.csv")}
             print(result, flush=True)
             runs.append(result)
-    command = ["python -m experiments.olfaction.predict_memory", "--sizes", ",".join(map(str, args.sizes)),
-               "--backends", ",".join(backends), "--seed", str(args.seed)] + (["--model", args.model] if args.model
-                                                                                else [])
-    write_json(Path(args.out), {
-        "command": " ".join(command),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg": os.getloadavg(),
-                    "python": platform.python_version()},
-        "model": str(model) if args.model else "fitted by the script: shipped sizes, random_cv0, 2 network epochs, "
-                                               "untrained encoder, 300-tree set regressors",
-        "protocol": "one fresh `mixscent predict --csv FILE --out FILE --backend B` process per size and backend; "
-                    "peak RSS = the child's ru_maxrss (wait4); rows drawn from mixture_definitions.csv",
-        "chunk_rows": CHUNK_ROWS, "pair_batch": MixtureAPI.pair_batch,
-        "runs": runs,
-    })
+            write_json(Path(args.out), {  # after every run: an interrupted sweep keeps what it measured
+                "command": " ".join(command),
+                "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg": os.getloadavg(),
+                            "python": platform.python_version()},
+                "model": str(model) if args.model else "fitted by the script: shipped sizes, random_cv0, 2 network "
+                                                       "epochs, untrained encoder, 300-tree set regressors",
+                "protocol": "one fresh `mixscent predict --csv FILE --out FILE --backend B` process per size and "
+                            "backend; peak RSS = the child's VmHWM (/proc/self/status) at exit; rows drawn from "
+                            "mixture_definitions.csv",
+                "chunk_rows": CHUNK_ROWS, "pair_batch": MixtureAPI.pair_batch,
+                "runs": runs,
+            })
     return 0
 
 
