@@ -1,24 +1,28 @@
-"""Distances of a DREAM-format pairs CSV (``Dataset,Mixture_1,Mixture_2``, mixture labels of
-``mixture_definitions.csv``) in bounded memory: what ``mixscent predict --csv`` runs.
+"""Predictions over files in bounded memory: distances of a DREAM-format pairs CSV
+(``Dataset,Mixture_1,Mixture_2``, mixture labels of ``mixture_definitions.csv``; what ``mixscent
+predict --csv`` runs) and the top odour labels of a mixtures text file (one ``;``-separated SMILES
+mixture per line; ``mixscent labels --file``).
 
 Two passes over the file, both streamed (:func:`iter_pairs_csv`):
 :func:`check_pairs_csv` reads every row before the model loads (a bad row fails in one line naming
 the file and the line, before any work), then :func:`predict_pairs_csv` predicts
 :data:`CHUNK_ROWS` rows at a time and writes each chunk as it is done, with a tqdm bar on stderr.
 Memory is the model, the mixture table and one chunk, whatever the number of rows
-(``docs/results/olfaction/predict_memory.json``: peak RSS at 1k / 10k / 100k rows).
+(``docs/results/olfaction/predict_memory.json``: peak RSS at 1k / 10k / 100k rows). The labels
+file is read the same way: :func:`check_mixtures_text`, then :func:`predict_labels_file`.
 """
 
 from __future__ import annotations
 
 import csv
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from pathlib import Path
 from typing import TextIO
 
 from common.errors import DataError, InputError
+from common.io import atomic_write
 
 from .data import MixtureKey, resolve_mixture
 
@@ -91,6 +95,15 @@ def check_datasets(path: Path, datasets: dict[str, int], known: list[str]) -> No
         raise DataError(f"{path} line {line}: unknown dataset {d!r} (the model knows {', '.join(known)})")
 
 
+def write_to(out: Path | None, write: Callable[[TextIO], int]) -> int:
+    """``write(fh)`` into ``out`` atomically (nothing is left behind if it fails or is interrupted),
+    or into stdout when ``out`` is None."""
+    if out is None:
+        return write(sys.stdout)
+    with atomic_write(Path(out), "w", encoding="utf-8", newline="") as fh:
+        return write(fh)
+
+
 def _chunks(rows: Iterator, size: int) -> Iterator[list]:
     while chunk := list(islice(rows, size)):
         yield chunk
@@ -115,6 +128,65 @@ def predict_pairs_csv(predictor, path: Path, mixtures: dict[MixtureKey, tuple[st
                                                 [row["Dataset"] for _, row in chunk])["combined"]
             writer.writerows([row["Dataset"], row["Mixture_1"], row["Mixture_2"], float(p)]
                              for (_, row), p in zip(chunk, pred, strict=True))
+            done += len(chunk)
+            bar.update(len(chunk))
+    return done
+
+
+# ----------------------------------------------------------------------------- mixtures text
+
+
+def iter_mixtures_text(path: Path) -> Iterator[tuple[int, tuple[str, ...]]]:
+    """``(line, validated canonical mixture)`` for every line of a mixtures text file (one
+    ``;``-separated SMILES mixture per line; blank lines and lines starting with ``#`` skipped),
+    streamed. DataError naming the file and line: missing file, not UTF-8, a bad mixture (invalid
+    or duplicate SMILES, too many components), no mixture at all."""
+    from .data import parse_mixture_text
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"mixtures file not found: {path}")
+    n = 0
+    try:
+        with open(path, encoding="utf-8-sig") as fh:
+            for line_no, text in enumerate(fh, start=1):
+                if not text.strip() or text.lstrip().startswith("#"):
+                    continue
+                try:
+                    mixture = parse_mixture_text(text.strip(), where=f"mixture of line {line_no}")
+                except InputError as exc:
+                    raise DataError(f"{path} line {line_no}: {exc}") from None
+                n += 1
+                yield line_no, mixture
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if n == 0:
+        raise DataError(f"{path} holds no mixture (one ';'-separated SMILES mixture per line)")
+
+
+def check_mixtures_text(path: Path) -> int:
+    """Every line of the mixtures file parsed (see :func:`iter_mixtures_text`); their number."""
+    return sum(1 for _ in iter_mixtures_text(path))
+
+
+def predict_labels_file(predictor, path: Path, out: TextIO, k: int = 5, total: int | None = None,
+                        progress: bool = True, chunk_rows: int = CHUNK_ROWS) -> int:
+    """Write ``Line,Mixture,Label_1,Probability_1,...,Label_k,Probability_k`` (the ``k`` most
+    probable odour labels) for every mixture of the file ``path`` to ``out``, :data:`CHUNK_ROWS`
+    mixtures at a time; returns the number of mixtures."""
+    from tqdm import tqdm
+
+    k = min(k, len(predictor.label_names)) or k
+    writer = csv.writer(out)
+    writer.writerow(["Line", "Mixture"] + [f"{c}_{i}" for i in range(1, k + 1) for c in ("Label", "Probability")])
+    done = 0
+    with tqdm(total=total, desc="labels", unit="mixture", file=sys.stderr, disable=not progress) as bar:
+        for chunk in _chunks(iter_mixtures_text(path), chunk_rows):
+            prob = predictor.predict_labels([m for _, m in chunk])
+            for (line, mixture), p in zip(chunk, prob, strict=True):
+                top = p.argsort()[::-1][:k]
+                writer.writerow([line, ";".join(mixture)]
+                                + [v for i in top for v in (predictor.label_names[i], round(float(p[i]), 6))])
             done += len(chunk)
             bar.update(len(chunk))
     return done

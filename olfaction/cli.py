@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_args(s)
     add_device_args(s)
     s.add_argument("--model", required=True)
-    s.add_argument("--mix", required=True, help="';'-separated SMILES")
+    s.add_argument("--mix", help="';'-separated SMILES")
+    s.add_argument("--file", help="mixtures text: one ';'-separated SMILES mixture per line (CSV to --out or stdout)")
     s.add_argument("--top", type=positive_int, default=5)
     s.set_defaults(fn=cmd_labels)
 
@@ -230,6 +231,20 @@ def load_torch_predictor(model: Path, device: str = "auto"):
 
 
 def cmd_labels(args: argparse.Namespace) -> int:
+    """``mixscent labels``: the top labels of ``--mix``, or of every mixture of ``--file`` (checked
+    in full before the model loads, then predicted in chunks: :mod:`olfaction.batch_predict`)."""
+    if (args.mix is None) == (args.file is None):
+        raise InputError("labels needs --mix or --file (one of them)")
+    check_outputs(files=[args.out], inputs=[args.model, args.file], overwrite=args.overwrite)
+    if args.file:
+        from .batch_predict import check_mixtures_text, predict_labels_file, write_to
+
+        total = check_mixtures_text(Path(args.file))
+        predictor = load_torch_predictor(Path(args.model), args.device)
+        if not predictor.label_names:
+            raise InputError("this model has no label network (train with GS-LF labels)")
+        write_to(args.out, lambda fh: predict_labels_file(predictor, Path(args.file), fh, args.top, total, total > 1))
+        return 0
     from .data import parse_mixture_text
 
     mixture = parse_mixture_text(args.mix)  # before the model loads
@@ -360,9 +375,7 @@ def _predict_csv(args: argparse.Namespace) -> int:
     """DREAM submission format: reads ``Dataset,Mixture_1,Mixture_2``, writes the same rows plus
     ``Predicted_Experimental_Values`` to ``--out`` (atomically) or stdout, chunk by chunk. Every row
     is checked before the model loads."""
-    from common.io import atomic_write
-
-    from .batch_predict import check_datasets, check_pairs_csv, predict_pairs_csv
+    from .batch_predict import check_datasets, check_pairs_csv, predict_pairs_csv, write_to
     from .data import load_mixtures
 
     path = Path(args.csv)
@@ -370,12 +383,7 @@ def _predict_csv(args: argparse.Namespace) -> int:
     total, datasets = check_pairs_csv(path, mixtures)
     predictor = load_for_predict(Path(args.model), args.backend, args.device)
     check_datasets(path, datasets, predictor.datasets)
-    progress = total > 1
-    if args.out:
-        with atomic_write(Path(args.out), "w", encoding="utf-8", newline="") as fh:
-            predict_pairs_csv(predictor, path, mixtures, fh, total=total, progress=progress)
-    else:
-        predict_pairs_csv(predictor, path, mixtures, sys.stdout, total=total, progress=progress)
+    write_to(args.out, lambda fh: predict_pairs_csv(predictor, path, mixtures, fh, total=total, progress=total > 1))
     return 0
 
 

@@ -348,3 +348,50 @@ def test_demo_errors_are_page_messages(tiny_dir, monkeypatch):
     monkeypatch.setattr(demo, "analyse", broken)
     text, a, b = demo.compare("CCO", "CCC", "Bushdid")
     assert text.startswith("**error:**") and "secret" not in text and "RuntimeError" not in text and a is None
+
+
+# ----------------------------------------------------------------------------- mixtures text (labels --file)
+
+
+@pytest.mark.parametrize("content, match", [
+    (b"CCO;CC(=O)O\n\xff\xfeCC\n", "is not UTF-8 text"),
+    (b"# header\nCCO;CC(=O)O\n\nCCO;xx\n", "line 4: invalid SMILES 'xx' at mixture of line 4 component 2"),
+    (b"CCO;OCC\n", "line 1: duplicate component"),
+    (b"# only a comment\n\n", "holds no mixture"),
+    ((";".join(f"C{'C' * i}O" for i in range(150)) + "\n").encode(), "line 1: mixture of line 1 has 150 components"),
+])
+def test_mixtures_text_errors_name_file_and_line(content, match, tiny_dir, tmp_path):
+    path = tmp_path / "mixtures.txt"
+    path.write_bytes(content)
+    line = _refused(["labels", "--model", tiny_dir, "--file", path, "--out", tmp_path / "labels.csv"], tmp_path, match)
+    assert str(path) in line
+
+
+def test_labels_needs_exactly_one_of_mix_and_file(tiny_dir, tmp_path):
+    _refused(["labels", "--model", tiny_dir], tmp_path, "labels needs --mix or --file")
+    _refused(["labels", "--model", tiny_dir, "--mix", "CCO", "--file", tmp_path / "m.txt"], tmp_path,
+             "labels needs --mix or --file")
+
+
+def test_labels_file_streams_in_chunks(tiny_predictor, tiny_dir, tmp_path, capsys):
+    import io
+
+    from olfaction.batch_predict import check_mixtures_text, predict_labels_file
+
+    model, _ = tiny_predictor
+    path = tmp_path / "m.txt"
+    path.write_text("# mixtures\nCCO;c1ccccc1\n\nCC(C)=O\nOCC;CC(=O)O\nCCCO\nc1ccccc1\n", encoding="utf-8")
+    assert check_mixtures_text(path) == 5
+    out = io.StringIO()
+    assert predict_labels_file(model, path, out, k=2, total=5, progress=False, chunk_rows=2) == 5
+    got = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert [int(r["Line"]) for r in got] == [2, 4, 5, 6, 7]
+    assert got[2]["Mixture"] == "CC(=O)O;CCO"  # canonical, sorted
+    for r in got:
+        want = model.top_labels(r["Mixture"].split(";"), k=2)
+        assert [r["Label_1"], r["Label_2"]] == [n for n, _ in want]
+        assert float(r["Probability_1"]) == pytest.approx(want[0][1], abs=1e-5)
+    assert main(["labels", "--model", str(tiny_dir), "--file", str(path), "--top", "3",
+                 "--out", str(tmp_path / "l.csv")]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "l.csv", encoding="utf-8")))
+    assert len(rows) == 5 and rows[0]["Label_3"] and "labels" in capsys.readouterr().err  # the progress bar
