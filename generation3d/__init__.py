@@ -1,7 +1,9 @@
 """MoCA: compositional 3D generation with component-level sparse attention.
 
-Modules: ``data`` (procedural part-labelled dataset, GLB/OBJ loader), ``attention`` (MoCA and the
-baseline attentions), ``model`` (part autoencoder, flow transformer), ``train``, ``evaluate``
-(metrics), ``pipeline`` (sampling, save/load), ``export`` (GLB/PLY/OBJ, previews), ``bench``,
-``cli`` (``moca``), ``quick`` (``make demo``), ``demo`` (Gradio tab).
+Modules: ``data`` (dataset format), ``shapes`` (procedural shapes), ``meshes`` (mesh files),
+``geometry`` (box frames), ``sources`` / ``furniture`` / ``scenes`` (real furniture, rooms),
+``attention`` and ``kernels`` (MoCA, the baselines, their kernels), ``model`` (part autoencoder,
+flow transformer, sizes), ``train`` (``pretrain``, ``fit``), ``sampling`` (``MoCAPipeline``),
+``evaluate`` (metrics), ``classifier``, ``export`` / ``render``, ``bench``, ``cli`` (``moca``),
+``quick`` (``make demo``), ``demo`` (Gradio tab).
 """

@@ -15,14 +15,9 @@ MoCA (mixture of components attention), per layer:
    (learned-query pooling or mean-pooled chunks of the component's tokens, plus its box
    encoding), so every component is still seen: ``L = k*T + C*(P-k)`` keys per query block.
 
-Implementation (``GatheredAttention``): the one softmax over ``k*T + C*(P-k)`` keys is computed as
-two fused ``scaled_dot_product_attention`` kernels merged by their log-sum-exps (split-KV): the
-selected components' keys/values are gathered for chunks of query components into
-``(B*G, H, k*T, d_h)`` blocks; the compressed keys are shared by all queries, so every query attends
-to all ``P*C`` of them in one call with the selected (and padding) components masked. Chunks are
-gathered again in backward, so the gathered blocks never exceed a fixed budget and memory stays
-linear in P*T (plus a ``(P*T, P*C)`` mask). With ``k = P`` and ``n_compressed = 0`` this is exactly
-full attention.
+The joint softmax runs in ``kernels.py`` (fused CPU split-KV kernel, ``flex_attention`` with a block
+mask on CUDA, and a pure-PyTorch reference), chosen by device; memory stays linear in P*T. With
+``k = P`` and ``n_compressed = 0`` this is exactly full attention.
 
 The router's top-k choice is not differentiable; in training the selected components' values are
 multiplied by ``g / stopgrad(g)`` with ``g = sigmoid(s)``: the forward value is exactly 1, and the
@@ -32,10 +27,6 @@ Training recipe (DeepSeek-V3.2 sparse attention; the MoCA default, see ``MoCAAtt
 warm-up with k = P (``full_attention``) and a router distillation loss towards the part-level
 attention mass of full attention (``component_attention_mass``, ``router_distill_target``,
 ``router_kl``).
-
-Three variants tried and removed because none improved held-out quality (proportional
-attention on the compressed keys, a learned compressed-key logit bias, routing on the compressed
-keys' attention mass) are listed in docs/experiments.md.
 """
 
 from __future__ import annotations
@@ -47,6 +38,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from generation3d.kernels import chunk_ranges, sparse_component_attention, split_heads
 from moe import topk_select
 
 ATTENTION_KINDS = ("full", "moca", "topk", "local")
@@ -170,176 +162,6 @@ class FullAttention(ComponentAttention):
         return self.full_attention(x, valid)
 
 
-def _chunks(p: int, step: int):
-    return [(s, min(p, s + step)) for s in range(0, p, step)]
-
-
-_cpu_flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-_cpu_flash_bwd = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
-
-
-NEG = -1e30  # additive logit of a masked compressed key (finite: a row may mask all of them)
-
-
-def _gather_chunk(kb, vb, sel_c, gate_c, t):
-    """Gather the keys/values of the selected components of one chunk of G query components.
-
-    kb, vb: (B*P, T*d) component blocks; sel_c: (B, G, k) global block ids; gate_c: (B, G, k) or None.
-    Returns k, v: (B*G, k*T, d) and the raw (ungated) selected values (B*G, k, T*d)."""
-    b, g, kk = sel_c.shape
-    d = kb.shape[1] // t
-    vf_raw = vb.index_select(0, sel_c.reshape(-1)).view(b * g, kk, t * d)
-    vf = vf_raw if gate_c is None else vf_raw * gate_c.reshape(b * g, kk, 1)
-    kf = kb.index_select(0, sel_c.reshape(-1)).view(b * g, kk * t, d)
-    return kf, vf.view(b * g, kk * t, d), vf_raw
-
-
-def _chunk_mask(bias, a, z, n_keys):
-    """Additive logit mask of query components ``a:z``, ``(B*G, 1, 1, L)``, from the padding mask
-    ``bias (B, P, L)``, or None."""
-    return None if bias is None else bias[:, a:z].reshape(-1, 1, 1, n_keys)
-
-
-def _compressed_mask(comp_ok: Tensor, t: int, c: int, dtype) -> Tensor:
-    """``comp_ok (B, P, P)`` bool (query component p may see the compressed tokens of j) ->
-    additive mask ``(B, 1, P*T, P*C)`` (0 or ``NEG``) over all compressed keys."""
-    b, p, _ = comp_ok.shape
-    ok = comp_ok[:, :, None, :, None].expand(b, p, t, p, c).reshape(b, 1, p * t, p * c)
-    return torch.zeros(ok.shape, dtype=dtype, device=comp_ok.device).masked_fill_(~ok, NEG)
-
-
-def _heads(z: Tensor, h: int) -> Tensor:
-    """(N, L, H*e) -> (N, H, L, e) view."""
-    n, length, d = z.shape
-    return z.view(n, length, h, d // h).transpose(1, 2)
-
-
-class GatheredAttention(torch.autograd.Function):
-    """Block-sparse attention with linear memory in the selected blocks (CPU fused flash kernel).
-
-    ``forward(x (B, P*T, d), w_qkv (3d, d), b_qkv (3d,), kc, vc (B, P*C, d) | None,
-    gate (B,P,k) | None, sel (B,P,k) long, bias (B,P,k*T) additive float mask | None,
-    comp_ok (B,P,P) bool | None, P, H, step) -> (B, P, T, d)``; ``sel`` holds global block ids
-    ``b*P + j``.
-
-    The one softmax of a query component over [the k*T tokens of its selected components, the
-    compressed tokens of the others] is computed as two attentions merged by their log-sum-exps
-    (split-KV): (A) the selected blocks, gathered for ``step`` query components at a time; (B)
-    every query against all P*C compressed keys at once (they are shared by all queries), with
-    the selected (and padding) components' compressed keys masked by ``comp_ok``. Backward calls
-    the fused flash backward kernel for A (per chunk, gathered again) and B with the merged output
-    and log-sum-exp, which gives exactly the gradients of the joint softmax; dK/dV of A are
-    accumulated per block with ``index_add_``. The Q/K/V projection is part of the function so
-    that its backward writes dx directly."""
-
-    @staticmethod
-    def forward(ctx, x, w_qkv, b_qkv, kc, vc, gate, sel, bias, comp_ok, p, h, step):
-        b, n, d = x.shape
-        t, e = n // p, d // h
-        q, k, v = (F.linear(x, w_qkv[i * d : (i + 1) * d], b_qkv[i * d : (i + 1) * d]) for i in range(3))
-        kb, vb = k.view(b * p, t * d), v.view(b * p, t * d)
-        q5 = q.view(b, p, t, d)
-        out = torch.empty(b, p, t, h, e, dtype=x.dtype, device=x.device)
-        lse = None
-        for a, z in _chunks(p, step):
-            g = z - a
-            kf, vf, _ = _gather_chunk(kb, vb, sel[:, a:z], None if gate is None else gate[:, a:z], t)
-            o, lse_c = _cpu_flash(_heads(q5[:, a:z].reshape(b * g, t, d), h), _heads(kf, h), _heads(vf, h), 0.0, False,
-                                  attn_mask=_chunk_mask(bias, a, z, kf.shape[1]))
-            out[:, a:z] = o.transpose(1, 2).reshape(b, g, t, h, e)
-            if lse is None:
-                lse = torch.empty(b, p, h, t, dtype=lse_c.dtype, device=x.device)
-            lse[:, a:z] = lse_c.view(b, g, h, t)
-            del kf, vf, o  # free this chunk before the next one is gathered
-        if kc is not None:
-            oc, lse_c = _cpu_flash(_heads(q, h), _heads(kc, h), _heads(vc, h), 0.0, False,
-                                   attn_mask=_compressed_mask(comp_ok, t, kc.shape[1] // p, x.dtype))
-            lse_c = lse_c.view(b, h, p, t).permute(0, 2, 1, 3)  # (B, P, H, T)
-            total = torch.logaddexp(lse, lse_c)
-            w_sel, w_comp = ((lse - total).exp().transpose(2, 3)[..., None],
-                             (lse_c - total).exp().transpose(2, 3)[..., None])  # (B, P, T, H, 1)
-            out = out * w_sel.to(x.dtype) + oc.view(b, h, p, t, e).permute(0, 2, 3, 1, 4) * w_comp.to(x.dtype)
-            lse = total
-        out = out.reshape(b, p, t, d)
-        ctx.save_for_backward(x, w_qkv, b_qkv, k, v, kc, vc, gate, sel, bias, comp_ok, out, lse)
-        ctx.meta = (p, h, step)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x, w_qkv, b_qkv, k, v, kc, vc, gate, sel, bias, comp_ok, out, lse = ctx.saved_tensors
-        p, h, step = ctx.meta
-        b, n, d = x.shape
-        t = n // p
-        wq, wk, wv = w_qkv[:d], w_qkv[d : 2 * d], w_qkv[2 * d :]
-        grad_out = grad_out.contiguous()
-        q = F.linear(x, wq, b_qkv[:d])  # recomputed: no full-size Q is kept between forward and backward
-        kb, vb = k.view(b * p, t * d), v.view(b * p, t * d)
-        dq = torch.empty_like(q)
-        dk, dv = torch.zeros_like(k), torch.zeros_like(v)
-        dkb, dvb = dk.view(b * p, t * d), dv.view(b * p, t * d)
-        dgate = None if gate is None else torch.empty_like(gate)
-        q5, dq5, go5, out5 = q.view(b, p, t, d), dq.view(b, p, t, d), grad_out.view(b, p, t, d), out.view(b, p, t, d)
-        for a, z in _chunks(p, step):
-            g = z - a
-            sel_c, gate_c = sel[:, a:z], None if gate is None else gate[:, a:z]
-            kf, vf, vf_raw = _gather_chunk(kb, vb, sel_c, gate_c, t)
-            gq, gk, gv = _cpu_flash_bwd(_heads(go5[:, a:z].reshape(b * g, t, d), h), _heads(q5[:, a:z].reshape(b * g, t, d), h),
-                                        _heads(kf, h), _heads(vf, h), _heads(out5[:, a:z].reshape(b * g, t, d), h),
-                                        lse[:, a:z].reshape(b * g, h, t), 0.0, False,
-                                        attn_mask=_chunk_mask(bias, a, z, kf.shape[1]))
-            dq5[:, a:z] = gq.transpose(1, 2).reshape(b, g, t, d)
-            kk = sel_c.shape[-1]
-            gk = gk.transpose(1, 2).reshape(b * g * kk, t * d)
-            gvf = gv.transpose(1, 2).reshape(b * g, kk, t * d)
-            if gate is not None:
-                dgate[:, a:z] = (gvf * vf_raw).sum(-1).view(b, g, kk)
-                gvf = gvf * gate_c.reshape(b * g, kk, 1)
-            dkb.index_add_(0, sel_c.reshape(-1), gk)
-            dvb.index_add_(0, sel_c.reshape(-1), gvf.reshape(b * g * kk, t * d))
-            del kf, vf, vf_raw, gq, gk, gv, gvf  # free this chunk before the next one is gathered
-        dkc = dvc = None
-        if kc is not None:
-            lse_all = lse.permute(0, 2, 1, 3).reshape(b, h, p * t)
-            gq, gkc, gvc = _cpu_flash_bwd(_heads(grad_out.view(b, p * t, d), h), _heads(q, h), _heads(kc, h), _heads(vc, h),
-                                          _heads(out.view(b, p * t, d), h), lse_all, 0.0, False,
-                                          attn_mask=_compressed_mask(comp_ok, t, kc.shape[1] // p, x.dtype))
-            dq += gq.transpose(1, 2).reshape(b, p * t, d)
-            dkc, dvc = gkc.transpose(1, 2).reshape(kc.shape), gvc.transpose(1, 2).reshape(vc.shape)
-        x2, dq2, dk2, dv2 = x.view(-1, d), dq.view(-1, d), dk.view(-1, d), dv.view(-1, d)
-        dx = torch.mm(dq2, wq).addmm_(dk2, wk).addmm_(dv2, wv).view(b, n, d)
-        dw = torch.cat([dq2.t() @ x2, dk2.t() @ x2, dv2.t() @ x2])
-        db = torch.cat([dq2.sum(0), dk2.sum(0), dv2.sum(0)])
-        return dx, dw, db, dkc, dvc, dgate, None, None, None, None, None, None
-
-
-def gathered_attention_reference(x, w_qkv, b_qkv, kc, vc, gate, sel, bias, comp_ok, p, h, step):
-    """Same computation as ``GatheredAttention`` with plain autograd (public SDPA, no custom
-    backward; one softmax per query component over its concatenated selected and compressed keys):
-    the fallback off CPU / without the fused kernel, and the test reference."""
-    b, n, d = x.shape
-    t = n // p
-    q, k, v = (F.linear(x, w_qkv[i * d : (i + 1) * d], b_qkv[i * d : (i + 1) * d]) for i in range(3))
-    kb, vb = k.reshape(b * p, t * d), v.reshape(b * p, t * d)
-    q5 = q.reshape(b, p, t, d)
-    outs = []
-    for a, z in _chunks(p, step):
-        g = z - a
-        kf, vf, _ = _gather_chunk(kb, vb, sel[:, a:z], None if gate is None else gate[:, a:z], t)
-        mask = _chunk_mask(bias, a, z, kf.shape[1])
-        if kc is not None:
-            n_c = kc.shape[1]
-            kf = torch.cat([kf, kc.repeat_interleave(g, dim=0)], 1)
-            vf = torch.cat([vf, vc.repeat_interleave(g, dim=0)], 1)
-            ok = comp_ok[:, a:z].repeat_interleave(n_c // p, dim=-1).reshape(b * g, 1, 1, n_c)
-            comp_bias = torch.zeros(ok.shape, dtype=x.dtype, device=x.device).masked_fill(~ok, float("-inf"))
-            sel_bias = mask if mask is not None else torch.zeros(b * g, 1, 1, kf.shape[1] - n_c, dtype=x.dtype,
-                                                                  device=x.device)
-            mask = torch.cat([sel_bias, comp_bias], -1)
-        o = F.scaled_dot_product_attention(_heads(q5[:, a:z].reshape(b * g, t, d), h), _heads(kf, h), _heads(vf, h), attn_mask=mask)
-        outs.append(o.transpose(1, 2).reshape(b, g, t, d))
-    return torch.cat(outs, 1)
-
 class SparseComponentAttention(ComponentAttention):
     """Each query component attends to a chosen set of k components at full resolution (and,
     when ``n_compressed > 0``, to C compressed tokens of every other component), in one softmax.
@@ -364,6 +186,7 @@ class SparseComponentAttention(ComponentAttention):
         self.box_pe = BoxEncoding(d_model, n_freq)
         self.compressor = ComponentCompressor(d_model, n_compressed, compression) if n_compressed else None
         self.last_selection: dict[str, Tensor] = {}
+        self.kernel: str | None = None  # one of kernels.KERNELS; None: by device (flex on CUDA, fused on CPU)
 
     def choose(self, x: Tensor, boxes: Tensor | None, valid: Tensor | None, k: int, kc: Tensor | None = None):
         """``kc (B, P*C, d)``: keys of the compressed tokens when compression is on, else None."""
@@ -374,7 +197,9 @@ class SparseComponentAttention(ComponentAttention):
         k = min(self.top_k, p)
         return k * t + (self.n_compressed * (p - k) if self.compressor is not None else 0)
 
-    def forward(self, x: Tensor, boxes: Tensor | None = None, valid: Tensor | None = None) -> Tensor:
+    def kernel_inputs(self, x: Tensor, boxes: Tensor | None = None, valid: Tensor | None = None) -> tuple:
+        """Route and compress ``x (B, P, T, d)``: the arguments of ``kernels.sparse_component_attention``
+        (``last_selection`` is updated)."""
         b, p, t, d = x.shape
         h, c = self.n_heads, self.n_compressed
         k_eff = min(self.top_k, p)
@@ -404,11 +229,11 @@ class SparseComponentAttention(ComponentAttention):
             bias = torch.zeros(key_valid.shape, dtype=x.dtype, device=x.device).masked_fill(~key_valid, float("-inf"))
         # chunk so that the gathered selected K+V of a chunk stay within gather_budget * (size of K and V)
         step = max(1, min(p, int(self.gather_budget * p // (2 * k_eff))))
-        args = (x.reshape(b, p * t, d), self.qkv.weight, self.qkv.bias, kc, vc, gate, sel + boff, bias, comp_ok, p, h, step)
-        if _cpu_flash is not None and _cpu_flash_bwd is not None and x.device.type == "cpu":
-            o = GatheredAttention.apply(*args)
-        else:
-            o = gathered_attention_reference(*args)
+        return (x.reshape(b, p * t, d), self.qkv.weight, self.qkv.bias, kc, vc, gate, sel + boff, bias, comp_ok, p, h, step)
+
+    def forward(self, x: Tensor, boxes: Tensor | None = None, valid: Tensor | None = None) -> Tensor:
+        b, p, t, d = x.shape
+        o = sparse_component_attention(*self.kernel_inputs(x, boxes, valid), kernel=self.kernel)
         return self.out(o.reshape(b, p, t, d))
 
 
@@ -422,16 +247,16 @@ def component_attention_mass(q: Tensor, k: Tensor, p: int, n_heads: int, valid: 
     ``queries (G,)`` (component indices) only those rows are computed; the others are 0."""
     b, n, d = q.shape
     t, e = n // p, d // n_heads
-    kh = _heads(k, n_heads)
+    kh = split_heads(k, n_heads)
     key_ok = None if valid is None else valid.repeat_interleave(t, dim=1)[:, None, None, :]
     out = q.new_empty(b, p, p) if queries is None else q.new_zeros(b, p, p)
     q4 = q.view(b, p, t, d)
     rows = torch.arange(p, device=q.device) if queries is None else queries
     # query components in chunks whose logits (B, H, G*T, P*T) stay within twice the size of K:
     # memory linear in P*T (the target is O((P*T)^2 / P * G) in time only)
-    for a, z in _chunks(len(rows), max(1, 2 * d // (n_heads * t))):
+    for a, z in chunk_ranges(len(rows), max(1, 2 * d // (n_heads * t))):
         r = rows[a:z]
-        logits = _heads(q4[:, r].reshape(b, len(r) * t, d), n_heads) @ kh.transpose(-1, -2) / math.sqrt(e)
+        logits = split_heads(q4[:, r].reshape(b, len(r) * t, d), n_heads) @ kh.transpose(-1, -2) / math.sqrt(e)
         if key_ok is not None:
             logits = logits.masked_fill(~key_ok, float("-inf"))
         out[:, r] = logits.softmax(-1).view(b, n_heads, len(r), t, p, t).sum(-1).mean((1, 3))

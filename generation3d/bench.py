@@ -1,36 +1,60 @@
-"""Scaling benchmark: forward+backward time and peak memory of one attention layer vs P.
+"""``moca bench --suite attention|scenes|sizes``: time and peak memory of MoCA against full attention.
 
-Methods (same run, same input, interleaved repeats so machine load hits all of them alike):
-``full`` (fused SDPA over all P*T tokens), ``moca`` (router top-k + compressed tokens),
-``topk`` (router top-k, no compressed tokens), ``local`` (nearest-k components by box centre).
+Suites (same run, same input, interleaved repeats so machine load hits all methods alike):
 
-Peak memory is measured with ``torch.profiler`` (``profile_memory=True``): the running sum of
-every CPU allocation/free during one forward+backward, maximum over time, minus nothing (inputs
-are allocated before). The analytic column counts the bytes of the attention score matrices a
-naive (non-fused) implementation would materialise: ``4 * B * H * P*T * L`` with L the keys per
-query (P*T for full attention, k*T + C*(P-k) for MoCA).
+- ``attention``: forward+backward of one attention layer vs P: ``full`` (fused SDPA over all P*T
+  tokens), ``moca`` (router top-k + compressed tokens), ``topk`` (router top-k, no compressed
+  tokens), ``local`` (nearest-k components by box centre);
+- ``scenes``: one whole generator training step (forward + backward + AdamW) on a P-component
+  scene, full attention vs MoCA in its sparse phase with and without router distillation;
+- ``sizes``: parameters, training-step time and peak memory of each named model size
+  (``model.MODEL_SIZES``) through ``time_train_step``.
+
+Peak memory on the CPU is measured with ``torch.profiler`` (``profile_memory=True``): the running
+sum of every CPU allocation/free during one step, maximum over time (inputs are allocated
+before); on CUDA it is ``torch.cuda.max_memory_allocated`` above the memory in use before. The
+analytic column of the attention suite counts the bytes of the score matrices a naive (non-fused)
+implementation would materialise: ``4 * B * H * P*T * L`` with L the keys per query (P*T for full
+attention, k*T + C*(P-k) for MoCA).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
+from common.device import autocast, check_precision, describe, resolve_device
 from common.errors import InputError
-from common.io import write_csv, write_json
+from common.io import atomic_write, write_csv, write_json
 from common.report import markdown_table
 from generation3d.attention import build_attention
+from generation3d.limits import check_bench_memory
 
 DEFAULT_PARTS = (8, 16, 32, 64, 128, 256)
 METHODS = ("full", "moca", "topk", "local")
 
 
-def peak_memory_bytes(fn) -> int:
-    """Peak of the running sum of CPU allocations made while ``fn()`` runs (torch.profiler)."""
+def _sync(device: torch.device | None) -> None:
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_memory_bytes(fn, device: torch.device | None = None) -> int:
+    """Peak memory allocated while ``fn()`` runs: on CUDA ``max_memory_allocated`` above the memory
+    in use before; on the CPU the peak of the running sum of allocations (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile
+
+    if device is not None and device.type == "cuda":
+        _sync(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        _sync(device)
+        return torch.cuda.max_memory_allocated(device) - before
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
@@ -50,16 +74,18 @@ def _keys_per_query(method: str, p: int, t: int, top_k: int, n_compressed: int) 
     return k * t + (n_compressed * (p - k) if method == "moca" and k < p else 0)
 
 
-def _interleaved_median_ms(step, methods, repeats: int) -> dict[str, float]:
+def _interleaved_median_ms(step, methods, repeats: int, device: torch.device | None = None) -> dict[str, float]:
     """Median milliseconds of ``step(m)`` per method: one warm-up call each, then ``repeats`` rounds
-    that call every method in turn (so load drifts hit all methods alike)."""
+    that call every method in turn (so load drifts hit all methods alike); GPU work is waited for."""
     times = {m: [] for m in methods}
     for m in methods:
         step(m)
     for _ in range(repeats):
         for m in methods:
+            _sync(device)
             t0 = time.perf_counter()
             step(m)
+            _sync(device)
             times[m].append(time.perf_counter() - t0)
     return {m: 1e3 * statistics.median(v) for m, v in times.items()}
 
@@ -67,10 +93,11 @@ def _interleaved_median_ms(step, methods, repeats: int) -> dict[str, float]:
 def bench_attention(
     parts: tuple[int, ...] = DEFAULT_PARTS, tokens: int = 64, d_model: int = 128, n_heads: int = 4,
     top_k: int = 4, n_compressed: int = 2, repeats: int = 3, methods: tuple[str, ...] = METHODS,
-    seed: int = 0, threads: int | None = None, max_full_parts: int | None = None,
+    seed: int = 0, threads: int | None = None, max_full_parts: int | None = None, device: str = "auto",
 ) -> list[dict]:
     """Rows ``{method, parts, tokens, time_ms (median fwd+bwd), peak_mem_mb, attn_matrix_mb, speedup_vs_full,
-    mem_ratio_vs_full, ...settings}``. ``max_full_parts`` skips full attention above that P."""
+    mem_ratio_vs_full, ...settings}`` on ``device``. ``max_full_parts`` skips full attention above that P."""
+    dev = resolve_device(device)
     for m in methods:
         if m not in METHODS:
             raise InputError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
@@ -81,28 +108,29 @@ def bench_attention(
         if p < 1:
             raise InputError(f"number of parts must be >= 1, got {p}")
         gen = torch.Generator().manual_seed(seed)
-        x = torch.randn(1, p, tokens, d_model, generator=gen)
-        boxes = torch.rand(1, p, 6, generator=gen)
+        x = torch.randn(1, p, tokens, d_model, generator=gen).to(dev)
+        boxes = torch.rand(1, p, 6, generator=gen).to(dev)
         active = [m for m in methods if not (m == "full" and max_full_parts and p > max_full_parts)]
         mods = {}
         for m in active:
             torch.manual_seed(seed)
-            mods[m] = build_attention(m, d_model, n_heads, top_k=top_k, n_compressed=n_compressed).train()
+            mods[m] = build_attention(m, d_model, n_heads, top_k=top_k, n_compressed=n_compressed).to(dev).train()
 
         def step(m, x=x, boxes=boxes, mods=mods):
             xi = x.clone().requires_grad_(True)
             mods[m](xi, boxes).sum().backward()
 
-        times = _interleaved_median_ms(step, active, repeats)
+        times = _interleaved_median_ms(step, active, repeats, dev)
         for m in active:
             mods[m].zero_grad(set_to_none=True)
-            peak = peak_memory_bytes(lambda m=m: step(m))
+            peak = peak_memory_bytes(lambda m=m: step(m), dev)
             n_keys = _keys_per_query(m, p, tokens, top_k, n_compressed)
             rows.append({
                 "method": m, "parts": p, "tokens": tokens, "time_ms": times[m],
                 "peak_mem_mb": peak / 2**20, "attn_matrix_mb": 4 * n_heads * p * tokens * n_keys / 2**20,
                 "keys_per_query": n_keys, "d_model": d_model, "n_heads": n_heads, "top_k": top_k,
                 "n_compressed": n_compressed, "repeats": repeats, "threads": torch.get_num_threads(),
+                **({} if dev.type == "cpu" else {"device": describe(dev)}),
             })
     full = {r["parts"]: r for r in rows if r["method"] == "full"}
     for r in rows:
@@ -124,12 +152,10 @@ def crossover(rows: list[dict], method: str = "moca") -> int | None:
 
 
 def plot_bench(rows: list[dict], path: Path) -> Path:
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig = Figure(figsize=(10, 4))
+    axes = fig.subplots(1, 2)
     for m in METHODS:
         pts = sorted((r["parts"], r["time_ms"], r["peak_mem_mb"]) for r in rows if r["method"] == m)
         if not pts:
@@ -145,14 +171,13 @@ def plot_bench(rows: list[dict], path: Path) -> Path:
         ax.legend()
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
     return path
 
 
-def run_bench(out_dir: Path, **kw) -> list[dict]:
-    """Run, print a markdown table with ratios, write ``bench_attention.csv/.json/.png``."""
+def run_attention_bench(out_dir: Path, **kw) -> list[dict]:
+    """Attention suite: run, print a markdown table with ratios, write ``bench_attention.csv/.json/.png``."""
     rows = bench_attention(**kw)
     out_dir = Path(out_dir)
     write_csv(out_dir / "bench_attention.csv", rows)
@@ -173,8 +198,9 @@ SCENE_METHODS = ("full", "moca", "moca_no_distill")
 def bench_scene_training(
     parts: tuple[int, ...] = SCENE_PARTS, tokens: tuple[int, ...] = (8,), d_model: int = 128, n_layers: int = 4,
     top_k: int = 4, n_compressed: int = 2, repeats: int = 3, seed: int = 0, threads: int | None = None,
+    device: str = "auto",
 ) -> list[dict]:
-    """Time and peak memory of one generator training step (forward + backward + AdamW step of the
+    """Time and peak memory (on ``device``) of one generator training step (forward + backward + AdamW step of the
     whole ``PartFlowTransformer``, rectified-flow loss, batch of one scene of P components of T
     tokens), full attention vs MoCA in its sparse phase with router distillation (the recipe's
     steady state) and without. Same inputs for all methods (content does not change the cost),
@@ -183,6 +209,7 @@ def bench_scene_training(
     from generation3d.losses import draw_flow_noise, flow_matching_loss
     from generation3d.model import GenConfig, PartFlowTransformer
 
+    dev = resolve_device(device)
     if threads:
         torch.set_num_threads(threads)
     rows = []
@@ -195,13 +222,14 @@ def bench_scene_training(
                      "valid": torch.ones(1, p, dtype=torch.bool), "category": torch.tensor([4]),
                      "n_parts": torch.tensor([p]), "text": None}
             noise = draw_flow_noise(batch, gen)
+            batch, noise = _to(batch, dev), _to(noise, dev)
             models, opts = {}, {}
             for m in SCENE_METHODS:
                 torch.manual_seed(seed)
                 cfg = GenConfig(n_latents=t, d_latent=8, max_parts=p, d_model=d_model, n_layers=n_layers,
                                 attention="full" if m == "full" else "moca", top_k=top_k, n_compressed=n_compressed,
                                 router_distill=0.5 if m == "moca" else 0.0, dense_warmup=0.0)
-                models[m] = PartFlowTransformer(cfg).train()
+                models[m] = PartFlowTransformer(cfg).to(dev).train()
                 models[m].set_sparse_training(distill=m == "moca", dense=False)
                 opts[m] = torch.optim.AdamW(models[m].parameters(), lr=1e-4)
 
@@ -213,12 +241,12 @@ def bench_scene_training(
                 opts[m].step()
                 opts[m].zero_grad(set_to_none=True)
 
-            times = _interleaved_median_ms(step, SCENE_METHODS, repeats)  # warm-up creates the optimizer state
+            times = _interleaved_median_ms(step, SCENE_METHODS, repeats, dev)  # warm-up creates the optimizer state
             for m in SCENE_METHODS:
                 rows.append({"method": m, "parts": p, "tokens": t, "time_ms": times[m],
-                             "peak_mem_mb": peak_memory_bytes(lambda m=m: step(m)) / 2**20, "d_model": d_model,
+                             "peak_mem_mb": peak_memory_bytes(lambda m=m: step(m), dev) / 2**20, "d_model": d_model,
                              "n_layers": n_layers, "top_k": top_k, "n_compressed": n_compressed, "repeats": repeats,
-                             "threads": torch.get_num_threads()})
+                             "threads": torch.get_num_threads(), **({} if dev.type == "cpu" else {"device": describe(dev)})})
     full = {(r["parts"], r["tokens"]): r for r in rows if r["method"] == "full"}
     for r in rows:
         f = full[r["parts"], r["tokens"]]
@@ -228,10 +256,138 @@ def bench_scene_training(
 
 
 def run_scene_bench(out_json: Path, **kw) -> list[dict]:
-    """``bench_scene_training`` -> markdown table on stdout and ``out_json`` (``{"rows", "settings"}``)."""
+    """Scenes suite: ``bench_scene_training`` -> markdown table on stdout and ``out_json`` (``{"rows", "settings"}``)."""
     rows = bench_scene_training(**kw)
     write_json(Path(out_json), {"rows": rows, "settings": {k: list(v) if isinstance(v, tuple) else v
                                                             for k, v in kw.items()}})
     print(markdown_table(rows, ["method", "parts", "tokens", "time_ms", "speedup_vs_full", "peak_mem_mb",
                                 "mem_ratio_vs_full"]))
     return rows
+
+
+def _to(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+# ---------------------------------------------------------------- sizes: one training step per named size
+def time_train_step(
+    model_size: str, attention: str, parts: int, tokens_per_part: int, device: str | torch.device = "auto",
+    precision: str = "32", steps: int = 3, batch_size: int = 1, seed: int = 0,
+) -> dict:
+    """Time one generator training step (forward + backward + AdamW; MoCA in its sparse phase with
+    its default router distillation, the recipe's steady state) of the named ``model_size``
+    (``model.MODEL_SIZES``: width, depth, heads; ``tokens_per_part`` overrides its T) with
+    ``attention`` on a batch of ``batch_size`` scenes of ``parts`` components, on ``device`` in
+    ``precision`` (autocast; 16-mixed with loss scaling). One warm-up step (optimizer state,
+    compilation), then ``steps`` timed ones. Returns ``{model_size, attention, parts,
+    tokens_per_part, batch_size, precision, device, time_ms (median), params, peak_mem_mb, loss,
+    ...}``; peak memory is that of one more step (``peak_memory_bytes``)."""
+    from generation3d.losses import draw_flow_noise, flow_matching_loss
+    from generation3d.model import GenConfig, PartFlowTransformer
+    from generation3d.model import model_size as size_of
+
+    size = size_of(model_size)
+    dev = resolve_device(device)
+    check_precision(precision, dev)
+    if min(parts, tokens_per_part, steps, batch_size) < 1:
+        raise InputError(f"parts, tokens_per_part, steps and batch_size must be >= 1, got {parts}, {tokens_per_part}, "
+                         f"{steps}, {batch_size}")
+    gen = torch.Generator().manual_seed(seed)
+    batch = {"z": torch.randn(batch_size, parts, tokens_per_part, 8, generator=gen),
+             "box": torch.randn(batch_size, parts, 6, generator=gen),
+             "valid": torch.ones(batch_size, parts, dtype=torch.bool), "category": torch.full((batch_size,), 4),
+             "n_parts": torch.full((batch_size,), parts), "text": None}
+    noise = _to(draw_flow_noise(batch, gen), dev)
+    batch = _to(batch, dev)
+    torch.manual_seed(seed)
+    cfg = GenConfig(n_latents=tokens_per_part, d_latent=8, max_parts=parts, d_model=size.d_model, n_heads=size.n_heads,
+                    n_layers=size.n_layers, attention=attention, dense_warmup=0.0)
+    model = PartFlowTransformer(cfg).to(dev).train()
+    model.set_sparse_training(distill=cfg.router_distill > 0, dense=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler(dev.type, enabled=precision == "16-mixed")
+    losses = []
+
+    def step():
+        with autocast(dev, precision):
+            loss = flow_matching_loss(model, batch, noise)
+            aux = model.router_distill_loss()
+            total = loss if aux is None else loss + cfg.router_distill * aux
+        scaler.scale(total).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        losses.append(total.detach())
+
+    times = _interleaved_median_ms(lambda _: step(), ["step"], steps, dev)["step"]
+    peak = peak_memory_bytes(step, dev)
+    loss = float(torch.stack(losses).float().mean())
+    if not math.isfinite(loss):
+        raise RuntimeError(f"non-finite training loss {loss} in time_train_step({model_size!r}, {attention!r})")
+    return {"model_size": model_size, "attention": attention, "parts": parts, "tokens_per_part": tokens_per_part,
+            "batch_size": batch_size, "precision": precision, "device": describe(dev), "time_ms": times,
+            "params": sum(p.numel() for p in model.parameters()), "peak_mem_mb": peak / 2**20, "loss": loss,
+            "d_model": size.d_model, "n_layers": size.n_layers, "n_heads": size.n_heads, "steps": steps}
+
+
+SIZE_PARTS = 16
+
+
+def run_sizes_bench(out_json: Path, sizes: tuple[str, ...] | None = None, parts: int = SIZE_PARTS,
+                    attention: str = "moca", steps: int = 3, device: str = "auto", precision: str = "32",
+                    seed: int = 0, threads: int | None = None) -> list[dict]:
+    """Sizes suite: ``time_train_step`` of every named size (its own T) on one scene of ``parts``
+    components -> markdown table on stdout and ``out_json`` (``{"rows", "settings"}``)."""
+    from generation3d.model import MODEL_SIZES, model_size
+
+    if threads:
+        torch.set_num_threads(threads)
+    names = tuple(sizes or MODEL_SIZES)
+    rows = [{**time_train_step(n, attention, parts, model_size(n).tokens_per_part, device, precision, steps=steps,
+                               seed=seed), "threads": torch.get_num_threads()} for n in names]
+    write_json(Path(out_json), {"rows": rows, "settings": {"sizes": list(names), "parts": parts, "attention": attention,
+                                                           "steps": steps, "precision": precision, "seed": seed}})
+    print(markdown_table(rows, ["model_size", "d_model", "n_layers", "n_heads", "tokens_per_part", "params", "time_ms",
+                                "peak_mem_mb"]))
+    return rows
+
+
+SUITES = {  # per suite: default parts, tokens per component, output (a directory for attention, else a JSON file)
+    "attention": ((8, 16, 32, 64, 128, 256), (64,), "results/generation3d_bench"),
+    "scenes": ((32, 64, 128, 256), (8,), "docs/results/generation3d/scenes.json"),
+    "sizes": ((SIZE_PARTS,), None, "docs/results/generation3d/sizes.json"),
+}
+
+
+def suite_output(suite: str, out: str | Path | None = None) -> tuple[Path, bool]:
+    """``(output path, is a directory)`` of ``suite`` (``out`` or the suite's default)."""
+    if suite not in SUITES:
+        raise InputError(f"unknown bench suite {suite!r}; choose from {', '.join(SUITES)}")
+    return Path(out or SUITES[suite][2]), suite == "attention"
+
+
+def run_suite(suite: str, out: str | Path | None = None, parts: tuple[int, ...] | None = None,
+              tokens: tuple[int, ...] | None = None, repeats: int = 3, top_k: int = 4, n_compressed: int = 2,
+              seed: int = 0, device: str = "auto", precision: str = "32", force: bool = False) -> list[dict]:
+    """Run one suite (module docstring) with its defaults for ``parts``, ``tokens`` and ``out``;
+    ``repeats`` is the number of timed steps of the sizes suite; sizes over the bounds of
+    ``limits.check_bench_memory`` are refused unless ``force``. Returns its rows."""
+    out, _ = suite_output(suite, out)
+    parts_default, tokens_default, _ = SUITES[suite]
+    parts, tokens = tuple(parts or parts_default), tuple(tokens or tokens_default or ())
+    if suite == "attention" and len(tokens) != 1:
+        raise InputError("--suite attention takes one --tokens value (T per component)")
+    if suite == "sizes" and (tokens or len(parts) != 1):
+        raise InputError("--suite sizes takes one --parts value and no --tokens (each size has its own T)")
+    if precision != "32" and suite != "sizes":
+        raise InputError("--precision applies to --suite sizes only")
+    check_bench_memory(suite, parts, tokens, force)
+    # the committed CPU results were written without a device setting: keep them that way on auto
+    dev = {} if device == "auto" else {"device": device}
+    if suite == "attention":
+        return run_attention_bench(out, parts=parts, tokens=tokens[0], repeats=repeats, top_k=top_k,
+                                   n_compressed=n_compressed, seed=seed, **dev)
+    if suite == "scenes":
+        return run_scene_bench(out, parts=parts, tokens=tokens, repeats=repeats, top_k=top_k, n_compressed=n_compressed,
+                               seed=seed, **dev)
+    return run_sizes_bench(out, parts=parts[0], steps=repeats, device=device, precision=precision, seed=seed)

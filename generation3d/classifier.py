@@ -37,6 +37,7 @@ from common.engine import BEST, CHECKPOINT_DIR, fit, make_trainer, shuffled_load
 from common.errors import CheckpointError, DataError
 from common.pretrained import PretrainedMixin, checkpoint_info, register_model
 from generation3d.data import CATEGORIES, PartDataset
+from generation3d.train import ctrl_c_interrupts
 
 CLASSIFIER_VERSION = 1  # bump when the model or its training changes (new cache key)
 N_POINTS = 512
@@ -126,7 +127,7 @@ def train_classifier(ds: PartDataset, epochs: int = EPOCHS, batch_size: int = BA
                                checkpoint=val, log_every_n_steps=1)
         model = ShapeClassifier(len(CATEGORIES), width)  # initialised after make_trainer seeded the RNGs
         val_loader = torch.utils.data.DataLoader(TensorDataset(xv, yv), batch_size=256) if val else None
-        with warnings.catch_warnings():  # without validation shapes the validation step is unused
+        with ctrl_c_interrupts(), warnings.catch_warnings():  # without validation shapes the validation step is unused
             warnings.filterwarnings("ignore", message=r".*`validation_step` but have no `val_dataloader`.*")
             fit(trainer, ClassifierModule(model, lr, seed), shuffled_loader(TensorDataset(x, y), batch_size, seed),
                 val_loader, resume=False)
@@ -134,7 +135,7 @@ def train_classifier(ds: PartDataset, epochs: int = EPOCHS, batch_size: int = BA
         if val and best.is_file():
             state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
             model.load_state_dict({k.removeprefix("model."): v for k, v in state.items()})
-    return model.eval()
+    return model.cpu().eval()
 
 
 @torch.no_grad()
@@ -143,7 +144,8 @@ def predict(model: ShapeClassifier, clouds: Tensor | np.ndarray) -> np.ndarray:
     x = torch.as_tensor(np.asarray(clouds, dtype=np.float32))
     if len(x) == 0:
         return np.zeros(0, dtype=np.int64)
-    return torch.cat([model(x[i:i + 256]).argmax(1) for i in range(0, len(x), 256)]).numpy()
+    dev = next(model.parameters()).device
+    return torch.cat([model(x[i:i + 256].to(dev)).argmax(1).cpu() for i in range(0, len(x), 256)]).numpy()
 
 
 def category_fidelity(model: ShapeClassifier, clouds, requested) -> float:

@@ -1,24 +1,25 @@
-"""``moca``: compositional 3D generation with component-level sparse attention (MoCA).
+"""``moca``: compositional 3D generation with component-level sparse attention (MoCA); every
+subcommand in generation3d/README.md.
 
     moca build-data --out data/parts --per-category 200 --scenes 8
-    moca build-data --source sweethome3d --out data/furniture
-    moca build-data --source my_shapes/ --up y --out data/mine
-    moca build-data --source scenes --scenes 64 --scene-parts 32 --scene-max-parts 256 --out data/scenes
     moca train-ae --data-dir data/parts --out runs/ae --steps 1500
     moca train --data-dir data/parts --ae runs/ae --attention moca --out runs/moca --steps 2000
     moca train --preset demo          # real furniture end to end, the model the hub's 3D tab shows
     moca sample --ckpt runs/moca --category chair --parts 12 --out chair.glb
-    moca sample --ckpt runs/moca --category none --parts 9 --text "a chair with arms and a solid back" --out c.glb
     moca eval --ckpt runs/moca --data-dir data/parts --n 32 --out runs/moca/eval.json   # + category fidelity
-    moca bench-attention --parts 8,16,32,64,128,256 --out results/bench
-    moca bench-scenes --parts 32,64,128,256 --tokens 8,32 --out docs/results/generation3d/scenes.json
-    moca load-mesh my_parts.glb --out preview.png
+    moca train --data-dir data/parts --ae runs/ae --model-size S --device cuda --precision bf16-mixed --out runs/s
+    moca bench --suite attention --parts 8,16,32,64,128,256 --out results/bench
+    moca bench --suite sizes --out docs/results/generation3d/sizes.json
+
+Why over 400 lines: one parser with eight subcommands and their thin handlers, kept together so
+every option and its bound (``limits.py``) reads in one place.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -29,13 +30,14 @@ from common.cli import (  # noqa: E402
     check_outputs,
     int_list,
     nonneg_float,
-    nonneg_int,
     positive_float,
-    positive_int,
     probability,
     subcommand_main,
 )
+from common.device import add_device_arg, add_precision_arg  # noqa: E402
 from common.errors import InputError  # noqa: E402
+from generation3d import limits as lim  # noqa: E402
+from generation3d.model import MODEL_SIZES  # noqa: E402
 from generation3d.render import RENDERERS  # noqa: E402
 
 
@@ -49,8 +51,9 @@ def _data_dir(a) -> Path:
     return Path(a.data_dir) if a.data_dir else default_data_dir()
 
 
-def _build_data(a) -> int:
-    from generation3d.data import build_dataset, read_meta
+def cmd_build_data(a) -> int:
+    from generation3d.data import read_meta
+    from generation3d.shapes import build_dataset
 
     out = Path(a.out) if a.out else _data_dir(a)
     source = a.source
@@ -64,8 +67,11 @@ def _build_data(a) -> int:
         raise InputError(f"--scene-parts ({a.scene_parts}) must not exceed --scene-max-parts ({a.scene_max_parts})")
     if source == "scenes" and a.scenes < 1:
         raise InputError("--scenes must be at least 1 for --source scenes")
+    lim.check_build_memory(source, a.points, per_category=a.per_category, scenes=a.scenes, scene_parts=a.scene_parts,
+                           scene_max_parts=a.scene_max_parts, max_parts=a.max_parts, force=a.force)
     check_outputs(dirs=[out], inputs=inputs, overwrite=a.overwrite)
     if source == "procedural":
+        print(f"building the procedural dataset into {out}", file=sys.stderr)
         build_dataset(out, n_per_category=a.per_category, n_scenes=a.scenes, n_points=a.points,
                       seed=a.seed, min_scene_parts=a.scene_parts)
     elif source == "scenes":
@@ -88,22 +94,24 @@ def _build_data(a) -> int:
     return 0
 
 
-def _train_ae(a) -> int:
+def cmd_train_ae(a) -> int:
     import torch
 
     from common.io import write_json
     from generation3d.data import PartDataset
     from generation3d.evaluate import reconstruction_metrics
     from generation3d.model import AEConfig
-    from generation3d.pipeline import save_autoencoder
-    from generation3d.train import train_autoencoder
+    from generation3d.sampling import save_autoencoder
+    from generation3d.train import pretrain
 
     out = Path(a.out or "runs/ae")
+    lim.check_steps(a.steps, a.force)
     check_outputs(dirs=[out], inputs=[_data_dir(a)], overwrite=a.overwrite)
     torch.set_num_threads(a.threads)
     ds = PartDataset.load(_data_dir(a))
-    ae, hist = train_autoencoder(ds, AEConfig(n_latents=a.latents, d_latent=a.latent_dim), steps=a.steps,
-                                 batch_size=a.batch_size, lr=a.lr, seed=a.seed, progress=True, run_dir=out)
+    ae, hist = pretrain(ds, AEConfig(n_latents=a.latents, d_latent=a.latent_dim), steps=a.steps,
+                        batch_size=a.batch_size, lr=a.lr, seed=a.seed, progress=True, run_dir=out,
+                        device=a.device, precision=a.precision)
     rec = reconstruction_metrics(ae, ds, "test")
     save_autoencoder(ae, out, {"history": hist, "test": rec, "seed": a.seed})
     write_json(out / "metrics.json", rec)
@@ -111,16 +119,18 @@ def _train_ae(a) -> int:
     return 0
 
 
-def _train(a) -> int:
+def cmd_train(a) -> int:
     import torch
 
-    from common.io import write_json
     from generation3d.data import PartDataset, trained_categories
-    from generation3d.model import GenConfig
-    from generation3d.pipeline import MoCAPipeline, load_autoencoder
+    from generation3d.model import DEFAULT_SIZE, GenConfig, model_size
+    from generation3d.sampling import MoCAPipeline, load_autoencoder
     from generation3d.text import shape_descriptions
-    from generation3d.train import train_generator
+    from generation3d.train import fit
 
+    if a.model_size and (a.d_model or a.layers):
+        raise InputError("--model-size sets the width and depth; omit --d-model and --layers")
+    size = model_size(a.model_size or DEFAULT_SIZE)
     recipe = None
     if a.preset:
         from generation3d.preset import demo_real_model_dir, preset_recipe
@@ -138,48 +148,53 @@ def _train(a) -> int:
         out = Path(a.out or f"runs/{a.attention}")
         check_outputs(dirs=[out], inputs=[_data_dir(a), a.ae], overwrite=a.overwrite)
     steps = a.steps or (recipe["steps"] if recipe else 2000)
+    lim.check_steps(steps, a.force)
+    if a.ae_steps is not None:
+        lim.check_steps(a.ae_steps, a.force, "--ae-steps")
     torch.set_num_threads(a.threads)
     info = {}
+    width, depth = a.d_model or size.d_model, a.layers or size.n_layers
     if recipe:
-        from generation3d.evaluate import reconstruction_metrics
-        from generation3d.model import AEConfig
-        from generation3d.preset import build_preset_data
-        from generation3d.train import train_autoencoder
+        from generation3d.preset import preset_data_and_autoencoder
 
-        ds = build_preset_data(a.preset, out / "data", seed=a.seed, max_parts=a.max_parts)
-        ae_steps = a.ae_steps or recipe["ae_steps"]
-        ae, _ = train_autoencoder(ds, AEConfig(n_latents=8, d_latent=8), steps=ae_steps, batch_size=64, lr=2e-3,
-                                  seed=a.seed, progress=True)
-        info = {"ae_steps": ae_steps, "ae_test": reconstruction_metrics(ae, ds, "test")}
+        lim.check_generator_memory(width, depth, size.n_heads, a.max_parts, size.tokens_per_part, a.force)
+
+        ds, ae, info = preset_data_and_autoencoder(a.preset, out, seed=a.seed, max_parts=a.max_parts,
+                                                   ae_steps=a.ae_steps, tokens_per_part=size.tokens_per_part,
+                                                   device=a.device, precision=a.precision)
         print(f"autoencoder: test part CD (squared) {info['ae_test']['ae_cd']:.5f}, "
               f"F@{info['ae_test']['tau']} {info['ae_test']['ae_fscore']:.3f}")
     else:
         ds = PartDataset.load(_data_dir(a))
         ae = load_autoencoder(a.ae)
+        if a.model_size and ae.config.n_latents != size.tokens_per_part:
+            raise InputError(f"--model-size {a.model_size} has T = {size.tokens_per_part} tokens per part but the "
+                             f"autoencoder {a.ae} has {ae.config.n_latents}; train one with "
+                             f"`moca train-ae --latents {size.tokens_per_part}`")
+        lim.check_generator_memory(width, depth, size.n_heads, a.max_parts, ae.config.n_latents, a.force)
     cfg = GenConfig(n_latents=ae.config.n_latents, d_latent=ae.config.d_latent, max_parts=a.max_parts,
-                    d_model=a.d_model, n_layers=a.layers, attention=a.attention, top_k=a.top_k,
-                    n_compressed=a.compressed, router_distill=a.router_distill, dense_warmup=a.dense_warmup)
-    gen, stats, hist = train_generator(ds, ae, cfg, steps=steps, batch_size=a.batch_size,
-                                       lr=a.lr, seed=a.seed, progress=True, run_dir=out)
+                    d_model=width, n_layers=depth, n_heads=size.n_heads,
+                    attention=a.attention, top_k=a.top_k, n_compressed=a.compressed,
+                    router_distill=a.router_distill, dense_warmup=a.dense_warmup)
+    gen, stats, hist = fit(ds, ae, cfg, steps=steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed, progress=True,
+                           run_dir=out, device=a.device, precision=a.precision)
     pipe = MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"), categories=trained_categories(ds, a.max_parts))
     pipe.save(out, {"history": hist, "seed": a.seed, "steps": steps, **({"preset": a.preset} if recipe else {})})
     print(f"trained {a.attention} generator for {steps} steps: final loss {hist[-1]['loss']:.4f}; saved {out}")
     if recipe:
-        from generation3d.preset import recipe_summary, write_samples
+        from generation3d.preset import write_preset_samples
 
-        samples = write_samples(pipe, ds, out / "samples", seed=a.seed, steps=recipe["sample_steps"])
-        write_json(out / "preset.json", recipe_summary(a.preset, {
-            **info, "steps": steps, "attention": a.attention, "seed": a.seed, "final_loss": hist[-1]["loss"],
-            "samples": samples}))
+        samples = write_preset_samples(a.preset, pipe, ds, out, {
+            **info, "steps": steps, "attention": a.attention, "seed": a.seed, "final_loss": hist[-1]["loss"]})
         listed = ", ".join(f"{r['category']} {r['parts']} parts" for r in samples)
         print(f"wrote {len(samples)} samples to {out / 'samples'} ({listed}); the hub's 3D tab shows this model")
     return 0
 
 
-def _sample(a) -> int:
+def cmd_sample(a) -> int:
     from generation3d.export import export_meshes, shape_meshes
-    from generation3d.pipeline import FAR_TEXT_COSINE, MoCAPipeline
     from generation3d.render import render_preview
+    from generation3d.sampling import FAR_TEXT_COSINE, MoCAPipeline
     from generation3d.text import check_text
 
     out = Path(a.out or "sample.glb")
@@ -188,7 +203,7 @@ def _sample(a) -> int:
     png = out.with_suffix(".png")
     check_outputs(files=[out, png], inputs=[a.ckpt], overwrite=a.overwrite)
     text = None if a.text is None else check_text(a.text)
-    pipe = MoCAPipeline.load(a.ckpt)
+    pipe = MoCAPipeline.load(a.ckpt).to(a.device)
     g = pipe.sample(a.category, a.parts, seed=a.seed, steps=a.steps, guidance=a.guidance, text=text)[0]
     meshes = shape_meshes(g.points, g.boxes)
     export_meshes(meshes, out)
@@ -203,15 +218,16 @@ def _sample(a) -> int:
     return 0
 
 
-def _eval(a) -> int:
+def cmd_eval(a) -> int:
     from common.io import write_json
     from common.report import markdown_table
     from generation3d.data import PartDataset
     from generation3d.evaluate import evaluate_generator
-    from generation3d.pipeline import MoCAPipeline
+    from generation3d.sampling import MoCAPipeline
 
+    lim.check_eval_work(a.n, a.steps, a.force)
     check_outputs(files=[a.out], inputs=[a.ckpt, _data_dir(a)], overwrite=a.overwrite)
-    pipe = MoCAPipeline.load(a.ckpt)
+    pipe = MoCAPipeline.load(a.ckpt).to(a.device)
     ds = PartDataset.load(_data_dir(a))
     res = evaluate_generator(pipe, ds, n_shapes=a.n, seed=a.seed, steps=a.steps,
                              guidance=a.guidance, use_text=a.text, fidelity=not a.no_fidelity, split=a.split)
@@ -224,14 +240,14 @@ def _eval(a) -> int:
     return 0
 
 
-def _flow_loss(a) -> int:
+def cmd_flow_loss(a) -> int:
     from common.io import write_json
     from generation3d.data import PartDataset
     from generation3d.evaluate import heldout_flow_loss
-    from generation3d.pipeline import MoCAPipeline
+    from generation3d.sampling import MoCAPipeline
 
     check_outputs(files=[a.out], inputs=[a.ckpt, _data_dir(a)], overwrite=a.overwrite)
-    res = heldout_flow_loss(MoCAPipeline.load(a.ckpt), PartDataset.load(_data_dir(a)), seed=a.seed)
+    res = heldout_flow_loss(MoCAPipeline.load(a.ckpt).to(a.device), PartDataset.load(_data_dir(a)), seed=a.seed)
     res["ckpt"] = str(a.ckpt)
     by_level = " ".join(f"{s}: {z:.3f}/{b:.3f}" for s, z, b in zip(res["levels"], res["z_by_level"], res["box_by_level"], strict=True))
     print(f"held-out flow loss {res['loss']:.4f} (latents {res['z']:.4f}, boxes {res['box']:.4f}) on {res['n_shapes']} shapes; "
@@ -241,34 +257,21 @@ def _flow_loss(a) -> int:
     return 0
 
 
-def _bench(a) -> int:
+def cmd_bench(a) -> int:
     import torch
 
-    from generation3d.bench import run_bench
+    from generation3d.bench import run_suite, suite_output
 
-    out = Path(a.out or "results/generation3d_bench")
-    check_outputs(dirs=[out], overwrite=a.overwrite)
+    out, is_dir = suite_output(a.suite, a.out)
+    check_outputs(dirs=[out] if is_dir else [], files=[] if is_dir else [out], overwrite=a.overwrite)
     torch.set_num_threads(a.threads)
-    run_bench(out, parts=a.parts, tokens=a.tokens, repeats=a.repeats, top_k=a.top_k, n_compressed=a.compressed,
-              seed=a.seed)
+    run_suite(a.suite, out, parts=a.parts, tokens=a.tokens, repeats=a.repeats, top_k=a.top_k,
+              n_compressed=a.compressed, seed=a.seed, device=a.device, precision=a.precision, force=a.force)
     return 0
 
 
-def _bench_scenes(a) -> int:
-    import torch
-
-    from generation3d.bench import run_scene_bench
-
-    out = Path(a.out or "docs/results/generation3d/scenes.json")
-    check_outputs(files=[out], overwrite=a.overwrite)
-    torch.set_num_threads(a.threads)
-    run_scene_bench(out, parts=tuple(a.parts), tokens=tuple(a.tokens), repeats=a.repeats, top_k=a.top_k,
-                    n_compressed=a.compressed, seed=a.seed)
-    return 0
-
-
-def _load_mesh(a) -> int:
-    from generation3d.data import load_part_mesh
+def cmd_load_mesh(a) -> int:
+    from generation3d.meshes import load_part_mesh
     from generation3d.render import render_preview
 
     check_outputs(files=[a.out], inputs=[a.path], overwrite=a.overwrite)
@@ -288,80 +291,87 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build-data", help="build a part-labelled dataset (procedural, Sweet Home 3D or your folder)")
     add_common_args(p)
     p.add_argument("--source", default="procedural",
-                   help="procedural (made here), sweethome3d (Debian's sweethome3d-furniture, read in place), "
-                        "scenes (rooms composed from the sweethome3d furniture) or a folder of part-labelled "
-                        "meshes (formats in generation3d/README.md)")
-    p.add_argument("--per-category", type=positive_int, default=200, help="procedural: shapes per category")
-    p.add_argument("--scenes", type=nonneg_int, default=8, help="procedural / scenes: number of scenes")
-    p.add_argument("--scene-parts", type=positive_int, default=64, help="procedural / scenes: minimum parts per scene")
-    p.add_argument("--scene-max-parts", type=positive_int, default=256, help="scenes: maximum parts per scene")
-    p.add_argument("--points", type=positive_int, default=256, help="surface points per part")
-    p.add_argument("--max-parts", type=positive_int, default=64,
+                   help="procedural, sweethome3d (Debian's sweethome3d-furniture), scenes (rooms of that "
+                        "furniture) or a folder of part-labelled meshes (formats in generation3d/README.md)")
+    p.add_argument("--per-category", type=lim.bounded(lim.MAX_PER_CATEGORY), default=200, help="procedural: shapes per category")
+    p.add_argument("--scenes", type=lim.bounded(lim.MAX_SCENES, 0), default=8, help="procedural / scenes: number of scenes")
+    p.add_argument("--scene-parts", type=lim.bounded(lim.MAX_SCENE_PARTS), default=64, help="procedural / scenes: minimum parts per scene")
+    p.add_argument("--scene-max-parts", type=lim.bounded(lim.MAX_SCENE_PARTS), default=256, help="scenes: maximum parts per scene")
+    p.add_argument("--points", type=lim.bounded(lim.MAX_POINTS), default=256, help="surface points per part")
+    p.add_argument("--max-parts", type=lim.bounded(lim.MAX_SCENE_PARTS), default=64,
                    help="sweethome3d / scenes / folder: shapes (items) with more parts (after merging tiny ones) "
                         "are skipped")
     p.add_argument("--furniture-dir", default=None,
                    help="sweethome3d / scenes: folder of .sh3f archives (default $MOE_APPS_SWEETHOME3D or "
                         "/usr/share/sweethome3d/furniture)")
     p.add_argument("--up", default="z", choices=["y", "z"], help="folder: the meshes' up axis (y is rotated to z)")
-    p.set_defaults(fn=_build_data)
+    lim.add_force_arg(p, "build a dataset over the memory budget (README 'Limits')")
+    p.set_defaults(fn=cmd_build_data)
 
     p = sub.add_parser("train-ae", help="train the per-part point-cloud autoencoder")
     add_common_args(p)
-    p.add_argument("--steps", type=positive_int, default=1500)
-    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--steps", type=lim.bounded(lim.MAX_TRAIN_STEPS), default=1500)
+    p.add_argument("--batch-size", type=lim.bounded(lim.MAX_BATCH), default=64)
     p.add_argument("--lr", type=positive_float, default=2e-3)
-    p.add_argument("--latents", type=positive_int, default=8, help="latent tokens T per part")
-    p.add_argument("--latent-dim", type=positive_int, default=8)
-    p.add_argument("--threads", type=positive_int, default=2)
-    p.set_defaults(fn=_train_ae)
+    p.add_argument("--latents", type=lim.bounded(lim.MAX_LATENTS), default=8, help="latent tokens T per part")
+    p.add_argument("--latent-dim", type=lim.bounded(lim.MAX_LATENTS), default=8)
+    p.add_argument("--threads", type=lim.bounded(lim.MAX_THREADS), default=2)
+    lim.add_force_arg(p, f"train more than {lim.STEPS_WITHOUT_FORCE} steps")
+    add_device_arg(p)
+    add_precision_arg(p)
+    p.set_defaults(fn=cmd_train_ae)
 
     p = sub.add_parser("train", help="train the flow-matching part transformer")
     add_common_args(p)
     p.add_argument("--ae", default=None, help="autoencoder checkpoint directory (required without --preset)")
     p.add_argument("--preset", default=None, choices=["demo"],
-                   help="demo: build the Sweet Home 3D data, train the autoencoder and the generator with the "
-                        "README's recipe (2400 steps) into --out (default: the hub's real-furniture model in "
-                        "$MOE_APPS_CACHE/generation3d/demo_real_model), with one sample per category")
-    p.add_argument("--ae-steps", type=positive_int, default=None, help="--preset: autoencoder steps (default 600)")
+                   help="demo: Sweet Home 3D data, autoencoder and generator with the README's recipe into --out "
+                        "(default: the hub's real-furniture model), with one sample per category")
+    p.add_argument("--ae-steps", type=lim.bounded(lim.MAX_TRAIN_STEPS), default=None, help="--preset: autoencoder steps (default 600)")
     p.add_argument("--attention", default="moca", choices=["moca", "full", "topk", "local"])
-    p.add_argument("--steps", type=positive_int, default=None, help="default 2000 (2400 with --preset demo)")
-    p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument("--steps", type=lim.bounded(lim.MAX_TRAIN_STEPS), default=None, help="default 2000 (2400 with --preset demo)")
+    p.add_argument("--batch-size", type=lim.bounded(lim.MAX_BATCH), default=16)
     p.add_argument("--lr", type=positive_float, default=1e-3)
-    p.add_argument("--max-parts", type=positive_int, default=64)
-    p.add_argument("--d-model", type=positive_int, default=128)
-    p.add_argument("--layers", type=positive_int, default=4)
-    p.add_argument("--top-k", type=positive_int, default=4)
-    p.add_argument("--compressed", type=positive_int, default=2, help="compressed tokens per non-selected component")
+    p.add_argument("--max-parts", type=lim.bounded(lim.MAX_SCENE_PARTS), default=64)
+    p.add_argument("--model-size", default=None, choices=list(MODEL_SIZES),
+                   help="named width, depth, heads and tokens per part T (README 'Model sizes'; default S)")
+    p.add_argument("--d-model", type=lim.bounded(lim.MAX_WIDTH), default=None, help="width (default 128; not with --model-size)")
+    p.add_argument("--layers", type=lim.bounded(lim.MAX_LAYERS), default=None, help="depth (default 4; not with --model-size)")
+    p.add_argument("--top-k", type=lim.bounded(lim.MAX_TOP_K), default=4)
+    p.add_argument("--compressed", type=lim.bounded(lim.MAX_COMPRESSED), default=2, help="compressed tokens per non-selected component")
     p.add_argument("--router-distill", type=nonneg_float, default=None, metavar="W",
-                   help="weight of the router distillation loss KL(full-attention part mass || router); "
-                        "default 0.5 for moca, 0 (off) otherwise")
+                   help="router distillation loss weight (default 0.5 for moca, else 0)")
     p.add_argument("--dense-warmup", type=probability, default=None, metavar="FRAC",
-                   help="train the first FRAC of the steps densely (k = P, = full attention); "
-                        "default 0.25 for moca, 0 (off) otherwise")
-    p.add_argument("--threads", type=positive_int, default=2)
-    p.set_defaults(fn=_train)
+                   help="first FRAC of the steps dense, k = P (default 0.25 for moca, else 0)")
+    p.add_argument("--threads", type=lim.bounded(lim.MAX_THREADS), default=2)
+    lim.add_force_arg(p, f"train more than {lim.STEPS_WITHOUT_FORCE} steps or a model over the memory budget")
+    add_device_arg(p)
+    add_precision_arg(p)
+    p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("sample", help="generate one shape and export it")
     add_common_args(p, out_default="sample.glb")
     p.add_argument("--ckpt", required=True)
     p.add_argument("--category", default="chair", help="a category the model was trained on (chair, table, shelf, lamp, scene, sofa, bed) or none")
-    p.add_argument("--parts", type=positive_int, default=8)
-    p.add_argument("--steps", type=positive_int, default=25)
+    p.add_argument("--parts", type=lim.bounded(lim.MAX_SCENE_PARTS), default=8)
+    p.add_argument("--steps", type=lim.bounded(lim.MAX_SAMPLING_STEPS), default=25)
     p.add_argument("--guidance", type=nonneg_float, default=1.0)
     p.add_argument("--text", default=None, help="description to condition on (MiniLM); omit for no text")
     p.add_argument("--renderer", default="auto", choices=RENDERERS, help="preview renderer (auto: open3d, else matplotlib)")
-    p.set_defaults(fn=_sample)
+    add_device_arg(p)
+    p.set_defaults(fn=cmd_sample)
 
     p = sub.add_parser("flow-loss", help="held-out flow-matching loss on every shape of a dataset (model selection)")
     add_common_args(p)
     p.add_argument("--ckpt", required=True)
-    p.set_defaults(fn=_flow_loss)
+    add_device_arg(p)
+    p.set_defaults(fn=cmd_flow_loss)
 
     p = sub.add_parser("eval", help="evaluate a generator against the test split")
     add_common_args(p)
     p.add_argument("--ckpt", required=True)
-    p.add_argument("--n", type=positive_int, default=32)
-    p.add_argument("--steps", type=positive_int, default=20)
+    p.add_argument("--n", type=lim.bounded(lim.MAX_EVAL_SHAPES), default=32)
+    p.add_argument("--steps", type=lim.bounded(lim.MAX_SAMPLING_STEPS), default=20)
     p.add_argument("--guidance", type=nonneg_float, default=1.0)
     p.add_argument("--text", action="store_true", help="also condition on each test shape's description")
     p.add_argument("--split", default="test", choices=["test", "val"],
@@ -369,35 +379,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fidelity", action="store_true",
                    help="skip category fidelity (its classifier is trained on the dataset's training shapes "
                         "on first use and cached)")
-    p.set_defaults(fn=_eval)
+    lim.add_force_arg(p, f"run more than {lim.EVAL_PASSES_WITHOUT_FORCE} generator passes (--n x --steps)")
+    add_device_arg(p)
+    p.set_defaults(fn=cmd_eval)
 
-    p = sub.add_parser("bench-attention", help="time/memory of MoCA vs full/top-k/local attention vs P")
+    p = sub.add_parser("bench", help="time/memory of MoCA vs full attention: one layer (attention), a training "
+                                     "step on P-component scenes (scenes) or each model size (sizes)")
     add_common_args(p)
-    p.add_argument("--parts", type=int_list(1), default="8,16,32,64,128,256")
-    p.add_argument("--tokens", type=positive_int, default=64)
-    p.add_argument("--repeats", type=positive_int, default=3)
-    p.add_argument("--top-k", type=positive_int, default=4)
-    p.add_argument("--compressed", type=positive_int, default=2)
-    p.add_argument("--threads", type=positive_int, default=1)
-    p.set_defaults(fn=_bench)
-
-    p = sub.add_parser("bench-scenes", help="training-step time/memory of the generator on P-component scenes, "
-                                            "MoCA vs full attention")
-    add_common_args(p, out_default="docs/results/generation3d/scenes.json")
-    p.add_argument("--parts", type=int_list(1), default="32,64,128,256")
-    p.add_argument("--tokens", type=int_list(1), default="8", help="latent tokens T per component (8 = the AE's default)")
-    p.add_argument("--repeats", type=positive_int, default=3)
-    p.add_argument("--top-k", type=positive_int, default=4)
-    p.add_argument("--compressed", type=positive_int, default=2)
-    p.add_argument("--threads", type=positive_int, default=1)
-    p.set_defaults(fn=_bench_scenes)
+    add_device_arg(p)
+    add_precision_arg(p)
+    p.add_argument("--suite", required=True, choices=["attention", "scenes", "sizes"],
+                   help="attention: one layer vs P, MoCA / full / top-k / local (writes bench_attention.csv/.json/.png "
+                        "into --out, default results/generation3d_bench); scenes: one generator training step, full vs "
+                        "MoCA (JSON, default docs/results/generation3d/scenes.json); sizes: parameters, step time and "
+                        "memory per model size (JSON, default docs/results/generation3d/sizes.json)")
+    p.add_argument("--parts", type=int_list(1), default=None,
+                   help="components P (attention: 8,16,32,64,128,256; scenes: 32,64,128,256; sizes: 16)")
+    p.add_argument("--tokens", type=int_list(1), default=None,
+                   help="tokens T per component (attention: one value, 64; scenes: 8 = the AE's default)")
+    p.add_argument("--repeats", type=lim.bounded(lim.MAX_REPEATS), default=3, help="timed repeats (sizes: timed steps)")
+    p.add_argument("--top-k", type=lim.bounded(lim.MAX_TOP_K), default=4)
+    p.add_argument("--compressed", type=lim.bounded(lim.MAX_COMPRESSED), default=2)
+    p.add_argument("--threads", type=lim.bounded(lim.MAX_THREADS), default=1)
+    lim.add_force_arg(p, "run sizes whose full-attention scores exceed the memory budget")
+    p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("load-mesh", help="load a part-segmented GLB/OBJ and list its parts")
     add_common_args(p)
     p.add_argument("path")
     p.add_argument("--category", default="chair")
     p.add_argument("--renderer", default="auto", choices=RENDERERS)
-    p.set_defaults(fn=_load_mesh)
+    p.set_defaults(fn=cmd_load_mesh)
     return ap
 
 

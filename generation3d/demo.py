@@ -3,6 +3,8 @@ view and download the GLB. A blank text box means no text conditioning."""
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import tempfile
 import threading
@@ -10,7 +12,11 @@ from pathlib import Path
 
 from common.allowlist import check_allowed_path
 from common.cache import LoaderCache
-from common.errors import MoeAppsError
+from common.cli import SEED_MAX
+from common.errors import InputError, MoeAppsError
+from generation3d.limits import MAX_SAMPLING_STEPS, MAX_SCENE_PARTS
+
+log = logging.getLogger(__name__)
 
 CKPT_ENV = "MOCA_DEMO_CKPT"
 
@@ -49,7 +55,7 @@ _PIPELINES = LoaderCache(MAX_PIPELINES)
 
 
 def _load_pipeline(ckpt: str):
-    from generation3d.pipeline import MoCAPipeline
+    from generation3d.sampling import MoCAPipeline
 
     return MoCAPipeline.load(ckpt), threading.Lock()
 
@@ -60,14 +66,28 @@ def allowed_checkpoint(ckpt: str) -> Path:
     return check_allowed_path(ckpt, "checkpoint directory", extra_roots=[os.environ.get(CKPT_ENV, "")])
 
 
+def _whole(value, name: str, lo: int, hi: int) -> int:
+    """``value`` (a number from the page) as an integer in ``[lo, hi]``; InputError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value != int(value) or not lo <= int(value) <= hi:
+        raise InputError(f"{name} must be a whole number from {lo} to {hi}, got {value!r}")
+    return int(value)
+
+
 def generate(ckpt: str, category: str, n_parts: int, seed: int, steps: int, out_dir: str | None = None,
              text: str = ""):
     """Returns ``(glb path, preview png path, status markdown, routing table rows)``; a blank
-    ``text`` means no text conditioning."""
+    ``text`` means no text conditioning. Every call writes into its own new folder (``out_dir``
+    when given), so concurrent calls share no output file."""
     from generation3d.export import export_meshes, shape_meshes
-    from generation3d.pipeline import FAR_TEXT_COSINE
     from generation3d.render import render_preview
+    from generation3d.sampling import FAR_TEXT_COSINE
 
+    n_parts = _whole(n_parts, "number of parts", 1, MAX_SCENE_PARTS)
+    seed = _whole(seed, "seed", 0, SEED_MAX)
+    steps = _whole(steps, "sampling steps", 1, MAX_SAMPLING_STEPS)
+    if not isinstance(category, str) or not isinstance(text or "", str):
+        raise InputError("category and text must be text")
     pipe, lock = _PIPELINES.get(str(Path(ckpt).resolve()), lambda: _load_pipeline(ckpt))
     text = (text or "").strip() or None
     with lock:
@@ -90,6 +110,22 @@ def generate(ckpt: str, category: str, n_parts: int, seed: int, steps: int, out_
         if sim < FAR_TEXT_COSINE:
             status += " (unlike every training description: expect the category and part count to dominate)"
     return str(glb), str(png), status, rows
+
+
+def generate_for_page(ckpt, category, n_parts, seed, steps, text):
+    """The tab's handler: ``(viewer GLB, preview PNG, download GLB, status markdown, routing rows)``.
+    Every failure comes back as a status message saying what to do, never raw exception text:
+    bad input and checkpoint problems name themselves (``MoeAppsError``); anything else is logged
+    with its traceback for the operator."""
+    try:
+        glb, png, msg, rows = generate(str(allowed_checkpoint(str(ckpt))), category, n_parts, seed, steps, text=text)
+    except MoeAppsError as exc:
+        return None, None, None, f"**error:** {' '.join(str(exc).split())}", []
+    except Exception:  # a bug or a resource failure: the page gets advice, the log the traceback
+        log.exception("moca tab: generation failed")
+        return None, None, None, ("**error:** the shape could not be generated from these inputs; check the "
+                                  "checkpoint directory and the numbers, or try another seed"), []
+    return glb, png, glb, msg, rows
 
 
 def build_tab() -> None:
@@ -127,10 +163,6 @@ def build_tab() -> None:
                    elem_id="moca-samples")
 
     def _go(ck, cat, n, s, st, txt):
-        try:
-            glb, png, msg, rows = generate(str(allowed_checkpoint(ck)), cat, n, s, st, text=txt)
-        except MoeAppsError as exc:
-            return None, None, None, f"**error:** {exc}", []
-        return glb, png, glb, msg, rows
+        return generate_for_page(ck, cat, n, s, st, txt)
 
     run.click(_go, [ckpt, category, n_parts, seed, steps, text], [viewer, preview, download, status, routing])

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from common.errors import DataError
 from generation3d.classifier import N_POINTS, category_fidelity, get_classifier, predict, shape_cloud_fixed
-from generation3d.data import shape_cloud
+from generation3d.geometry import shape_cloud
 from generation3d.losses import chamfer_batch, collate, encode_parts, flow_errors
 
 DEFAULT_TAU = 0.05
@@ -119,12 +119,12 @@ def count_valid_parts(boxes: np.ndarray, min_size: float = 0.005, bound: float =
 
 def reconstruction_metrics(ae, ds, split: str = "test", tau: float = DEFAULT_TAU, max_parts: int = 2000) -> dict:
     """Part autoencoder on held-out parts: mean squared CD and F-score@tau in world coordinates."""
-    from generation3d.data import from_canonical, to_canonical
+    from generation3d.geometry import from_canonical, to_canonical
 
     idx = ds.part_indices(split)[:max_parts]
     pts = torch.from_numpy(to_canonical(ds.points[idx], ds.boxes[idx])).float()
     with torch.no_grad():
-        rec = from_canonical(ae(pts).clamp(-1, 1), torch.from_numpy(ds.boxes[idx]))
+        rec = from_canonical(ae(pts.to(next(ae.parameters()).device)).clamp(-1, 1).cpu(), torch.from_numpy(ds.boxes[idx]))
     world = torch.from_numpy(ds.points[idx])
     cds = chamfer_batch(rec, world, exact=True)
     fs = [fscore(r, w, tau) for r, w in zip(rec, world, strict=True)]
@@ -205,6 +205,7 @@ def heldout_flow_loss(pipe, ds, levels: tuple[float, ...] = FLOW_LEVELS, batch_s
     from generation3d.text import shape_descriptions
 
     gen = pipe.gen.eval()
+    dev = next(gen.parameters()).device
     ids = np.array([i for i in range(len(ds)) if ds.n_parts(i) <= gen.config.max_parts], dtype=np.int64)
     if len(ids) == 0:
         raise DataError(f"no shapes with at most {gen.config.max_parts} parts (the generator's trained maximum)")
@@ -216,11 +217,12 @@ def heldout_flow_loss(pipe, ds, levels: tuple[float, ...] = FLOW_LEVELS, batch_s
     n_parts = {s: 0.0 for s in levels}
     for start in range(0, len(ids), batch_size):
         batch = collate(ds, latents, ids[start : start + batch_size], pipe.stats, text)
+        batch = {k: None if v is None else v.to(dev) for k, v in batch.items()}
         z0, box0 = batch["z"], batch["box"]
         m = batch["valid"].float()
         for s in levels:
-            ez, eb = torch.randn(z0.shape, generator=g), torch.randn(box0.shape, generator=g)
-            err_z, err_b = flow_errors(gen, batch, torch.full((len(z0),), s), ez, eb, batch["category"])
+            ez, eb = torch.randn(z0.shape, generator=g).to(dev), torch.randn(box0.shape, generator=g).to(dev)
+            err_z, err_b = flow_errors(gen, batch, torch.full((len(z0),), s, device=dev), ez, eb, batch["category"])
             err["z", s] += float((err_z * m).sum())
             err["box", s] += float((err_b * m).sum())
             n_parts[s] += float(m.sum())

@@ -86,7 +86,7 @@ def export_parts_separately(meshes: list[trimesh.Trimesh], out_dir: str | Path, 
     return [export_meshes([m], Path(out_dir) / f"part_{i:03d}{ext}") for i, m in enumerate(meshes)]
 
 
-def _face_colour(mesh: trimesh.Trimesh, i: int) -> tuple:
+def face_colour(mesh: trimesh.Trimesh, i: int) -> tuple:
     """First face colour of a mesh as RGB in [0, 1] (loaded meshes may carry texture visuals)."""
     try:
         visual = mesh.visual.to_color() if hasattr(mesh.visual, "to_color") else mesh.visual
@@ -100,17 +100,14 @@ def _face_colour(mesh: trimesh.Trimesh, i: int) -> tuple:
 
 def preview_png(meshes: list[trimesh.Trimesh], path: str | Path | None = None, title: str = "", elev: float = 20, azim: float = -60) -> bytes:
     """Matplotlib render of coloured part meshes (z up); returns PNG bytes, writes ``path`` if given."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
     from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
-    fig = plt.figure(figsize=(5, 5))
+    fig = Figure(figsize=(5, 5))  # no pyplot: its global figure state is shared by the hub's concurrent requests
     ax = fig.add_subplot(111, projection="3d")
     allv = np.concatenate([m.vertices for m in meshes])
     for i, m in enumerate(meshes):
-        col = _face_colour(m, i)
+        col = face_colour(m, i)
         ax.add_collection3d(Poly3DCollection(m.vertices[m.faces], facecolor=col, edgecolor=(0, 0, 0, 0.15), linewidths=0.2))
     c, r = (allv.max(0) + allv.min(0)) / 2, max((allv.max(0) - allv.min(0)).max() / 2, 1e-3)
     ax.set_xlim(c[0] - r, c[0] + r)
@@ -122,7 +119,6 @@ def preview_png(meshes: list[trimesh.Trimesh], path: str | Path | None = None, t
         ax.set_title(title)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
     png = buf.getvalue()
     if path is not None:
         with atomic_write(path, "wb") as f:

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from generation3d.data import PartDataset, box_to_param, to_canonical
+from generation3d.data import PartDataset
+from generation3d.geometry import box_to_param, to_canonical
 
 NULL_PROB = 0.1  # probability of dropping the category / text condition in training (CFG)
 
@@ -29,9 +30,10 @@ def chamfer_batch(a: Tensor, b: Tensor, exact: bool = False) -> Tensor:
 
 @torch.no_grad()
 def encode_parts(ae, ds: PartDataset, batch_size: int = 512) -> Tensor:
-    """Latents of every part in the dataset: ``(N_parts, T, d_z)``."""
+    """Latents of every part in the dataset: ``(N_parts, T, d_z)`` on the CPU (encoded where ``ae`` is)."""
     pts = torch.from_numpy(to_canonical(ds.points, ds.boxes)).float()
-    return torch.cat([ae.encode(pts[i : i + batch_size]) for i in range(0, len(pts), batch_size)])
+    dev = next(ae.parameters()).device
+    return torch.cat([ae.encode(pts[i : i + batch_size].to(dev)).cpu() for i in range(0, len(pts), batch_size)])
 
 
 def latent_stats(ds: PartDataset, latents: Tensor) -> dict:

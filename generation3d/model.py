@@ -93,6 +93,33 @@ class PartAutoencoder(PretrainedMixin, nn.Module):
         return cls(AEConfig(n_latents=2, d_latent=3, d_model=8, n_heads=2, n_out=16, n_freq=2)), (points,)
 
 
+@dataclass(frozen=True)
+class ModelSize:
+    """A named generator size (the way DiT and timm name theirs): width, depth, heads and the
+    latent tokens per part T (the autoencoder's ``n_latents``)."""
+
+    d_model: int
+    n_layers: int
+    n_heads: int
+    tokens_per_part: int
+
+
+# S is the default recipe (the results tables' models); the README's sizes table has a row for each.
+MODEL_SIZES = {
+    "S": ModelSize(d_model=128, n_layers=4, n_heads=4, tokens_per_part=8),
+    "B": ModelSize(d_model=256, n_layers=6, n_heads=8, tokens_per_part=16),
+    "L": ModelSize(d_model=384, n_layers=8, n_heads=12, tokens_per_part=32),
+}
+DEFAULT_SIZE = "S"
+
+
+def model_size(name: str) -> ModelSize:
+    """The ``ModelSize`` named ``name`` (InputError for an unknown name)."""
+    if name not in MODEL_SIZES:
+        raise InputError(f"unknown model size {name!r}; choose from {', '.join(MODEL_SIZES)}")
+    return MODEL_SIZES[name]
+
+
 MOCA_ROUTER_DISTILL = 0.5  # default router distillation weight of MoCA
 MOCA_DENSE_WARMUP = 0.25  # default dense warm-up fraction of MoCA
 

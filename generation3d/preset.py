@@ -90,3 +90,29 @@ def recipe_summary(name: str, extra: dict) -> dict:
     """The JSON written to ``<out>/preset.json``."""
     return {"preset": name, **preset_recipe(name), **{k: (float(v) if isinstance(v, np.floating) else v)
                                                       for k, v in extra.items()}}
+
+
+def preset_data_and_autoencoder(name: str, out: Path, seed: int = 0, max_parts: int = 64, ae_steps: int | None = None,
+                                tokens_per_part: int = 8, device: str = "auto", precision: str = "32"):
+    """The preset's dataset (in ``out/data``) and its part autoencoder (``ae_steps``, default the
+    recipe's, with ``tokens_per_part`` latent tokens); returns ``(dataset, autoencoder, info)``
+    with ``info = {"ae_steps", "ae_test"}`` (test reconstruction metrics)."""
+    from generation3d.evaluate import reconstruction_metrics
+    from generation3d.model import AEConfig
+    from generation3d.train import pretrain
+
+    ds = build_preset_data(name, out / "data", seed=seed, max_parts=max_parts)
+    ae_steps = ae_steps or preset_recipe(name)["ae_steps"]
+    ae, _ = pretrain(ds, AEConfig(n_latents=tokens_per_part, d_latent=8), steps=ae_steps, batch_size=64, lr=2e-3,
+                     seed=seed, progress=True, device=device, precision=precision)
+    return ds, ae, {"ae_steps": ae_steps, "ae_test": reconstruction_metrics(ae, ds, "test")}
+
+
+def write_preset_samples(name: str, pipe, ds, out: Path, info: dict) -> list[dict]:
+    """The preset's samples (``write_samples`` into ``out/samples``) and ``out/preset.json``
+    (``recipe_summary`` of ``info`` and the samples); returns the sample rows."""
+    from common.io import write_json
+
+    samples = write_samples(pipe, ds, out / "samples", seed=info.get("seed", 0), steps=preset_recipe(name)["sample_steps"])
+    write_json(out / "preset.json", recipe_summary(name, {**info, "samples": samples}))
+    return samples

@@ -19,14 +19,15 @@ from common.data_dir import cache_dir
 from common.io import write_csv, write_json
 from common.seed import seed_everything
 from generation3d.bench import bench_attention, plot_bench
-from generation3d.data import PartDataset, build_dataset, trained_categories
+from generation3d.data import PartDataset, trained_categories
 from generation3d.evaluate import evaluate_generator, penetration_rate, reconstruction_metrics
 from generation3d.export import export_meshes, shape_meshes
 from generation3d.model import AEConfig, GenConfig
-from generation3d.pipeline import MoCAPipeline
 from generation3d.render import render_preview
+from generation3d.sampling import MoCAPipeline
+from generation3d.shapes import build_dataset
 from generation3d.text import shape_descriptions
-from generation3d.train import train_autoencoder, train_generator
+from generation3d.train import fit, pretrain
 
 DEMO_MODEL = "demo_model"
 QUICK = {
@@ -45,7 +46,7 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, config
     out.mkdir(parents=True, exist_ok=True)
     build_dataset(out / "data", n_per_category=cfg["per_category"], n_scenes=cfg["scenes"], n_points=cfg["points"], seed=seed)
     ds = PartDataset.load(out / "data")
-    ae, _ = train_autoencoder(ds, AEConfig(n_out=cfg["points"]), steps=cfg["ae_steps"], batch_size=32, seed=seed)
+    ae, _ = pretrain(ds, AEConfig(n_out=cfg["points"]), steps=cfg["ae_steps"], batch_size=32, seed=seed)
     rec = reconstruction_metrics(ae, ds, "test")
     rows = [{"method": "part_ae", "metric": "ae_cd_squared", "value": rec["ae_cd"]},
             {"method": "part_ae", "metric": f"ae_fscore@{rec['tau']}", "value": rec["ae_fscore"]}]
@@ -54,7 +55,7 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, config
         gcfg = GenConfig(n_latents=ae.config.n_latents, d_latent=ae.config.d_latent, max_parts=cfg["max_parts"],
                          d_model=cfg["d_model"], n_layers=cfg["layers"], attention=attention)
         t0 = time.perf_counter()
-        gen, stats, hist = train_generator(ds, ae, gcfg, steps=cfg["gen_steps"], batch_size=8, seed=seed)
+        gen, stats, hist = fit(ds, ae, gcfg, steps=cfg["gen_steps"], batch_size=8, seed=seed)
         train_s = time.perf_counter() - t0
         pipes[attention] = MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"),
                                         categories=trained_categories(ds, gcfg.max_parts))

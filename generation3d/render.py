@@ -40,14 +40,14 @@ class RenderError(MoeAppsError):
 
 def _scene_arrays(meshes) -> dict[str, np.ndarray]:
     """Part meshes -> flat arrays: vertices, faces, per-part offsets and RGB colours in [0, 1]."""
-    from generation3d.export import _face_colour
+    from generation3d.export import face_colour
 
     verts = [np.asarray(m.vertices, np.float32) for m in meshes]
     faces = [np.asarray(m.faces, np.int32) for m in meshes]
     return {
         "vertices": np.concatenate(verts), "faces": np.concatenate(faces),
         "vertex_offsets": np.cumsum([0] + [len(v) for v in verts]), "face_offsets": np.cumsum([0] + [len(f) for f in faces]),
-        "colours": np.array([_face_colour(m, i) for i, m in enumerate(meshes)], np.float32).reshape(-1, 3),
+        "colours": np.array([face_colour(m, i) for i, m in enumerate(meshes)], np.float32).reshape(-1, 3),
     }
 
 

@@ -13,41 +13,26 @@ larger part (smallest gap between the boxes; ties go to the larger part). A mode
 single part is split into its connected components (vertices welded by position) when that
 gives 2..``max_parts`` parts after the same merging; otherwise it stays one part.
 
-Furniture types (``furniture_type``), for Sweet Home 3D items, from the catalogue's name, tags
-and category (room): items of the rooms "Doors and windows", "Characters", "Vehicles" and
-"Staircases", items tagged "Toy" or "Fitness" and names containing "room" (whole-room sets) have no type.
-Otherwise the head noun decides: the last word of three or more letters of the name cut at
-" with ", " on " and the first digit ("Desk lamp" is a lamp, "Bedside table" a table, "Sofa 2
-seats" a sofa, "Table fan" and "Chest freezer" nothing), looked up in ``NAME_WORDS``; when it is
-not there, the first tag in ``TAG_WORDS`` ("Workbench" tagged Table is a table). Items with no
-type ("Cup", "Ceiling fan", "Sleeping bag", trees, appliances) are skipped as "unknown type".
+Sweet Home 3D items are sorted into types by ``furniture.furniture_type``.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import trimesh
 
 from common.errors import DataError, InputError
 from common.io import atomic_write, write_csv
-from generation3d.data import (
-    CATEGORIES,
-    MESH_SUFFIXES,
-    SPLITS,
-    Part,
-    Shape,
-    mesh_problem,
-    read_named_meshes,
-    write_dataset,
-)
+from generation3d.data import CATEGORIES, SPLITS, Part, Shape, write_dataset
+from generation3d.furniture import furniture_type
+from generation3d.meshes import MESH_SUFFIXES, mesh_problem, read_named_meshes
 
 TINY_FRACTION = 0.05  # parts with a box diagonal below this fraction of the shape's are merged
 VAL_FRACTION, TEST_FRACTION = 0.1, 0.2
@@ -55,40 +40,6 @@ CATEGORY_CSV = "categories.csv"  # optional in a user folder: columns shape,cate
 # (x, y, z) y-up -> (x, -z, y) z-up: up stays up, a model's front (+z in y-up) faces -y, as the
 # procedural shapes (chair backs at +y)
 Y_UP_TO_Z_UP = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
-
-NAME_WORDS = {
-    **dict.fromkeys(("chair", "chairs", "armchair", "stool", "bench", "ottoman", "puff", "seat"), "chair"),
-    **dict.fromkeys(("table", "desk", "nightstand"), "table"),
-    **dict.fromkeys(("shelf", "shelves", "bookcase", "bookshelf", "cabinet", "cupboard", "wardrobe", "dresser",
-                     "drawers", "chest", "locker", "sideboard", "closet"), "shelf"),
-    **dict.fromkeys(("lamp", "light", "lantern", "chandelier", "lamppost", "sconce"), "lamp"),
-    **dict.fromkeys(("sofa", "couch", "settee", "loveseat"), "sofa"),
-    **dict.fromkeys(("bed", "crib", "futon", "cradle"), "bed"),
-}
-TAG_WORDS = {
-    "chair": "chair", "table": "table", "sofa": "sofa", "couch": "sofa",
-    **dict.fromkeys(("bookcase", "bookshelf", "shelves", "shelf", "cabinet", "cupboard", "wardrobe"), "shelf"),
-}
-EXCLUDED_ROOMS = frozenset({"Doors and windows", "Characters", "Vehicles", "Staircases"})
-EXCLUDED_TAGS = frozenset({"toy", "fitness"})
-
-
-def furniture_type(name: str, tags: Sequence[str] = (), category: str = "") -> str | None:
-    """The furniture type (one of ``data.FURNITURE_TYPES``) of a catalogue item, or None (rule in
-    the module docstring)."""
-    if category in EXCLUDED_ROOMS or EXCLUDED_TAGS & {t.lower() for t in tags}:
-        return None
-    head = re.split(r" with | on |\d", name.lower())[0]
-    words = [w for w in re.findall(r"[a-z]+", head) if len(w) >= 3]
-    if "room" in words:
-        return None
-    if words and words[-1] in NAME_WORDS:
-        return NAME_WORDS[words[-1]]
-    for t in tags:
-        if t.lower() in TAG_WORDS:
-            return TAG_WORDS[t.lower()]
-    return None
-
 
 class SkipShape(Exception):
     """A shape that cannot be used; ``reason`` is its counted skip reason."""
@@ -319,14 +270,28 @@ def _read_category_csv(path: Path) -> dict[str, str]:
         raise DataError(f"cannot read {path}: {exc}") from exc
     if not rows or not {"shape", "category"} <= set(rows[0]):
         raise DataError(f"{path} needs a header with the columns shape,category and at least one row")
-    return {(r["shape"] or "").strip(): (r["category"] or "").strip() for r in rows}
+    out: dict[str, str] = {}
+    for row, r in enumerate(rows, start=1):
+        shape = (r["shape"] or "").strip()
+        parts = PurePosixPath(shape.replace("\\", "/")).parts
+        if not shape or shape.startswith(("/", "\\")) or ".." in parts or ":" in shape:
+            raise DataError(f"{path} row {row}: shape {shape!r} should be a path inside the folder "
+                            "(relative, no '..', e.g. chairs/a.obj)")
+        if shape in out:
+            raise DataError(f"{path} row {row}: shape {shape!r} is listed twice")
+        out[shape] = (r["category"] or "").strip()
+    return out
 
 
-def _folder_entries(root: Path) -> list[tuple[Path, str | None]]:
+def folder_entries(root: Path) -> list[tuple[Path, str | None]]:
     """(shape path, category or None when unknown/missing) for every shape in ``root``."""
     csv_path = root / CATEGORY_CSV
     if csv_path.is_file():
-        return [(root / rel, cat) for rel, cat in _read_category_csv(csv_path).items()]
+        entries = [(root / rel, cat) for rel, cat in _read_category_csv(csv_path).items()]
+        for path, _ in entries:
+            if not path.resolve().is_relative_to(root.resolve()):
+                raise DataError(f"{csv_path}: shape {str(path.relative_to(root))!r} leads outside {root} (a link?)")
+        return entries
     entries = []
     for sub in sorted(p for p in root.iterdir() if not p.name.startswith(".")):
         if sub.is_dir():
@@ -370,7 +335,7 @@ def load_folder(root, n_points: int = 256, max_parts: int = 64, seed: int = 0, u
         raise InputError(f"up axis must be 'y' or 'z', got {up!r}")
     matrix = Y_UP_TO_Z_UP if up == "y" else np.eye(3)
     skips, shapes, records = Skips(), [], []
-    for k, (path, category) in enumerate(_folder_entries(root)):
+    for k, (path, category) in enumerate(folder_entries(root)):
         key = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
         if category is None:
             skips.add(key, path.stem, "no category")

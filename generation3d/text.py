@@ -133,10 +133,16 @@ def shape_descriptions(ds, split: str | None = None) -> list[str]:
     return out
 
 
+MAX_TEXT_CHARS = 2_000  # MiniLM reads the first 256 word pieces; a longer text is a mistake
+
+
 def check_text(text: str) -> str:
-    """The stripped text; InputError for a non-string or empty text."""
+    """The stripped text; InputError for a non-string, empty or over-long text."""
     if not isinstance(text, str) or not text.strip():
         raise InputError("text must be a non-empty string (omit the text for text-unconditional generation)")
+    if len(text) > MAX_TEXT_CHARS:
+        raise InputError(f"text is {len(text)} characters, over the {MAX_TEXT_CHARS} limit (MiniLM reads about "
+                         "the first 1000); shorten it")
     return text.strip()
 
 

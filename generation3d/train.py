@@ -1,19 +1,19 @@
-"""Training of the part autoencoder and the flow-matching generator on the suite's Lightning
-engine (``common.engine``).
+"""Training of the part autoencoder (``pretrain``) and the flow-matching generator (``fit``) on the
+suite's Lightning engine (``common.engine``), on any device and precision of ``common.device``.
 
 Both are ``LightningModule`` s fitted by ``make_trainer`` for a fixed number of optimizer steps:
-AdamW, linear warm-up (5 % of the steps) then cosine decay to 0 (``warmup_cosine``, stepped per
+AdamW, linear warm-up (5 % of the steps) then cosine decay to 0 (``_warmup_cosine``, stepped per
 optimizer step), gradients clipped to norm 1, a NaN/Inf loss stops the run
 (``common.engine.TrainingDiverged``). Every random draw of the batches comes from a private
 ``torch.Generator`` / ``numpy`` generator seeded with ``seed`` inside the batch stream, and the
 models are initialised right after ``make_trainer`` seeds the global RNGs, so a run repeats bit
 for bit. Checkpoints are written by the callers with the pipeline's save functions
-(``pipeline.save_autoencoder``, ``MoCAPipeline.save``); with ``run_dir`` Lightning's CSV log of
+(``sampling.save_autoencoder``, ``MoCAPipeline.save``); with ``run_dir`` Lightning's CSV log of
 the training loss goes to ``run_dir/logs``.
 
 * Autoencoder: batches of ``batch_size`` training parts drawn with replacement; loss = squared
   Chamfer distance between the reconstruction and the part's points in its box frame.
-* Generator: batches of training shapes with similar part counts (``shape_batches``: sorted
+* Generator: batches of training shapes with similar part counts (``_shape_batches``: sorted
   buckets, shuffled order, reshuffled every pass), rectified-flow loss
   (``losses.flow_matching_loss``); for MoCA the DeepSeek-V3.2 recipe: dense (k = P) for the first
   ``config.dense_warmup`` of the steps and the router distillation loss with weight
@@ -22,7 +22,11 @@ the training loss goes to ``run_dir/logs``.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
+import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -33,9 +37,11 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
-from common.engine import fit, make_trainer
+from common.engine import fit as engine_fit
+from common.engine import make_trainer
 from common.errors import InputError
-from generation3d.data import PartDataset, to_canonical
+from generation3d.data import PartDataset
+from generation3d.geometry import to_canonical
 from generation3d.losses import (
     chamfer_batch,
     collate,
@@ -51,29 +57,65 @@ GRAD_CLIP = 1.0  # max global gradient norm
 LOG_EVERY = 50  # history entries every this many steps (and the last)
 
 
-def warmup_cosine(opt: torch.optim.Optimizer, steps: int, warmup_frac: float = 0.05):
+def _warmup_cosine(opt: torch.optim.Optimizer, steps: int, warmup_frac: float = 0.05):
     """Linear warm-up then cosine decay to 0 over ``steps`` (any ``steps >= 1``)."""
     warm = max(1, int(warmup_frac * steps))
     return torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
 
 
-def _loader(batches: IterableDataset, seed: int) -> DataLoader:
-    # a private generator: the loader's base seed must not consume the global RNG
-    return DataLoader(batches, batch_size=None, generator=torch.Generator().manual_seed(seed))
+def _loader(batches: IterableDataset, seed: int, device: torch.device) -> DataLoader:
+    # a private generator: the loader's base seed must not consume the global RNG. Pinned memory on
+    # a GPU, but no worker processes: each would replay the whole seeded batch stream
+    return DataLoader(batches, batch_size=None, generator=torch.Generator().manual_seed(seed),
+                      pin_memory=device.type == "cuda")
+
+
+class _Interrupted(BaseException):
+    """Ctrl-C during ``trainer.fit``: Lightning turns a ``KeyboardInterrupt`` into ``sys.exit(1)``,
+    so SIGINT raises this instead (Lightning tears down and re-raises it) and ``_fit`` turns it back
+    into the ``KeyboardInterrupt`` the CLI reports with exit 130."""
+
+
+def _raise_interrupted(signum, frame):
+    raise _Interrupted
+
+
+@contextlib.contextmanager
+def ctrl_c_interrupts():
+    """Around a Lightning ``trainer.fit``: Ctrl-C raises ``KeyboardInterrupt`` out of the block (the
+    CLI's exit 130 and message) instead of Lightning's silent ``sys.exit(1)``. Main thread with
+    Python's default SIGINT handler only; elsewhere a no-op."""
+    ours = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, _raise_interrupted) if ours else None
+    try:
+        yield
+    except _Interrupted:
+        raise KeyboardInterrupt from None
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _fit(trainer: L.Trainer, module: L.LightningModule) -> None:
-    with warnings.catch_warnings():  # the batch stream is sized on purpose
+    with ctrl_c_interrupts(), warnings.catch_warnings():  # the batch stream is sized on purpose
         warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
-        fit(trainer, module, resume=False)
+        engine_fit(trainer, module, resume=False)
 
 
-def _trainer(run_dir, steps: int, seed: int, progress: bool) -> L.Trainer:
+def _trainer(run_dir, steps: int, seed: int, progress: bool, device: str = "auto", precision: str = "32") -> L.Trainer:
     if steps < 1:
         raise InputError(f"steps must be >= 1, got {steps}")
     return make_trainer(run_dir, max_steps=steps, grad_clip=GRAD_CLIP, seed=seed, progress=progress,
-                        checkpoint=False, use_distributed_sampler=False, log_every_n_steps=LOG_EVERY)
+                        checkpoint=False, use_distributed_sampler=False, log_every_n_steps=LOG_EVERY,
+                        device=device, precision=precision)
+
+
+def _announce(trainer: L.Trainer, message: str) -> None:
+    """One line on stderr as the first step starts, when the run shows progress (the CLI's runs)."""
+    if trainer.progress_bar_callback is not None and trainer.is_global_zero:
+        print(message, file=sys.stderr, flush=True)
 
 
 class PartBatches(IterableDataset):
@@ -94,7 +136,7 @@ class PartBatches(IterableDataset):
 
 class AutoencoderModule(L.LightningModule):
     """Squared-Chamfer reconstruction of part clouds ``(b, M, 3)`` (box frame) by ``model``;
-    AdamW (weight decay 1e-4) with ``warmup_cosine``. ``history``: ``{"step", "loss"}`` every
+    AdamW (weight decay 1e-4) with ``_warmup_cosine``. ``history``: ``{"step", "loss"}`` every
     ``LOG_EVERY`` steps and at the last."""
 
     def __init__(self, model: PartAutoencoder, points: Tensor, steps: int, batch_size: int, lr: float, seed: int):
@@ -104,11 +146,14 @@ class AutoencoderModule(L.LightningModule):
         self.history: list[dict] = []
 
     def train_dataloader(self) -> DataLoader:
-        return _loader(PartBatches(self.points, self.batch_size, self.steps, self.seed), self.seed)
+        return _loader(PartBatches(self.points, self.batch_size, self.steps, self.seed), self.seed, self.device)
+
+    def on_train_start(self) -> None:
+        _announce(self.trainer, f"training the autoencoder for {self.steps} steps")
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=1e-4)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": warmup_cosine(opt, self.steps), "interval": "step"}}
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": _warmup_cosine(opt, self.steps), "interval": "step"}}
 
     def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
         loss = chamfer_batch(self.model(batch), batch).mean()
@@ -119,25 +164,27 @@ class AutoencoderModule(L.LightningModule):
         return loss
 
 
-def train_autoencoder(
+def pretrain(
     ds: PartDataset, config: AEConfig | None = None, steps: int = 300, batch_size: int = 64, lr: float = 2e-3,
-    seed: int = 0, progress: bool = False, run_dir: str | Path | None = None,
+    seed: int = 0, progress: bool = False, run_dir: str | Path | None = None, device: str = "auto",
+    precision: str = "32",
 ) -> tuple[PartAutoencoder, list[dict]]:
-    """Fit the part AE on the training parts with the squared Chamfer loss for ``steps`` steps.
-    ``run_dir``: where Lightning's CSV log goes (None: no files). Returns (model in eval mode,
-    history)."""
+    """Fit the part autoencoder (the generator's pretraining stage) on the training parts with the
+    squared Chamfer loss for ``steps`` steps on ``device`` in ``precision`` (``common.device``).
+    ``run_dir``: where Lightning's CSV log goes (None: no files). Returns (model on the CPU in
+    eval mode, history)."""
     idx = ds.part_indices("train")
     if len(idx) == 0:
         raise InputError("the dataset has no training parts")
-    trainer = _trainer(run_dir, steps, seed, progress)
+    trainer = _trainer(run_dir, steps, seed, progress, device, precision)
     model = PartAutoencoder(config)  # initialised after make_trainer seeded the RNGs
     pts = torch.from_numpy(to_canonical(ds.points[idx], ds.boxes[idx])).float()
     module = AutoencoderModule(model, pts, steps, batch_size, lr, seed)
     _fit(trainer, module)
-    return model.eval(), module.history
+    return model.cpu().eval(), module.history
 
 
-def shape_batches(ds: PartDataset, ids: np.ndarray, batch_size: int, rng: np.random.Generator, max_tokens: int | None = None):
+def _shape_batches(ds: PartDataset, ids: np.ndarray, batch_size: int, rng: np.random.Generator, max_tokens: int | None = None):
     """Batches of shape ids with similar part counts (sorted buckets, shuffled order); a batch
     holds at most ``max_tokens`` parts in total when given."""
     ids = ids[np.argsort([ds.n_parts(i) for i in ids], kind="stable")]
@@ -154,7 +201,7 @@ def shape_batches(ds: PartDataset, ids: np.ndarray, batch_size: int, rng: np.ran
 
 
 class ShapeBatches(IterableDataset):
-    """``steps`` flow-matching batches: ``collate`` of the ``shape_batches`` of ``ids`` (order
+    """``steps`` flow-matching batches: ``collate`` of the ``_shape_batches`` of ``ids`` (order
     from ``np.random.default_rng(seed)``, reshuffled every pass over the shapes) plus
     ``"noise"``, the step's ``draw_flow_noise`` from one ``torch.Generator`` seeded with ``seed``."""
 
@@ -170,7 +217,7 @@ class ShapeBatches(IterableDataset):
         rng, gen = np.random.default_rng(self.seed), torch.Generator().manual_seed(self.seed)
         step = 0
         while step < self.steps:
-            for ids_b in shape_batches(self.ds, self.ids, self.batch_size, rng, self.max_tokens):
+            for ids_b in _shape_batches(self.ds, self.ids, self.batch_size, rng, self.max_tokens):
                 if step >= self.steps:
                     break
                 batch = collate(self.ds, self.latents, ids_b, self.stats, self.text)
@@ -181,7 +228,7 @@ class ShapeBatches(IterableDataset):
 
 class GeneratorModule(L.LightningModule):
     """Rectified-flow training of ``model`` on ``ShapeBatches``; AdamW (no weight decay) with
-    ``warmup_cosine``; MoCA's dense warm-up and router distillation per step (module docstring).
+    ``_warmup_cosine``; MoCA's dense warm-up and router distillation per step (module docstring).
     ``history``: ``{"step", "loss", "time_s"[, "router_distill"]}`` every ``LOG_EVERY`` steps and
     at the last (``loss`` without the distillation term)."""
 
@@ -194,13 +241,14 @@ class GeneratorModule(L.LightningModule):
         self.t0 = time.perf_counter()
 
     def train_dataloader(self) -> DataLoader:
-        return _loader(self.batches, self.seed)
+        return _loader(self.batches, self.seed, self.device)
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=0.0)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": warmup_cosine(opt, self.steps), "interval": "step"}}
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": _warmup_cosine(opt, self.steps), "interval": "step"}}
 
     def on_train_start(self) -> None:
+        _announce(self.trainer, f"training the {self.model.config.attention} generator for {self.steps} steps")
         self.t0 = time.perf_counter()
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
@@ -221,25 +269,29 @@ class GeneratorModule(L.LightningModule):
             self.model.set_sparse_training(False, False)
 
 
-def train_generator(
+def fit(
     ds: PartDataset, ae: PartAutoencoder, config: GenConfig | None = None, steps: int = 300, batch_size: int = 16,
     lr: float = 1e-3, seed: int = 0, progress: bool = False, max_tokens: int = 512, text_encoder=None,
-    run_dir: str | Path | None = None,
+    run_dir: str | Path | None = None, device: str = "auto", precision: str = "32",
+    init: PartFlowTransformer | None = None, stats: dict | None = None,
 ) -> tuple[PartFlowTransformer, dict, list[dict]]:
-    """Train on training shapes with at most ``config.max_parts`` parts, conditioned on category,
-    part count and the MiniLM embedding of each shape's description (``text.describe_shape``;
-    ``text_encoder`` defaults to ``text.default_encoder()``). ``run_dir``: where Lightning's CSV
-    log goes (None: no files). Returns (model in eval mode, latent stats as lists, history)."""
-    config = config or GenConfig()
+    """Train the generator on training shapes with at most ``config.max_parts`` parts,
+    conditioned on category, part count and the MiniLM embedding of each shape's description
+    (``text.describe_shape``; ``text_encoder`` defaults to ``text.default_encoder()``), on
+    ``device`` in ``precision`` (``common.device``). ``init``: continue from this model (its
+    config is used) instead of a new one; ``stats``: latent statistics to standardise with
+    (default: those of ``ds``). ``run_dir``: where Lightning's CSV log goes (None: no files).
+    Returns (model on the CPU in eval mode, latent stats as lists, history)."""
+    config = init.config if init is not None else config or GenConfig()
     ids = ds.shape_ids("train", max_parts=config.max_parts)
     if len(ids) == 0:
         raise InputError(f"no training shapes with at most {config.max_parts} parts (raise --max-parts)")
-    trainer = _trainer(run_dir, steps, seed, progress)
+    trainer = _trainer(run_dir, steps, seed, progress, device, precision)
     latents = encode_parts(ae, ds)
-    stats = latent_stats(ds, latents)
+    stats = latent_stats(ds, latents) if stats is None else {k: torch.as_tensor(v) for k, v in stats.items()}
     text = torch.from_numpy((text_encoder or default_encoder()).encode(shape_descriptions(ds)))
-    model = PartFlowTransformer(config)  # initialised after make_trainer seeded the RNGs
+    model = (init if init is not None else PartFlowTransformer(config)).train()  # new: initialised after the seeding
     batches = ShapeBatches(ds, ids, latents, stats, text, batch_size, max_tokens, steps, seed)
     module = GeneratorModule(model, batches, steps, lr, seed)
     _fit(trainer, module)
-    return model.eval(), {k: v.tolist() for k, v in stats.items()}, module.history
+    return model.cpu().eval(), {k: v.tolist() for k, v in stats.items()}, module.history

@@ -23,16 +23,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import lightning.pytorch as L
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from common.engine import fit as engine_fit
+from common.engine import make_trainer, shuffled_loader
 from common.errors import CheckpointError
 from common.pretrained import PretrainedMixin, register_model
 
-from .data import CIRSplit, Triplet, _change
-from .model import ImageTower
-from .render import _SYN, ATTRIBUTES, GROUPS, NUM_VALUES, Attributes, describe, modification_text, render
+from .captions import SYNONYMS, describe, modification_text
+from .data import CIRSplit, Triplet
+from .features import RowIndex
+from .render import ATTRIBUTES, GROUPS, NUM_VALUES, Attributes, render
+from .synth import change_attribute
+from .towers import ImageTower
 
 
 @dataclass
@@ -102,8 +109,8 @@ class RenderEditor:
                 for g in ("colour", "pattern", "finish")
                 if g != intended and not (g == "pattern" and intended == "scale")
             ]
-            actual = _change(claimed, str(rng.choice(others)), rng)
-        text_tgt = _change(claimed, intended, rng) if text_error else claimed
+            actual = change_attribute(claimed, str(rng.choice(others)), rng)
+        text_tgt = change_attribute(claimed, intended, rng) if text_error else claimed
         if text_tgt.as_list()[GROUPS.index(intended)] == ref.as_list()[GROUPS.index(intended)]:
             text_tgt = claimed
         return EditProposal(
@@ -119,7 +126,7 @@ class RenderEditor:
         )
 
     def propose(self, ref_attrs, silhouette, ref_id, intended, rng):
-        claimed = _change(ref_attrs, intended, rng)
+        claimed = change_attribute(ref_attrs, intended, rng)
         return self._make(
             ref_attrs,
             claimed,
@@ -173,7 +180,7 @@ class AttributeClassifier(PretrainedMixin, nn.Module):
         """(n, 32, 32, 3) uint8 -> (n, G) predicted value indices (scale -1 when predicted solid)."""
         self.eval()
         x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()
-        pred = torch.stack([lg.argmax(-1) for lg in self(x)], 1).numpy()
+        pred = torch.stack([lg.argmax(-1) for lg in self(x.to(self.heads[0].weight.device))], 1).cpu().numpy()
         pred[pred[:, GROUPS.index("pattern")] == 0, GROUPS.index("scale")] = -1
         return pred
 
@@ -192,16 +199,40 @@ class AttributeClassifier(PretrainedMixin, nn.Module):
         return cls(d=8), (torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0)) * 255,)
 
 
-def train_attribute_classifier(
-    images: np.ndarray, attrs: np.ndarray, epochs: int = 3, seed: int = 0, batch_size: int = 128
-) -> AttributeClassifier:
-    """Train the critic's classifier on (n, 32, 32, 3) images with (n, G) labels (-1 ignored)
-    for ``epochs`` epochs (``retrieval.train.CriticModule`` on ``common.engine``)."""
-    from .train import fit_attribute_classifier
+class _CriticModule(L.LightningModule):
+    """The critic's classifier on ``common.engine``: ``model(img (b, 3, 32, 32))`` -> one
+    (b, n_values_g) logit tensor per group, trained with the sum over groups of cross-entropy on
+    labels ``y`` (n, G) (-1 ignored), AdamW lr 3e-3, on batches of rows (b,) of ``x`` (n, 3, 32, 32)."""
 
+    def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor):
+        super().__init__()
+        self.model, self.x, self.y = model, x, y
+
+    def training_step(self, rows: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        rows = rows.cpu()
+        logits, y = self.model(self.x[rows].to(self.device)), self.y[rows].to(self.device)
+        loss = sum(F.cross_entropy(lg, y[:, g], ignore_index=-1) for g, lg in enumerate(logits) if (y[:, g] >= 0).any())
+        self.log("train_loss", loss.detach(), batch_size=len(rows))
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=3e-3)
+
+
+def train_attribute_classifier(
+    images: np.ndarray, attrs: np.ndarray, epochs: int = 3, seed: int = 0, batch_size: int = 128,
+    device: str | torch.device | None = "auto",
+) -> AttributeClassifier:
+    """Train the critic's classifier on (n, 32, 32, 3) uint8 images with (n, G) labels (-1
+    ignored) for ``epochs`` epochs on ``device`` (a fixed budget: the critic is judged by the
+    augmentation's acceptance, not a split). Returns it in eval mode."""
     torch.manual_seed(seed)
     model = AttributeClassifier()
-    fit_attribute_classifier(model, images, attrs, epochs, seed, batch_size)
+    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()
+    module = _CriticModule(model, x, torch.from_numpy(attrs).long())
+    trainer = make_trainer(None, max_epochs=epochs, seed=seed, progress=False, checkpoint=False, device=device)
+    engine_fit(trainer, module, shuffled_loader(RowIndex(len(x)), batch_size, seed=seed), resume=False)
+    model.eval()
     return model
 
 
@@ -209,7 +240,7 @@ def mentioned_values(text: str) -> dict[str, set[str]]:
     """Attribute values a text names, by keyword lexicon: {group: {value, ...}}."""
     low = f" {text.lower()} "
     found: dict[str, set[str]] = {}
-    for group, table in _SYN.items():
+    for group, table in SYNONYMS.items():
         for value, words in table.items():
             if any(f" {w} " in low or f" {w}," in low or f" {w}er " in low for w in words + [value]):
                 found.setdefault(group, set()).add(value)

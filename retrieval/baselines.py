@@ -20,28 +20,18 @@ and, untrained, ``raw_pixel_embeddings`` (cosine of centred pixels, reference im
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.pretrained import PretrainedMixin, register_model
+from common.pretrained import register_model
 
-from .model import (
-    DEFAULT_IMAGE_ENCODER,
-    FrozenEncoderCheckpoint,
-    GroupedAttentionPool,
-    ImageInput,
-    TextTower,
-    attribute_loss,
-    check_image_encoder,
-    info_nce,
-    tiny_cir_batch,
-    upgrade_image_encoder_config,
-)
+from .model import GroupedAttentionPool
 from .render import NUM_VALUES
+from .towers import DEFAULT_IMAGE_ENCODER, CIRTowers, attribute_loss, check_image_encoder, tiny_cir_batch
 
 FUSIONS = ("image", "text", "sum", "combiner")
 
@@ -84,19 +74,15 @@ class _AttnPool(nn.Module):
 
 
 @register_model("combiner_cir")
-class CombinerCIR(FrozenEncoderCheckpoint, PretrainedMixin, nn.Module):
+class CombinerCIR(CIRTowers):
     """Global-feature CIR baselines. Same batch format and API as :class:`~retrieval.model.MoA3CIR`:
-    ``encode_query(batch) -> (q (b, E), info)``, ``encode_gallery(batch) -> (b, E)``."""
-
-    config_version = 2  # 2: image_encoder (version-1 checkpoints are scratch)
+    ``encode_query(batch) -> (q (b, E), info)``, ``encode_gallery(batch) -> (b, E)``. Phase-1
+    features are global vectors (b, E) (``CIRTowers.alignment_terms``)."""
 
     def __init__(self, config: CombinerConfig | None = None):
         super().__init__()
         self.config = c = config or CombinerConfig()
-        self.image_input = ImageInput(c)
-        self.q_image, self.g_image = self.image_input.tower(c.d_model), self.image_input.tower(c.d_model)
-        self.q_desc, self.g_desc = TextTower(c.d_model), TextTower(c.d_model)
-        self.q_text = TextTower(c.d_model)
+        self.build_towers(c)
         self.proj = nn.ModuleDict({k: nn.Linear(c.d_model, c.embed_dim) for k in ("qd", "qt", "gd")})
         # image feature: CLIP-style multi-head attention pooling over the 8x8 token grid
         self.proj.update({k: _AttnPool(c.d_model, c.embed_dim) for k in ("qi", "gi")})
@@ -155,68 +141,39 @@ class CombinerCIR(FrozenEncoderCheckpoint, PretrainedMixin, nn.Module):
     def gallery_slots(self, batch: dict) -> torch.Tensor:
         return self._gallery_feature(batch)
 
-    def _attr_logits(self, feat: torch.Tensor) -> list[torch.Tensor]:
-        return [h(feat) for h in self.attr_heads]
+    # -- phase-1 hooks (CIRTowers.alignment_terms)
+    def _side_projections(self, side: str) -> tuple[nn.Module, nn.Module]:
+        return (self.proj["qi"], self.proj["qd"]) if side == "query" else (self.proj["gi"], self.proj["gd"])
 
-    def alignment_terms(self, items: dict) -> dict[str, torch.Tensor]:
-        """Phase 1 objectives by name, as :meth:`retrieval.model.MoA3CIR.alignment_terms`:
-        ``attributes`` (when labelled), ``image-description`` (with descriptions) or
-        ``image-image`` (query vs gallery image features, gallery view flipped; without)."""
-        terms: dict[str, torch.Tensor] = {}
-        have_desc = (
-            self.config.use_descriptions and items.get("desc") is not None and bool(items["desc_mask"].any())
-        )
-        feats = []
-        for side, (tower, dtower, pi, pd) in enumerate((
-            (self.q_image, self.q_desc, self.proj["qi"], self.proj["qd"]),
-            (self.g_image, self.g_desc, self.proj["gi"], self.proj["gd"]),
-        )):
-            fi = pi(tower(self.image_input(items, "img", flip=side == 1 and not have_desc)))
-            feats.append(F.normalize(fi, dim=-1))
-            if items.get("attrs") is not None:
-                terms["attributes"] = terms.get("attributes", 0) + self.config.attr_weight * attribute_loss(
-                    self._attr_logits(fi), items["attrs"]
-                )
-            if have_desc:
-                has = items["desc_mask"].any(1)
-                fd = pd(_masked_mean(dtower(items["desc"][has]), items["desc_mask"][has]))
-                terms["image-description"] = terms.get("image-description", 0) + info_nce(
-                    F.normalize(fi[has], dim=-1), F.normalize(fd, dim=-1), self.logit_scale
-                )
-        if not have_desc:
-            terms["image-image"] = info_nce(feats[0], feats[1], self.logit_scale)
-        return terms
+    def image_feature(self, side: str, x: torch.Tensor) -> torch.Tensor:
+        """Global image feature (b, E) of ``side`` from its tower input ``x``."""
+        return self._side_projections(side)[0](self.side_towers(side)[0](x))
 
-    def alignment_loss(self, items: dict) -> torch.Tensor:
-        """Phase 1 loss: the sum of :meth:`alignment_terms`."""
-        return sum(self.alignment_terms(items).values())
+    def description_feature(self, side: str, desc: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Global description feature (b, E): the masked mean of the projected sentence tokens."""
+        return self._side_projections(side)[1](_masked_mean(self.side_towers(side)[1](desc), mask))
+
+    def feature_embedding(self, feature: torch.Tensor) -> torch.Tensor:
+        return F.normalize(feature, dim=-1)
+
+    def attribute_logits(self, feature: torch.Tensor) -> list[torch.Tensor]:
+        return [h(feature) for h in self.attr_heads]
 
     def auxiliary_loss(self, info: dict, batch: dict, gallery_slots: torch.Tensor | None) -> torch.Tensor:
         if batch.get("tgt_attrs") is None or gallery_slots is None:
             return batch["ref_img"].new_zeros(())
-        return self.config.attr_weight * attribute_loss(self._attr_logits(gallery_slots), batch["tgt_attrs"])
-
-    def get_config(self) -> dict:
-        return asdict(self.config)
+        return self.config.attr_weight * attribute_loss(self.attribute_logits(gallery_slots), batch["tgt_attrs"])
 
     @classmethod
-    def upgrade_config(cls, config: dict, from_version: int) -> dict:
-        if from_version == 0 and config.get("kind") in FUSIONS:  # common.checkpoint: {"kind": fusion, ...}
-            return upgrade_image_encoder_config(
-                {"config": {"fusion": config["kind"], **{k: v for k, v in config.items() if k != "kind"}}}
-            )
-        if from_version == 1:
-            return upgrade_image_encoder_config(config)
-        return super().upgrade_config(config, from_version)
+    def legacy_fields(cls, config: dict) -> dict | None:
+        if config.get("kind") not in FUSIONS:  # common.checkpoint: {"kind": fusion, ...}
+            return None
+        return {"fusion": config["kind"], **{k: v for k, v in config.items() if k != "kind"}}
 
     @classmethod
     def tiny_example(cls):
         torch.manual_seed(0)
         return cls(CombinerConfig(d_model=16, embed_dim=24)), (tiny_cir_batch(),)
-
-    def example_forward(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(query (b, E), gallery (b, E))`` embeddings of a batch."""
-        return self.encode_query(batch)[0], self.encode_gallery(batch)
 
 
 def raw_pixel_embeddings(images: np.ndarray) -> np.ndarray:

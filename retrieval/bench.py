@@ -1,10 +1,11 @@
-"""Benchmarks: MoA³CIR vs baselines and ablations on both benchmark variants, and search speed.
+"""The app's results table (``moa3cir bench --suite table``): MoA³CIR vs baselines and ablations
+on both benchmark variants, and the speed of the pretrained encoder's gallery features
+(``--suite features``). The search speed benchmark is ``retrieval.search_bench``.
 
 ``run_retrieval_bench`` trains every method with every image encoder (``scratch`` CNN towers,
-the frozen ImageNet ``efficientnet-lite0``) on the same train split (same seed, same epochs) and
-evaluates on the test split (FashionIQ protocol per category, R@1/10/50 averaged over
-categories); the augmentation run also reports acceptance rates. ``run_search_bench`` times
-NumPy brute force vs faiss exact vs IVF on random unit vectors.
+the frozen ImageNet ``efficientnet-lite0``) at one model size on the same train split (same
+seed, same epochs) and evaluates on the test split (FashionIQ protocol per category, R@1/10/50
+averaged over categories); the augmentation run also reports acceptance rates.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from common.report import markdown_table
 
 from .baselines import raw_pixel_embeddings
 from .data import VARIANTS, load_synthetic
+from .embed import embed_gallery, embed_queries
 from .evaluate import evaluate_split, routing_metrics
-from .index import GalleryIndex
-from .train import TrainConfig, build_model, embed_gallery, embed_queries, fit, prepare_features, save_model
+from .features import prepare_features
+from .registry import DEFAULT_MODEL_SIZE, build_model, save_model
+from .train import TrainConfig, fit
 
 # name -> (model kind, model overrides, train overrides, use augmentation); kind "raw-pixel" is
 # the untrained pixel baseline, every other kind goes to ``build_model``
@@ -72,21 +75,23 @@ def resolve_methods(names: list[str] | None) -> list[str]:
 
 
 def augmented_train_split(
-    root: Path, variant: str, train_split, n: int, seed: int, critic_dir: Path | None = None
+    root: Path, variant: str, train_split, n: int, seed: int, critic_dir: Path | None = None,
+    device: str | torch.device | None = "auto",
 ):
     """``train_split`` + up to ``n`` accepted self-reflective edits and the augmentation stats.
 
-    The critic's classifier is trained on ``train_split`` (or loaded from ``critic_dir`` when it
-    holds a saved critic; a fresh one is saved there)."""
+    The critic's classifier is trained on ``train_split`` on ``device`` (or loaded from
+    ``critic_dir`` when it holds a saved critic; a fresh one is saved there)."""
     from common.data_dir import load_fashion_mnist
 
     from .augment import AttributeCritic, RenderEditor, self_reflective_augment, train_attribute_classifier
-    from .data import item_renderer
+    from .synth import item_renderer
 
     if critic_dir is not None and (Path(critic_dir) / "config.json").is_file():
         critic = AttributeCritic.load(critic_dir)
     else:
-        clf = train_attribute_classifier(train_split.images, train_split.attributes, epochs=4, seed=seed)
+        clf = train_attribute_classifier(train_split.images, train_split.attributes, epochs=4, seed=seed,
+                                         device=device)
         critic = AttributeCritic(clf)
         if critic_dir is not None:
             critic.save(critic_dir)
@@ -134,12 +139,16 @@ def run_retrieval_bench(
     log=print,
     model_options: dict | None = None,
     image_encoders=("scratch",),
+    model_size: str = DEFAULT_MODEL_SIZE,
+    device: str | torch.device | None = "auto",
+    precision: str = "32",
 ) -> list[dict]:
     """Train/evaluate ``methods`` x ``image_encoders`` on each variant; writes
-    ``retrieval_bench.csv/.json/.md`` + plot. ``model_options`` go to ``build_model`` for every
-    trained method, under each method's own overrides; the untrained raw-pixel baseline runs once
-    (image encoder "pixels"). Saved models (``save_models``) go to
-    ``out_dir/models/<variant>/<image encoder>/<method>``."""
+    ``retrieval_bench.csv/.json/.md`` + plot. Every trained method is built at ``model_size``
+    (``retrieval.registry.MODEL_SIZES``; the baselines matched to it) with ``model_options`` for
+    ``build_model`` under each method's own overrides, and trained on ``device`` in
+    ``precision``; the untrained raw-pixel baseline runs once (image encoder "pixels"). Saved
+    models (``save_models``) go to ``out_dir/models/<variant>/<image encoder>/<method>``."""
     torch.set_num_threads(1)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -158,7 +167,7 @@ def run_retrieval_bench(
         f_aug, aug_stats = None, None
         if any(METHODS[m][3] for m in methods):
             critic_dir = out_dir / "models" / variant / "critic" if save_models else None
-            aug_split, stats = augmented_train_split(data_root, variant, tr, augment_n, seed, critic_dir)
+            aug_split, stats = augmented_train_split(data_root, variant, tr, augment_n, seed, critic_dir, device)
             f_aug, aug_stats = prepare_features(aug_split), stats.as_dict()
             log(f"[{variant}] augmentation: {aug_stats}")
             rows.append(
@@ -179,10 +188,10 @@ def run_retrieval_bench(
                 q, weights = g[f_te.ref.numpy()], None
             else:
                 torch.manual_seed(seed)
-                model = build_model(kind, **{**(model_options or {}), **over, "image_encoder": encoder})
-                fit(model, f_aug if aug else f_tr, replace(train_cfg, **tover))
-                q, weights = embed_queries(model, f_te)
-                g = embed_gallery(model, f_te)
+                model = build_model(kind, model_size, **{**(model_options or {}), **over, "image_encoder": encoder})
+                fit(model, f_aug if aug else f_tr, replace(train_cfg, **tover), device=device, precision=precision)
+                q, weights = embed_queries(model, f_te, device=device)
+                g = embed_gallery(model, f_te, device=device)
             metrics = evaluate_split(te, q, g)
             routed = {}
             if (
@@ -199,6 +208,7 @@ def run_retrieval_bench(
                 "variant": variant,
                 "method": name,
                 "image_encoder": encoder,
+                "model_size": None if model is None else model_size,
                 **{k: round(v, 2) for k, v in metrics.items()},
                 **routed,
                 "train_s": round(time.time() - t0, 1),
@@ -254,198 +264,3 @@ def _write(out_dir: Path, rows: list[dict]) -> None:
         plt.close(fig)
     except ImportError:  # pragma: no cover
         pass
-
-
-def run_search_bench(
-    out_dir: Path,
-    n: int = 1_000_000,
-    d: int = 256,
-    n_queries: int = 1000,
-    k: int = 10,
-    nlist: int = 1024,
-    nprobes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64),
-    train_size: int = 100_000,
-    threads: int = 1,
-    seed: int = 0,
-    log=print,
-    full_sort: bool = True,
-) -> list[dict]:
-    """NumPy brute force (argpartition, and with ``full_sort`` also a full argsort) vs faiss ``IndexFlatIP`` vs IVF (an nprobe sweep) on a clustered gallery.
-
-    Both sides run with the same number of ``threads`` (BLAS via threadpoolctl, faiss OpenMP),
-    so the comparison is per core. Writes ``search_bench.csv/.json``; returns the rows, the last
-    one a summary of the issue's targets (exact >= 5x NumPy with identical results; the smallest
-    nprobe with IVF recall@10 >= 0.95 of exact, and whether it is >= 10x faster than exact)."""
-    import faiss
-    from threadpoolctl import threadpool_limits
-
-    if n < nlist or n_queries < 1 or k < 1:
-        raise InputError("search bench needs n >= nlist, n_queries >= 1 and k >= 1")
-    faiss.omp_set_num_threads(threads)
-    with threadpool_limits(threads):
-        return _search_bench(
-            Path(out_dir), n, d, n_queries, k, nlist, nprobes, train_size, threads, seed, log, full_sort
-        )
-
-
-def clustered_gallery(n: int, d: int, n_queries: int, seed: int = 0, chunk: int = 100_000):
-    """Unit vectors around 256 random centres, (n, d) float32 built in chunks (no float64 copy),
-    and (n_queries, d) queries = gallery points + noise."""
-    rng = np.random.default_rng(seed)
-    centers = rng.standard_normal((256, d), dtype=np.float32)
-    gal = np.empty((n, d), np.float32)
-    for s in range(0, n, chunk):
-        m = min(chunk, n - s)
-        x = centers[rng.integers(0, 256, m)] + 0.7 * rng.standard_normal((m, d), dtype=np.float32)
-        gal[s : s + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
-    q = gal[rng.integers(0, n, n_queries)] + 0.1 * rng.standard_normal((n_queries, d), dtype=np.float32)
-    return gal, (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
-
-
-def numpy_topk(
-    q: np.ndarray, gal: np.ndarray, k: int, block: int = 64, select: str = "partition"
-) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k inner product by brute force: matmul, then ``select`` = "partition"
-    (``argpartition``, the tuned baseline) or "sort" (a full ``argsort`` of every score row, the
-    textbook one), ``block`` queries at a time (scores block (block, n) float32). Returns scores
-    and rows (Q, k), best first."""
-    if select not in ("partition", "sort"):
-        raise ValueError(f"select must be 'partition' or 'sort', got {select!r}")
-    rows = np.empty((len(q), k), np.int64)
-    scores = np.empty((len(q), k), np.float32)
-    for s in range(0, len(q), block):
-        sc = q[s : s + block] @ gal.T
-        if select == "sort":
-            part = np.argsort(-sc, axis=1, kind="stable")[:, :k]
-        else:
-            part = np.argpartition(-sc, k - 1, axis=1)[:, :k]
-        top = np.take_along_axis(sc, part, 1)
-        order = np.argsort(-top, axis=1, kind="stable")
-        rows[s : s + block] = np.take_along_axis(part, order, 1)
-        scores[s : s + block] = np.take_along_axis(top, order, 1)
-    return scores, rows
-
-
-def _timed(fn, *args):
-    """(result, wall seconds, CPU seconds of this process) of ``fn(*args)``. With one thread the CPU
-    time is the compute time, robust to other jobs on a shared machine; wall time is not."""
-    t, c = time.perf_counter(), time.process_time()
-    out = fn(*args)
-    return out, time.perf_counter() - t, time.process_time() - c
-
-
-def _search_bench(out_dir, n, d, n_queries, k, nlist, nprobes, train_size, threads, seed, log, full_sort):
-    (gal, q), wall, _ = _timed(clustered_gallery, n, d, n_queries, seed)
-    log(f"gallery {n} x {d} float32 ({gal.nbytes / 2**30:.2f} GiB) in {wall:.1f} s")
-    common = {"n": n, "d": d, "queries": n_queries, "k": k, "threads": threads}
-
-    def timing(wall_s: float, cpu_s: float, ref: dict | None = None, flat: dict | None = None) -> dict:
-        out = {"search_s": round(wall_s, 3), "search_cpu_s": round(cpu_s, 3)}
-        for name, base in (("numpy", ref), ("flat", flat)):
-            if base is not None:
-                out[f"speedup_vs_{name}"] = round(base["_wall"] / wall_s, 2)
-                out[f"cpu_speedup_vs_{name}"] = round(base["_cpu"] / cpu_s, 2)
-        return {**out, "_wall": wall_s, "_cpu": cpu_s}
-
-    (np_scores, np_rows), wall, cpu = _timed(numpy_topk, q, gal, k)
-    numpy_row = {**common, "method": "numpy brute force (argpartition)", **timing(wall, cpu)}
-    numpy_row.update(speedup_vs_numpy=1.0, cpu_speedup_vs_numpy=1.0)
-    log(f"numpy brute force (argpartition): {wall:.2f} s wall, {cpu:.2f} s CPU")
-    sort_row = None
-    if full_sort:
-        (_, sort_rows), wall, cpu = _timed(numpy_topk, q, gal, k, 64, "sort")
-        sort_row = {**common, "method": "numpy brute force (full argsort)", **timing(wall, cpu, numpy_row)}
-        sort_row["identical_topk_sets"] = round(
-            float(np.mean([set(a) == set(b) for a, b in zip(np_rows, sort_rows, strict=True)])), 4
-        )
-        log(f"numpy brute force (full argsort): {wall:.2f} s wall, {cpu:.2f} s CPU")
-
-    flat = GalleryIndex(d, "flat")
-    flat.add(gal)
-    (flat_scores, flat_rows), wall, cpu = _timed(flat.search_rows, q, k)
-    del flat
-    same_set = float(np.mean([set(a) == set(b) for a, b in zip(np_rows, flat_rows, strict=True)]))
-    flat_row = {
-        **common,
-        "method": "faiss IndexFlatIP",
-        **timing(wall, cpu, numpy_row),
-        f"recall@{k}_vs_exact": round(
-            float(np.mean([len(set(a) & set(b)) / k for a, b in zip(np_rows, flat_rows, strict=True)])), 4
-        ),
-        "identical_topk_sets": round(same_set, 4),
-        "identical_topk_order": round(float(np.mean((np_rows == flat_rows).all(1))), 4),
-        "max_score_diff": float(np.abs(np_scores - flat_scores).max()),
-    }
-    flat_row.update(speedup_vs_flat=1.0, cpu_speedup_vs_flat=1.0)
-    log(f"faiss flat: {wall:.2f} s wall, {cpu:.2f} s CPU, identical top-{k} sets {same_set:.4f}")
-    if sort_row is not None:
-        flat_row["speedup_vs_numpy_sort"] = round(sort_row["_wall"] / flat_row["_wall"], 2)
-        flat_row["cpu_speedup_vs_numpy_sort"] = round(sort_row["_cpu"] / flat_row["_cpu"], 2)
-    ivf_results = []
-
-    ivf = GalleryIndex(d, "ivf", nlist=nlist)
-    rng = np.random.default_rng(seed + 1)
-    m = min(n, max(train_size, nlist))
-    t = time.perf_counter()
-    ivf.train(gal[rng.choice(n, size=m, replace=False)])
-    ivf.add(gal)
-    build_s = time.perf_counter() - t
-    log(f"IVF{nlist}: trained on {m} vectors + added {n} in {build_s:.1f} s")
-    for nprobe in nprobes:
-        ivf.set_nprobe(nprobe)
-        (_, found), wall, cpu = _timed(ivf.search_rows, q, k)
-        recall = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(flat_rows, found, strict=True)]))
-        ivf_results.append(
-            {
-                **common,
-                "method": f"faiss IVF{nlist} nprobe={nprobe}",
-                **timing(wall, cpu, numpy_row, flat_row),
-                f"recall@{k}_vs_exact": round(recall, 4),
-                "build_s": round(build_s, 1),
-            }
-        )
-        log(f"IVF nprobe={nprobe}: {wall:.3f} s, recall@{k} {recall:.4f}")
-    rows = [numpy_row, *([sort_row] if sort_row is not None else []), flat_row, *ivf_results]
-    for r in rows:
-        r.pop("_wall"), r.pop("_cpu")
-    ok = [r for r in ivf_results if r[f"recall@{k}_vs_exact"] >= 0.95]
-    chosen = ok[0] if ok else None
-    rows.append(
-        {
-            **common,
-            "method": "targets",
-            "exact_speedup_vs_numpy": flat_row["speedup_vs_numpy"],
-            "exact_cpu_speedup_vs_numpy": flat_row["cpu_speedup_vs_numpy"],
-            "exact_identical": same_set == 1.0,
-            "exact_target_5x_met": flat_row["speedup_vs_numpy"] >= 5 and same_set == 1.0,
-            "exact_speedup_vs_numpy_sort": flat_row.get("speedup_vs_numpy_sort"),
-            "exact_target_5x_vs_sort_met": bool(
-                sort_row is not None and flat_row["speedup_vs_numpy_sort"] >= 5 and same_set == 1.0
-            ),
-            "ivf_chosen": chosen["method"] if chosen else "none reaches recall 0.95",
-            "ivf_speedup_vs_flat": chosen["speedup_vs_flat"] if chosen else None,
-            "ivf_cpu_speedup_vs_flat": chosen["cpu_speedup_vs_flat"] if chosen else None,
-            "ivf_target_10x_met": bool(chosen and chosen["speedup_vs_flat"] >= 10),
-        }
-    )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_csv(out_dir / "search_bench.csv", rows)
-    write_json(out_dir / "search_bench.json", rows)
-    print(
-        markdown_table(
-            rows[:-1],
-            [
-                "method",
-                "search_s",
-                "search_cpu_s",
-                "speedup_vs_numpy",
-                "cpu_speedup_vs_numpy",
-                "speedup_vs_flat",
-                "cpu_speedup_vs_flat",
-                f"recall@{k}_vs_exact",
-                "identical_topk_sets",
-            ],
-        )
-    )
-    print(markdown_table(rows[-1:]))
-    return rows

@@ -1,4 +1,12 @@
-"""``moa3cir`` command line: build-data, train, eval, index, search, bench."""
+"""``moa3cir`` command line: build-data, train, eval, index, search, bench.
+
+    moa3cir build-data --out data/cir                              # the built benchmark (both variants)
+    moa3cir train --root data/cir --out runs/m [--model-size XS|S|B] [--device cuda --precision bf16-mixed]
+    moa3cir eval --root data/cir --model runs/m --split test
+    moa3cir index --root data/cir --model runs/m --out runs/idx
+    moa3cir search --model runs/m --index runs/idx --image shirt.png --text "make it red"
+    moa3cir bench --out runs/rbench [--suite table features search] [--json F]
+"""
 
 from __future__ import annotations
 
@@ -7,176 +15,180 @@ import os
 import sys
 from pathlib import Path
 
-from common.cli import (
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from common.cli import (  # noqa: E402
     ArgumentParser,
     add_overwrite_arg,
     check_outputs,
-    cli_main,
     float_in,
     nonneg_int,
     positive_int,
     seed_int,
+    subcommand_main,
 )
-from common.errors import InputError
-from common.io import dumps_json, write_json
+from common.device import add_device_arg, add_precision_arg, check_precision, resolve_device  # noqa: E402
+from common.errors import InputError  # noqa: E402
+from common.io import dumps_json, write_json  # noqa: E402
 
 DATASETS = ("synthetic", "fashioniq", "shoes")
-BUILD_PRESETS = ("small", "tiny", "hard", "hard-tiny")  # retrieval.data.PRESETS, without importing it
+# repeated from retrieval.synth.PRESETS, retrieval.towers.IMAGE_ENCODERS / DEFAULT_IMAGE_ENCODER and
+# retrieval.registry.MODEL_SIZES / DEFAULT_MODEL_SIZE, so that parsing imports no torch
+BUILD_PRESETS = ("small", "tiny", "hard", "hard-tiny")
 BENCHMARKS = ("small", "hard")
-# retrieval.model's IMAGE_ENCODERS / DEFAULT_IMAGE_ENCODER, repeated so that parsing imports no torch
 IMAGE_ENCODERS = ("scratch", "efficientnet-lite0")
 DEFAULT_IMAGE_ENCODER = "efficientnet-lite0"
+MODEL_SIZES = ("XS", "S", "B")
+DEFAULT_MODEL_SIZE = "S"
+# bench suites: the results table, the pretrained encoder's gallery-feature speed, the search speed,
+# the model sizes (parameters, memory, train-step time)
+SUITES = ("table", "features", "search", "sizes")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _data_args(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--dataset", choices=DATASETS, default="synthetic")
+    sp.add_argument("--root", required=True, help="dataset root (synthetic: the build-data --out dir)")
+    sp.add_argument("--variant", choices=("controlled", "confounded"), default="controlled",
+                    help="synthetic benchmark variant")
+
+
+def _model_size_arg(sp: argparse.ArgumentParser, what: str) -> None:
+    sp.add_argument("--model-size", choices=MODEL_SIZES, default=DEFAULT_MODEL_SIZE,
+                    help=f"tower widths of {what} (README: model sizes) (default {DEFAULT_MODEL_SIZE})")
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="moa3cir", description="MoA³CIR composed image retrieval")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     b = sub.add_parser("build-data", help="build the synthetic e-commerce CIR benchmark")
     b.add_argument("--out", required=True, help="output directory (both variants go below it)")
     b.add_argument(
-        "--preset",
-        "--size",
-        dest="preset",
-        choices=BUILD_PRESETS,
-        default="small",
+        "--preset", "--size", dest="preset", choices=BUILD_PRESETS, default="small",
         help="small: 32 px studio renders, one templated text per triplet; hard: 64 px photos with pose/"
         "crop/scale jitter, backdrops and colour casts, two annotators' relative captions, a larger "
         "gallery; tiny / hard-tiny: the same looks at test size (default small)",
     )
     b.add_argument("--seed", type=seed_int, default=0)
     add_overwrite_arg(b)
-
-    def data_args(sp):
-        sp.add_argument("--dataset", choices=DATASETS, default="synthetic")
-        sp.add_argument("--root", required=True, help="dataset root (synthetic: the build-data --out dir)")
-        sp.add_argument(
-            "--variant",
-            choices=("controlled", "confounded"),
-            default="controlled",
-            help="synthetic benchmark variant",
-        )
+    b.set_defaults(fn=cmd_build_data)
 
     t = sub.add_parser("train", help="train a model")
-    data_args(t)
+    add_device_arg(t)
+    add_precision_arg(t)
+    _data_args(t)
     t.add_argument("--model", default="moa3cir", choices=("moa3cir", "combiner", "sum", "image", "text"))
+    _model_size_arg(t, "the model")
     t.add_argument("--out", required=True, help="checkpoint directory")
     t.add_argument("--phase1-epochs", type=nonneg_int, default=2, help="alignment epochs (default 2)")
     t.add_argument(
-        "--phase2-epochs",
-        type=nonneg_int,
-        default=None,
+        "--phase2-epochs", type=nonneg_int, default=None,
         help="cap on composed-retrieval epochs (default: a step budget that scales with the data; "
         "training stops earlier when validation recall stops improving)",
     )
     t.add_argument(
-        "--val-fraction",
-        type=float_in(0.0, 0.5),
-        default=0.1,
+        "--val-fraction", type=float_in(0.0, 0.5), default=0.1,
         help="share of the training target images held out (with their triplets) for early stopping; "
         "0 trains on everything without validation (default 0.1)",
     )
-    t.add_argument(
-        "--patience", type=positive_int, default=5, help="epochs without better validation recall before stopping"
-    )
-    t.add_argument(
-        "--augment", type=nonneg_int, default=0, help="self-reflective augmentation proposals (synthetic)"
-    )
+    t.add_argument("--patience", type=positive_int, default=5,
+                   help="epochs without better validation recall before stopping")
+    t.add_argument("--augment", type=nonneg_int, default=0, help="self-reflective augmentation proposals (synthetic)")
     t.add_argument("--no-descriptions", action="store_true")
     t.add_argument(
-        "--image-encoder",
-        choices=IMAGE_ENCODERS,
-        default=DEFAULT_IMAGE_ENCODER,
+        "--image-encoder", choices=IMAGE_ENCODERS, default=DEFAULT_IMAGE_ENCODER,
         help=f"image towers: a small CNN trained from scratch, or the offline ImageNet EfficientNet-Lite0 "
         f"(frozen, token grid cached per image) (default {DEFAULT_IMAGE_ENCODER})",
     )
     t.add_argument(
-        "--fine-tune-blocks",
-        type=nonneg_int,
-        default=0,
+        "--fine-tune-blocks", type=nonneg_int, default=0,
         help="with --image-encoder efficientnet-lite0: fine-tune its last N MBConv blocks (0 = frozen; "
         "N >= 9 so that the token grid of block 7 changes)",
     )
     t.add_argument("--seed", type=seed_int, default=0)
     add_overwrite_arg(t)
+    t.set_defaults(fn=cmd_train)
 
     e = sub.add_parser("eval", help="evaluate a checkpoint with the dataset's official protocol")
-    data_args(e)
+    add_device_arg(e)
+    _data_args(e)
     e.add_argument("--model", required=True, help="checkpoint directory")
     e.add_argument("--split", default="test", choices=("val", "test"))
     e.add_argument("--out", default=None, help="write metrics JSON here")
     add_overwrite_arg(e)
+    e.set_defaults(fn=cmd_eval)
 
     i = sub.add_parser("index", help="embed a split's gallery into a faiss index")
-    data_args(i)
+    add_device_arg(i)
+    _data_args(i)
     i.add_argument("--model", required=True)
     i.add_argument("--split", default="test", choices=("train", "val", "test"))
     i.add_argument("--kind", default="flat", choices=("flat", "ivf", "hnsw"))
     i.add_argument("--nlist", type=positive_int, default=64)
     i.add_argument("--out", required=True, help="index directory")
     add_overwrite_arg(i)
+    i.set_defaults(fn=cmd_index)
 
     s = sub.add_parser("search", help="retrieve products for a reference image + modification text")
+    add_device_arg(s)
     s.add_argument("--model", required=True)
     s.add_argument("--index", required=True, help="directory written by `moa3cir index`")
     s.add_argument("--image", required=True, help="reference image file")
     s.add_argument("--text", required=True, help="modification text")
     s.add_argument("--description", default=None, help="reference item description (optional)")
     s.add_argument("--k", type=positive_int, default=10)
+    s.set_defaults(fn=cmd_search)
 
-    bn = sub.add_parser("bench", help="MoA³CIR vs baselines table and/or the search benchmark")
+    bn = sub.add_parser("bench", help="the results table, the gallery-feature speed and/or the search benchmark")
+    add_device_arg(bn)
+    add_precision_arg(bn)
     bn.add_argument(
-        "--benchmark",
-        choices=BENCHMARKS,
-        default="small",
+        "--suite", nargs="+", choices=SUITES, default=["table"],
+        help="table: MoA³CIR, ablations and baselines on the built benchmark; features: the pretrained "
+        "encoder's gallery features on the test gallery (cold, then cached); search: the 1M x 256 "
+        "search benchmark; sizes: parameters, memory and train-step time of every --model-size, one "
+        "thread (default table)",
+    )
+    bn.add_argument(
+        "--benchmark", choices=BENCHMARKS, default="small",
         help="which built benchmark (build-data --preset): built into --out/data (small) or "
         "--out/data-hard (hard) when --root is absent (default small)",
     )
     bn.add_argument("--root", default=None, help="benchmark root (built into --out when absent)")
     bn.add_argument("--out", default="runs/retrieval_bench")
+    _model_size_arg(bn, "every trained method (the baselines matched to it)")
     bn.add_argument("--phase1-epochs", type=nonneg_int, default=1)
     bn.add_argument("--phase2-epochs", type=nonneg_int, default=3)
     bn.add_argument("--augment", type=nonneg_int, default=800)
+    bn.add_argument("--variants", nargs="+", choices=("controlled", "confounded"),
+                    default=["controlled", "confounded"])
     bn.add_argument(
-        "--variants", nargs="+", choices=("controlled", "confounded"), default=["controlled", "confounded"]
-    )
-    bn.add_argument(
-        "--methods",
-        nargs="+",
-        default=None,
+        "--methods", nargs="+", default=None,
         help="subset of methods (default: all): moa3cir no-aug no-desc no-moa3 no-routing "
-        "single-phase combiner sum image-only text-only",
+        "single-phase combiner sum image-only text-only raw-pixel",
     )
-    bn.add_argument("--search", action="store_true", help="also run the 1M x 256 search benchmark")
-    bn.add_argument("--search-only", action="store_true")
-    bn.add_argument(
-        "--features-only",
-        action="store_true",
-        help="only time the pretrained encoder's gallery features on the test gallery (cold, then cached)",
-    )
-    bn.add_argument(
-        "--feature-threads", nargs="+", type=positive_int, default=[1], help="torch threads of --features-only runs"
-    )
+    bn.add_argument("--feature-threads", nargs="+", type=positive_int, default=[1],
+                    help="torch threads of the features suite")
     bn.add_argument("--search-n", type=positive_int, default=1_000_000, help="search benchmark gallery size")
     bn.add_argument("--search-queries", type=positive_int, default=1000)
+    bn.add_argument("--search-threads", type=positive_int, default=1,
+                    help="threads for both NumPy (BLAS) and faiss (default 1)")
     bn.add_argument(
-        "--search-threads", type=positive_int, default=1, help="threads for both NumPy (BLAS) and faiss (default 1)"
-    )
-    bn.add_argument(
-        "--image-encoders",
-        nargs="+",
-        choices=IMAGE_ENCODERS,
-        default=list(IMAGE_ENCODERS),
+        "--image-encoders", nargs="+", choices=IMAGE_ENCODERS, default=list(IMAGE_ENCODERS),
         help="train every method with each of these image encoders (default both)",
     )
-    bn.add_argument(
-        "--json",
-        default=None,
-        help="also write the rows (and the command's settings) to this JSON file, e.g. for docs/results/",
-    )
+    bn.add_argument("--json", default=None,
+                    help="also write the rows (and the command's settings) to this JSON file, e.g. for docs/results/")
     bn.add_argument("--seed", type=seed_int, default=0)
     add_overwrite_arg(bn)
+    bn.set_defaults(fn=cmd_bench)
     return p
+
+
+def _torch_threads() -> None:
+    import torch
+
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 
 def _load(args, split):
@@ -188,7 +200,8 @@ def _load(args, split):
 def bench_root(root: str | None, out: Path, benchmark: str, seed: int) -> Path:
     """The data root of ``moa3cir bench``: ``root`` when given (its preset must be ``benchmark``'s),
     else ``out/data`` (small) or ``out/data-hard`` (hard), built there on first use."""
-    from .data import PRESETS, VARIANTS, build_benchmark, load_meta
+    from .data import VARIANTS, load_meta
+    from .synth import PRESETS, build_benchmark
 
     if root is None:
         path = out / ("data" if benchmark == "small" else f"data-{benchmark}")
@@ -202,160 +215,163 @@ def bench_root(root: str | None, out: Path, benchmark: str, seed: int) -> Path:
     return path
 
 
-@cli_main
-def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    args = _parser().parse_args(argv)
+def cmd_build_data(args) -> int:
+    from .synth import PRESETS, build_benchmark
+
+    check_outputs(dirs=[args.out], overwrite=args.overwrite)
+    cfg = PRESETS[args.preset](args.seed)
+    print(dumps_json(build_benchmark(Path(args.out), cfg, overwrite=args.overwrite), indent=1))
+    return 0
+
+
+def cmd_train(args) -> int:
+    _torch_threads()
+    from .registry import build_model, save_model
+    from .train import TrainConfig, fit
+
+    out = Path(args.out)
+    check_precision(args.precision, resolve_device(args.device))
+    check_outputs(dirs=[out], inputs=[args.root], overwrite=args.overwrite)
+    if args.phase1_epochs == 0 and args.phase2_epochs == 0:
+        raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
+    if args.fine_tune_blocks and args.image_encoder == "scratch":
+        raise InputError("--fine-tune-blocks needs --image-encoder efficientnet-lite0")
+    over = {"use_descriptions": False} if args.no_descriptions else {}
+    try:
+        model = build_model(args.model, args.model_size, image_encoder=args.image_encoder,
+                            trainable_blocks=args.fine_tune_blocks, **over)
+    except ValueError as exc:
+        raise InputError(str(exc)) from exc
+    split = _load(args, "train")
+    if args.augment:
+        if args.dataset != "synthetic":
+            raise InputError("--augment needs the synthetic benchmark (attribute labels)")
+        from .bench import augmented_train_split
+
+        split, stats = augmented_train_split(Path(args.root), args.variant, split, args.augment, args.seed,
+                                             device=args.device)
+        print("augmentation:", dumps_json(stats.as_dict()))
+    cfg = TrainConfig(args.phase1_epochs, args.phase2_epochs, val_fraction=args.val_fraction,
+                      patience=args.patience, seed=args.seed)
+    history = fit(model, split, cfg, log=print, run_dir=out / "training", device=args.device,
+                  precision=args.precision)
+    stops = [h for h in history if "reason" in h]
+    save_model(model, out, {"dataset": args.dataset, "variant": args.variant, "model_size": args.model_size,
+                            "training": stops})
+    print(f"saved {out}")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    _torch_threads()
+    from .embed import embed_gallery, embed_queries
+    from .evaluate import evaluate_split
+    from .features import prepare_features
+    from .registry import load_model
+
+    check_outputs(files=[args.out], inputs=[args.root, args.model], overwrite=args.overwrite)
+    model, _ = load_model(Path(args.model))
+    split = _load(args, args.split)
+    f = prepare_features(split)
+    q, _ = embed_queries(model, f, device=args.device)
+    metrics = evaluate_split(split, q, embed_gallery(model, f, device=args.device))
+    print(dumps_json({k: round(v, 2) for k, v in metrics.items()}, indent=1))
+    if args.out:
+        write_json(Path(args.out), metrics)
+    return 0
+
+
+def cmd_index(args) -> int:
+    _torch_threads()
+    from .embed import embed_gallery
+    from .features import prepare_features
+    from .index import GalleryIndex
+    from .registry import load_model
+
+    check_outputs(dirs=[args.out], inputs=[args.root, args.model], overwrite=args.overwrite)
+    model, _ = load_model(Path(args.model))
+    split = _load(args, args.split)
+    emb = embed_gallery(model, prepare_features(split), device=args.device)
+    idx = GalleryIndex(emb.shape[1], args.kind, nlist=args.nlist)
+    idx.add(emb, split.ids)
+    idx.save(Path(args.out))
+    meta = {"dataset": args.dataset, "root": str(Path(args.root).resolve()), "variant": args.variant,
+            "split": args.split}
+    write_json(Path(args.out) / "source.json", meta)
+    print(f"indexed {len(idx)} items into {args.out}")
+    return 0
+
+
+def cmd_search(args) -> int:
+    _torch_threads()
+    from .data import load_image
+    from .embed import encode_single_query
+    from .index import GalleryIndex
+    from .registry import load_model
+    from .render import GROUPS
+
+    if not args.text.strip():
+        raise InputError("modification text is empty")
+    idx = GalleryIndex.load(Path(args.index))
+    model, _ = load_model(Path(args.model))
+    q, weights = encode_single_query(model, load_image(Path(args.image)), args.text, args.description,
+                                     device=args.device)
+    scores, ids = idx.search(q, args.k)
+    for rank, (i, sc) in enumerate(zip(ids[0], scores[0], strict=False), 1):
+        print(f"{rank:2d}  {sc:.4f}  {i}")
+    if weights is not None:
+        print("routing:", ", ".join(f"{g}={w:.2f}" for g, w in zip(GROUPS, weights, strict=False)))
+    return 0
+
+
+def cmd_bench(args) -> int:
+    _torch_threads()
     import torch
 
-    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
-    if args.cmd == "build-data":
-        from .data import build_benchmark
+    from .bench import gallery_feature_speed, resolve_methods, run_retrieval_bench
+    from .data import load_synthetic
+    from .search_bench import run_search_bench
+    from .train import TrainConfig
 
-        check_outputs(dirs=[args.out], overwrite=args.overwrite)
-        from .data import PRESETS
-
-        cfg = PRESETS[args.preset](args.seed)
-        print(dumps_json(build_benchmark(Path(args.out), cfg, overwrite=args.overwrite), indent=1))
-        return 0
-    if args.cmd == "train":
-        from .train import TrainConfig, build_model, save_model, train_model
-
-        out = Path(args.out)
-        check_outputs(dirs=[out], inputs=[args.root], overwrite=args.overwrite)
-        if args.phase1_epochs == 0 and args.phase2_epochs == 0:
-            raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
-        if args.fine_tune_blocks and args.image_encoder == "scratch":
-            raise InputError("--fine-tune-blocks needs --image-encoder efficientnet-lite0")
-        over = {"use_descriptions": False} if args.no_descriptions else {}
-        try:
-            model = build_model(args.model, image_encoder=args.image_encoder, trainable_blocks=args.fine_tune_blocks,
-                                **over)
-        except ValueError as exc:
-            raise InputError(str(exc)) from exc
-        split = _load(args, "train")
-        if args.augment:
-            if args.dataset != "synthetic":
-                raise InputError("--augment needs the synthetic benchmark (attribute labels)")
-            from .bench import augmented_train_split
-
-            split, stats = augmented_train_split(
-                Path(args.root), args.variant, split, args.augment, args.seed
-            )
-            print("augmentation:", dumps_json(stats.as_dict()))
-        cfg = TrainConfig(
-            args.phase1_epochs,
-            args.phase2_epochs,
-            val_fraction=args.val_fraction,
-            patience=args.patience,
-            seed=args.seed,
+    suites = set(args.suite)
+    check_precision(args.precision, resolve_device(args.device))
+    methods = resolve_methods(args.methods)
+    out = Path(args.out)
+    rows, search_rows, feature_rows, size_rows = None, None, None, None
+    check_outputs(files=[args.json], dirs=[out], inputs=[args.root], overwrite=args.overwrite)
+    if "table" in suites and args.phase1_epochs + args.phase2_epochs == 0:
+        raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
+    if suites & {"table", "features"}:
+        root = bench_root(args.root, out, args.benchmark, args.seed)
+    if "features" in suites:
+        gallery = load_synthetic(root, "test", args.variants[0]).images
+        feature_rows = []
+        for threads in args.feature_threads:
+            torch.set_num_threads(threads)
+            feature_rows.append(gallery_feature_speed(gallery))
+            print(dumps_json(feature_rows[-1]))
+    if "table" in suites:
+        rows = run_retrieval_bench(
+            root, out, args.variants, methods, TrainConfig(args.phase1_epochs, args.phase2_epochs, seed=args.seed),
+            augment_n=args.augment, seed=args.seed, image_encoders=args.image_encoders,
+            model_size=args.model_size, device=args.device, precision=args.precision,
         )
-        history = train_model(model, split, cfg, log=print, run_dir=out / "training")
-        stops = [h for h in history if "reason" in h]
-        save_model(model, out, {"dataset": args.dataset, "variant": args.variant, "training": stops})
-        print(f"saved {out}")
-        return 0
-    if args.cmd == "eval":
-        from .evaluate import evaluate_split
-        from .train import embed_gallery, embed_queries, load_model, prepare_features
+    if "search" in suites:
+        search_rows = run_search_bench(out, n=args.search_n, n_queries=args.search_queries,
+                                       threads=args.search_threads, seed=args.seed)
+    if "sizes" in suites:
+        from .size_bench import model_size_rows
 
-        check_outputs(files=[args.out], inputs=[args.root, args.model], overwrite=args.overwrite)
-        model, _ = load_model(Path(args.model))
-        split = _load(args, args.split)
-        f = prepare_features(split)
-        q, _ = embed_queries(model, f)
-        metrics = evaluate_split(split, q, embed_gallery(model, f))
-        print(dumps_json({k: round(v, 2) for k, v in metrics.items()}, indent=1))
-        if args.out:
-            write_json(Path(args.out), metrics)
-        return 0
-    if args.cmd == "index":
-        from .index import GalleryIndex
-        from .train import embed_gallery, load_model, prepare_features
+        torch.set_num_threads(1)
+        size_rows = model_size_rows(seed=args.seed, device=args.device, precision=args.precision)
+    if args.json:
+        config = {k: v for k, v in vars(args).items() if k not in ("cmd", "json", "overwrite", "fn")}
+        write_json(Path(args.json), {"config": config, "rows": rows, "search": search_rows,
+                                     "features": feature_rows, "sizes": size_rows})
+    return 0
 
-        check_outputs(dirs=[args.out], inputs=[args.root, args.model], overwrite=args.overwrite)
-        model, _ = load_model(Path(args.model))
-        split = _load(args, args.split)
-        emb = embed_gallery(model, prepare_features(split))
-        idx = GalleryIndex(emb.shape[1], args.kind, nlist=args.nlist)
-        idx.add(emb, split.ids)
-        idx.save(Path(args.out))
-        meta = {
-            "dataset": args.dataset,
-            "root": str(Path(args.root).resolve()),
-            "variant": args.variant,
-            "split": args.split,
-        }
-        write_json(Path(args.out) / "source.json", meta)
-        print(f"indexed {len(idx)} items into {args.out}")
-        return 0
-    if args.cmd == "search":
-        from .data import load_image
-        from .index import GalleryIndex
-        from .train import encode_single_query, load_model
 
-        if not args.text.strip():
-            raise InputError("modification text is empty")
-        idx = GalleryIndex.load(Path(args.index))
-        model, _ = load_model(Path(args.model))
-        q, weights = encode_single_query(model, load_image(Path(args.image)), args.text, args.description)
-        scores, ids = idx.search(q, args.k)
-        for rank, (i, sc) in enumerate(zip(ids[0], scores[0], strict=False), 1):
-            print(f"{rank:2d}  {sc:.4f}  {i}")
-        if weights is not None:
-            from .render import GROUPS
-
-            print("routing:", ", ".join(f"{g}={w:.2f}" for g, w in zip(GROUPS, weights, strict=False)))
-        return 0
-    if args.cmd == "bench":
-        from .bench import resolve_methods, run_retrieval_bench, run_search_bench
-        from .train import TrainConfig
-
-        methods = resolve_methods(args.methods)
-        out = Path(args.out)
-        rows, search_rows, feature_rows = None, None, None
-        check_outputs(files=[args.json], dirs=[out], inputs=[args.root], overwrite=args.overwrite)
-        train = not (args.search_only or args.features_only)
-        if train and args.phase1_epochs + args.phase2_epochs == 0:
-            raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
-        if not args.search_only:
-            root = bench_root(args.root, out, args.benchmark, args.seed)
-        if args.features_only:
-            from .bench import gallery_feature_speed
-            from .data import load_synthetic
-
-            gallery = load_synthetic(root, "test", args.variants[0]).images
-            feature_rows = []
-            for threads in args.feature_threads:
-                torch.set_num_threads(threads)
-                feature_rows.append(gallery_feature_speed(gallery))
-                print(dumps_json(feature_rows[-1]))
-        if train:
-            rows = run_retrieval_bench(
-                root,
-                out,
-                args.variants,
-                methods,
-                TrainConfig(args.phase1_epochs, args.phase2_epochs, seed=args.seed),
-                augment_n=args.augment,
-                seed=args.seed,
-                image_encoders=args.image_encoders,
-            )
-        if args.search or args.search_only:
-            search_rows = run_search_bench(
-                out,
-                n=args.search_n,
-                n_queries=args.search_queries,
-                threads=args.search_threads,
-                seed=args.seed,
-            )
-        if args.json:
-            config = {k: v for k, v in vars(args).items() if k not in ("cmd", "json", "overwrite")}
-            write_json(Path(args.json), {"config": config, "rows": rows, "search": search_rows,
-                                         "features": feature_rows})
-        return 0
-    return 2  # pragma: no cover
-
+main = subcommand_main(build_parser)
 
 if __name__ == "__main__":
     sys.exit(main())

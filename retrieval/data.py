@@ -1,10 +1,11 @@
-"""Benchmark builder and loaders (synthetic benchmark, FashionIQ, Shoes).
+"""CIR datasets in memory and their loaders (the built synthetic benchmark, FashionIQ, Shoes).
 
 All loaders return a :class:`CIRSplit`: gallery images (uint8, resized to 32x32), optional
 item descriptions and attribute labels, triplets, and the evaluation galleries (FashionIQ: one
 per category; Shoes: one over all eval images, reference excluded).
 
-On-disk layout written by :func:`build_benchmark` (FashionIQ layout + description files)::
+On-disk layout of the built benchmark (``retrieval.synth.build_benchmark``; FashionIQ layout +
+description files)::
 
     <out>/<variant>/images/<id>.png                 variant in {controlled, confounded}
     <out>/<variant>/image_splits/split.<cat>.<split>.json   list of image ids
@@ -17,30 +18,16 @@ On-disk layout written by :func:`build_benchmark` (FashionIQ layout + descriptio
 from __future__ import annotations
 
 import json
-from collections import defaultdict
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from common.errors import DataError, InputError
-from common.io import write_json
+from common.images import read_image
 
-from .render import (
-    ATTRIBUTES,
-    CATEGORY_TO_FIQ,
-    FIQ_CATEGORIES,
-    GROUPS,
-    IMAGE_SIZE,
-    Attributes,
-    PhotoJitter,
-    annotator_captions,
-    describe,
-    modification_text,
-    render,
-    render_photo,
-)
+from .render import FIQ_CATEGORIES, GROUPS, IMAGE_SIZE
 
 SPLITS = ("train", "val", "test")
 VARIANTS = ("controlled", "confounded")
@@ -133,7 +120,7 @@ def read_descriptions(
         return None, []
     wanted, found = set(ids), {}
     for f in files:
-        table = _read_json(f, "description file")
+        table = read_json(f, "description file")
         if not isinstance(table, dict):
             raise DataError(f"description file {f} must hold a JSON object {{image id: text}}")
         for key, text in table.items():
@@ -148,17 +135,13 @@ def read_descriptions(
 
 
 def load_image(path: Path, size: int = IMAGE_SIZE) -> np.ndarray:
-    """Read an image file as (size, size, 3) uint8 RGB; InputError when unreadable."""
-    try:
-        with Image.open(path) as im:
-            im = im.convert("RGB")
-            if im.size != (size, size):
-                im = im.resize((size, size), Image.BILINEAR)
-            return np.asarray(im, np.uint8).copy()
-    except FileNotFoundError:
-        raise InputError(f"image file not found: {path}") from None
-    except (UnidentifiedImageError, OSError, ValueError) as e:
-        raise InputError(f"not a readable image: {path} ({type(e).__name__})") from None
+    """Read an image file as (size, size, 3) uint8 RGB (``common.images.read_image``: EXIF
+    orientation applied, transparency composited on white, 16-bit, palette and CMYK images
+    converted), resized bilinearly; InputError when it is missing or unreadable."""
+    im = read_image(Path(path), "RGB", what=f"image file {path}")
+    if im.size != (size, size):
+        im = im.resize((size, size), Image.BILINEAR)
+    return np.asarray(im, np.uint8).copy()
 
 
 def image_from_array(arr: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
@@ -174,7 +157,8 @@ def image_from_array(arr: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
     return np.asarray(im, np.uint8).copy()
 
 
-def _read_json(path: Path, what: str):
+def read_json(path: Path, what: str):
+    """The JSON value in ``path``; DataError naming ``what`` when it is missing or not JSON."""
     if not path.is_file():
         raise DataError(f"missing {what}: {path}")
     try:
@@ -183,275 +167,15 @@ def _read_json(path: Path, what: str):
         raise DataError(f"{what} is not valid JSON: {path} ({e.msg})") from None
 
 
-# ----------------------------------------------------------------------------- builder
-
-
-@dataclass
-class BuildConfig:
-    """Sizes and look of the synthetic benchmark. ``small()`` builds in about a minute on 2 cores.
-
-    ``photo``: None renders 32x32 studio shots (:func:`render`); a :class:`PhotoJitter` renders
-    ``image_size`` px photos with pose/scale/crop jitter, backdrops and colour casts
-    (:func:`render_photo`). ``annotators``: True writes two FashionIQ-style relative captions per
-    triplet (:func:`annotator_captions`) instead of one templated modification text.
-    """
-
-    garments: dict[str, int] = field(default_factory=lambda: {"train": 500, "val": 120, "test": 200})
-    items_per_garment: int = 3
-    triplets: dict[str, int] = field(default_factory=lambda: {"train": 2500, "val": 400, "test": 800})
-    confound_prob: float = 0.7  # confounded variant: chance a triplet also changes unmentioned attributes
-    description_noise: float = 0.15
-    seed: int = 0
-    preset: str = "small"
-    image_size: int = IMAGE_SIZE
-    photo: PhotoJitter | None = None
-    annotators: bool = False
-
-    def __post_init__(self) -> None:
-        if self.photo is None and self.image_size != IMAGE_SIZE:
-            raise InputError(f"studio renders are {IMAGE_SIZE}x{IMAGE_SIZE}; other sizes need photo=PhotoJitter()")
-        if self.image_size < 16:
-            raise InputError(f"image_size must be at least 16, got {self.image_size}")
-
-    @classmethod
-    def small(cls, seed: int = 0) -> BuildConfig:
-        return cls(seed=seed)
-
-    @classmethod
-    def tiny(cls, seed: int = 0) -> BuildConfig:
-        return cls(
-            garments={"train": 60, "val": 20, "test": 30},
-            triplets={"train": 200, "val": 40, "test": 60},
-            seed=seed,
-            preset="tiny",
-        )
-
-    @classmethod
-    def hard(cls, seed: int = 0) -> BuildConfig:
-        """64 px photos with natural variation, two annotators' captions, noisier descriptions and a
-        gallery about 2.5x the small one's (test: 600 garments x 4 looks + targets)."""
-        return cls(
-            garments={"train": 700, "val": 150, "test": 600},
-            items_per_garment=4,
-            triplets={"train": 4000, "val": 500, "test": 1200},
-            description_noise=0.25,
-            seed=seed,
-            preset="hard",
-            image_size=64,
-            photo=PhotoJitter(),
-            annotators=True,
-        )
-
-    @classmethod
-    def hard_tiny(cls, seed: int = 0) -> BuildConfig:
-        """The hard preset's look at the tiny preset's size (tests, smoke runs)."""
-        return replace(cls.hard(seed), garments={"train": 60, "val": 20, "test": 30},
-                       triplets={"train": 200, "val": 40, "test": 60}, preset="hard-tiny")
-
-
-PRESETS = {"small": BuildConfig.small, "tiny": BuildConfig.tiny, "hard": BuildConfig.hard,
-           "hard-tiny": BuildConfig.hard_tiny}
-
-
 def load_meta(root: Path) -> dict:
     """``meta.json`` of a built benchmark variant root (``<out>/<variant>``); DataError when absent."""
     path = Path(root) / "meta.json"
     if not path.is_file():
         raise DataError(f"{root} is not a synthetic benchmark root (missing meta.json; run `moa3cir build-data`)")
-    meta = _read_json(path, "meta file")
+    meta = read_json(path, "meta file")
     if not isinstance(meta, dict):
         raise DataError(f"{path} must hold a JSON object")
     return meta
-
-
-def item_renderer(root: Path):
-    """``f(silhouette (28, 28) uint8, attrs, rng) -> (32, 32, 3) uint8``: an item drawn the way the
-    benchmark variant at ``root`` (``<out>/<variant>``, its ``meta.json``) draws items, at the size
-    the loaders deliver (photos resized with the loaders' bilinear filter). The augmentation
-    editor renders its edits with it."""
-    meta = load_meta(root)
-    jitter = meta.get("photo_jitter")
-    if jitter is None:
-        return render
-    try:
-        photo, size = PhotoJitter(**{**jitter, "scale": tuple(jitter["scale"])}), int(meta["image_size"])
-    except (KeyError, TypeError, ValueError):
-        raise DataError(f"{root}/meta.json: malformed photo_jitter/image_size") from None
-
-    def draw(silhouette: np.ndarray, attrs: Attributes, rng: np.random.Generator) -> np.ndarray:
-        return image_from_array(render_photo(silhouette, attrs, rng, size, photo))
-
-    return draw
-
-
-def _random_attrs(category: int, rng: np.random.Generator) -> Attributes:
-    pattern = int(rng.integers(4))
-    return Attributes(
-        category,
-        int(rng.integers(len(ATTRIBUTES["colour"]))),
-        pattern,
-        -1 if pattern == 0 else int(rng.integers(2)),
-        int(rng.integers(4)),
-        int(rng.integers(4)),
-    )
-
-
-def _change(attrs: Attributes, group: str, rng: np.random.Generator) -> Attributes:
-    """Attributes with ``group`` set to a different valid value (category stays in its FIQ group)."""
-    cur = attrs.as_list()[GROUPS.index(group)]
-    if group == "category":
-        pool = [c for c in FIQ_CATEGORIES[CATEGORY_TO_FIQ[cur]] if c != cur]
-    elif group == "scale":
-        pool = [1 - cur]
-    else:
-        pool = [v for v in range(len(ATTRIBUTES[group])) if v != cur]
-    return attrs.replace(**{group: int(rng.choice(pool))})
-
-
-def _changeable(attrs: Attributes) -> list[str]:
-    return [g for g in GROUPS if not (g == "scale" and attrs.pattern == 0)]
-
-
-def _add_item(items: dict, key_to_id: dict, prefix: str, garment: int, attrs: Attributes) -> str:
-    """Register (garment, attrs) as an item once; returns its id ``<prefix>_<garment>_<n>``."""
-    key = (garment, tuple(attrs.as_list()))
-    if key not in key_to_id:
-        iid = f"{prefix}_{garment:05d}_{len(items):05d}"
-        items[iid] = (garment, attrs)
-        key_to_id[key] = iid
-    return key_to_id[key]
-
-
-def build_benchmark(out: Path, config: BuildConfig | None = None, overwrite: bool = False) -> dict:
-    """Build both variants of the synthetic benchmark under ``out``; returns a summary dict.
-
-    Garments for train come from Fashion-MNIST train, val/test from disjoint halves of
-    Fashion-MNIST test, so splits are item-disjoint. Refuses to write into a non-empty
-    directory unless ``overwrite``.
-    """
-    config = config or BuildConfig()
-    out = Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise InputError(f"output directory {out} is not empty (pass overwrite to replace)")
-    try:
-        from common.data_dir import load_fashion_mnist
-    except ImportError as e:  # pragma: no cover - common/ is part of the suite
-        raise DataError(f"common.data_dir unavailable: {e}") from None
-    try:
-        fm = {"train": load_fashion_mnist("train"), "test": load_fashion_mnist("test")}
-    except (OSError, FileNotFoundError) as e:
-        raise DataError(f"cannot read Fashion-MNIST: {e}") from None
-
-    rng = np.random.default_rng(config.seed)
-    pools = {}
-    test_perm = rng.permutation(len(fm["test"][1]))
-    half = len(test_perm) // 2
-    pools["train"] = ("train", rng.permutation(len(fm["train"][1])))
-    pools["val"] = ("test", test_perm[:half])
-    pools["test"] = ("test", test_perm[half:])
-
-    summary: dict = {"preset": config.preset, "seed": config.seed, "variants": {}}
-    for variant in VARIANTS:
-        vrng = np.random.default_rng([config.seed, VARIANTS.index(variant)])
-        root = out / variant
-        (root / "images").mkdir(parents=True, exist_ok=True)
-        vsum = {}
-        for split in SPLITS:
-            src, perm = pools[split]
-            x, y = fm[src]
-            garments = perm[: config.garments[split]]
-            by_cat: dict[int, list[int]] = defaultdict(list)
-            for g in garments:
-                by_cat[int(y[g])].append(int(g))
-            items: dict[str, tuple[int, Attributes]] = {}
-            key_to_id: dict[tuple, str] = {}
-            prefix = f"{variant[:4]}_{split}"
-
-            for g in garments:
-                for _ in range(config.items_per_garment):
-                    _add_item(items, key_to_id, prefix, int(g), _random_attrs(int(y[g]), vrng))
-            base_ids = list(items)
-            triplets = []
-            for _ in range(config.triplets[split]):
-                ref_id = base_ids[int(vrng.integers(len(base_ids)))]
-                garment, ref = items[ref_id]
-                n_change = int(vrng.choice([1, 2, 3], p=[0.4, 0.35, 0.25]))
-                tgt, mentioned = ref, []
-                for _ in range(n_change):
-                    options = [g for g in _changeable(tgt) if g not in mentioned]
-                    if tgt.pattern == 0 or "pattern" in mentioned:
-                        options = [g for g in options if g != "scale"]
-                    if ref.pattern == 0 and "scale" in options:
-                        options.remove("scale")
-                    if "scale" in mentioned and "pattern" in options:
-                        options.remove("pattern")
-                    group = str(vrng.choice(options))
-                    tgt = _change(tgt, group, vrng)
-                    mentioned.append(group)
-                if "category" in mentioned and not by_cat[tgt.category]:
-                    continue  # no garment of that category in this split
-                if variant == "confounded" and vrng.random() < config.confound_prob:
-                    hidden = [
-                        g
-                        for g in ("colour", "finish", "fabric", "pattern")
-                        if g not in mentioned and not (g == "pattern" and "scale" in mentioned)
-                    ]
-                    tgt = _change(tgt, str(vrng.choice(hidden)), vrng)
-                tgt_garment = garment
-                if tgt.category != ref.category:
-                    cands = by_cat[tgt.category]
-                    tgt_garment = cands[int(vrng.integers(len(cands)))]
-                tgt_id = _add_item(items, key_to_id, prefix, tgt_garment, tgt)
-                if config.annotators:
-                    captions = annotator_captions(ref, tgt, mentioned, vrng)
-                else:
-                    captions = [modification_text(ref, tgt, mentioned, vrng)]
-                triplets.append(
-                    {
-                        "candidate": ref_id,
-                        "target": tgt_id,
-                        "captions": captions,
-                        "changed": mentioned,
-                        "category": CATEGORY_TO_FIQ[ref.category],
-                    }
-                )
-
-            descs, attrs_out = {}, {}
-            for iid, (garment, attrs) in items.items():
-                if config.photo is None:
-                    img = render(x[garment], attrs, vrng)
-                else:
-                    img = render_photo(x[garment], attrs, vrng, config.image_size, config.photo)
-                Image.fromarray(img).save(root / "images" / f"{iid}.png")
-                descs[iid] = describe(attrs, vrng, config.description_noise)
-                attrs_out[iid] = attrs.as_list()
-            for cat in FIQ_CATEGORIES:
-                write_json(
-                    root / "image_splits" / f"split.{cat}.{split}.json",
-                    [i for i, (_, a) in items.items() if CATEGORY_TO_FIQ[a.category] == cat],
-                )
-                write_json(
-                    root / "captions" / f"cap.{cat}.{split}.json",
-                    [t for t in triplets if t["category"] == cat],
-                )
-            write_json(root / "descriptions" / f"desc.{split}.json", descs)
-            write_json(root / "attributes" / f"attr.{split}.json", attrs_out)
-            vsum[split] = {"items": len(items), "triplets": len(triplets)}
-        meta = {
-            "variant": variant,
-            "seed": config.seed,
-            "groups": GROUPS,
-            "attributes": ATTRIBUTES,
-            "categories": list(FIQ_CATEGORIES),
-            "splits": vsum,
-            "image_size": config.image_size,
-            "preset": config.preset,
-            "photo_jitter": None if config.photo is None else asdict(config.photo),
-            "captions_per_triplet": 2 if config.annotators else 1,
-        }
-        write_json(root / "meta.json", meta)
-        summary["variants"][variant] = vsum
-    return summary
 
 
 # ----------------------------------------------------------------------------- loaders
@@ -485,8 +209,8 @@ def load_fashioniq(root: Path, split: str = "val", categories: list[str] | None 
         categories = found
     triplets, galleries, all_ids = [], {}, {}
     for cat in categories:
-        gal = _read_json(root / "image_splits" / f"split.{cat}.{split}.json", "split file")
-        caps = _read_json(root / "captions" / f"cap.{cat}.{split}.json", "caption file")
+        gal = read_json(root / "image_splits" / f"split.{cat}.{split}.json", "split file")
+        caps = read_json(root / "captions" / f"cap.{cat}.{split}.json", "caption file")
         if not isinstance(gal, list) or not isinstance(caps, list):
             raise DataError(f"{root}: split/caption files for {cat!r} must hold JSON lists")
         galleries[cat] = [str(g) for g in gal]
@@ -519,7 +243,7 @@ def load_fashioniq(root: Path, split: str = "val", categories: list[str] | None 
     attr_path = root / "attributes" / f"attr.{split}.json"
     attributes = None
     if attr_path.is_file():
-        a = _read_json(attr_path, "attribute file")
+        a = read_json(attr_path, "attribute file")
         attributes = np.array([a[i] for i in ids], np.int64).reshape(len(ids), len(GROUPS))
     return CIRSplit(
         "fashioniq",
@@ -552,7 +276,7 @@ def load_shoes(root: Path, split: str = "test") -> CIRSplit:
     if not names_file.is_file():
         raise DataError(f"{root} is not in Shoes layout: missing {names_file.name}")
     names = [ln.strip() for ln in names_file.read_text().splitlines() if ln.strip()]
-    caps = _read_json(root / "relative_captions_shoes.json", "caption file")
+    caps = read_json(root / "relative_captions_shoes.json", "caption file")
     name_set = set(names)
     paths = {}
     for p in root.rglob("*"):
@@ -593,7 +317,7 @@ def load_synthetic(root: Path, split: str, variant: str | None = None) -> CIRSpl
     s = load_fashioniq(root, split, categories=list(FIQ_CATEGORIES))
     if s.descriptions is None or s.attributes is None:
         raise DataError(f"{root}: synthetic benchmark lacks descriptions/ or attributes/ for {split}")
-    s.name = f"synthetic-{_read_json(root / 'meta.json', 'meta file').get('variant', '?')}"
+    s.name = f"synthetic-{read_json(root / 'meta.json', 'meta file').get('variant', '?')}"
     return s
 
 

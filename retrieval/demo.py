@@ -19,8 +19,8 @@ import numpy as np
 
 from common.errors import MoeAppsError
 
-from .model import DEFAULT_IMAGE_ENCODER
 from .render import GROUPS
+from .towers import DEFAULT_IMAGE_ENCODER
 
 DEFAULT_MODEL = Path(f"results/demo/retrieval_bench/models/controlled/{DEFAULT_IMAGE_ENCODER}/MoA3CIR")
 DEFAULT_DATA = Path("results/demo/retrieval_data")
@@ -44,8 +44,10 @@ class DemoEngine:
 
     def __init__(self, model_dir: Path, data_root: Path, variant: str = "controlled"):
         from .data import load_synthetic
+        from .embed import embed_gallery
+        from .features import prepare_features
         from .index import GalleryIndex
-        from .train import embed_gallery, load_model, prepare_features
+        from .registry import load_model
 
         self.model, _ = load_model(model_dir)
         self.split = load_synthetic(data_root, "test", variant)
@@ -56,7 +58,7 @@ class DemoEngine:
 
     def query(self, image: np.ndarray, text: str, description: str | None, k: int = 10):
         from .data import image_from_array
-        from .train import encode_single_query
+        from .embed import encode_single_query
 
         q, weights = encode_single_query(self.model, image_from_array(image), text, description)
         scores, ids = self.index.search(q, k)
@@ -111,8 +113,11 @@ def build_demo_assets(
     ``TINY_TRAIN``: about 20 s on 2 busy cores). The texts of the test gallery are embedded here
     (text cache ``$MOE_APPS_CACHE``), so the tab only embeds the typed query. Existing assets in
     ``out_dir`` are reused."""
-    from .data import BuildConfig, build_benchmark, load_synthetic
-    from .train import TrainConfig, build_model, fit, prepare_features, save_model
+    from .data import load_synthetic
+    from .features import prepare_features
+    from .registry import build_model, save_model
+    from .synth import BuildConfig, build_benchmark
+    from .train import TrainConfig, fit
 
     out_dir = Path(out_dir)
     data_root, model_dir = out_dir / "data", out_dir / "model"

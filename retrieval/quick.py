@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .bench import QUICK_METHODS, run_retrieval_bench
-from .data import BuildConfig, build_benchmark
-from .model import DEFAULT_IMAGE_ENCODER
+from .synth import BuildConfig, build_benchmark
+from .towers import DEFAULT_IMAGE_ENCODER
 from .train import TrainConfig
 
 QUICK_BUILD = dict(

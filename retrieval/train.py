@@ -1,13 +1,17 @@
-"""Features, two-phase training (Lightning modules run by ``common.engine``), embedding, and
-model save/load.
+"""Two-phase training of the retrieval models: Lightning modules run by ``common.engine`` and
+the one entry point :func:`fit` (the Python API behind ``moa3cir train``).
 
 Phase 1 (alignment, ``AlignmentModule``): what the data allows on gallery items: image<->description
 InfoNCE with descriptions, attribute heads with attribute labels, query-vs-gallery image InfoNCE
-without descriptions.
+without descriptions (``CIRTowers.alignment_terms``).
 Phase 2 (composed retrieval): InfoNCE of composed queries against in-batch targets plus hard
 negatives (the reference itself and an item one or two attributes away from the target),
 learnable temperature, attribute + router supervision (``ComposedModule``); early stopping on
 validation recall within a step budget that scales with the number of triplets.
+
+The features stay on the CPU; every batch moves to the trainer's device, so the same code trains
+on the CPU and on GPUs, in fp32 or mixed precision (``device`` / ``precision`` of
+``common.engine.make_trainer``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import math
 import shutil
 import tempfile
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning.pytorch as L
@@ -24,178 +28,27 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from common.engine import fit as engine_fit
 from common.engine import make_trainer, shuffled_loader
-from common.errors import CheckpointError, DataError
-from common.pretrained import LEGACY_FORMAT_VERSION, checkpoint_info, load_pretrained
+from common.errors import DataError
 
-from .baselines import CombinerCIR, CombinerConfig
 from .data import CIRSplit, carve_validation
+from .embed import embed_gallery, embed_queries
 from .evaluate import evaluate_split
-from .model import MoA3CIR, MoA3Config, info_nce, slots_to_embedding
-from .render import GROUPS, split_clauses, split_sentences
-from .text import TextEncoder, default_encoder
-
-MAX_DESC_TOKENS = 6
-MAX_TEXT_TOKENS = 6
-
-
-@dataclass
-class Features:
-    """Tensors for one split. images (N, 3, H, W) in [0, 255]; desc (N, ld, 384) + desc_mask (N, ld);
-    text (T, lt, 384) + text_mask; ref/tgt (T,) gallery rows; changed (T, G) bool or None;
-    attrs (N, G) or None; image_tokens (N, g*g, c): frozen pretrained token grids of the images,
-    named by token_spec (``attach_image_tokens``; None until a model with a frozen pretrained
-    encoder asks)."""
-
-    images: torch.Tensor
-    desc: torch.Tensor | None
-    desc_mask: torch.Tensor | None
-    text: torch.Tensor
-    text_mask: torch.Tensor
-    ref: torch.Tensor
-    tgt: torch.Tensor
-    changed: torch.Tensor | None
-    attrs: torch.Tensor | None
-    image_tokens: torch.Tensor | None = field(default=None, repr=False)
-    token_spec: str | None = None
-
-
-def attach_image_tokens(model: torch.nn.Module, f: Features) -> Features:
-    """Give ``f`` the frozen token grids ``model`` reads (``model.image_input.token_spec``),
-    computed once per image by the pretrained encoder and cached on disk by image hash, so epochs
-    and later runs never re-run the CNN. Scratch towers and a fine-tuned encoder read ``f.images``:
-    grids another model attached are dropped, so no batch carries stale ones. Returns ``f``."""
-    image_input = getattr(model, "image_input", None)
-    spec = None if image_input is None else image_input.token_spec
-    if spec is None:
-        f.image_tokens, f.token_spec = None, None
-    if spec is None or f.token_spec == spec:
-        return f
-    uint8 = f.images.permute(0, 2, 3, 1).round().clamp(0, 255).to(torch.uint8).numpy()
-    f.image_tokens, f.token_spec = image_input.frozen_tokens(uint8), spec
-    return f
-
-
-def _pad(
-    groups: list[list[str]], table: dict[str, np.ndarray], max_len: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    n = len(groups)
-    length = max(1, min(max_len, max((len(g) for g in groups), default=1)))
-    emb = np.zeros((n, length, 384), np.float32)
-    mask = np.zeros((n, length), bool)
-    for i, g in enumerate(groups):
-        for j, s in enumerate(g[:length]):
-            emb[i, j] = table[s]
-            mask[i, j] = True
-    return torch.from_numpy(emb), torch.from_numpy(mask)
-
-
-def encode_texts(texts: list[str], encoder: TextEncoder | None = None) -> dict[str, np.ndarray]:
-    encoder = encoder or default_encoder()
-    uniq = list(dict.fromkeys(texts))
-    return dict(zip(uniq, encoder.encode(uniq), strict=False)) if uniq else {}
-
-
-def text_tokens(texts: list[str], encoder: TextEncoder | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Modification texts -> clause tokens (T, lt, 384) and mask."""
-    clauses = [split_clauses(t) for t in texts]
-    table = encode_texts([c for cs in clauses for c in cs], encoder)
-    return _pad(clauses, table, MAX_TEXT_TOKENS)
-
-
-def description_tokens(
-    descs: list[str], encoder: TextEncoder | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    sents = [split_sentences(d) if d.strip() else [] for d in descs]  # "": an item without one
-    table = encode_texts([s for ss in sents for s in ss], encoder)
-    return _pad(sents, table, MAX_DESC_TOKENS)
-
-
-def prepare_features(split: CIRSplit, encoder: TextEncoder | None = None) -> Features:
-    desc = mask = None
-    if split.descriptions is not None:
-        desc, mask = description_tokens([split.descriptions.get(i, "") for i in split.ids], encoder)
-    text, text_mask = text_tokens([t.text for t in split.triplets], encoder)
-    changed = None
-    if split.triplets and all(t.changed is not None for t in split.triplets):
-        changed = torch.tensor([[g in t.changed for g in GROUPS] for t in split.triplets])
-    attrs = None if split.attributes is None else torch.from_numpy(split.attributes).long()
-    return Features(
-        images=torch.from_numpy(split.images).permute(0, 3, 1, 2).float(),
-        desc=desc,
-        desc_mask=mask,
-        text=text,
-        text_mask=text_mask,
-        ref=torch.tensor(split.rows([t.reference for t in split.triplets])),
-        tgt=torch.tensor(split.rows([t.target for t in split.triplets])),
-        changed=changed,
-        attrs=attrs,
-    )
-
-
-def gallery_batch(f: Features, rows: torch.Tensor) -> dict:
-    b = {"img": f.images[rows]}
-    if f.image_tokens is not None:
-        b["img_tokens"] = f.image_tokens[rows]
-    if f.desc is not None:
-        b["desc"], b["desc_mask"] = f.desc[rows], f.desc_mask[rows]
-    if f.attrs is not None:
-        b["attrs"] = f.attrs[rows]
-    return b
-
-
-def query_batch(f: Features, trip: torch.Tensor) -> dict:
-    ref = f.ref[trip]
-    b = {"ref_img": f.images[ref], "text": f.text[trip], "text_mask": f.text_mask[trip]}
-    if f.image_tokens is not None:
-        b["ref_img_tokens"] = f.image_tokens[ref]
-    if f.desc is not None:
-        b["ref_desc"], b["ref_desc_mask"] = f.desc[ref], f.desc_mask[ref]
-    if f.attrs is not None:
-        b["ref_attrs"], b["tgt_attrs"] = f.attrs[ref], f.attrs[f.tgt[trip]]
-    if f.changed is not None:
-        b["changed"] = f.changed[trip]
-    return b
-
-
-# ----------------------------------------------------------------------------- registry
-
-MODEL_KINDS = ("moa3cir", "combiner", "sum", "image", "text")
-
-
-def build_model(kind: str, **overrides) -> torch.nn.Module:
-    """A fresh model of ``kind`` (:data:`MODEL_KINDS`); ``overrides``: fields of its config
-    (:class:`MoA3Config` or :class:`CombinerConfig`), e.g. ``image_encoder="efficientnet-lite0"``."""
-    if kind == "moa3cir":
-        return MoA3CIR(MoA3Config(**overrides))
-    if kind in ("combiner", "sum", "image", "text"):
-        return CombinerCIR(CombinerConfig(fusion=kind, **overrides))
-    raise ValueError(f"unknown model kind {kind!r} (one of {MODEL_KINDS})")
-
-
-def save_model(model: torch.nn.Module, path: Path, extra: dict | None = None) -> None:
-    """``model.save_pretrained(path, extra)`` (a :func:`common.pretrained` checkpoint)."""
-    model.save_pretrained(Path(path), extra)
-
-
-def load_model(path: Path) -> tuple[torch.nn.Module, dict]:
-    """``(model in eval mode, extra)`` of a checkpoint of any of :data:`MODEL_KINDS`;
-    CheckpointError when it is missing, corrupt or holds another model."""
-    info = checkpoint_info(Path(path))
-    if info.format_version == LEGACY_FORMAT_VERSION:  # no model type recorded: the config's kind says it
-        cls = MoA3CIR if info.config.get("kind") == "moa3cir" else CombinerCIR
-        model = cls.from_pretrained(Path(path))
-    else:
-        model = load_pretrained(Path(path))
-    if not isinstance(model, (MoA3CIR, CombinerCIR)):
-        raise CheckpointError(f"{path} holds a {model.app} model '{model.model_type}', not a retrieval model")
-    return model, info.extra
-
-
-# ----------------------------------------------------------------------------- training
+from .features import (
+    Features,
+    RowIndex,
+    attach_image_tokens,
+    gallery_batch,
+    prepare_features,
+    query_batch,
+    to_device,
+)
+from .model import slots_to_embedding
+from .text import TextEncoder
+from .towers import info_nce
 
 # a run without a validation split (fixed budget, the benchmark) is intended, not a mistake
 warnings.filterwarnings("ignore", message=r".*`validation_step` but have no `val_dataloader`.*")
@@ -226,7 +79,7 @@ class WarmEarlyStopping(EarlyStopping):
 class TrainConfig:
     """Two-phase training. ``phase2_epochs=None``: the step budget :func:`phase2_max_steps`;
     an int caps phase 2 at that many epochs. With ``val_fraction > 0`` (or a validation split
-    passed to :func:`train_model`) phase 2 stops early on validation recall (mean of R@1/5/10)
+    passed to :func:`fit`) phase 2 stops early on validation recall (mean of R@1/5/10)
     after ``patience`` epochs without improvement (counted from ``EARLY_STOP_AFTER`` of the
     budget on) and keeps the best epoch's weights."""
 
@@ -268,19 +121,6 @@ def hard_negative_pool(f: Features, max_per_item: int = 16, seed: int = 0) -> li
     return pools
 
 
-class _Rows(Dataset):
-    """Index dataset: ``ds[idx] = idx`` (the sampler's batch of rows, (b,) int64)."""
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, idx):
-        return idx
-
-
 ENCODER_LR_SCALE = 0.1  # fine-tuned pretrained blocks learn at a tenth of the learning rate
 
 
@@ -311,7 +151,7 @@ class AlignmentModule(L.LightningModule):
         self._losses: list[float] = []
 
     def training_step(self, rows: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        terms = self.model.alignment_terms(gallery_batch(self.f, rows))
+        terms = self.model.alignment_terms(to_device(gallery_batch(self.f, rows.cpu()), self.device))
         for name, value in terms.items():
             if name not in self.objectives:
                 self.objectives.append(name)
@@ -344,15 +184,15 @@ class ComposedModule(L.LightningModule):
         self._losses: list[float] = []
 
     def training_step(self, rows: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        loss = composed_loss(self.model, self.f, rows, self.pools, self.rng)
+        loss = _composed_loss(self.model, self.f, rows.cpu(), self.pools, self.rng, self.device)
         self.log("train_loss", loss.detach(), batch_size=len(rows))
         self._losses.append(float(loss.detach()))
         return loss
 
     def validation_step(self, batch, batch_idx: int) -> None:
         split, f = self.val
-        q, _ = embed_queries(self.model, f)
-        m = evaluate_split(split, q, embed_gallery(self.model, f), ks=(1, 5, 10))
+        q, _ = embed_queries(self.model, f, device=self.device)
+        m = evaluate_split(split, q, embed_gallery(self.model, f, device=self.device), ks=(1, 5, 10))
         value = float(np.mean([m["R@1"], m["R@5"], m["R@10"]]))
         self.log("val_recall", value, batch_size=1)
         self.log("val_R@10", m["R@10"], batch_size=1)
@@ -368,30 +208,88 @@ class ComposedModule(L.LightningModule):
 
 
 def _loader(n: int, cfg: TrainConfig, salt: int) -> DataLoader:
-    return shuffled_loader(_Rows(n), cfg.batch_size, seed=cfg.seed + salt)
+    return shuffled_loader(RowIndex(n), cfg.batch_size, seed=cfg.seed + salt)
+
+
+def _val_loader() -> DataLoader:
+    """One validation batch per round: ``ComposedModule.validation_step`` embeds the whole split."""
+    return DataLoader([0], batch_size=None)
+
+
+def _composed_loss(model, f: Features, idx: torch.Tensor, pools, rng, device: torch.device) -> torch.Tensor:
+    """Phase-2 loss of the triplet rows ``idx`` (b,) (CPU) of ``f``, computed on ``device``."""
+    qb = to_device(query_batch(f, idx), device)
+    tgt = f.tgt[idx]
+    q, info = model.encode_query(qb)
+    g_slots = model.gallery_slots(to_device(gallery_batch(f, tgt), device))
+    g = slots_to_embedding(g_slots) if g_slots.dim() == 3 else F.normalize(g_slots, dim=-1)
+    same = (tgt[:, None] == tgt[None, :]).to(device)
+    extra = neg_same = None
+    if pools is not None:
+        ref = f.ref[idx]
+        hard = torch.tensor([int(rng.choice(pools[int(t)])) for t in tgt])
+        neg_rows = torch.cat([ref, hard])
+        extra = model.encode_gallery(to_device(gallery_batch(f, neg_rows), device))
+        neg_same = (tgt[:, None] == neg_rows[None, :]).to(device)
+    loss = info_nce(q, g, model.logit_scale, extra, same, neg_same)
+    return loss + model.auxiliary_loss(info, qb, g_slots)
 
 
 def fit(
     model: torch.nn.Module,
-    f: Features,
-    cfg: TrainConfig,
+    train: CIRSplit | Features,
+    cfg: TrainConfig | None = None,
+    *,
+    val: CIRSplit | tuple[CIRSplit, Features] | None = None,
     log=None,
-    val: tuple[CIRSplit, Features] | None = None,
     run_dir: Path | None = None,
+    encoder: TextEncoder | None = None,
+    device: str | torch.device | None = "auto",
+    precision: str = "32",
 ) -> list[dict]:
-    """Train ``model`` in place, both phases as Lightning runs (``common.engine``); returns the
-    history (per-epoch losses, validation rounds, and one ``{"phase", "stopped", "reason", ...}``
-    record per phase).
+    """Train ``model`` in place, both phases as Lightning runs (``common.engine``) on ``device``
+    in ``precision``; returns the history (per-epoch losses, validation rounds, and one
+    ``{"phase", "stopped", "reason", ...}`` record per phase).
+
+    ``train``: a loaded split, or its :class:`~retrieval.features.Features` when the caller
+    prepared them (a benchmark training several models on one split). With a split, ``val`` is a
+    validation split (or, without one, ``cfg.val_fraction`` of the training *targets* and their
+    triplets are held out, :func:`retrieval.data.carve_validation`) and whether item descriptions
+    were found is logged; with features, ``val`` is a ``(split, features)`` pair or None (no
+    validation, no hold-out: a fixed budget).
 
     Phase 1 (``AlignmentModule``): ``cfg.phase1_epochs`` epochs over the gallery items. Phase 2
-    (``ComposedModule``): up to :func:`phase2_max_steps` steps over the triplets; with ``val``
-    (a split and its features) it validates every epoch, stops after ``cfg.patience`` epochs
-    without a better ``val_recall`` (not before ``EARLY_STOP_AFTER`` of the budget) and restores
-    the best epoch's weights. ``run_dir``: Lightning
-    CSV logs (``phase1/logs``, ``phase2/logs``: ``metrics.csv`` with losses and validation
-    recall; a temporary directory when None); the best checkpoint is removed once restored. ``log``: a print-like callable for progress lines.
-    """
+    (``ComposedModule``): up to :func:`phase2_max_steps` steps over the triplets; with a
+    validation split it validates every epoch, stops after ``cfg.patience`` epochs without a
+    better ``val_recall`` (not before ``EARLY_STOP_AFTER`` of the budget) and restores the best
+    epoch's weights. ``run_dir``: Lightning CSV logs (``phase1/logs``, ``phase2/logs``:
+    ``metrics.csv`` with losses and validation recall; a temporary directory when None); the best
+    checkpoint is removed once restored. ``log``: a print-like callable for progress lines.
+    ``encoder``: the text encoder of the features (default MiniLM)."""
+    cfg = cfg or TrainConfig()
     say = log or (lambda *_: None)
+    if isinstance(train, Features):
+        if val is not None and not (isinstance(val, tuple) and isinstance(val[1], Features)):
+            raise TypeError("with prepared Features, val is a (split, Features) pair or None")
+        return _fit_features(model, train, cfg, say, val, run_dir, device, precision)
+    if not train.triplets:
+        raise DataError(f"{train.name}/{train.split} has no triplets to train on")
+    if train.descriptions:
+        say(f"descriptions: found for {len(train.descriptions)} of {len(train.ids)} items "
+            f"({', '.join(train.description_files) or 'built benchmark'})")
+    else:
+        say("descriptions: none found (optional: descriptions/desc.<split>.json or "
+            "descriptions/desc.<category>.<split>.json, {image id: text})")
+    if val is None:
+        train, val = carve_validation(train, cfg.val_fraction, cfg.seed)
+    f = prepare_features(train, encoder)
+    val_pair = (val, prepare_features(val, encoder)) if val is not None and val.triplets else None
+    return _fit_features(model, f, cfg, say, val_pair, run_dir, device, precision)
+
+
+def _fit_features(model, f: Features, cfg: TrainConfig, say, val: tuple[CIRSplit, Features] | None,
+                  run_dir: Path | None, device, precision: str) -> list[dict]:
+    """:func:`fit` on prepared features (``val``: a split and its features, or None)."""
     history: list[dict] = []
     attach_image_tokens(model, f)
     if val is not None:
@@ -403,7 +301,7 @@ def fit(
             steps = cfg.phase1_epochs * math.ceil(n_items / cfg.batch_size)
             m1 = AlignmentModule(model, f, cfg, steps)
             trainer = make_trainer(base / "phase1", max_epochs=cfg.phase1_epochs, grad_clip=5.0, seed=cfg.seed,
-                                   progress=False, checkpoint=False)
+                                   progress=False, checkpoint=False, device=device, precision=precision)
             engine_fit(trainer, m1, _loader(n_items, cfg, 1), resume=False)
             history += m1.history
             for h in m1.history:
@@ -422,7 +320,8 @@ def fit(
             monitor = dict(monitor="val_recall", mode="max")
             callbacks = [WarmEarlyStopping(int(EARLY_STOP_AFTER * max_steps), patience=cfg.patience, **monitor)]
         trainer = make_trainer(base / "phase2", max_epochs=-1, max_steps=max_steps, grad_clip=5.0, seed=cfg.seed,
-                               progress=False, checkpoint=val is not None, callbacks=callbacks, **monitor)
+                               progress=False, checkpoint=val is not None, callbacks=callbacks, device=device,
+                               precision=precision, **monitor)
         say(f"phase 2: {n_trip} triplets, budget {max_steps} steps ({max_steps / per_epoch:.0f} epochs)"
             + (f", early stopping on validation recall ({len(val[0].triplets)} held-out triplets), "
                f"patience {cfg.patience} epochs after step {int(EARLY_STOP_AFTER * max_steps)}"
@@ -459,145 +358,3 @@ def fit(
     model.eval()
     return history
 
-
-class CriticModule(L.LightningModule):
-    """The augmentation critic's attribute classifier: ``model(img (b, 3, 32, 32))`` -> one
-    (b, n_values_g) logit tensor per group, trained with the sum over groups of cross-entropy on
-    labels ``y`` (n, G) (-1 ignored), AdamW lr 3e-3, on batches of rows (b,) of ``x`` (n, 3, 32, 32)."""
-
-    def __init__(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):
-        super().__init__()
-        self.model, self.x, self.y = model, x, y
-
-    def training_step(self, rows: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        logits, y = self.model(self.x[rows]), self.y[rows]
-        loss = sum(F.cross_entropy(lg, y[:, g], ignore_index=-1) for g, lg in enumerate(logits) if (y[:, g] >= 0).any())
-        self.log("train_loss", loss.detach(), batch_size=len(rows))
-        return loss
-
-    def configure_optimizers(self):
-        return torch.optim.AdamW(self.parameters(), lr=3e-3)
-
-
-def fit_attribute_classifier(
-    model: torch.nn.Module, images: np.ndarray, attrs: np.ndarray, epochs: int, seed: int = 0, batch_size: int = 128
-) -> torch.nn.Module:
-    """Train ``model`` in place for ``epochs`` epochs on (n, 32, 32, 3) uint8 images and (n, G)
-    labels (a fixed budget: the critic is judged by the augmentation's acceptance, not a split)."""
-    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()
-    module = CriticModule(model, x, torch.from_numpy(attrs).long())
-    trainer = make_trainer(None, max_epochs=epochs, seed=seed, progress=False, checkpoint=False)
-    engine_fit(trainer, module, shuffled_loader(_Rows(len(x)), batch_size, seed=seed), resume=False)
-    model.eval()
-    return model
-
-
-def _val_loader() -> DataLoader:
-    """One validation batch per round: ``ComposedModule.validation_step`` embeds the whole split."""
-    return DataLoader([0], batch_size=None)
-
-
-def train_model(
-    model: torch.nn.Module,
-    train: CIRSplit,
-    cfg: TrainConfig | None = None,
-    val: CIRSplit | None = None,
-    log=None,
-    run_dir: Path | None = None,
-    encoder: TextEncoder | None = None,
-) -> list[dict]:
-    """Train ``model`` on a loaded split (the Python API behind ``moa3cir train``).
-
-    Without ``val``, ``cfg.val_fraction`` of the training *targets* (and their triplets) are held
-    out as the validation split (:func:`retrieval.data.carve_validation`). Logs whether item
-    descriptions were found. Returns :func:`fit`'s history."""
-    cfg = cfg or TrainConfig()
-    say = log or (lambda *_: None)
-    if not train.triplets:
-        raise DataError(f"{train.name}/{train.split} has no triplets to train on")
-    if train.descriptions:
-        say(f"descriptions: found for {len(train.descriptions)} of {len(train.ids)} items "
-            f"({', '.join(train.description_files) or 'built benchmark'})")
-    else:
-        say("descriptions: none found (optional: descriptions/desc.<split>.json or "
-            "descriptions/desc.<category>.<split>.json, {image id: text})")
-    if val is None:
-        train, val = carve_validation(train, cfg.val_fraction, cfg.seed)
-    f = prepare_features(train, encoder)
-    val_pair = (val, prepare_features(val, encoder)) if val is not None and val.triplets else None
-    return fit(model, f, cfg, log, val_pair, run_dir)
-
-
-def composed_loss(model, f: Features, idx: torch.Tensor, pools, rng) -> torch.Tensor:
-    qb = query_batch(f, idx)
-    tgt = f.tgt[idx]
-    q, info = model.encode_query(qb)
-    tb = gallery_batch(f, tgt)
-    g_slots = model.gallery_slots(tb)
-    g = slots_to_embedding(g_slots) if g_slots.dim() == 3 else torch.nn.functional.normalize(g_slots, dim=-1)
-    same = tgt[:, None] == tgt[None, :]
-    extra = neg_same = None
-    if pools is not None:
-        ref = f.ref[idx]
-        hard = torch.tensor([int(rng.choice(pools[int(t)])) for t in tgt])
-        neg_rows = torch.cat([ref, hard])
-        extra = model.encode_gallery(gallery_batch(f, neg_rows))
-        neg_same = tgt[:, None] == neg_rows[None, :]
-    loss = info_nce(q, g, model.logit_scale, extra, same, neg_same)
-    return loss + model.auxiliary_loss(info, qb, g_slots)
-
-
-@torch.no_grad()
-def embed_gallery(model, f: Features, batch_size: int = 256) -> np.ndarray:
-    """(N, E) gallery embeddings of every item of ``f``."""
-    model.eval()
-    attach_image_tokens(model, f)
-    out = [
-        model.encode_gallery(gallery_batch(f, torch.arange(s, min(s + batch_size, len(f.images)))))
-        for s in range(0, len(f.images), batch_size)
-    ]
-    return torch.cat(out).numpy() if out else np.zeros((0, 1), np.float32)
-
-
-@torch.no_grad()
-def embed_queries(model, f: Features, batch_size: int = 256) -> tuple[np.ndarray, np.ndarray | None]:
-    """(T, E) query embeddings and (T, G) group routing weights (None for baselines)."""
-    model.eval()
-    attach_image_tokens(model, f)
-    qs, ws = [], []
-    for s in range(0, len(f.ref), batch_size):
-        q, info = model.encode_query(query_batch(f, torch.arange(s, min(s + batch_size, len(f.ref)))))
-        qs.append(q)
-        if "group_weights" in info:
-            ws.append(info["group_weights"])
-    q = torch.cat(qs).numpy() if qs else np.zeros((0, 1), np.float32)
-    return q, (torch.cat(ws).numpy() if ws else None)
-
-
-def train_config_dict(cfg: TrainConfig) -> dict:
-    return asdict(cfg)
-
-
-@torch.no_grad()
-def encode_single_query(
-    model, image: np.ndarray, text: str, description: str | None = None, encoder: TextEncoder | None = None
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """One query: image (32, 32, 3) uint8 + modification text (+ reference description).
-
-    Returns q (1, E) and the (G,) attribute-group routing weights (None for baselines)."""
-    from common.errors import InputError
-
-    if not isinstance(text, str) or not text.strip():
-        raise InputError("modification text is empty")
-    text_emb, text_mask = text_tokens([text], encoder)
-    batch = {
-        "ref_img": torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].float(),
-        "text": text_emb,
-        "text_mask": text_mask,
-    }
-    if description is not None and description.strip():
-        batch["ref_desc"], batch["ref_desc_mask"] = description_tokens([description], encoder)
-    model.eval()
-    q, info = model.encode_query(batch)
-    w = info.get("group_weights")
-    return q.numpy(), (None if w is None else w[0].numpy())

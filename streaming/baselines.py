@@ -6,7 +6,7 @@
   recursive least squares with forgetting factor ``λ``.
 * ``k_grouse``: ``K`` random experts, routed by residual and updated by GROUSE with constant step,
   no pretraining, no change detection.
-* ``KGrousePretrained`` (``kgrouse_pretrained``): MoSAIC's pretraining (``train.pretrain_experts``),
+* ``KGrousePretrained`` (``kgrouse_pretrained``): MoSAIC's pretraining (``train.fit``),
   then routing by residual (``linalg.residual_scores``) and a plain GROUSE step of constant size
   ``KGROUSE_ETA`` on the routed expert: the baseline that isolates MoSAIC's online mechanisms.
 * ``mosaic_no_pretrain``: MoSAIC's online phase (schedule + change detection) from random bases.
@@ -17,10 +17,14 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 
+from streaming import train
+from streaming.config import MoSAICConfig
+from streaming.kss import k_subspaces_missing
 from streaming.linalg import batch_fit, fit_observed, grouse_step, orthonormalize, residual_scores
-from streaming.model import MoSAIC, MoSAICConfig, as_observed
-from streaming.train import k_subspaces_missing, pretrain_experts
+from streaming.model import MoSAIC
+from streaming.observed import as_observed
 
 #: constant GROUSE step of the pretrained k-GROUSE, chosen from ``KGROUSE_ETA_GRID`` on the stress
 #: suite's tuning seeds (``mosaic bench --suite stress --tune``; ``streaming.stress.TUNING_SEEDS``)
@@ -86,22 +90,25 @@ class Petrels:
         return int(self.U.nbytes + self.Rinv.nbytes)
 
 
-def k_grouse(n: int, r: int, K: int, eta: float = 0.3, seed: int = 0) -> MoSAIC:
-    """k-GROUSE: MoSAIC's routing with constant-step GROUSE updates, no pretraining or detection."""
-    return MoSAIC(n, r, K, schedule="constant", eta0=eta, eta_min=eta, detect=False, seed=seed)
+def k_grouse(r: int, K: int, eta: float = 0.3, seed: int = 0) -> MoSAIC:
+    """k-GROUSE: MoSAIC's routing with constant-step GROUSE updates, no pretraining or detection
+    (``n`` is learned from the first samples streamed)."""
+    return MoSAIC(r, K, schedule="constant", eta0=eta, eta_min=eta, detect=False, seed=seed)
 
 
 class KGrousePretrained:
     """Pretrained k-GROUSE: ``K`` experts ``bases (K, n, r)`` pretrained exactly as MoSAIC's
     (``fit``), then per sample: route to ``k = argmin_k residual_scores`` (ridge ``λ`` from
     pretraining), complete with expert ``k``'s fit, one GROUSE step of constant size ``eta`` on
-    expert ``k``. Nothing else: no schedule, no epoch handling, no change detection."""
+    expert ``k``. Nothing else: no schedule, no epoch handling, no change detection. The routing of
+    the pretraining runs on ``device`` (None: the CPU)."""
 
     def __init__(self, n: int, r: int, K: int, eta: float = KGROUSE_ETA, seed: int = 0,
-                 pretrain_restarts: int = MoSAICConfig.pretrain_restarts) -> None:
+                 pretrain_restarts: int = MoSAICConfig.pretrain_restarts, device: torch.device | None = None) -> None:
         MoSAICConfig(n=n, r=r, K=K, eta0=eta, eta_min=eta, seed=seed).validate()
         self.n, self.r, self.K, self.eta, self.seed = n, r, K, eta, seed
         self.pretrain_restarts = pretrain_restarts
+        self.device = device
         self.bases = orthonormalize(np.random.default_rng(seed).standard_normal((K, n, r)))
         self.ridge = 1e-10
         self.n_updates = np.zeros(K, np.int64)
@@ -110,8 +117,9 @@ class KGrousePretrained:
         """Pretrain on ``source (S, n)`` (NaN = unobserved): MoSAIC's defaults of ``MoSAICConfig``."""
         X0, M = as_observed(source, mask, self.n)
         c = MoSAICConfig(n=self.n, r=self.r, K=self.K, seed=self.seed, pretrain_restarts=self.pretrain_restarts)
-        result, self.ridge = pretrain_experts(
-            X0, M, self.K, self.r, restarts=c.pretrain_restarts, seed=c.seed, repair_rounds=c.pretrain_repair)
+        result, self.ridge = train.fit(
+            X0, M, self.K, self.r, restarts=c.pretrain_restarts, seed=c.seed, repair_rounds=c.pretrain_repair,
+            device=self.device)
         self.bases = result.bases.copy()
         return self
 
@@ -119,8 +127,8 @@ class KGrousePretrained:
     def from_mosaic(cls, model: MoSAIC, eta: float = KGROUSE_ETA) -> KGrousePretrained:
         """The same pretrained experts and ridge as a freshly ``fit`` MoSAIC (what ``fit`` with the
         same seed and restarts gives, without pretraining twice)."""
-        kg = cls(model.n, model.r, model.K, eta=eta, seed=model.config.seed,
-                 pretrain_restarts=model.config.pretrain_restarts)
+        kg = cls(model.n, model.r, model.K, eta=eta, seed=model.seed,
+                 pretrain_restarts=model.pretrain_restarts)
         kg.bases, kg.ridge = model.bases.copy(), model.ridge
         return kg
 
@@ -151,9 +159,10 @@ def kgrouse_pretrained(n: int, r: int, K: int, source: np.ndarray, eta: float = 
     return KGrousePretrained(n, r, K, eta=eta, seed=seed, pretrain_restarts=pretrain_restarts).fit(source)
 
 
-def mosaic_no_pretrain(n: int, r: int, K: int, seed: int = 0, **kwargs) -> MoSAIC:
-    """MoSAIC's online phase from random bases (the ablation "MoSAIC without pretraining")."""
-    return MoSAIC(n, r, K, seed=seed, **kwargs)
+def mosaic_no_pretrain(r: int, K: int, seed: int = 0, **kwargs) -> MoSAIC:
+    """MoSAIC's online phase from random bases (the ablation "MoSAIC without pretraining"; ``n`` is
+    learned from the first samples streamed)."""
+    return MoSAIC(r, K, seed=seed, **kwargs)
 
 
 def _complete_with(bases_per_sample: np.ndarray, X0: np.ndarray, M: np.ndarray, ridge: float) -> np.ndarray:

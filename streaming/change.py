@@ -30,7 +30,7 @@ from streaming.state import StateComponent
 _TINY = 1e-300
 
 #: a sample is novel when its best score exceeds ``NOVELTY · (1 - r/m)`` and ``SPIKE_FACTOR`` × its
-#: expert's level (constants chosen in sessions 10-12 on tuning seeds)
+#: expert's level (constants chosen on tuning seeds)
 NOVELTY = 0.3
 SPIKE_FACTOR = 8.0
 #: relative ridge of the ALS fits to the change buffer (``linalg.als_subspace``), and the iterations of a

@@ -1,4 +1,9 @@
-"""``mosaic`` command line: simulate | data | pretrain | stream | eval | bench."""
+"""``mosaic`` command line: simulate | data | pretrain | stream | eval | bench.
+
+Why over 400 lines: six subcommands, each a thin handler (parse, call the Python API, print) plus
+its argparse options, which are about half of the module; splitting them would scatter one
+command's options and handler over two files.
+"""
 
 from __future__ import annotations
 
@@ -22,17 +27,10 @@ from common.cli import (
     seed_int,
     subcommand_main,
 )
+from common.device import add_device_arg, resolve_device
 from common.errors import DataError, InputError
 from common.io import atomic_write, dumps_json, read_npz, write_json
-
-
-def _threads() -> None:
-    # the per-sample work is many tiny matrix ops: extra BLAS threads only add overhead
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(1)
-    threadpool_limits(1)
+from streaming.harness import limit_threads
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
@@ -81,9 +79,9 @@ def _auto_or_int(text: str) -> int | str:
 
 
 def _warn_low_observed(values: np.ndarray, r: int, what: str) -> None:
-    """Print the observed-count check's warning line (``streaming.select.check_observed``); an
+    """Print the observed-count check's warning line (``streaming.observed.check_observed``); an
     InputError (exit 2) when no sample can identify a rank-r subspace."""
-    from streaming.select import check_observed
+    from streaming.observed import check_observed
 
     msg = check_observed(~np.isnan(values), r, what, warn=False)
     if msg:
@@ -95,7 +93,7 @@ def _fit_quietly(model, source: np.ndarray) -> None:
     ``warning:`` already (``_warn_low_observed``)."""
     import warnings
 
-    from streaming.select import LowObservationWarning
+    from streaming.observed import LowObservationWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LowObservationWarning)
@@ -107,13 +105,14 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
     from streaming.select import estimate_K_r, save_model
 
     check_outputs(dirs=[a.out], inputs=[a.input], overwrite=a.overwrite)
-    _threads()
+    device = resolve_device(a.device)
+    limit_threads()
     stream = load_stream(a.input)
     source = _source(stream, a.n_source)
     K, r, estimate = a.K, a.r, None
     if "auto" in (K, r):
         estimate = estimate_K_r(source, K=K, r=r, k_max=a.k_max, r_max=a.r_max, restarts=a.select_restarts,
-                                seed=a.seed)
+                                seed=a.seed, device=device)
         for note in estimate.warnings:
             print(f"warning: {note}", file=sys.stderr)
         print(f"estimated {estimate.summary()}")
@@ -122,7 +121,7 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
         _warn_low_observed(source, r, "source samples")
     from streaming.model import MoSAIC
 
-    model = MoSAIC(stream.n, r, K, seed=a.seed, pretrain_restarts=a.restarts)
+    model = MoSAIC(r, K, seed=a.seed, pretrain_restarts=a.restarts).to(device)
     _fit_quietly(model, source)
     model.selection_ = estimate
     save_model(model, a.out)
@@ -136,16 +135,17 @@ def cmd_stream(a: argparse.Namespace) -> int:
     from streaming.model import MoSAIC
 
     check_outputs(files=[a.output], dirs=[a.save_model], inputs=[a.input, a.model], overwrite=a.overwrite)
-    _threads()
+    device = resolve_device(a.device)
+    limit_threads()
     stream = load_stream(a.input)
     if a.model:
-        model = MoSAIC.load(a.model)
+        model = MoSAIC.load(a.model).to(device)
         if model.n != stream.n:
             raise InputError(f"model has n={model.n} but the stream has n={stream.n}")
     else:
         if a.K is None or a.r is None:
             raise InputError("pass --model CHECKPOINT, or --K and --r (pretrained on the file's source unless --no-pretrain)")
-        model = MoSAIC(stream.n, a.r, a.K, seed=a.seed)
+        model = MoSAIC(a.r, a.K, seed=a.seed).to(device)
         if not a.no_pretrain:
             source = _source(stream, a.n_source)
             _warn_low_observed(source, a.r, "source samples")
@@ -166,9 +166,12 @@ def cmd_eval(a: argparse.Namespace) -> int:
     from streaming.data import load_stream
     from streaming.evaluate import summarize
 
-    if (a.completed is None) == (not a.compare):
-        raise InputError("pass exactly one of --completed FILE (score a completion) and --compare (run the methods)")
+    if sum([a.completed is not None, a.compare, a.protocol == "progressive"]) != 1:
+        raise InputError("pass exactly one of --completed FILE (score a completion), --compare (run the methods on "
+                         "held-out ratings) and --protocol progressive (run them on a rating stream)")
     check_outputs(files=[a.out], inputs=[a.input, a.completed], overwrite=a.overwrite)
+    if a.protocol == "progressive":
+        return _eval_progressive(a)
     stream = load_stream(a.input)
     if a.compare:
         return _eval_compare(a, stream)
@@ -205,8 +208,9 @@ def _eval_compare(a: argparse.Namespace, stream) -> int:
         raise DataError(f"{a.input} has no 'heldout' array (write one with `mosaic data movielens`)")
     if stream.source_values is None:
         raise DataError(f"{a.input} has no source_values to pretrain on")
-    _threads()
-    result = evaluate_heldout(stream, default_methods(seed=a.seed), tune_users=a.tune_users)
+    limit_threads()
+    result = evaluate_heldout(stream, default_methods(seed=a.seed, device=resolve_device(a.device)),
+                              tune_users=a.tune_users)
     result["command"] = "mosaic " + " ".join(sys.argv[1:]) if sys.argv[1:] else "mosaic eval --compare"
     result["stream"] = {"file": str(a.input), "users": int(stream.values.shape[0]), "n": int(stream.n),
                         "source_users": int(stream.source_values.shape[0]), "seed": a.seed}
@@ -220,7 +224,11 @@ def cmd_data(a: argparse.Namespace) -> int:
     from streaming.data import save_stream
     from streaming.movielens import build_stream, load_movielens
 
-    check_outputs(files=[a.out], overwrite=a.overwrite)
+    if (a.dataset == "csv") != (a.csv is not None):
+        raise InputError("`data csv` needs --csv FILE (user,item,rating,timestamp), and --csv goes with `data csv` only")
+    check_outputs(files=[a.out], inputs=[a.csv], overwrite=a.overwrite)
+    if a.dataset == "csv" or a.protocol == "ratings":
+        return _write_ratings(a)
     ratings = load_movielens(a.data_dir, expected_rows=None if a.data_dir else 100_004)
     stream = build_stream(ratings, movies=a.movies, holdout=a.holdout, source_users=a.source_users, seed=a.seed)
     save_stream(a.out, stream)
@@ -232,39 +240,79 @@ def cmd_data(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(a: argparse.Namespace) -> int:
-    from streaming.bench import run_bench, throughput_bench
+def _write_ratings(a: argparse.Namespace) -> int:
+    """``mosaic data movielens --protocol ratings`` / ``mosaic data csv``: a time-ordered rating stream."""
+    from streaming.ratings import from_movielens, read_ratings_csv, save_ratings
 
+    if a.dataset == "csv":
+        stream = read_ratings_csv(a.csv)
+    else:
+        from streaming.movielens import load_movielens
+
+        stream = from_movielens(load_movielens(a.data_dir, expected_rows=None if a.data_dir else 100_004))
+    save_ratings(a.out, stream)
+    print(f"wrote {a.out}: {len(stream)} ratings in time order, {stream.n_users} users x {stream.n_items} items")
+    return 0
+
+
+def _eval_progressive(a: argparse.Namespace) -> int:
+    """``mosaic eval --protocol progressive``: every method of ``streaming.progressive.default_methods``
+    predicts each rating before learning it; tuning on the first ``--tune-frac`` of the stream."""
+    from streaming.progressive import default_methods, evaluate_progressive, format_table
+    from streaming.ratings import load_ratings
+
+    stream = load_ratings(a.input)
+    limit_threads()
+    methods = default_methods(seed=a.seed, items=a.items, device=resolve_device(a.device))
+    try:
+        result = evaluate_progressive(stream, methods, tune_frac=a.tune_frac)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    result["command"] = "mosaic " + " ".join(sys.argv[1:]) if sys.argv[1:] else "mosaic eval --protocol progressive"
+    result["stream"] = {"file": str(a.input), "seed": a.seed, "items": a.items}
+    print(format_table(result))
+    if a.out:
+        write_json(a.out, result)
+    return 0
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    from streaming.bench import run_bench
+
+    device = resolve_device(a.device)
     if a.suite == "auto-kr":
-        from streaming.stress import run_auto_kr
+        from streaming.autokr import run_auto_kr
 
         if a.resume and not a.json:
             raise InputError("--resume needs --json (the interrupted run's trials are in F.partial.jsonl)")
         check_outputs(files=[a.json], overwrite=a.overwrite)
-        _threads()
+        limit_threads()
         run_auto_kr(a.json, families=a.families, obs_fracs=a.obs_fracs, seeds=a.stress_seeds, tuning=a.tuning,
                     command="mosaic bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "",
-                    resume=a.resume)
+                    resume=a.resume, device=device)
         return 0
     if a.json or a.obs_fracs or a.resume:
         raise InputError("--json, --obs-fracs and --resume need --suite auto-kr")
     check_outputs(dirs=[a.out], overwrite=a.overwrite)
-    _threads()
+    limit_threads()
     if a.suite == "stress":
         from streaming.stress import run_stress
 
         run_stress(Path(a.out), cells=a.cells, families=a.families, tuning=a.tuning, ablations=a.ablations,
                    eta_grid=a.eta_grid, workers=a.workers, seeds=a.stress_seeds,
-                   command="mosaic bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "")
+                   command="mosaic bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "",
+                   device=device)
         return 0
     if a.cells or a.families or a.tuning or a.ablations or a.eta_grid:
         raise InputError("--cells, --families, --tuning, --ablations and --eta-grid need --suite stress")
     if a.throughput:
+        from streaming.throughput import throughput_bench
+
         throughput_bench(Path(a.out), configs=a.configs, samples=a.samples, repeats=a.repeats, large=a.large,
-                         drift=a.throughput_drift)
+                         drift=a.throughput_drift, device=device)
         return 0
     run_bench(Path(a.out), seeds=a.seeds, quick=a.quick, configs=a.configs, drifts=a.drifts,
-              workers=a.workers, fashion=not a.no_fashion, large=a.large, obs_frac=a.obs_frac)
+              workers=a.workers, fashion=not a.no_fashion, large=a.large, obs_frac=a.obs_frac, device=device)
     return 0
 
 
@@ -291,9 +339,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_simulate)
 
-    s = sub.add_parser("data", help="write a real-data stream file (.npz): movielens")
-    s.add_argument("dataset", choices=["movielens"],
-                   help="movielens: dslabs' MovieLens latest-small (Debian r-cran-dslabs), users as samples")
+    s = sub.add_parser("data", help="write a real-data stream file (.npz): movielens, or a ratings CSV")
+    s.add_argument("dataset", choices=["movielens", "csv"],
+                   help="movielens: dslabs' MovieLens latest-small (Debian r-cran-dslabs); csv: --csv FILE")
+    s.add_argument("--protocol", choices=["users", "ratings"], default="users",
+                   help="users: users as samples with held-out ratings; ratings: a time-ordered rating stream "
+                        "(for `eval --protocol progressive`; `data csv` always writes one)")
+    s.add_argument("--csv", default=None, help="data csv: a CSV with the columns user,item,rating,timestamp")
     s.add_argument("--movies", type=int_in(2), default=500, help="the N most-rated movies are the coordinates")
     s.add_argument("--holdout", type=float_in(0.0, 1.0, hi_open=True), default=0.2,
                    help="share of each stream user's ratings held out for evaluation")
@@ -316,6 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--n-source", type=nonneg_int, default=0, help="without source_values: pretrain on the first N samples")
     s.add_argument("--seed", type=seed_int, default=0)
     s.add_argument("--out", required=True, help="checkpoint directory")
+    add_device_arg(s)
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_pretrain)
 
@@ -330,6 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ignore-epochs", action="store_true", help="do not tell the model where epochs start")
     s.add_argument("--save-model", default=None, help="save the final model to this directory")
     s.add_argument("--seed", type=seed_int, default=0)
+    add_device_arg(s)
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_stream)
 
@@ -340,8 +394,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="instead: run every method on the file's held-out entries (see streaming.movielens)")
     s.add_argument("--tune-users", type=positive_int, default=150,
                    help="--compare: hyper-parameters are chosen on the first N stream samples, reported on the rest")
+    s.add_argument("--protocol", choices=["progressive"], default=None,
+                   help="progressive: on a rating stream (`data --protocol ratings`), predict each rating "
+                        "before learning it (streaming.progressive)")
+    s.add_argument("--tune-frac", type=float_in(0.0, 1.0, lo_open=True, hi_open=True), default=0.2,
+                   help="--protocol progressive: share of the stream (by time) the settings are chosen on")
+    s.add_argument("--items", type=int_in(2), default=500,
+                   help="--protocol progressive: MoSAIC's coordinates, the most-rated items")
     s.add_argument("--seed", type=seed_int, default=0, help="--compare: seed of the methods")
     s.add_argument("--out", default=None, help="write the metrics as JSON")
+    add_device_arg(s)
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_eval)
 
@@ -364,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--repeats", type=positive_int, default=3, help="timed runs per method for --throughput (best is kept)")
     s.add_argument("--suite", choices=("standard", "stress", "auto-kr"), default="standard",
                    help="stress: generator families beyond the geodesic one (streaming/stress.py); auto-kr: "
-                        "the K/r estimator on the stress families (streaming.stress.run_auto_kr)")
+                        "the K/r estimator on the stress families (streaming.autokr.run_auto_kr)")
     s.add_argument("--json", default=None, help="auto-kr: write the result JSON here")
     s.add_argument("--resume", action="store_true",
                    help="auto-kr: reuse the finished trials of an interrupted run (the JSON's .partial.jsonl)")
@@ -378,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ablations", action="store_true", help="stress: also MoSAIC with each online mechanism off")
     s.add_argument("--eta-grid", action="store_true", help="stress: the pretrained k-GROUSE at every step of its grid")
     s.add_argument("--stress-seeds", type=positive_int, default=None, help="stress: use only the first N seeds")
+    add_device_arg(s)
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_bench)
     return p

@@ -49,11 +49,11 @@ def run_demo(n: int, r: int, K: int, obs_frac: float, noise: float, drift: str, 
         cfg = StreamConfig(n=int(n), r=int(r), K=int(K), obs_frac=float(obs_frac), noise_std=float(noise),
                            drift=drift, epochs=3, samples_per_epoch=int(samples_per_epoch), seed=int(seed))
         stream = generate_stream(cfg)
-        mosaic = MoSAIC(cfg.n, cfg.r, cfg.K, seed=int(seed), pretrain_restarts=3).fit(stream.source_values)
+        mosaic = MoSAIC(cfg.r, cfg.K, seed=int(seed), pretrain_restarts=3).fit(stream.source_values)
         models = {
             "mosaic": mosaic,
             "kgrouse_pretrained": KGrousePretrained.from_mosaic(mosaic),  # same experts, plain routed GROUSE
-            "k-grouse": k_grouse(cfg.n, cfg.r, cfg.K, seed=int(seed)),
+            "k-grouse": k_grouse(cfg.r, cfg.K, seed=int(seed)),
             "grouse-r": Grouse(cfg.n, cfg.r, seed=int(seed)),
             "petrels": Petrels(cfg.n, cfg.r, seed=int(seed)),
         }
@@ -63,10 +63,13 @@ def run_demo(n: int, r: int, K: int, obs_frac: float, noise: float, drift: str, 
         for s in range(0, T, chunk):
             sl = slice(s, min(s + chunk, T))
             for name, model in models.items():
-                comp = np.empty((sl.stop - sl.start, cfg.n))
-                for j, t in enumerate(range(sl.start, sl.stop)):
-                    idx = np.flatnonzero(M[t])
-                    comp[j], _ = model.step(idx, stream.values[t, idx], int(stream.epoch[t]))
+                if hasattr(model, "process"):  # MoSAIC and k-GROUSE (an unfitted one learns n here)
+                    comp = model.process(stream.values[sl], epoch=stream.epoch[sl])[0]
+                else:
+                    comp = np.empty((sl.stop - sl.start, cfg.n))
+                    for j, t in enumerate(range(sl.start, sl.stop)):
+                        idx = np.flatnonzero(M[t])
+                        comp[j], _ = model.step(idx, stream.values[t, idx], int(stream.epoch[t]))
                 errs[name].extend(per_sample_nrmse(comp, stream.full[sl], stream.values[sl]).tolist())
             rows = [[name, float(np.sqrt(np.nanmean(np.square(e)))), float(np.nanmean(e[-chunk:]))] for name, e in errs.items()]
             yield _figure(errs, stream.drift_points(), T), rows

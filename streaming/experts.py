@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from common.errors import InputError
 from moe.routing import route_by_score
 from streaming.linalg import RIDGE, batch_fit, residual_scores
 from streaming.state import StateComponent
@@ -20,34 +19,14 @@ from streaming.state import StateComponent
 _TINY = 1e-300
 
 
-def as_observed(x: np.ndarray, mask: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Validate samples at the API boundary.
-
-    ``x (n,)`` or ``(B, n)``; ``mask`` bool of the same shape (True = observed) or None, meaning
-    "observed where x is not NaN". Returns ``(X0 (B, n) zero-filled float64, M (B, n) bool)``.
-    Raises InputError for a wrong dimension, a sample with no observed entry, or a NaN/inf
-    observed value. Nothing is modified, so a rejected batch leaves a model untouched.
-    """
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim == 1:
-        x = x[None]
-    if x.ndim != 2 or x.shape[1] != n:
-        raise InputError(f"samples must have shape ({n},) or (B, {n}), got {x.shape}")
-    if mask is None:
-        M = ~np.isnan(x)
-    else:
-        M = np.asarray(mask)
-        if M.ndim == 1:
-            M = M[None]
-        if M.shape != x.shape:
-            raise InputError(f"mask must have the shape of x {x.shape}, got {M.shape}")
-        M = M.astype(bool)
-    empty = ~M.any(1)
-    if empty.any():
-        raise InputError(f"sample {int(np.flatnonzero(empty)[0])} has no observed entry")
-    if not np.isfinite(x[M]).all():
-        raise InputError("observed values contain NaN or inf")
-    return np.where(M, x, 0.0), M
+def route_scores(score: np.ndarray, device: torch.device | None = None) -> np.ndarray:
+    """Expert of each sample ``(B,)`` from its scores ``(B, K)`` (lower is better) by
+    ``moe.route_by_score`` (argmin, ties to the lower index), computed on ``device`` (None: on the
+    CPU, sharing numpy's memory)."""
+    scores = torch.from_numpy(score)
+    if device is not None:
+        scores = scores.to(device)
+    return route_by_score(scores).indices[:, 0].detach().cpu().numpy().copy()
 
 
 def cap_completion(completion: np.ndarray, xo: np.ndarray, n: int, factor: float, typical: float = 0.0,
@@ -79,12 +58,13 @@ class ExpertBank(StateComponent):
         ``xx = xo @ xo`` when the caller has it)."""
         return residual_scores(self.bases, idx, xo, self.ridge, xx)
 
-    def batch_route(self, X0: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Coefficients ``W (B, K, r)`` and the expert of each sample ``(B,)`` (``moe.route_by_score``)
-        of validated samples ``X0, M (B, n)``; no update."""
+    def batch_route(self, X0: np.ndarray, M: np.ndarray,
+                    device: torch.device | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Coefficients ``W (B, K, r)`` and the expert of each sample ``(B,)`` (``route_scores`` on
+        ``device``) of validated samples ``X0, M (B, n)``; no update."""
         W, res = batch_fit(self.bases, X0, M, ridge=self.ridge)
         score = res / np.maximum((X0 * X0).sum(1), _TINY)[:, None]
-        return W, route_by_score(torch.from_numpy(score)).indices[:, 0].numpy().copy()
+        return W, route_scores(score, device)
 
 
 @dataclass(slots=True)

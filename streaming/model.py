@@ -20,8 +20,8 @@ Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``. For a sample ``x``
    expert moved*: with ``epoch_reset="detect"`` (default) an expert restarts only when the mean
    normalised residual of its first ``RESET_CHECK`` accepted samples of the new epoch exceeds
    ``RESET_FACTOR`` × its slow average, so experts whose subspace did not change (the others of an
-   abrupt replacement) keep their small steps (``"always"``: every expert restarts, the pre-session-11
-   rule; ``"never"``). The drift floor ``f_k = min(η_0, drift_floor · sqrt(max(ℓ_k / ℓ_ref,k − 1, 0)))``
+   abrupt replacement) keep their small steps (``"always"``: every expert restarts;
+   ``"never"``). The drift floor ``f_k = min(η_0, drift_floor · sqrt(max(ℓ_k / ℓ_ref,k − 1, 0)))``
    keeps the step of an expert whose fast residual level ``ℓ_k`` stays above its level at the end of
    pretraining ``ℓ_ref,k`` (a subspace that drifts, with or without epochs; ``streaming.schedule``).
 4. **Change detection** (abrupt replacement of a subspace): a sample whose best score exceeds
@@ -45,116 +45,46 @@ handling (``streaming.schedule``), the change buffer and its provisional fit (``
 ``MoSAIC`` wires them together and is the one class that is saved (``common.pretrained``).
 Pretraining (``fit``) is batch k-subspaces with missing data, seeded by spectral clustering of
 co-observed affinities, then by annealed mixture-of-PPCA EM on further restarts, with a robust
-refit of any cluster that fits far worse than the others (``streaming.train.k_subspaces_missing``).
+refit of any cluster that fits far worse than the others (``streaming.train.fit``,
+``streaming.kss``); the hyper-parameters are ``streaming.config.MoSAICConfig``, older checkpoints
+load through ``streaming.compat``.
+
+Why over 400 lines: ``MoSAIC`` is one online estimator whose per-sample path (route, complete,
+update, change detection, re-seed) reads and writes every component of its state; its
+scikit-learn methods and checkpoint hooks are thin methods on that same state, and the algorithm
+above is documented here once. Split over modules, one sample's path would cross several files.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.exceptions import NotFittedError
 
 from common.errors import CheckpointError, InputError
 from common.pretrained import PretrainedMixin, register_model
-from moe.routing import route_by_score
+from streaming import train
 from streaming.change import (
-    FIT_SHRINK,
     NOVELTY,
-    PROVISIONAL_ACCEPT,
     PROVISIONAL_MIN_RATIO,
     SPIKE_FACTOR,
-    WARM_ITERS,
     ChangeBuffer,
     ProvisionalFit,
-    identifiable_rank,
     reseed_fit,
     reseed_min,
 )
-from streaming.experts import ExpertBank, ExpertStats, StreamStats, as_observed, cap_completion
+from streaming.compat import load_flat_state, upgrade_component_state, upgrade_config
+from streaming.config import MoSAICConfig
+from streaming.experts import ExpertBank, ExpertStats, StreamStats, cap_completion, route_scores
 from streaming.linalg import RIDGE, grouse_step, orthonormalize, random_bases, residual_scores
-from streaming.schedule import DRIFT_FACTOR, RESET_CHECK, RESET_FACTOR, EpochReset, StepSchedule
+from streaming.observed import check_observed, check_samples
+from streaming.schedule import DRIFT_FACTOR, EpochReset, StepSchedule
 from streaming.state import StateComponent
-
-__all__ = [
-    "COMPONENTS", "DRIFT_FACTOR", "FIT_SHRINK", "NOVELTY", "PROVISIONAL_ACCEPT", "PROVISIONAL_MIN_RATIO",
-    "RESET_CHECK", "RESET_FACTOR", "SPIKE_FACTOR", "WARM_ITERS", "MoSAIC", "MoSAICConfig", "as_observed",
-    "cap_completion", "identifiable_rank",
-]
-
-
-@dataclass
-class MoSAICConfig:
-    """Hyper-parameters of MoSAIC (defaults are the ones used in the benchmarks); every field is set
-    by a command, a baseline, an ablation or a test."""
-
-    n: int
-    r: int
-    K: int
-    eta0: float = 1.0  # session 11 (was 0.5): with epoch_reset="detect", chosen on tuning seeds 1100-1101
-    eta_min: float = 0.05
-    # issue 33 (config version 5): the drift floor's coefficient (``streaming.schedule.drift_floor``), chosen on the
-    # stress suite's tuning seeds; 0 = off (older checkpoints)
-    drift_floor: float = 0.3
-    schedule: str = "sublinear"  # or "constant" (η = eta0 always, k-GROUSE style)
-    detect: bool = True  # change detection (novel samples -> change buffer -> re-seed)
-    epoch_reset: str = "detect"  # restart the schedule at an epoch start: "detect" (only experts that moved), "always", "never"
-    provisional: bool = True  # complete novel samples with a growing-rank fit of the change buffer
-    provisional_growth: float = 0.0  # refit it when the buffer has grown by this fraction (0 = auto: 0.05 posterior, 0.2 als)
-    provisional_lambda: float = 0.1  # Soft-Impute threshold of the under-determined buffer, × rms(x_Ω) sqrt(m̄)
-    provisional_estimator: str = "auto"  # "posterior", "als" (least-squares completion, shrunk and capped) or
-    # "auto": posterior when the mean observed count m̄ >= PROVISIONAL_MIN_RATIO × r, else als
-    completion_cap: float = 10.0  # energy cap of a routed expert's completion (``cap_completion``); 0 = off
-    pretrain_restarts: int = 16  # session 12 (was 6): restarts stop at the first clean solution, so only hard cases pay
-    # rounds of the robust refit of a cluster that fits far worse than the others (train.repair_clusters); 0 = off
-    pretrain_repair: int = 2
-    seed: int = 0
-
-    def validate(self) -> None:
-        if self.K < 1:
-            raise InputError(f"K must be >= 1, got {self.K}")
-        if self.n < 2:
-            raise InputError(f"n must be >= 2, got {self.n}")
-        if not 1 <= self.r < self.n:
-            raise InputError(f"rank r must satisfy 1 <= r < n, got r={self.r}, n={self.n}")
-        if self.provisional_lambda <= 0:
-            raise InputError(f"provisional_lambda must be > 0, got {self.provisional_lambda}")
-        if self.provisional_estimator not in ("auto", "posterior", "als"):
-            raise InputError(
-                f"provisional_estimator must be 'auto', 'posterior' or 'als', got {self.provisional_estimator!r}")
-        if self.completion_cap < 0:
-            raise InputError(f"completion_cap must be >= 0 (0 = off), got {self.completion_cap}")
-        if self.provisional_growth < 0:
-            raise InputError(f"provisional_growth must be >= 0 (0 = auto), got {self.provisional_growth}")
-        if self.epoch_reset not in ("detect", "always", "never"):
-            raise InputError(f"epoch_reset must be 'detect', 'always' or 'never', got {self.epoch_reset!r}")
-        if self.pretrain_repair < 0:
-            raise InputError(f"pretrain_repair must be >= 0 (0 = off), got {self.pretrain_repair}")
-        if self.schedule not in ("sublinear", "constant"):
-            raise InputError(f"schedule must be 'sublinear' or 'constant', got {self.schedule!r}")
-        if not (0 < self.eta0 <= 1 and 0 <= self.eta_min <= self.eta0):
-            raise InputError("step sizes must satisfy 0 <= eta_min <= eta0 <= 1, eta0 > 0")
-        if not (0 <= self.drift_floor <= 1):
-            raise InputError(f"drift_floor must be in [0, 1] (0 = off), got {self.drift_floor}")
-
-
-#: config fields deleted in each config version (dropped when an older checkpoint loads): 2 the drift
-#: prediction; 3 the stream repair of a defective expert and the knobs nobody set (now module constants
-#: at their defaults, or the sublinear schedule's fixed ``tau = 2 r``)
-REMOVED_FIELDS_BY_VERSION = {
-    2: ("drift_predict", "predict_check", "predict_max_angle"),
-    3: ("repair_factor", "tau", "novelty", "spike_factor", "reseed_min", "drift_factor", "reset_check",
-        "reset_factor", "fit_shrink", "warm_iters", "provisional_rank", "provisional_accept",
-        "provisional_min_ratio", "pretrain_passes", "pretrain_iters", "pretrain_spectral", "pretrain_em"),
-}
-REMOVED_FIELDS = tuple(f for fields in REMOVED_FIELDS_BY_VERSION.values() for f in fields)
-
 
 #: the components of a MoSAIC model: attribute name -> class (``streaming.state.StateComponent``); the
 #: model's whole state, and the one thing ``checkpoint_state`` saves besides the config
@@ -172,143 +102,191 @@ STATE_LAYOUT = 2
 
 
 @register_model("mosaic")
-class MoSAIC(PretrainedMixin, BaseEstimator):
+class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
     """Mixture of subspace experts (see the module docstring for the algorithm).
 
-    Shapes: ``n`` ambient dimension, ``r`` rank, ``K`` experts; ``bases_`` is ``(K, n, r)``.
-    scikit-learn estimator (``get_params`` / ``set_params`` / ``sklearn.base.clone``; the
-    hyper-parameters are the fields of ``MoSAICConfig``): ``fit(X, mask)`` pretrains on source
-    samples, ``partial_fit(X, mask, epoch)`` streams samples (route, complete, update), and
-    ``transform(X, mask)`` completes samples without updating; ``process`` is ``partial_fit``
-    that also returns the completions and routes, ``step`` one pre-split sample. Fitted
-    attributes end in ``_`` (``bases_``, ``K_``, ``r_``, ``n_features_in_``, ``ridge_``,
-    ``n_samples_seen_``, ``reseeds_``). Deterministic under ``seed``.
+    Shapes: ``n`` ambient dimension (learned from the data: ``n_features_in_``), ``r`` rank, ``K``
+    experts; ``bases_`` is ``(K, n, r)``. A scikit-learn estimator: the constructor only stores the
+    hyper-parameters (defaults and checks: ``streaming.config.MoSAICConfig``), which are validated by
+    ``fit`` / ``partial_fit``; ``fit(X)`` pretrains on source samples, ``partial_fit(X, epoch=)``
+    streams samples (route, complete, update; the first call on an unfitted model starts from random
+    bases), and ``transform(X)`` completes samples without updating; ``process`` is ``partial_fit``
+    that also returns the completions and routes, ``step`` one pre-split sample. NaN marks an
+    unobserved entry (or pass ``mask``); sparse input is refused. Everything learned ends in ``_``:
+    the state components (``bank_``, ``expert_stats_``, ``steps_``, ``epochs_``, ``stream_stats_``,
+    ``change_buffer_``, ``provisional_fit_``) and ``bases_``, ``K_``, ``r_``, ``ridge_``, ``n_features_in_``,
+    ``n_samples_seen_``, ``reseeds_``. Deterministic under ``seed``.
     """
 
-    # 2: drift prediction deleted; 3: stream repair and unset knobs; 4: component state; 5: drift floor
-    config_version = 5
+    # 2: drift prediction deleted; 3: stream repair and unset knobs; 4: component state; 5: drift floor;
+    # 6: n learned at fit (no constructor argument)
+    config_version = 6
 
-    def __init__(self, n: int, r: int, K: int, *, eta0: float = 1.0, eta_min: float = 0.05, drift_floor: float = 0.3,
-                 schedule: str = "sublinear", detect: bool = True, epoch_reset: str = "detect",
-                 provisional: bool = True, provisional_growth: float = 0.0, provisional_lambda: float = 0.1,
-                 provisional_estimator: str = "auto", completion_cap: float = 10.0, pretrain_restarts: int = 16,
-                 pretrain_repair: int = 2, seed: int = 0) -> None:
-        config = MoSAICConfig(
-            n=n, r=r, K=K, eta0=eta0, eta_min=eta_min, drift_floor=drift_floor, schedule=schedule, detect=detect, epoch_reset=epoch_reset,
-            provisional=provisional, provisional_growth=provisional_growth, provisional_lambda=provisional_lambda,
-            provisional_estimator=provisional_estimator, completion_cap=completion_cap,
-            pretrain_restarts=pretrain_restarts, pretrain_repair=pretrain_repair, seed=seed)
-        config.validate()
-        self.config = config
-        self._init_state()
-
-    def _init_state(self) -> None:
-        """Fresh components: random bases drawn from ``seed``, nothing seen."""
-        n, r, K = self.config.n, self.config.r, self.config.K
-        bases = random_bases(np.random.default_rng(self.config.seed), K, n, r)
-        self.bank = ExpertBank(bases=bases, ridge=RIDGE)
-        self.expert_stats = ExpertStats.new(K)
-        self.steps = StepSchedule.new(K)
-        self.epochs = EpochReset.new(K)
-        self.stream_stats = StreamStats(mean_m=float(n))
-        self.change_buffer = ChangeBuffer()
-        self.provisional_fit = ProvisionalFit()
-
-    def components(self) -> dict[str, StateComponent]:
-        return {name: getattr(self, name) for name in COMPONENTS}
+    def __init__(self, r: int, K: int, *, eta0: float = MoSAICConfig.eta0,
+                 eta_min: float = MoSAICConfig.eta_min, drift_floor: float = MoSAICConfig.drift_floor,
+                 schedule: str = MoSAICConfig.schedule, detect: bool = MoSAICConfig.detect,
+                 epoch_reset: str = MoSAICConfig.epoch_reset, provisional: bool = MoSAICConfig.provisional,
+                 provisional_growth: float = MoSAICConfig.provisional_growth,
+                 provisional_lambda: float = MoSAICConfig.provisional_lambda,
+                 provisional_estimator: str = MoSAICConfig.provisional_estimator,
+                 completion_cap: float = MoSAICConfig.completion_cap,
+                 pretrain_restarts: int = MoSAICConfig.pretrain_restarts,
+                 pretrain_repair: int = MoSAICConfig.pretrain_repair, seed: int = MoSAICConfig.seed) -> None:
+        self.r = r
+        self.K = K
+        self.eta0 = eta0
+        self.eta_min = eta_min
+        self.drift_floor = drift_floor
+        self.schedule = schedule
+        self.detect = detect
+        self.epoch_reset = epoch_reset
+        self.provisional = provisional
+        self.provisional_growth = provisional_growth
+        self.provisional_lambda = provisional_lambda
+        self.provisional_estimator = provisional_estimator
+        self.completion_cap = completion_cap
+        self.pretrain_restarts = pretrain_restarts
+        self.pretrain_repair = pretrain_repair
+        self.seed = seed
 
     # ------------------------------------------------------------------ hyper-parameters
-    def _set_param(self, name: str, value) -> None:
-        """Set one hyper-parameter (validated); changing ``n``, ``r`` or ``K`` starts the state over."""
-        config = dataclasses.replace(self.config, **{name: value})
-        config.validate()
-        reshape = (config.n, config.r, config.K) != (self.config.n, self.config.r, self.config.K)
-        self.config = config
-        if reshape:
-            self._init_state()
+    @property
+    def config(self) -> MoSAICConfig:
+        """The hyper-parameters with the fitted ``n`` (a new ``MoSAICConfig``; ``set_params`` changes them)."""
+        return MoSAICConfig(n=self.n, **self.get_params())
 
-    # ------------------------------------------------------------------ state shortcuts
+    def _checked_config(self, n: int) -> MoSAICConfig:
+        """The hyper-parameters for ``n`` features, validated (InputError on a bad value)."""
+        config = MoSAICConfig(n=n, **self.get_params())
+        config.validate()
+        return config
+
+    def _init_state(self, n: int) -> None:
+        """Fresh components for ``n`` features: random bases drawn from ``seed``, nothing seen."""
+        bases = random_bases(np.random.default_rng(self.seed), self.K, n, self.r)
+        self.n_features_in_ = n
+        self.bank_ = ExpertBank(bases=bases, ridge=RIDGE)
+        self.expert_stats_ = ExpertStats.new(self.K)
+        self.steps_ = StepSchedule.new(self.K)
+        self.epochs_ = EpochReset.new(self.K)
+        self.stream_stats_ = StreamStats(mean_m=float(n))
+        self.change_buffer_ = ChangeBuffer()
+        self.provisional_fit_ = ProvisionalFit()
+
+    def components(self) -> dict[str, StateComponent]:
+        """The state components by their checkpoint name (``COMPONENTS``)."""
+        return {name: getattr(self, name + "_") for name in COMPONENTS}
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True  # NaN marks an unobserved entry
+        tags.input_tags.sparse = False
+        tags.target_tags.required = False
+        tags.transformer_tags.preserves_dtype = ["float64"]
+        return tags
+
+    # ------------------------------------------------------------------ device
+    def to(self, device: torch.device | None) -> MoSAIC:
+        """Run the torch part (the routing of ``fit``, ``step``, ``route`` and ``transform`` through
+        ``moe.route_by_score``) on ``device`` (a ``torch.device`` from ``common.device.resolve_device``;
+        None: the CPU). The state stays in host numpy arrays (the per-sample path of ``process`` is
+        numpy throughout) and checkpoints hold no device. Returns the model."""
+        self._device = device
+        return self
+
+    @property
+    def device(self) -> torch.device | None:
+        """Where the routing runs (``to``); None: the CPU."""
+        return getattr(self, "_device", None)
+
+    # ------------------------------------------------------------------ fitted state (scikit-learn)
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "bank_")
+
+    def _check_fitted(self) -> None:
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedError("this MoSAIC is not fitted yet: call fit (pretraining) or partial_fit first")
+
+    @property
+    def n(self) -> int:
+        """The ambient dimension ``n_features_in_`` (NotFittedError before ``fit`` / ``partial_fit``)."""
+        self._check_fitted()
+        return self.n_features_in_
+
+    @property
+    def bases_(self) -> np.ndarray:
+        """The live expert bases ``(K, n, r)`` (``bank_.bases``)."""
+        self._check_fitted()
+        return self.bank_.bases
+
     @property
     def bases(self) -> np.ndarray:
-        """The live expert bases ``(K, n, r)`` (``bank.bases``; assignable)."""
-        return self.bank.bases
+        """``bases_``, assignable: a new ``(K, n, r)`` array replaces the experts (on an unfitted
+        model it starts the state with them, ``n`` from their shape)."""
+        return self.bases_
 
     @bases.setter
     def bases(self, value: np.ndarray) -> None:
         value = np.asarray(value, dtype=np.float64)
-        if value.shape != (self.K, self.n, self.r):
-            raise InputError(f"bases must have shape {(self.K, self.n, self.r)}, got {value.shape}")
-        self.bank.bases = value
-
-    @property
-    def ridge(self) -> float:
-        return self.bank.ridge
-
-    @property
-    def reseeds(self) -> list[tuple[int, int]]:
-        """Re-seeds so far: ``(sample index, expert)``."""
-        return self.change_buffer.reseeds
-
-    @property
-    def n_seen(self) -> int:
-        return self.stream_stats.n_seen
-
-    @property
-    def pretrained(self) -> bool:
-        return self.stream_stats.pretrained
-
-    # ------------------------------------------------------------------ fitted attributes (scikit-learn)
-    def __sklearn_is_fitted__(self) -> bool:
-        return bool(self.stream_stats.pretrained or self.stream_stats.n_seen > 0)
-
-    def _fitted(self, value):
+        n = self.n_features_in_ if self.__sklearn_is_fitted__() else (value.shape[1] if value.ndim == 3 else -1)
+        if value.shape != (self.K, n, self.r):
+            raise InputError(f"bases must have shape (K, n, r) = {(self.K, n, self.r)}, got {value.shape}")
         if not self.__sklearn_is_fitted__():
-            raise NotFittedError("this MoSAIC is not fitted yet: call fit (pretraining) or partial_fit first")
-        return value
-
-    @property
-    def bases_(self) -> np.ndarray:
-        """Expert bases ``(K, n, r)``."""
-        return self._fitted(self.bank.bases)
+            self._checked_config(n)
+            self._init_state(n)
+        self.bank_.bases = value
 
     @property
     def K_(self) -> int:
-        return self._fitted(self.config.K)
+        """Number of experts of the fitted state."""
+        return self.bases_.shape[0]
 
     @property
     def r_(self) -> int:
-        return self._fitted(self.config.r)
-
-    @property
-    def n_features_in_(self) -> int:
-        return self._fitted(self.config.n)
+        """Rank of the fitted experts."""
+        return self.bases_.shape[2]
 
     @property
     def ridge_(self) -> float:
         """λ of the least-squares fits (the MAP ``σ̂²/var(w)`` after ``fit``)."""
-        return self._fitted(self.bank.ridge)
+        self._check_fitted()
+        return self.bank_.ridge
+
+    @property
+    def ridge(self) -> float:
+        return self.ridge_
 
     @property
     def n_samples_seen_(self) -> int:
         """Stream samples seen by ``partial_fit`` / ``process`` / ``step`` (not the source)."""
-        return self._fitted(self.stream_stats.n_seen)
+        self._check_fitted()
+        return self.stream_stats_.n_seen
 
     @property
     def reseeds_(self) -> list[tuple[int, int]]:
-        return self._fitted(self.change_buffer.reseeds)
+        """Re-seeds so far: ``(sample index, expert)``."""
+        self._check_fitted()
+        return self.change_buffer_.reseeds
+
+    @property
+    def reseeds(self) -> list[tuple[int, int]]:
+        return self.reseeds_
+
+    @property
+    def pretrained(self) -> bool:
+        return self.__sklearn_is_fitted__() and self.stream_stats_.pretrained
 
     # ------------------------------------------------------------------ helpers
     def reseed_min(self) -> int:
         """Buffer size that triggers a re-seed: enough observations to pin down ``n r`` unknowns."""
-        return reseed_min(self.n, self.r, self.stream_stats.mean_m)
+        return reseed_min(self.n_features_in_, self.r, self.stream_stats_.mean_m)
 
     def _window_len(self) -> int:
-        c = self.config
-        return max(50, c.K * reseed_min(c.n, c.r, self.stream_stats.mean_m))
+        return max(50, self.K * reseed_min(self.n_features_in_, self.r, self.stream_stats_.mean_m))
 
     def step_size(self, k: int) -> float:
-        c = self.config
-        return self.steps.step_size(k, c.schedule, c.eta0, c.eta_min, c.r, c.drift_floor, float(self.expert_stats.level[k]))
+        return self.steps_.step_size(k, self.schedule, self.eta0, self.eta_min, self.r, self.drift_floor,
+                                     float(self.expert_stats_.level[k]))
 
     def memory_bytes(self) -> int:
         """Bytes of every array the model state holds (all components: bases, counters, change buffer,
@@ -323,53 +301,64 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
                     total += sum(v.nbytes for v in value if isinstance(v, np.ndarray))
         return int(total)
 
+    def _stream_samples(self, X, mask) -> tuple[np.ndarray, np.ndarray]:
+        """Validate a stream batch ``X (B, n)`` / ``(n,)`` and the hyper-parameters; an unfitted model
+        starts from random bases drawn from ``seed`` for this ``n``."""
+        fitted = self.__sklearn_is_fitted__()
+        X0, M = check_samples(self, X, mask, reset=not fitted, allow_1d=True)
+        self._checked_config(X0.shape[1])
+        if not fitted:
+            self._init_state(X0.shape[1])
+        elif self.bank_.bases.shape != (self.K, X0.shape[1], self.r):
+            raise InputError(f"K={self.K}, r={self.r} do not match the fitted experts {self.bank_.bases.shape} "
+                             "(set with set_params after fitting): call fit to start over")
+        return X0, M
+
     # ------------------------------------------------------------------ pretraining
-    def fit(self, X: np.ndarray, mask: np.ndarray | None = None) -> MoSAIC:
+    def fit(self, X: np.ndarray, y=None, *, mask: np.ndarray | None = None) -> MoSAIC:
         """Pretrain the experts on source samples ``X (S, n)`` (NaN = unobserved, or ``mask``); the
-        state starts over.
+        state starts over and ``n_features_in_ = n``. ``y`` is ignored (scikit-learn's signature).
 
         Runs k-subspaces with missing data (online seeding passes + restarts + batch
         refinement), then sets each expert's residual level from its assigned samples. Samples with
         at most ``r`` observed entries cannot identify a rank-``r`` subspace: a
         ``LowObservationWarning`` when most samples are so, an ``InputError`` when all are.
         """
-        from streaming.select import check_observed
-        from streaming.train import pretrain_experts
-
-        X0, M = as_observed(X, mask, self.n)
+        X0, M = check_samples(self, X, mask, reset=True, min_samples=2)
+        self._checked_config(X0.shape[1])
         check_observed(M, self.r, "source samples")
-        c = self.config
-        result, ridge = pretrain_experts(
-            X0, M, self.K, self.r, restarts=c.pretrain_restarts, seed=c.seed, repair_rounds=c.pretrain_repair)
-        self._init_state()
-        self.bank.bases, self.bank.ridge = result.bases.copy(), ridge
-        stats = self.expert_stats
+        result, ridge = train.fit(X0, M, self.K, self.r, restarts=self.pretrain_restarts, seed=self.seed,
+                                  repair_rounds=self.pretrain_repair, device=self.device)
+        self._init_state(X0.shape[1])
+        self.bank_.bases, self.bank_.ridge = result.bases.copy(), ridge
+        stats = self.expert_stats_
         for k in range(self.K):
             s = result.scores[result.labels == k]
             lvl = float(np.median(s)) if s.size else 1.0
             stats.level[k] = stats.level_slow[k] = max(lvl, 1e-6)
-            self.steps.t[k] = s.size
-            self.steps.level_ref[k] = stats.level[k]
+            self.steps_.t[k] = s.size
+            self.steps_.level_ref[k] = stats.level[k]
             stats.long_counts[k] = s.size
         stats.mature[:] = True
-        self.stream_stats.mean_m = float(M.sum(1).mean())
-        self.stream_stats.entry_energy = float((X0 * X0).sum() / max(int(M.sum()), 1))
-        stats.last_update[:] = self.stream_stats.n_seen
-        self.stream_stats.pretrained = True
+        self.stream_stats_.mean_m = float(M.sum(1).mean())
+        self.stream_stats_.entry_energy = float((X0 * X0).sum() / max(int(M.sum()), 1))
+        stats.last_update[:] = self.stream_stats_.n_seen
+        self.stream_stats_.pretrained = True
         return self
 
     # ------------------------------------------------------------------ streaming
     def process(self, x: np.ndarray, mask: np.ndarray | None = None, epoch: np.ndarray | int | None = None):
         """Route, complete and update on each sample in order (the fast path of a stream).
 
-        ``x (B, n)`` or ``(n,)``; ``epoch`` ``(B,)`` or one int, optional. Returns ``completed (B, n)``
+        ``x (B, n)`` or ``(n,)`` (NaN = unobserved, or ``mask``); ``epoch`` ``(B,)`` or one int,
+        optional; an unfitted model starts from random bases. Returns ``completed (B, n)``
         (the estimate when the sample arrived, observed entries kept) and ``routes (B,)``. The whole
         batch is validated first, the observed indices of every sample are split out in one pass,
         and each sample is then routed by ``moe.route_by_score``'s rule (argmin of the scores, ties
         to the lower index) applied inline: a torch call per sample would cost more than the rest of
         the step. The result is identical to calling ``step`` on each sample (tested).
         """
-        X0, M = as_observed(x, mask, self.n)
+        X0, M = self._stream_samples(x, mask)
         B = X0.shape[0]
         epochs = None if epoch is None else np.broadcast_to(np.asarray(epoch, np.int64), (B,)).tolist()
         completed = np.empty_like(X0)
@@ -377,9 +366,9 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         cols = np.nonzero(M)[1]  # observed indices of every sample, row after row
         vals = X0[M]  # their values, in the same order (sample j's are a slice, not a gather)
         bounds = [0, *np.cumsum(M.sum(1)).tolist()]
-        bank = self.bank
+        bank = self.bank_
         for j in range(B):
-            if epochs is not None and epochs[j] != self.epochs.epoch:
+            if epochs is not None and epochs[j] != self.epochs_.epoch:
                 self._set_epoch(epochs[j])
             start, end = bounds[j], bounds[j + 1]
             idx, xo = cols[start:end], vals[start:end]
@@ -390,42 +379,44 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
             routes[j] = k
         return completed, routes
 
-    def partial_fit(self, X: np.ndarray, mask: np.ndarray | None = None, epoch=None) -> MoSAIC:
-        """Stream samples ``X (B, n)`` / ``(n,)`` in order: route, complete, update (see ``process``)."""
+    def partial_fit(self, X: np.ndarray, y=None, *, mask: np.ndarray | None = None, epoch=None) -> MoSAIC:
+        """Stream samples ``X (B, n)`` / ``(n,)`` in order: route, complete, update (see ``process``);
+        ``y`` is ignored. On an unfitted model the experts start from random bases."""
         self.process(X, mask, epoch)
         return self
 
     def step(self, idx: np.ndarray, xo: np.ndarray, epoch: int | None = None) -> tuple[np.ndarray, int]:
-        """One validated sample: ``idx (m,)`` observed indices, ``xo (m,)`` values.
+        """One validated sample of a fitted model: ``idx (m,)`` observed indices, ``xo (m,)`` values.
 
         Routes through ``moe.route_by_score``; returns ``(completion (n,), routed expert)``
         computed before the update.
         """
+        self._check_fitted()
         if epoch is not None:
             self._set_epoch(epoch)
         xx = float(xo @ xo)
-        w, score = self.bank.scores(idx, xo, xx)
-        k = int(route_by_score(torch.from_numpy(score[None])).indices[0, 0])
+        w, score = self.bank_.scores(idx, xo, xx)
+        k = int(route_scores(score[None], self.device)[0])
         return self._complete_and_update(idx, xo, w, score, k, xx), k
 
     def _set_epoch(self, epoch: int) -> None:
-        self.epochs.set_epoch(epoch, self.config.epoch_reset, self.steps)
+        self.epochs_.set_epoch(epoch, self.epoch_reset, self.steps_)
 
     def _install_basis(self, k: int, U: np.ndarray) -> None:
         """Replace expert ``k``'s basis by a re-seed ``U (n, r)``: its schedule restarts, and a pending
         epoch-reset decision of the old basis goes."""
-        self.bank.bases[k] = U
-        self.steps.t[k] = 0.0
-        self.epochs.pending[k] = False
-        self.expert_stats.reseeded_at[k] = self.stream_stats.n_seen
+        self.bank_.bases[k] = U
+        self.steps_.t[k] = 0.0
+        self.epochs_.pending[k] = False
+        self.expert_stats_.reseeded_at[k] = self.stream_stats_.n_seen
 
     def _complete_and_update(self, idx: np.ndarray, xo: np.ndarray, w: np.ndarray, score: np.ndarray, k: int,
                              xx: float) -> np.ndarray:
         """Completion ``(n,)`` of a sample (``idx``, ``xo (m,)``, ``xx = xo @ xo``) routed to expert ``k``
         (coefficients ``w (K, r)``, scores ``(K,)``), then the update / change detection."""
-        c = self.config
-        n, r = c.n, c.r
-        bank, stats, stream, steps = self.bank, self.expert_stats, self.stream_stats, self.steps
+        c = self
+        n, r = self.n_features_in_, self.r
+        bank, stats, stream, steps = self.bank_, self.expert_stats_, self.stream_stats_, self.steps_
         m = idx.size
         U, wk = bank.bases[k], w[k]
         p = U @ wk
@@ -444,16 +435,16 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         level = float(stats.level[k])
         novel = c.detect and stats.mature[k] and s > max(NOVELTY * (1.0 - r / m), SPIKE_FACTOR * level)
         prov = None
-        prov_fit = self.provisional_fit
-        if c.detect and prov_fit.basis is not None and stream.n_seen - self.change_buffer.last_novel <= self._window_len():
+        prov_fit = self.provisional_fit_
+        if c.detect and prov_fit.basis is not None and stream.n_seen - self.change_buffer_.last_novel <= self._window_len():
             # the provisional basis competes in the routing while a change is being buffered: a
             # sample it explains better (relative to a random subspace of each rank) is novel too
             prov = prov_fit.fit_sample(idx, xo, m, n, bank.ridge)
             novel = novel or prov[0] < s / (1.0 - r / m)
         if novel:
             return self._buffer_novel(idx, xo, m, prov)
-        if self.epochs.pending[k]:
-            self.epochs.check(k, s, stats.level_slow[k], steps)
+        if self.epochs_.pending[k]:
+            self.epochs_.check(k, s, stats.level_slow[k], steps)
         if c.schedule == "constant":
             eta = c.eta0
         else:  # the schedule's step_size, inline
@@ -485,12 +476,12 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
     def _buffer_novel(self, idx: np.ndarray, xo: np.ndarray, m: int, prov) -> np.ndarray:
         """A sample no expert explains (``prov``: its provisional fit, or None): it updates no expert
         and goes to the change buffer; returns its completion ``(n,)``."""
-        buffer, n_seen = self.change_buffer, self.stream_stats.n_seen
+        buffer, n_seen = self.change_buffer_, self.stream_stats_.n_seen
         buffer.last_novel = n_seen
         # no expert explains the sample: a wrong expert's guess is uncorrelated with the truth
         # (error ~ sqrt 2); use the provisional fit of the change buffer, else abstain (error 1)
-        if prov is None and self.provisional_fit.basis is not None:
-            prov = self.provisional_fit.fit_sample(idx, xo, m, self.n, self.bank.ridge)
+        if prov is None and self.provisional_fit_.basis is not None:
+            prov = self.provisional_fit_.fit_sample(idx, xo, m, self.n, self.bank_.ridge)
         completion = np.zeros(self.n) if prov is None or prov[1] is None else prov[1]
         completion[idx] = xo
         # forget buffered samples older than two windows: a change is re-acquired within one, so
@@ -502,13 +493,13 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         return completion
 
     def _maybe_reseed(self) -> None:
-        buffer, stats, n_seen = self.change_buffer, self.expert_stats, self.stream_stats.n_seen
+        buffer, stats, n_seen = self.change_buffer_, self.expert_stats_, self.stream_stats_.n_seen
         need = self.reseed_min()
         if len(buffer) < max(need, buffer.next_try):
             return
         B = len(buffer)
         X0, M = buffer.arrays(self.n)
-        prov = self.provisional_fit.basis
+        prov = self.provisional_fit_.basis
         warm = prov if prov is not None and prov.shape[1] == self.r else None
         U, score, inlier = reseed_fit(X0, M, self.r, warm)
         if inlier.mean() < 0.5 and warm is not None:
@@ -545,56 +536,59 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         the running mean observed count ``m̄``. The posterior (Soft-Impute, then rank-r PPCA) needs
         observations to spare beyond the rank: with ``m̄ < 2.25 r`` (e.g. (100,25,5) at 40 %,
         m̄/r = 1.6) it was both worse and ~10× slower than ALS on the tuning seeds."""
-        c = self.config
+        c = self
         if c.provisional_estimator != "auto":
             return c.provisional_estimator
-        return "posterior" if self.stream_stats.mean_m >= PROVISIONAL_MIN_RATIO * self.r else "als"
+        return "posterior" if self.stream_stats_.mean_m >= PROVISIONAL_MIN_RATIO * self.r else "als"
 
     def _maybe_refit_provisional(self) -> None:
         """Refit the provisional fit of the change buffer (``ProvisionalFit.refit``) once it has
         grown by ``provisional_growth`` (0: 0.05 for the posterior, 0.2 for ALS)."""
-        c = self.config
-        if not c.provisional or len(self.change_buffer) == 0:
-            self.provisional_fit.reset()
+        c = self
+        if not c.provisional or len(self.change_buffer_) == 0:
+            self.provisional_fit_.reset()
             return
         estimator = self.resolved_provisional_estimator()
         growth = c.provisional_growth or (0.2 if estimator == "als" else 0.05)
-        self.provisional_fit.refit(self.change_buffer, self.n, self.r, self.stream_stats.mean_m, estimator, growth,
-                                   c.provisional_lambda, self.expert_stats.level, self.stream_stats.n_seen)
+        self.provisional_fit_.refit(self.change_buffer_, self.n, self.r, self.stream_stats_.mean_m, estimator, growth,
+                                   c.provisional_lambda, self.expert_stats_.level, self.stream_stats_.n_seen)
 
     # ------------------------------------------------------------------ inference only
-    def route(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-        """Expert of each sample ``(B,)`` (no update), through ``moe.route_by_score``."""
-        X0, M = as_observed(x, mask, self.n)
-        return self.bank.batch_route(X0, M)[1]
+    def route(self, X: np.ndarray, *, mask: np.ndarray | None = None) -> np.ndarray:
+        """Expert of each sample ``X (B, n)`` (``(B,)``, no update), through ``moe.route_by_score``."""
+        self._check_fitted()
+        X0, M = check_samples(self, X, mask, reset=False)
+        return self.bank_.batch_route(X0, M, self.device)[1]
 
-    def transform(self, X: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-        """Completed samples ``(B, n)`` (no update): the routed expert's fit, observed entries kept."""
-        X0, M = as_observed(X, mask, self.n)
-        W, k = self.bank.batch_route(X0, M)
-        est = np.where(M, 0.0, np.einsum("bnr,br->bn", self.bank.bases[k], W[np.arange(len(k)), k]))
-        if self.config.completion_cap:
+    def transform(self, X: np.ndarray, *, mask: np.ndarray | None = None) -> np.ndarray:
+        """Completed samples ``X (B, n)`` (``(B, n)``, no update): the routed expert's fit, observed
+        entries kept."""
+        self._check_fitted()
+        X0, M = check_samples(self, X, mask, reset=False)
+        W, k = self.bank_.batch_route(X0, M, self.device)
+        est = np.where(M, 0.0, np.einsum("bnr,br->bn", self.bank_.bases[k], W[np.arange(len(k)), k]))
+        if self.completion_cap:
             for b in range(len(est)):
-                cap_completion(est[b], X0[b, M[b]], self.n, self.config.completion_cap,
-                               self.stream_stats.entry_energy)
+                cap_completion(est[b], X0[b, M[b]], self.n, self.completion_cap,
+                               self.stream_stats_.entry_energy)
         return np.where(M, X0, est)
 
-    def complete(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    def complete(self, X: np.ndarray, *, mask: np.ndarray | None = None) -> np.ndarray:
         """``transform``: completed samples ``(B, n)``, no update."""
-        return self.transform(x, mask)
+        return self.transform(X, mask=mask)
 
     def subspaces(self) -> np.ndarray:
         """Current expert bases ``(K, n, r)`` (a copy)."""
-        return self.bank.bases.copy()
+        return self.bank_.bases.copy()
 
     # ------------------------------------------------------------------ persistence
-    # the shared format of common.pretrained: config = the full MoSAICConfig (every field, so a
-    # default changed later cannot change a saved model); tensors and state = every component's
-    # fields (streaming.state), nothing else
+    # the shared format of common.pretrained: config = every constructor argument (so a default
+    # changed later cannot change a saved model); tensors and state = every component's fields
+    # (streaming.state), nothing else; n is the bases' second dimension
 
     @property
     def pretrained_config(self) -> dict:
-        return asdict(self.config)
+        return self.get_params()
 
     def save(self, path_dir: str | os.PathLike) -> Path:
         """Save the full state (so a reloaded model continues the stream identically)."""
@@ -606,13 +600,9 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
 
     @classmethod
     def upgrade_config(cls, config: dict, from_version: int) -> dict:
-        # deleted mechanisms' fields go (3: the same fields, flat state layout); before 5 there was no
-        # drift floor, so an older model continues its stream as it was trained
-        if from_version == 0 and config.get("model") == "MoSAIC":  # common.checkpoint: {"model", **fields}
-            return {"drift_floor": 0.0, **{k: v for k, v in config.items() if k not in ("model", *REMOVED_FIELDS)}}
-        if from_version in (1, 2, 3, 4):
-            return {"drift_floor": 0.0, **{k: v for k, v in config.items() if k not in REMOVED_FIELDS}}
-        return super().upgrade_config(config, from_version)
+        """Older configs through ``streaming.compat.upgrade_config``."""
+        upgraded = upgrade_config(config, from_version)
+        return upgraded if upgraded is not None else super().upgrade_config(config, from_version)
 
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict]:
         """``(tensors, state)``: every field of every component (``COMPONENTS``)."""
@@ -625,66 +615,24 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         return tensors, state
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], state: dict, source: str) -> None:
-        """Inverse of :meth:`checkpoint_state` (and reader of the flat layout of config versions
-        <= 3 and of ``common.checkpoint``); CheckpointError when something is missing or does not fit."""
+        """Inverse of :meth:`checkpoint_state`; older layouts through ``streaming.compat``.
+        CheckpointError when something is missing or does not fit."""
         if state.get("layout") != STATE_LAYOUT:
-            self._load_flat_state(tensors, state, source)
+            fresh = load_flat_state(tensors, state, self.K, source)
         else:
             unknown = set(state) - {"layout", *COMPONENTS}
             if unknown:
                 raise CheckpointError(f"{source}: unknown MoSAIC state {sorted(unknown)}")
-            steps, expert_stats = state.get("steps"), state.get("expert_stats")
-            if (isinstance(steps, dict) and "level_ref" not in steps and "t" in steps
-                    and isinstance(expert_stats, dict) and "level_slow" in expert_stats):
-                # config version 4: no drift floor yet (its coefficient is 0 after upgrade_config)
-                state = {**state, "steps": {**steps, "level_ref": expert_stats["level_slow"]}}
+            state = upgrade_component_state(state)
             fresh = {name: cls.__new__(cls) for name, cls in COMPONENTS.items()}
             for name, comp in fresh.items():
                 comp.load_state(tensors, state.get(name), source)
-            for name, comp in fresh.items():
-                setattr(self, name, comp)
-        K, n, r = self.K, self.n, self.r
-        if self.bank.bases.shape != (K, n, r):
-            shape = self.bank.bases.shape
-            self._init_state()
-            raise CheckpointError(f"bases in {source} have shape {shape}, expected {(K, n, r)}")
-
-    def _load_flat_state(self, tensors: dict[str, torch.Tensor], state: dict, source: str) -> None:
-        """The flat layout before the components (config versions <= 3; older fields default as
-        they were trained)."""
-        try:
-            arr = {k: v.numpy().copy() for k, v in tensors.items()}
-            K = self.K
-            self.bank = ExpertBank(bases=arr["bases"], ridge=float(state["ridge"]))
-            self.expert_stats = ExpertStats(
-                level=arr["level"], level_slow=arr["level_slow"], mature=arr["mature"].astype(bool),
-                n_updates=arr["n_updates"], long_counts=arr["long_counts"], last_update=arr["last_update"],
-                reseeded_at=arr["reseeded_at"])
-            self.steps = StepSchedule(t=arr["t"], level_ref=arr["level_slow"].copy())  # no drift floor before 5
-            epochs = EpochReset.new(K)
-            epochs.epoch = int(state["epoch"])
-            if "reset_pending" in arr:  # older checkpoints: no pending epoch-reset decision
-                epochs.pending = arr["reset_pending"].astype(bool)
-                epochs.sum, epochs.count = arr["reset_sum"], arr["reset_count"]
-            self.epochs = epochs
-            self.stream_stats = StreamStats(
-                n_seen=int(state["n_seen"]), mean_m=float(state["mean_m"]),
-                entry_energy=float(state.get("entry_energy", 0.0)),  # older checkpoints: no floor
-                pretrained=bool(state["pretrained"]))
-            buffer_t = state["buffer_t"]
-            B = state.get("buffer_len", len(buffer_t))
-            self.change_buffer = ChangeBuffer(
-                idx=[arr[f"buffer_idx_{j}"] for j in range(B)], values=[arr[f"buffer_val_{j}"] for j in range(B)],
-                stamps=[int(t) for t in buffer_t[:B]], next_try=int(state["next_try"]),
-                last_novel=int(state.get("last_novel", -(10**12))), reseeds=[tuple(x) for x in state["reseeds"]])
-            noise = state.get("provisional_noise")
-            self.provisional_fit = ProvisionalFit(
-                basis=arr.get("provisional"), at=int(state.get("provisional_at", 0)),
-                loadings=arr.get("provisional_loadings"), noise=None if noise is None else float(noise),
-                si_stamps=arr.get("soft_impute_stamps"), si_Z=arr.get("soft_impute_Z"))
-        except (KeyError, TypeError, ValueError) as exc:
-            self._init_state()
-            raise CheckpointError(f"incomplete MoSAIC checkpoint {source}: {exc}") from exc
+        shape = fresh["bank"].bases.shape
+        if len(shape) != 3 or (shape[0], shape[2]) != (self.K, self.r):
+            raise CheckpointError(f"bases in {source} have shape {shape}, expected (K, n, r) = ({self.K}, n, {self.r})")
+        for name, comp in fresh.items():
+            setattr(self, name + "_", comp)
+        self.n_features_in_ = int(shape[1])
 
     @classmethod
     def tiny_example(cls):
@@ -695,7 +643,7 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
 
         s = generate_stream(StreamConfig(n=20, r=2, K=3, obs_frac=0.6, epochs=2, samples_per_epoch=120,
                                          drift="abrupt", source_per_class=40, seed=7))
-        m = cls(20, 2, 3, pretrain_restarts=2, seed=1).fit(s.source_values)
+        m = cls(2, 3, pretrain_restarts=2, seed=1).fit(s.source_values)
         m.process(s.values[:210], epoch=s.epoch[:210])
         return m, (s.values[210:230], None, s.epoch[210:230])
 
@@ -704,16 +652,7 @@ class MoSAIC(PretrainedMixin, BaseEstimator):
         return self.process(x, mask, epoch)
 
 
-def _config_property(name: str) -> property:
-    def get(self):
-        return getattr(self.config, name)
-
-    def set_(self, value) -> None:
-        self._set_param(name, value)
-
-    return property(get, set_, doc=f"Hyper-parameter ``{name}`` (``MoSAICConfig.{name}``); settable (validated).")
-
-
-for _field in dataclasses.fields(MoSAICConfig):  # get_params / set_params read and write the config
-    setattr(MoSAIC, _field.name, _config_property(_field.name))
-del _field
+# scikit-learn builds estimators with any parameter value and validates at fit, and the checkpoint
+# config is ``pretrained_config`` (the parameters): the constructor is not wrapped by common.pretrained,
+# whose wrapper encodes every argument as JSON when the object is built
+MoSAIC.__init__ = MoSAIC.__init__.__wrapped__

@@ -3,7 +3,7 @@
 Data: the ``movielens`` data frame of the R package dslabs (Debian ``r-cran-dslabs``, Artistic-2.0;
 the ratings are GroupLens' "ml-latest-small" of October 2016, free for research use: 100,004
 ratings, 671 users x 9,066 movies, timestamps 1995-2016). It is read in place from the package's
-R lazy-load database with PyPI ``rdata`` and zlib (``read_lazyload``); nothing is copied.
+R lazy-load database with PyPI ``rdata`` and zlib (``streaming.rlazyload.read_lazyload``); nothing is copied.
 
 Stream (``build_stream``): the ``movies`` most-rated movies are the ``n`` coordinates (500 give
 about 13 % density); users are streamed in the order of their first rating (any movie; ties by
@@ -26,115 +26,22 @@ prefix (the first ``tune_users`` stream users, the only part hyper-parameters we
 
 from __future__ import annotations
 
-import struct
 import time
-import warnings
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from common.errors import DataError, InputError
 from streaming.data import Stream
+from streaming.rlazyload import read_lazyload
 
 DSLABS_DATA = Path("/usr/lib/R/site-library/dslabs/data")
 INSTALL_HINT = "install the Debian package r-cran-dslabs (apt-get install r-cran-dslabs)"
 MOVIELENS_ROWS = 100_004  # dslabs 0.7.x: ml-latest-small of 2016
 REQUIRED_COLUMNS = ("userId", "movieId", "rating", "timestamp", "genres")
-
-
-# ---------------------------------------------------------------------------------------------
-# R lazy-load database
-# ---------------------------------------------------------------------------------------------
-def _parse_r(raw: bytes, what: str) -> Any:
-    """An R serialisation (XDR, ``X\\n`` header) -> Python object through ``rdata``."""
-    try:
-        import rdata
-    except ImportError:  # pragma: no cover - a dependency of the project
-        raise DataError("reading R data needs the Python package rdata (pip install rdata)") from None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # rdata warns about attributes it converts loosely
-            parsed = rdata.parser.parse_data(raw, extension=".rds")
-            return rdata.conversion.convert(parsed)
-    except Exception as exc:  # rdata raises many types on malformed input
-        raise DataError(f"{what} is not a readable R serialisation: {type(exc).__name__}: {exc}") from None
-
-
-def _decompress_chunk(chunk: bytes, kind: int, what: str) -> bytes:
-    """One ``.rdb`` chunk: 4-byte big-endian uncompressed length, then the payload (R's
-    ``R_decompress1/2/3`` in ``serialize.c``): ``kind`` 1 = zlib; 2 and 3 carry a type byte
-    (``'0'`` none, ``'1'`` zlib, ``'2'`` bzip2, ``'Z'`` xz) before the payload."""
-    if len(chunk) < 5:
-        raise DataError(f"{what}: chunk of {len(chunk)} bytes is too short")
-    (length,) = struct.unpack(">I", chunk[:4])
-    body, codec = chunk[4:], "1"
-    if kind in (2, 3):
-        codec, body = chr(chunk[4]), chunk[5:]
-    try:
-        if codec == "0":
-            raw = body
-        elif codec == "1":
-            raw = zlib.decompress(body)
-        elif codec == "2":
-            import bz2
-
-            raw = bz2.decompress(body)
-        elif codec == "Z":
-            import lzma
-
-            raw = lzma.decompress(body)
-        else:
-            raise DataError(f"{what}: unknown compression type {codec!r}")
-    except (zlib.error, OSError, ValueError, EOFError) as exc:
-        raise DataError(f"{what}: cannot decompress ({exc})") from None
-    if len(raw) != length:
-        raise DataError(f"{what}: decompressed to {len(raw)} bytes, the header says {length}")
-    return raw
-
-
-def read_lazyload(folder: str | Path, name: str, db: str = "Rdata") -> Any:
-    """The object ``name`` from the R lazy-load database ``folder/db.rdx`` + ``folder/db.rdb``.
-
-    ``db.rdx`` is a (gzipped) R serialisation of ``list(variables = list(name = c(offset, length),
-    ...), references = ..., compressed = TRUE | 2 | 3)``; the object is the R serialisation in
-    bytes ``[offset, offset + length)`` of ``db.rdb``, compressed as ``_decompress_chunk`` says.
-    Returns what ``rdata.conversion.convert`` makes of it (a data frame becomes a
-    ``pandas.DataFrame``). DataError naming the file on anything missing or malformed.
-    """
-    folder = Path(folder)
-    rdx, rdb = folder / f"{db}.rdx", folder / f"{db}.rdb"
-    for path in (rdx, rdb):
-        if not path.is_file():
-            raise DataError(f"R lazy-load database not found: {path}")
-    raw = rdx.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        import gzip
-
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise DataError(f"{rdx}: cannot decompress ({exc})") from None
-    index = _parse_r(raw, str(rdx))
-    if not isinstance(index, dict) or "variables" not in index or not isinstance(index["variables"], dict):
-        raise DataError(f"{rdx} is not a lazy-load index (no 'variables' list)")
-    variables = {str(k): v for k, v in index["variables"].items()}
-    if name not in variables:
-        raise DataError(f"{rdx} has no object {name!r} (it holds {sorted(variables)[:10]}...)")
-    try:
-        offset, length = (int(v) for v in np.asarray(variables[name]).reshape(-1)[:2])
-    except (TypeError, ValueError):
-        raise DataError(f"{rdx}: malformed position of {name!r}: {variables[name]!r}") from None
-    kind = int(np.asarray(index.get("compressed", [1])).reshape(-1)[0]) if "compressed" in index else 1
-    size = rdb.stat().st_size
-    if offset < 0 or length < 5 or offset + length > size:
-        raise DataError(f"{rdb}: {name!r} at [{offset}, {offset + length}) lies outside the file ({size} bytes)")
-    with open(rdb, "rb") as f:
-        f.seek(offset)
-        chunk = f.read(length)
-    return _parse_r(_decompress_chunk(chunk, kind, f"{rdb} ({name})"), f"{rdb} ({name})")
 
 
 def load_movielens(folder: str | Path | None = None, expected_rows: int | None = MOVIELENS_ROWS):
@@ -380,13 +287,13 @@ def soft_impute_offline(lam_rel: float = 1.0, damping: float = 5.0, iters: int =
     return run
 
 
-def default_methods(seed: int = 0) -> dict[str, dict[str, Method]]:
+def default_methods(seed: int = 0, device: torch.device | None = None) -> dict[str, dict[str, Method]]:
     """The compared methods, each as a small grid ``{setting: method}`` whose setting is chosen on
     the tuning prefix: user + item means (damping), GROUSE and PETRELS (one rank-r subspace, from
     a random start warmed on the source), MoSAIC (K experts of rank r, pretrained on the source,
     step size η0), the pretrained k-GROUSE (MoSAIC's pretraining, then plain routed GROUSE steps of
     a constant size from ``KGROUSE_ETA_GRID``), all four on the baseline's residuals; the offline
-    Soft-Impute reference."""
+    Soft-Impute reference. MoSAIC's and k-GROUSE's routing runs on ``device`` (None: the CPU)."""
     from streaming.baselines import KGROUSE_ETA_GRID, Grouse, KGrousePretrained, Petrels
     from streaming.model import MoSAIC
 
@@ -397,10 +304,10 @@ def default_methods(seed: int = 0) -> dict[str, dict[str, Method]]:
         return on_residuals(lambda n: Petrels(n, r, lam=lam, seed=seed))
 
     def mosaic(K, r, eta0):
-        return on_residuals(lambda n: MoSAIC(n, r, K, eta0=eta0, eta_min=min(0.05, eta0), seed=seed))
+        return on_residuals(lambda n: MoSAIC(r, K, eta0=eta0, eta_min=min(0.05, eta0), seed=seed).to(device))
 
     def kgrouse_pretrained(K, r, eta):
-        return on_residuals(lambda n: KGrousePretrained(n, r, K, eta=eta, seed=seed))
+        return on_residuals(lambda n: KGrousePretrained(n, r, K, eta=eta, seed=seed, device=device))
 
     return {
         "user_item_means": {f"damping={d}": user_item_means(d) for d in (1.0, 5.0, 25.0)},

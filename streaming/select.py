@@ -1,8 +1,8 @@
-"""Unknown ``K`` and ``r``: model selection for MoSAIC's pretraining, and the observed-count check.
+"""Unknown ``K`` and ``r``: model selection for MoSAIC's pretraining.
 
 ``estimate_K_r(source)`` picks the number of subspaces ``K`` and their rank ``r`` from partially
 observed source samples ``(S, n)`` by **entry-wise cross-validation** of k-subspaces with missing
-data (``streaming.train.k_subspaces_missing``, MoSAIC's own pretraining, with a few restarts):
+data (``streaming.kss.k_subspaces_missing``, MoSAIC's own pretraining, with a few restarts):
 
 1. Hide a share ``holdout`` of every sample's observed entries (``floor(holdout · m)`` at random;
    samples with ``m <= 2`` keep all theirs). The rest are the visible entries.
@@ -29,22 +29,18 @@ The evidence (``KrEstimate``): every evaluated point with its ``cv_nrmse``, pair
 standard error to the best point, parameter count and eligibility; the chosen and the lowest-error
 points; the ``margin`` (relative error increase of the best evaluated model with one expert or one
 direction fewer: how clearly the smaller models lose) and warnings (grid edge, low observed counts).
-
-``check_observed(M, r)`` is the bad-input check of issue 33: a rank-``r`` subspace is identified by a
-sample only through ``m > r`` observed entries (with ``m <= r`` any subspace fits it exactly), so
-most samples at ``m <= r`` warn (``LowObservationWarning``) and no sample with ``m > r`` at all is
-an ``InputError`` (nothing can be learnt).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import torch
 
 from common.errors import InputError
+from streaming.observed import as_observed, check_observed
 
 #: defaults of the grid bounds, the held-out share, the restarts per fit, the K patience
 K_MAX = 20
@@ -60,48 +56,16 @@ K_GAIN = 0.01
 #: the lowest (about half of it in NRMSE): at the noise floor the paired standard error is tiny, and an
 #: extra expert fitting a few samples' noise would otherwise count as a real gain
 REL_TOL = 0.1
-#: "most samples": the share of samples at m <= r above which the observed-count check warns
-LOW_OBS_SHARE = 0.5
-
-
-class LowObservationWarning(UserWarning):
-    """Most samples have too few observed entries (``m <= r``) to identify a rank-``r`` subspace."""
 
 
 def observed_mask(x: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``x (S, n)`` (NaN = unobserved unless ``mask (S, n)`` bool is given) -> zero-filled
     ``X0 (S, n)`` and ``M (S, n)``; InputError for a wrong shape, an empty sample or a non-finite
     observed value."""
-    from streaming.experts import as_observed
-
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2:
         raise InputError(f"source samples must be a (S, n) array with S, n >= 2, got shape {x.shape}")
     return as_observed(x, mask, x.shape[1])
-
-
-def check_observed(M: np.ndarray, r: int, what: str = "samples", warn: bool = True) -> str | None:
-    """Observed-count check for rank ``r`` on ``M (S, n)`` bool (True = observed).
-
-    Raises InputError when no sample has more than ``r`` observed entries (no subspace of rank
-    ``r`` can be learnt or tracked); returns a one-line message, and issues it as a
-    ``LowObservationWarning`` when ``warn``, when more than half of the samples have ``m <= r``
-    (their completion is unconstrained); returns None otherwise."""
-    m = np.asarray(M, dtype=bool).sum(1)
-    if m.size == 0:
-        return None
-    if (m <= r).all():
-        raise InputError(f"every one of the {m.size} {what} has at most {int(m.max())} observed entries: a rank-{r} "
-                         f"subspace needs more than {r} observed entries per sample (lower r or observe more)")
-    low = float((m <= r).mean())
-    if low <= LOW_OBS_SHARE:
-        return None
-    msg = (f"{100 * low:.0f}% of the {m.size} {what} have at most r={r} observed entries (median "
-           f"{float(np.median(m)):g}): a rank-{r} subspace is not identified by them and their completions are "
-           f"unreliable (lower r or observe more)")
-    if warn:
-        warnings.warn(msg, LowObservationWarning, stacklevel=2)
-    return msg
 
 
 def split_entries(M: np.ndarray, holdout: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -163,15 +127,17 @@ def estimate_K_r(
     restarts: int = RESTARTS,
     patience: int = PATIENCE,
     seed: int = 0,
+    device: torch.device | None = None,
 ) -> KrEstimate:
     """Estimate the number of subspaces ``K`` and their rank ``r`` of source samples ``(S, n)``
     (NaN = unobserved, or ``mask (S, n)`` bool) by held-out completion error (module docstring).
 
     ``K`` / ``r``: ``"auto"`` or a fixed int (only the other is searched). Grid: ``1 <= K <= k_max``,
-    ``1 <= r <= min(r_max, n - 1, median visible count - 1)``. Returns a ``KrEstimate``; InputError
+    ``1 <= r <= min(r_max, n - 1, median visible count - 1)``; the fits' routing runs on ``device``
+    (None: the CPU). Returns a ``KrEstimate``; InputError
     for bad samples or bounds; a ``LowObservationWarning`` when most samples have ``m <= r``."""
+    from streaming.kss import k_subspaces_missing, map_ridge
     from streaming.linalg import batch_fit
-    from streaming.train import k_subspaces_missing, map_ridge
 
     X0, M = observed_mask(source, mask)
     S, n = X0.shape
@@ -205,7 +171,8 @@ def estimate_K_r(
     def errors(k: int, q: int) -> np.ndarray:
         """Per-sample held-out squared errors ``(S,)`` of the (k, q) model, in units of ``unit``."""
         if (k, q) not in cache:
-            res = k_subspaces_missing(Xv, visible, k, q, restarts=1 if k == 1 else restarts, seed=seed)
+            res = k_subspaces_missing(Xv, visible, k, q, restarts=1 if k == 1 else restarts, seed=seed,
+                                      device=device)
             U = res.bases
             ridge = map_ridge(U, Xv, visible, res.labels)
             W, rv = batch_fit(U, Xv, visible, ridge=ridge)
@@ -273,7 +240,7 @@ def estimate_K_r(
 
 
 def fit_auto(source: np.ndarray, mask: np.ndarray | None = None, K: int | str = "auto", r: int | str = "auto",
-             k_max: int = K_MAX, r_max: int = R_MAX, **config):
+             k_max: int = K_MAX, r_max: int = R_MAX, device: torch.device | None = None, **config):
     """Pretrain MoSAIC on source samples ``(S, n)`` with ``K`` and/or ``r`` = ``"auto"`` estimated
     by ``estimate_K_r`` (with ``seed=config.get("seed", 0)``); ints are used as given. Returns the
     fitted ``MoSAIC`` with the estimate in ``selection_`` (a ``KrEstimate``, None when both were
@@ -283,9 +250,9 @@ def fit_auto(source: np.ndarray, mask: np.ndarray | None = None, K: int | str = 
     X0, M = observed_mask(source, mask)
     estimate = None
     if K == "auto" or r == "auto":
-        estimate = estimate_K_r(X0, M, K=K, r=r, k_max=k_max, r_max=r_max, seed=config.get("seed", 0))
+        estimate = estimate_K_r(X0, M, K=K, r=r, k_max=k_max, r_max=r_max, seed=config.get("seed", 0), device=device)
         K, r = estimate.K, estimate.r
-    model = MoSAIC(X0.shape[1], int(r), int(K), **config).fit(X0, M)
+    model = MoSAIC(int(r), int(K), **config).to(device).fit(X0, mask=M)
     model.selection_ = estimate
     return model
 

@@ -28,17 +28,18 @@ from __future__ import annotations
 
 import copy
 import fnmatch
-import json
 import math
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from common.errors import InputError
 from common.io import write_csv, write_json
 from common.report import markdown_table
+from streaming.harness import limit_threads, run_online
 
 #: true (n, r, K) of every stress stream, its epochs and their length
 SHAPE = (60, 4, 4)
@@ -116,7 +117,7 @@ def stream_config(family: str, obs_frac: float, seed: int):
                         seed=seed, **FAMILIES[family])
 
 
-def _nrmse_rows(stream, completed: np.ndarray) -> dict:
+def nrmse_rows(stream, completed: np.ndarray) -> dict:
     from streaming.evaluate import nrmse_unobserved
 
     per_epoch = [nrmse_unobserved(completed[stream.epoch == e], stream.full[stream.epoch == e],
@@ -126,10 +127,11 @@ def _nrmse_rows(stream, completed: np.ndarray) -> dict:
 
 
 def run_group(family: str, obs_frac: float, spec: str, seed_index: int, seed: int, epoch_settings=EPOCH_INFO,
-              ablations: bool = False, eta_grid: bool = False) -> list[dict]:
+              ablations: bool = False, eta_grid: bool = False, device: torch.device | None = None) -> list[dict]:
     """One stream (``family``, ``obs_frac``, stream seed ``seed``) and every method, for each epoch
     setting in ``epoch_settings``: rows of ``trials.csv``. Methods that ignore epochs (k-GROUSE,
-    GROUSE, PETRELS, the oracle) run once and are reported under each setting."""
+    GROUSE, PETRELS, the oracle) run once and are reported under each setting. MoSAIC's routing runs
+    on ``device`` (None: the CPU)."""
     from streaming.baselines import (
         KGROUSE_ETA,
         KGROUSE_ETA_GRID,
@@ -141,9 +143,8 @@ def run_group(family: str, obs_frac: float, spec: str, seed_index: int, seed: in
     )
     from streaming.data import generate_stream
     from streaming.model import MoSAIC
-    from streaming.train import run_online
 
-    _limit_threads()
+    limit_threads()
     cfg = stream_config(family, obs_frac, seed)
     stream = generate_stream(cfg)
     n, r_true, K_true = SHAPE
@@ -154,14 +155,14 @@ def run_group(family: str, obs_frac: float, spec: str, seed_index: int, seed: in
     def record(method: str, epochs: str, completed: np.ndarray, us: float, extra: dict | None = None) -> None:
         rows.append({"cell": cell_name(family, obs_frac, spec, epochs), "family": family, "obs_frac": obs_frac,
                      "spec": spec, "epochs": epochs, "seed": seed, "method": method, "K": K, "r": r,
-                     **_nrmse_rows(stream, completed), "us_per_sample": us, **(extra or {})})
+                     **nrmse_rows(stream, completed), "us_per_sample": us, **(extra or {})})
 
     def stream_model(model, epochs: str):
         run = run_online(model, stream.values, stream.epoch if epochs == "given" else None)
         return run.completed, run.time_per_sample_s * 1e6
 
     t0 = time.perf_counter()
-    mosaic = MoSAIC(n, r, K, seed=seed_index).fit(stream.source_values)
+    mosaic = MoSAIC(r, K, seed=seed_index).to(device).fit(stream.source_values)
     pretrain_s = time.perf_counter() - t0
     once: dict[str, tuple[np.ndarray, float]] = {}
     etas = KGROUSE_ETA_GRID if eta_grid else (KGROUSE_ETA,)
@@ -181,26 +182,18 @@ def run_group(family: str, obs_frac: float, spec: str, seed_index: int, seed: in
         for name, overrides in variants.items():
             model = copy.deepcopy(mosaic)
             for key, value in overrides.items():
-                setattr(model.config, key, value)
+                setattr(model, key, value)
             completed, us = stream_model(model, epochs)
             record(name, epochs, completed, us, {"pretrain_s": pretrain_s, "reseeds": len(model.reseeds)})
-        completed, us = stream_model(mosaic_no_pretrain(n, r, K, seed=seed_index), epochs)
+        completed, us = stream_model(mosaic_no_pretrain(r, K, seed=seed_index), epochs)
         record("mosaic_no_pretrain", epochs, completed, us)
         for name, (completed, us) in once.items():
             record(name, epochs, completed, us)
     return rows
 
 
-def _limit_threads() -> None:
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(1)
-    threadpool_limits(1)
-
-
 def _group_star(args):
-    return run_group(*args[:-2], ablations=args[-2], eta_grid=args[-1])
+    return run_group(*args[:-3], ablations=args[-3], eta_grid=args[-2], device=args[-1])
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -320,9 +313,11 @@ def plot_cells(summary: list[dict], path: Path) -> None:
 
 
 def run_stress(out: Path, cells=None, families=None, tuning: bool = False, ablations: bool = False,
-               eta_grid: bool = False, workers: int = 1, seeds: int | None = None, command: str = "") -> dict:
+               eta_grid: bool = False, workers: int = 1, seeds: int | None = None, command: str = "",
+               device: torch.device | None = None) -> dict:
     """Run the selected cells on the test seeds (``tuning``: the tuning seeds), print the per-cell
-    comparison and write ``trials.csv``, ``summary.csv`` and ``summary.json`` into ``out``."""
+    comparison and write ``trials.csv``, ``summary.csv`` and ``summary.json`` into ``out``. MoSAIC's
+    routing runs on ``device`` (None: the CPU)."""
     from streaming.baselines import KGROUSE_ETA
 
     selected = select_cells(cells, families)
@@ -331,7 +326,7 @@ def run_stress(out: Path, cells=None, families=None, tuning: bool = False, ablat
     for c in selected:
         family, obs, spec, epochs = c.split("/")
         groups.setdefault((family, int(obs[3:]) / 100, spec), []).append(epochs)
-    jobs = [(f, o, s, i, seed, tuple(eps), ablations, eta_grid)
+    jobs = [(f, o, s, i, seed, tuple(eps), ablations, eta_grid, device)
             for (f, o, s), eps in groups.items() for i, seed in enumerate(seed_list)]
     t0 = time.perf_counter()
     if workers > 1:
@@ -374,124 +369,5 @@ def run_stress(out: Path, cells=None, families=None, tuning: bool = False, ablat
                                                    "max_cell", "min_ratio", "cells_hurt_gt_2pct", "cells_helped_gt_2pct"]))
     if eta_grid:
         print("k-GROUSE step:", result["kgrouse_eta_grid"])
-    print("targets:", targets)
-    return result
-
-
-def auto_kr_trial(family: str, obs_frac: float, seed_index: int, seed: int) -> dict:
-    """One stream of the stress suite: ``streaming.select.estimate_K_r`` on its source samples, and
-    MoSAIC's NRMSE (epochs given) with the estimated and with the true ``(K, r)`` (one run when equal)."""
-    import warnings
-
-    from streaming.data import generate_stream
-    from streaming.model import MoSAIC
-    from streaming.select import estimate_K_r
-    from streaming.train import run_online
-
-    _limit_threads()
-    stream = generate_stream(stream_config(family, obs_frac, seed))
-    n, r_true, K_true = SHAPE
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        est = estimate_K_r(stream.source_values, seed=seed_index)
-    select_s = time.perf_counter() - t0
-
-    def nrmse(K: int, r: int) -> float:
-        model = MoSAIC(n, r, K, seed=seed_index).fit(stream.source_values)
-        return _nrmse_rows(stream, run_online(model, stream.values, stream.epoch).completed)["nrmse"]
-
-    true_nrmse = nrmse(K_true, r_true)
-    correct = (est.K, est.r) == (K_true, r_true)
-    est_nrmse = true_nrmse if correct else nrmse(est.K, est.r)
-    return {"cell": auto_kr_cell(family, obs_frac), "family": family, "obs_frac": obs_frac, "seed": seed,
-            "K_true": K_true, "r_true": r_true, "K_hat": est.K, "r_hat": est.r, "correct": correct,
-            "nrmse_true_Kr": true_nrmse, "nrmse_estimated_Kr": est_nrmse, "nrmse_ratio": est_nrmse / true_nrmse,
-            "select_s": select_s, "points": len(est.table), "margin": est.margin, "warnings": est.warnings}
-
-
-def _json_scalar(value):
-    """NumPy scalars in a trial record as Python numbers (``json.dumps``' ``default``)."""
-    return value.item() if isinstance(value, np.generic) else str(value)
-
-
-def partial_path(json_path) -> Path:
-    """Where ``run_auto_kr`` appends each finished trial (one JSON line) while it runs: ``F.partial.jsonl``
-    next to the result ``F.json``."""
-    path = Path(json_path)
-    return path.with_name(path.stem + ".partial.jsonl")
-
-
-def run_auto_kr(json_path, families=None, obs_fracs=None, seeds: int | None = None, tuning: bool = False,
-                command: str = "", resume: bool = False) -> dict:
-    """``mosaic bench --suite auto-kr``: the K/r estimator on every (family, observed fraction) cell
-    of the stress suite (true ``(K, r) = (4, 4)``), on the first ``seeds`` test seeds (``tuning``: the
-    tuning seeds). Per cell: how often the estimate is exactly right and the mean ratio of MoSAIC's
-    NRMSE with the estimated vs the true ``(K, r)``; the targets of issue 33 (>= 90 % of cells right,
-    NRMSE within 10 %) over cells. Writes ``json_path`` (when given) and prints the table.
-
-    The trials run seed after seed (every cell of the first seed, then of the second, ...), and each
-    finished one is appended to ``partial_path(json_path)``; ``resume`` reuses the trials found there and
-    in an existing ``json_path`` (same cell and seed; marked ``"resumed": true``) instead of recomputing
-    them, so an interrupted run continues where it stopped and a run with more seeds extends a finished
-    one. Once the JSON is written the partial file keeps only the trials the JSON does not hold (none:
-    it is removed)."""
-    for f in families or ():
-        if f not in FAMILIES:
-            raise InputError(f"unknown family {f!r}; choose from {sorted(FAMILIES)}")
-    seed_list = (TUNING_SEEDS if tuning else TEST_SEEDS)[: seeds or None]
-    partial = partial_path(json_path) if json_path else None
-    done: dict[tuple[str, int], dict] = {}
-    if resume and partial is not None:
-        found = json.loads(Path(json_path).read_text()).get("trials", []) if Path(json_path).exists() else []
-        if partial.exists():
-            found += [json.loads(line) for line in partial.read_text().splitlines() if line.strip()]
-        for t in found:
-            done[(t["cell"], t["seed"])] = {**t, "resumed": True}
-    if partial is not None:
-        partial.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text("".join(json.dumps(t, default=_json_scalar) + "\n" for t in done.values()))
-    t0 = time.perf_counter()
-    trials = []
-    for i, seed in enumerate(seed_list):
-        for f in families or FAMILIES:
-            for o in obs_fracs or OBS_FRACS:
-                trial = done.get((auto_kr_cell(f, o), seed))
-                if trial is None:
-                    trial = auto_kr_trial(f, o, i, seed)
-                    if partial is not None:
-                        with partial.open("a") as fh:
-                            fh.write(json.dumps(trial, default=_json_scalar) + "\n")
-                trials.append(trial)
-    order = {c: j for j, c in enumerate(auto_kr_cell(f, o) for f in families or FAMILIES for o in obs_fracs or OBS_FRACS)}
-    trials.sort(key=lambda t: (order[t["cell"]], seed_list.index(t["seed"])))
-    cells = []
-    for cell in dict.fromkeys(t["cell"] for t in trials):
-        sel = [t for t in trials if t["cell"] == cell]
-        ratio = np.array([t["nrmse_ratio"] for t in sel])
-        cells.append({"cell": cell, "seeds": len(sel), "correct_share": float(np.mean([t["correct"] for t in sel])),
-                      "estimates": [f"{t['K_hat']},{t['r_hat']}" for t in sel],
-                      "nrmse_true_Kr": float(np.mean([t["nrmse_true_Kr"] for t in sel])),
-                      "nrmse_estimated_Kr": float(np.mean([t["nrmse_estimated_Kr"] for t in sel])),
-                      "nrmse_ratio_mean": float(ratio.mean()), "nrmse_ratio_max": float(ratio.max()),
-                      "select_s_mean": float(np.mean([t["select_s"] for t in sel]))})
-    targets = {"cells": len(cells), "cells_right_ge_90pct": sum(c["correct_share"] >= 0.9 for c in cells),
-               "trials_right": sum(t["correct"] for t in trials), "trials": len(trials),
-               "cells_nrmse_within_10pct": sum(c["nrmse_ratio_mean"] <= 1.1 for c in cells)}
-    result = {"command": command, "seeds": list(seed_list), "tuning": tuning, "test_seeds": list(TEST_SEEDS),
-              "tuning_seeds": list(TUNING_SEEDS), "shape_n_r_K": list(SHAPE), "epochs": EPOCHS,
-              "samples_per_epoch": SAMPLES_PER_EPOCH, "families": FAMILIES, "targets": targets, "cells": cells,
-              "trials": trials, "resumed_trials": sum(bool(t.get("resumed")) for t in trials),
-              "wall_s": time.perf_counter() - t0}
-    if json_path:
-        write_json(json_path, result)
-        used = {(t["cell"], t["seed"]) for t in trials}
-        rest = [t for key, t in done.items() if key not in used]  # trials of other seeds or cells: kept for later
-        if rest:
-            partial.write_text("".join(json.dumps(t, default=_json_scalar) + "\n" for t in rest))
-        else:
-            partial.unlink(missing_ok=True)
-    print(markdown_table(cells, ["cell", "seeds", "correct_share", "estimates", "nrmse_true_Kr", "nrmse_estimated_Kr",
-                                 "nrmse_ratio_mean"]))
     print("targets:", targets)
     return result

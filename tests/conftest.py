@@ -41,13 +41,14 @@ def _tiny_demo_models(root: Path) -> dict[str, str]:
     point the hub's tabs at them. Real models come from ``make demo``."""
     import torch
 
-    from generation3d.data import PartDataset, build_dataset
+    from generation3d.data import PartDataset
     from generation3d.model import AEConfig, GenConfig
-    from generation3d.pipeline import MoCAPipeline
-    from generation3d.train import train_autoencoder, train_generator
+    from generation3d.sampling import MoCAPipeline
+    from generation3d.shapes import build_dataset
+    from generation3d.train import fit, pretrain
     from olfaction.predictor import MixturePredictor
     from vision.models import MoHBackbone
-    from vision.pipeline import save_checkpoint
+    from vision.sampling import save_checkpoint
 
     torch.manual_seed(0)
     MixturePredictor.tiny_example()[0].save_pretrained(root / "olfaction")
@@ -64,10 +65,10 @@ def _tiny_demo_models(root: Path) -> dict[str, str]:
     ), root / "vision")
     build_dataset(root / "parts", n_per_category=4, n_scenes=1, n_points=64, seed=0, min_scene_parts=20)
     ds = PartDataset.load(root / "parts")
-    ae, _ = train_autoencoder(
+    ae, _ = pretrain(
         ds, AEConfig(n_latents=4, d_latent=4, d_model=32, n_out=64), steps=3, batch_size=8
     )
-    gen, stats, _ = train_generator(
+    gen, stats, _ = fit(
         ds,
         ae,
         GenConfig(n_latents=4, d_latent=4, max_parts=40, d_model=32, n_layers=1),

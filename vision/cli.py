@@ -1,12 +1,14 @@
 """``moh``: train, sample, evaluate and benchmark the MoH diffusion backbone and its baselines.
 
-    moh train --model moh --steps 300 --out runs/moh          # Fashion-MNIST 32x32
+    moh train --model moh --steps 300 --out runs/moh          # Fashion-MNIST 32x32, model size XS
+    moh train --model-size S --device cuda --precision bf16-mixed --out runs/moh_s
     moh train --data sweethome3d --size 64 --out runs/sh3d    # Sweet Home 3D furniture icons (RGB)
     moh train --data path/to/images --size 64                 # your own ImageFolder (RGB)
     moh sample --ckpt runs/moh --n 64 --out grid.png
     moh eval --ckpt runs/moh --n 256 [--inception-weights inception-2015-12-05.pt]  # data from the checkpoint
-    moh bench [--quick] --out runs/bench [--json results.json]
-    moh bench --scaling --out runs/scaling --json docs/results/vision/scaling.json
+    moh bench --suite quick|full --out runs/bench [--json results.json]
+    moh bench --suite scaling --out runs/scaling --json docs/results/vision/scaling.json
+    moh bench --suite sizes --json docs/results/vision/sizes.json
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ from common.cli import (  # noqa: E402
     positive_int,
     subcommand_main,
 )
+from common.device import add_device_arg, add_precision_arg, check_precision, resolve_device  # noqa: E402
 from common.errors import InputError  # noqa: E402
 
-
-def _checkpoint_dir(path: str) -> Path:
-    p = Path(path)
-    return p / "checkpoint" if (p / "checkpoint").is_dir() else p
+SUITES = ("quick", "full", "scaling", "sizes")
+# options that only some suites read (any other suite refuses them)
+SUITE_OPTIONS = {"n_samples": ("quick", "full"), "budgets": ("scaling",), "datasets": ("scaling",),
+                 "resume": ("scaling",), "sizes": ("sizes",), "batch_size": ("sizes",)}
 
 
 def _data_input(spec: str | None) -> str | None:
@@ -43,30 +46,33 @@ def _data_input(spec: str | None) -> str | None:
     return None if spec in FASHION_MNIST_NAMES or spec == SWEETHOME3D else spec
 
 
-def _train(a) -> int:
+def cmd_train(a) -> int:
     import torch
 
-    from vision.baselines import build_model
     from vision.data import FASHION_MNIST_NAMES, SWEETHOME3D, data_spec, load_dataset, sweethome3d_items
-    from vision.train import TrainConfig, train
+    from vision.models import build_backbone
+    from vision.train import TrainConfig, fit
 
     out = Path(a.out or f"runs/{a.model}")
+    check_precision(a.precision, resolve_device(a.device))
     check_outputs(dirs=[out], inputs=[_data_input(a.data)], overwrite=a.overwrite)
     torch.set_num_threads(a.threads)
     channels = a.channels or (1 if a.data in FASHION_MNIST_NAMES else 3)
     images = load_dataset(a.data, a.size, channels, limit=a.limit, seed=a.seed)
     torch.manual_seed(a.seed)
-    model = build_model(a.model, sample_size=a.size, in_channels=channels, patch_size=a.patch_size)
-    res = train(model, images, TrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
-                                           checkpoint_every=a.checkpoint_every), out_dir=out,
-                progress=sys.stdout.isatty(), data=data_spec(a.data, a.size, channels, a.seed))
+    patch = {"patch_size": a.patch_size} if a.patch_size else {}
+    model = build_backbone(a.model, a.model_size, sample_size=a.size, in_channels=channels, **patch)
+    res = fit(model, images, TrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
+                                         checkpoint_every=a.checkpoint_every), out_dir=out,
+              progress=sys.stdout.isatty(), data=data_spec(a.data, a.size, channels, a.seed), device=a.device,
+              precision=a.precision)
     if a.data == SWEETHOME3D and res.checkpoint is not None:  # CC-BY 3.0: the creators travel with the model
         from common.sweethome3d import write_attribution
 
         path = write_attribution(sweethome3d_items("train", a.seed)[:a.limit], out / "ATTRIBUTION.csv")
         print(f"attribution of the training icons (CC-BY 3.0 / CC0): {path}")
     if res.checkpoint is not None:  # rank 0 (the only one under torchrun that writes)
-        print(f"trained {a.model} for {res.steps} steps: final loss {res.final_loss:.4f}, "
+        print(f"trained {a.model} ({a.model_size}) for {res.steps} steps: final loss {res.final_loss:.4f}, "
               f"{res.time_per_step_s:.3f} s/step; checkpoint {res.checkpoint}")
     if torch.distributed.is_initialized():  # under torchrun: every rank has finished writing
         from common.engine import exit_distributed
@@ -75,16 +81,16 @@ def _train(a) -> int:
     return 0
 
 
-def _sample(a) -> int:
+def cmd_sample(a) -> int:
     import torch
 
-    from vision.baselines import load_model
-    from vision.pipeline import MoHPipeline, load_sampler, save_grid
+    from vision.models import load_backbone
+    from vision.sampling import MoHPipeline, checkpoint_dir, load_sampler, save_grid
 
     path = Path(a.out or "grid.png")
     check_outputs(files=[path], inputs=[a.ckpt], overwrite=a.overwrite)
-    ckpt = _checkpoint_dir(a.ckpt)
-    model = load_model(ckpt)
+    ckpt = checkpoint_dir(a.ckpt)
+    model = load_backbone(ckpt).to(resolve_device(a.device))
     out = MoHPipeline(model, load_sampler(ckpt, a.sampler))(
         batch_size=a.n, num_inference_steps=a.steps, generator=torch.Generator().manual_seed(a.seed))
     save_grid(out.images, path)
@@ -94,35 +100,34 @@ def _sample(a) -> int:
     return 0
 
 
-def _eval(a) -> int:
+def cmd_eval(a) -> int:
     import torch
 
     from common.io import write_json
-    from vision.baselines import load_model
+    from vision.classifier import get_classifier
     from vision.data import FASHION_MNIST_NAMES, SWEETHOME3D, load_dataset
     from vision.evaluate import (
         classifier_metrics,
         feature_metrics,
-        get_classifier,
         inception_fid,
         inception_weights_path,
         to_model_range,
     )
-    from vision.pipeline import MoHPipeline, load_sampler
-    from vision.train import STATE, checkpoint_data
+    from vision.models import load_backbone
+    from vision.sampling import MoHPipeline, checkpoint_data, checkpoint_dir, load_sampler
 
-    ckpt = _checkpoint_dir(a.ckpt)
-    trained_on = checkpoint_data(ckpt) if (ckpt / STATE).is_file() else None
+    ckpt = checkpoint_dir(a.ckpt)
+    trained_on = checkpoint_data(ckpt)
     source = a.data or (trained_on or {}).get("source", "fashion-mnist")
     split_seed = (trained_on or {}).get("seed", 0) if source == SWEETHOME3D else a.seed
     check_outputs(files=[a.out], inputs=[a.ckpt, _data_input(source), a.inception_weights],
                   overwrite=a.overwrite)
-    model = load_model(ckpt)
+    model = load_backbone(ckpt)
     cfg = model.config
     weights = inception_weights_path(a.inception_weights)
     real = load_dataset(source, cfg.sample_size, cfg.in_channels, limit=a.n_real, split="test", seed=split_seed)
-    out = MoHPipeline(model, load_sampler(ckpt, "ddim"))(batch_size=a.n, num_inference_steps=a.steps,
-                                                   generator=torch.Generator().manual_seed(a.seed))
+    out = MoHPipeline(model.to(resolve_device(a.device)), load_sampler(ckpt, "ddim"))(
+        batch_size=a.n, num_inference_steps=a.steps, generator=torch.Generator().manual_seed(a.seed))
     fake = to_model_range(out.images)
     metrics = {"data": source, "n_real": int(real.shape[0]), "n_samples": a.n, "sampling_steps": a.steps,
                "sample_s_per_image": out.time_s / a.n}
@@ -138,25 +143,32 @@ def _eval(a) -> int:
     return 0
 
 
-def _bench(a) -> int:
+def cmd_bench(a) -> int:
+    check_precision(a.precision, resolve_device(a.device))
+    for option, suites in SUITE_OPTIONS.items():
+        if getattr(a, option) not in (None, False) and a.suite not in suites:
+            flag = "--" + option.replace("_", "-")
+            raise InputError(f"{flag} applies to --suite {' / '.join(suites)} only, not {a.suite}")
+    json_path = Path(a.json) if a.json else None
+    if a.suite == "scaling":
+        return _bench_scaling(a, json_path)
+    if a.suite == "sizes":
+        return _bench_sizes(a, json_path)
     from common.io import write_json
     from vision.bench import QUICK, BenchConfig, run_bench
 
-    json_path = Path(a.json) if a.json else None
-    if a.resume and not a.scaling:
-        raise InputError("--resume applies to --scaling only")
-    if a.scaling:
-        return _bench_scaling(a, json_path)
-    check_outputs(files=[json_path] if json_path else (), dirs=[a.out or "runs/vision_bench"],
-                  overwrite=a.overwrite)
-    cfg = QUICK if a.quick else BenchConfig()
+    out = a.out or "runs/vision_bench"
+    check_outputs(files=[json_path] if json_path else (), dirs=[out], overwrite=a.overwrite)
+    cfg = QUICK if a.suite == "quick" else BenchConfig()
     overrides = {"seed": a.seed}
     if a.steps:
         overrides["steps"] = a.steps
+    if a.n_samples:
+        overrides["n_samples"] = a.n_samples
     if a.models:
         overrides["models"] = tuple(a.models)
     cfg = BenchConfig(**{**cfg.__dict__, **overrides})
-    rows = run_bench(a.out or "runs/vision_bench", cfg)
+    rows = run_bench(out, cfg, device=a.device, precision=a.precision)
     if json_path is not None:  # the README's table source: config + one row per model, NaN as null
         write_json(json_path, {"config": cfg.__dict__, "rows": rows})
     return 0
@@ -166,14 +178,16 @@ def _bench_scaling(a, json_path: Path | None) -> int:
     import shutil
 
     from common.io import write_json
-    from vision.bench import ScalingConfig, run_scaling
+    from vision.scaling import ScalingConfig, run_scaling
 
+    if a.steps:
+        raise InputError("--steps does not apply to --suite scaling (each budget has its steps)")
     out = Path(a.out or "runs/vision_scaling")
     plot_path = json_path.with_suffix(".png") if json_path else None
     check_outputs(files=[p for p in (json_path, plot_path) if p], dirs=[] if a.resume else [out],
                   overwrite=a.overwrite)
     overrides = {k: tuple(v) for k, v in (("budgets", a.budgets), ("datasets", a.datasets), ("models", a.models)) if v}
-    result = run_scaling(out, ScalingConfig(**overrides), resume=a.resume)
+    result = run_scaling(out, ScalingConfig(**overrides), resume=a.resume, device=a.device, precision=a.precision)
     if json_path is not None:  # the README's source: config, per-run rows and the summary, plot beside it
         write_json(json_path, result)
         shutil.copyfile(out / "scaling.png", plot_path)
@@ -181,37 +195,60 @@ def _bench_scaling(a, json_path: Path | None) -> int:
     return 0
 
 
+def _bench_sizes(a, json_path: Path | None) -> int:
+    from common.io import write_json
+    from vision.bench import SizesConfig, run_sizes
+
+    if a.out:
+        raise InputError("--out does not apply to --suite sizes (it writes its results to --json)")
+    check_outputs(files=[json_path] if json_path else (), overwrite=a.overwrite)
+    overrides = {k: tuple(v) for k, v in (("sizes", a.sizes), ("models", a.models)) if v}
+    overrides.update({k: v for k, v in (("steps", a.steps), ("batch_size", a.batch_size)) if v})
+    result = run_sizes(SizesConfig(**overrides), device=a.device, precision=a.precision)
+    if json_path is not None:
+        write_json(json_path, result)
+        print(f"wrote {json_path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from vision.baselines import MODEL_NAMES
+    from vision.models import MODEL_NAMES, MODEL_SIZES
 
     p = ArgumentParser(prog="moh", description="MoH: Mamba diffusion with Mixture-of-Hierarchical experts")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train a backbone")
     add_common_args(t)
+    add_device_arg(t)
+    add_precision_arg(t)
     t.add_argument("--model", choices=MODEL_NAMES, default="moh")
+    t.add_argument("--model-size", choices=tuple(MODEL_SIZES), default="XS",
+                   help="width, depth and patch of MoH (the baselines are matched to its parameters); "
+                        "see the size table in vision/README.md (default XS)")
     t.add_argument("--data", default="fashion-mnist",
                    help="'fashion-mnist', 'sweethome3d' (furniture icons, seeded split by item) or an image folder")
-    t.add_argument("--size", type=positive_int, default=32)
+    t.add_argument("--size", type=positive_int, default=32, help="image size in pixels (default 32)")
     t.add_argument("--channels", type=int_in(1, 4), default=None,
                    help="1 (grayscale) or 3 (RGB); default 1 for Fashion-MNIST, 3 otherwise")
-    t.add_argument("--patch-size", type=positive_int, default=4)
+    t.add_argument("--patch-size", type=positive_int, default=None, help="default: the model size's")
     t.add_argument("--steps", type=positive_int, default=300)
     t.add_argument("--batch-size", type=positive_int, default=32)
     t.add_argument("--lr", type=positive_float, default=2e-3)
     t.add_argument("--limit", type=positive_int, default=20000, help="training images used")
     t.add_argument("--checkpoint-every", type=nonneg_int, default=100)
     t.add_argument("--threads", type=positive_int, default=1)
-    t.set_defaults(fn=_train)
+    t.set_defaults(fn=cmd_train)
     s = sub.add_parser("sample", help="sample a grid of images")
     add_common_args(s, out_default="grid.png")
+    add_device_arg(s)
     s.add_argument("--ckpt", required=True)
     s.add_argument("--n", type=positive_int, default=64)
     s.add_argument("--steps", type=positive_int, default=25)
     s.add_argument("--sampler", choices=("ddim", "ddpm"), default="ddim")
-    s.set_defaults(fn=_sample)
+    s.set_defaults(fn=cmd_sample)
     e = sub.add_parser("eval", help="EfficientNet-Lite0 FID, FMNIST-classifier FID / precision / recall "
                                     "(Inception FID with local weights)")
     add_common_args(e)
+    add_device_arg(e)
     e.add_argument("--ckpt", required=True)
     e.add_argument("--data", default=None,
                    help="real images to compare with: default the checkpoint's training data (its test split)")
@@ -220,22 +257,27 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--steps", type=positive_int, default=25)
     e.add_argument("--inception-weights", default=None,
                    help="TorchScript inception-2015-12-05.pt (or $MOH_INCEPTION_WEIGHTS)")
-    e.set_defaults(fn=_eval)
-    b = sub.add_parser("bench", help="same-budget comparison table, CSV and sample grids")
+    e.set_defaults(fn=cmd_eval)
+    b = sub.add_parser("bench", help="benchmark suites: quick / full same-budget table, scaling trend, model sizes")
     add_common_args(b)
-    b.add_argument("--quick", action="store_true")
-    b.add_argument("--steps", type=positive_int)
+    add_device_arg(b)
+    add_precision_arg(b)
+    b.add_argument("--suite", choices=SUITES, default="full",
+                   help="quick: 120 steps, MoH / plain Mamba / DiT (minutes); full: 500 steps, all four models; "
+                        "scaling: all models at budgets S/M/L on both datasets (EfficientNet-Lite0 FID; with --json "
+                        "also the plot beside it, same name, .png); sizes: parameters, memory and step time of "
+                        "every model size (default full)")
+    b.add_argument("--steps", type=positive_int, help="quick / full: training steps; sizes: timed steps")
+    b.add_argument("--n-samples", type=positive_int, help="quick / full: samples scored")
     b.add_argument("--models", nargs="+", choices=MODEL_NAMES)
-    b.add_argument("--json", metavar="PATH", help="also write the results rows as JSON (NaN as null)")
-    b.add_argument("--scaling", action="store_true",
-                   help="the scaling trend: all models at budgets S/M/L on both datasets (EfficientNet-Lite0 "
-                        "FID); with --json also the plot beside it (same name, .png)")
-    b.add_argument("--budgets", nargs="+", choices=("S", "M", "L"), help="with --scaling: budgets to run")
-    b.add_argument("--datasets", nargs="+", choices=("fashion-mnist", "sweethome3d"),
-                   help="with --scaling: datasets to run")
+    b.add_argument("--json", metavar="PATH", help="also write the results as JSON (NaN as null)")
+    b.add_argument("--budgets", nargs="+", choices=("S", "M", "L"), help="scaling: budgets to run")
+    b.add_argument("--datasets", nargs="+", choices=("fashion-mnist", "sweethome3d"), help="scaling: datasets to run")
     b.add_argument("--resume", action="store_true",
-                   help="with --scaling: continue in an existing --out directory, keeping its finished runs")
-    b.set_defaults(fn=_bench)
+                   help="scaling: continue in an existing --out directory, keeping its finished runs")
+    b.add_argument("--sizes", nargs="+", choices=tuple(MODEL_SIZES), help="sizes: model sizes to measure")
+    b.add_argument("--batch-size", type=positive_int, help="sizes: batch of the timed training steps")
+    b.set_defaults(fn=cmd_bench)
     return p
 
 

@@ -36,12 +36,11 @@ def sample_with_trace(ckpt: str, n: int, steps: int, seed: int):
     """Returns ``(final grid uint8, per-step grids list, trace rows, depth plot figure)``."""
     import torch
 
-    from vision.baselines import load_model
-    from vision.cli import _checkpoint_dir
-    from vision.pipeline import MoHPipeline, grid_image, load_sampler
+    from vision.models import load_backbone
+    from vision.sampling import MoHPipeline, checkpoint_dir, grid_image, load_sampler
 
-    ckpt_dir = _checkpoint_dir(ckpt)
-    model = load_model(ckpt_dir)
+    ckpt_dir = checkpoint_dir(ckpt)
+    model = load_backbone(ckpt_dir)
     out = MoHPipeline(model, load_sampler(ckpt_dir, "ddim"))(batch_size=int(n), num_inference_steps=int(steps),
                                                    generator=torch.Generator().manual_seed(int(seed)),
                                                    return_intermediates=True)

@@ -30,20 +30,20 @@ def train_sweethome3d_demo(seed: int = 0) -> Path | None:
     from common.errors import DataError
     from common.seed import seed_everything
     from common.sweethome3d import write_attribution
-    from vision.baselines import build_model
     from vision.data import data_spec, load_dataset, sweethome3d_items
-    from vision.train import TrainConfig, train
+    from vision.models import build_backbone
+    from vision.train import TrainConfig, fit
 
     try:
         images = load_dataset("sweethome3d", 32, 3, seed=seed)
     except DataError:
         return None
     seed_everything(seed)
-    model = build_model("moh", sample_size=32, in_channels=3)
+    model = build_backbone("moh", sample_size=32, in_channels=3)
     run = demo_model_dir("sweethome3d")
     shutil.rmtree(run, ignore_errors=True)
-    train(model, images, TrainConfig(steps=QUICK.steps, batch_size=QUICK.batch_size, seed=seed, checkpoint_every=0),
-          out_dir=run, data=data_spec("sweethome3d", 32, 3, seed))
+    fit(model, images, TrainConfig(steps=QUICK.steps, batch_size=QUICK.batch_size, seed=seed, checkpoint_every=0),
+        out_dir=run, data=data_spec("sweethome3d", 32, 3, seed))
     write_attribution(sweethome3d_items("train", seed), run / "ATTRIBUTION.csv")
     return run
 

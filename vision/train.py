@@ -1,16 +1,20 @@
 """Training of the diffusion backbones (DDPM noise schedule, cosine betas) on the suite's
-Lightning engine (``common.engine``).
+Lightning engine (``common.engine``): ``fit(model, images, TrainConfig(...), out_dir=...,
+device="auto", precision="32")``.
 
 Loss: ``E_{x0, t, ε} ||target - f_θ(√ᾱ_t x0 + √(1-ᾱ_t) ε, t)||² + aux`` where ``target`` is
-``x0`` (the default ``vision.pipeline.PREDICTION_TYPE = "sample"``), ``ε`` (Ho et al. 2020, eq.
-14) or ``v`` (see ``vision.pipeline.training_target``), and ``aux`` holds the MoH routers'
+``x0`` (the default ``vision.sampling.PREDICTION_TYPE = "sample"``), ``ε`` (Ho et al. 2020, eq.
+14) or ``v`` (see ``vision.sampling.training_target``), and ``aux`` holds the MoH routers'
 balance/z/compute losses. Learning rate: linear warmup, then cosine decay to
 ``lr * lr_final_frac``, stepped per optimizer step. Gradients are clipped to norm 1. Sampling
 uses an exponential moving average of the weights (``ema_decay``; the effective decay
 ``min(ema_decay, (1 + s) / (10 + s))`` warms up so that a short run is not dominated by the
 random initialisation); checkpoints hold the EMA weights. A non-finite loss stops the run with
 ``common.engine.TrainingDiverged`` naming the step; the last good checkpoint (written
-atomically) is kept.
+atomically) is kept. ``device`` and ``precision`` are the engine's (``bf16-mixed``: bfloat16
+autocast around the forward pass, fp32 weights, so checkpoints are fp32 either way); the batches
+are drawn on the CPU from the seed and moved to the device, so a seed gives the same batches
+everywhere.
 
 Under ``torchrun`` (``WORLD_SIZE > 1``, gloo on CPU) Lightning wraps the module in
 ``DistributedDataParallel``: every rank draws the same global batch (images, noise, timesteps)
@@ -38,20 +42,21 @@ from lightning.pytorch.callbacks import Callback, Checkpoint
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
-from common.engine import fit, make_trainer
+from common.engine import fit as engine_fit
+from common.engine import make_trainer
 from common.errors import InputError
-from common.io import read_json, write_json
+from common.io import write_json
 from vision.data import check_images
-from vision.pipeline import (
+from vision.sampling import (
+    CHECKPOINT,
     NUM_TRAIN_TIMESTEPS,
+    STATE,
     backbone_call,
     make_train_scheduler,
     save_checkpoint,
     training_target,
 )
 
-CHECKPOINT = "checkpoint"
-STATE = "train_state.json"
 GRAD_CLIP = 1.0  # max global gradient norm
 
 
@@ -79,7 +84,7 @@ class TrainResult:
     ema_model: object | None = None  # the EMA copy sampled from (None without EMA)
 
 
-def save_atomic(model, out_dir: Path, state: dict) -> Path:
+def _save_atomic(model, out_dir: Path, state: dict) -> Path:
     """``save_pretrained`` into a temporary directory, then swap it in, so ``out_dir /
     checkpoint`` is always either the previous complete checkpoint or the new one."""
     out_dir = Path(out_dir)
@@ -104,7 +109,7 @@ def _lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (cfg.lr_final_frac + (1 - cfg.lr_final_frac) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-class WarmupCosineLR(torch.optim.lr_scheduler.LRScheduler):
+class _WarmupCosineLR(torch.optim.lr_scheduler.LRScheduler):
     """``_lr_at(step, cfg)`` for every parameter group; stepped once per optimizer step."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> None:
@@ -116,7 +121,7 @@ class WarmupCosineLR(torch.optim.lr_scheduler.LRScheduler):
 
 
 @torch.no_grad()
-def ema_update(ema, model, step: int, decay: float) -> None:
+def _ema_update(ema, model, step: int, decay: float) -> None:
     """``θ_ema <- β θ_ema + (1 - β) θ`` with ``β = min(decay, (1 + step) / (10 + step))``;
     buffers are copied."""
     beta = min(decay, (1 + step) / (10 + step))
@@ -126,7 +131,7 @@ def ema_update(ema, model, step: int, decay: float) -> None:
         be.copy_(b)
 
 
-class GlobalBatches(IterableDataset):
+class _GlobalBatches(IterableDataset):
     """``steps`` training batches ``(x0 (b, c, H, W), noise (b, c, H, W), t (b,))``: each global
     batch of ``batch_size`` (image indices with replacement, Gaussian noise, timesteps) is drawn
     from one ``torch.Generator`` seeded with ``seed``, and this rank keeps its slice
@@ -161,6 +166,8 @@ class DiffusionModule(L.LightningModule):
         self.backbone, self.images, self.cfg = backbone, images, cfg
         self.ema = copy.deepcopy(backbone).requires_grad_(False).eval() if cfg.ema_decay > 0 else None
         self.sched = make_train_scheduler()
+        # ᾱ_t (T,) as a buffer, so that it follows the module to its device
+        self.register_buffer("alphas_cumprod", self.sched.alphas_cumprod.clone(), persistent=False)
         self.history: list[dict] = []
         self.route_log: list[dict] = []
         self.final_loss, self.compute_s = float("nan"), 0.0
@@ -178,19 +185,19 @@ class DiffusionModule(L.LightningModule):
         return self
 
     def train_dataloader(self) -> DataLoader:
-        batches = GlobalBatches(self.images, self.cfg.batch_size, self.cfg.steps, self.cfg.seed,
+        batches = _GlobalBatches(self.images, self.cfg.batch_size, self.cfg.steps, self.cfg.seed,
                                 self.global_rank, self.trainer.world_size)
         # a private generator: the loader's base seed must not consume the global RNG
         return DataLoader(batches, batch_size=None, generator=torch.Generator().manual_seed(self.cfg.seed))
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.backbone.parameters(), lr=self.cfg.lr, weight_decay=0.0)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": WarmupCosineLR(opt, self.cfg), "interval": "step"}}
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": _WarmupCosineLR(opt, self.cfg), "interval": "step"}}
 
     def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
         x0, noise, t = batch
         step = self.global_step + 1  # 1-based number of this optimizer step
-        a = self.sched.alphas_cumprod[t].view(-1, 1, 1, 1)
+        a = self.alphas_cumprod[t].view(-1, 1, 1, 1)
         xt = a.sqrt() * x0 + (1 - a).sqrt() * noise
         pred, aux, info = backbone_call(self.backbone, xt, t)
         loss = F.mse_loss(pred, training_target(self.sched, x0, noise, t)) + aux
@@ -210,14 +217,16 @@ class DiffusionModule(L.LightningModule):
         t0 = time.perf_counter()
         super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)  # forward, backward, clip, step
         if self.ema is not None:
-            ema_update(self.ema, self.backbone, step, self.cfg.ema_decay)
+            _ema_update(self.ema, self.backbone, step, self.cfg.ema_decay)
+        if self.device.type == "cuda":  # kernels run asynchronously: wait for them before reading the clock
+            torch.cuda.synchronize(self.device)
         self.compute_s += time.perf_counter() - t0
 
 
-class SamplingCheckpoint(Checkpoint):
-    """Rank 0 writes the sampling (EMA) weights with ``vision.pipeline.save_checkpoint`` plus
+class _SamplingCheckpoint(Checkpoint):
+    """Rank 0 writes the sampling (EMA) weights with ``vision.sampling.save_checkpoint`` plus
     ``train_state.json`` into ``out_dir/checkpoint`` every ``every`` steps (0: never during
-    training) and when training ends, atomically (``save_atomic``). ``last_model_path`` is the
+    training) and when training ends, atomically (``_save_atomic``). ``last_model_path`` is the
     last complete one, which ``common.engine.DivergenceGuard`` names when the loss diverges."""
 
     def __init__(self, out_dir: str | Path, every: int, cfg: TrainConfig, data: dict | None = None) -> None:
@@ -231,7 +240,7 @@ class SamplingCheckpoint(Checkpoint):
                      "world_size": trainer.world_size}
             if self.data is not None:
                 state["data"] = self.data
-            self.last_model_path = str(save_atomic(module.sampling_model, self.out_dir, state))
+            self.last_model_path = str(_save_atomic(module.sampling_model, self.out_dir, state))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.every and trainer.global_step % self.every == 0:
@@ -242,7 +251,7 @@ class SamplingCheckpoint(Checkpoint):
             self._save(trainer, pl_module)
 
 
-class StepCallback(Callback):
+class _StepCallback(Callback):
     """Calls ``fn(step, model, sampling_model)`` on rank 0 after every optimizer step."""
 
     def __init__(self, fn) -> None:
@@ -253,8 +262,9 @@ class StepCallback(Callback):
             self.fn(trainer.global_step, pl_module.backbone, pl_module.sampling_model)
 
 
-def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = None,
-          callback=None, progress: bool = False, data: dict | None = None) -> TrainResult:
+def fit(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = None,
+        callback=None, progress: bool = False, data: dict | None = None, device: str = "auto",
+        precision: str = "32") -> TrainResult:
     """Train ``model`` on ``images (N, c, H, W)`` in [-1, 1] for ``cfg.steps`` steps.
 
     ``callback(step, model, sampling_model)`` runs after every step (evaluation curves;
@@ -263,7 +273,9 @@ def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = 
     Lightning's CSV log goes to ``out_dir/logs``. On return ``model`` holds the sampling (EMA)
     weights. ``progress``: a tqdm bar. ``data``: the data source and preprocessing
     (``vision.data.data_spec``) recorded in the checkpoint's ``train_state.json`` so that
-    evaluation defaults to it (``checkpoint_data``).
+    evaluation defaults to it (``vision.sampling.checkpoint_data``). ``device``: ``auto`` (a CUDA GPU when
+    present, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``; ``precision``: ``32``,
+    ``bf16-mixed`` or ``16-mixed`` (CUDA only). ``model`` is back on the CPU on return.
     """
     mc = model.config
     check_images(images, mc.in_channels, mc.sample_size)
@@ -271,12 +283,13 @@ def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = 
         raise InputError(f"steps and batch_size must be >= 1, got {cfg.steps}, {cfg.batch_size}")
     if not 0 <= cfg.ema_decay < 1:
         raise InputError(f"ema_decay must be in [0, 1), got {cfg.ema_decay}")
-    ckpt = SamplingCheckpoint(out_dir, cfg.checkpoint_every, cfg, data) if out_dir is not None else None
-    callbacks = [c for c in (StepCallback(callback) if callback is not None else None, ckpt) if c is not None]
+    ckpt = _SamplingCheckpoint(out_dir, cfg.checkpoint_every, cfg, data) if out_dir is not None else None
+    callbacks = [c for c in (_StepCallback(callback) if callback is not None else None, ckpt) if c is not None]
     # MoH routes skip experts per sample, so some parameters get no gradient on a rank.
     trainer = make_trainer(out_dir, max_steps=cfg.steps, grad_clip=GRAD_CLIP, seed=cfg.seed, progress=progress,
                            checkpoint=False, callbacks=callbacks, find_unused_parameters=True,
-                           use_distributed_sampler=False, log_every_n_steps=cfg.log_every)
+                           use_distributed_sampler=False, log_every_n_steps=cfg.log_every, device=device,
+                           precision=precision)
     if cfg.batch_size % trainer.world_size:
         raise InputError(f"batch_size {cfg.batch_size} must be divisible by the number of processes "
                          f"({trainer.world_size})")
@@ -284,25 +297,14 @@ def train(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = 
     with warnings.catch_warnings():  # the EMA copy is in eval mode on purpose; the batch stream is sized
         warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode.*")
         warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
-        fit(trainer, module, resume=False)
+        engine_fit(trainer, module, resume=False)
     trainer.strategy.barrier()  # the final checkpoint exists before any rank returns
+    model.cpu()
     if module.ema is not None:
+        module.ema.cpu()
         model.load_state_dict(module.ema.state_dict())
     model.eval()
     steps = trainer.global_step
     return TrainResult(steps=steps, final_loss=module.final_loss, time_per_step_s=module.compute_s / max(1, steps),
                        history=module.history, route_log=module.route_log,
                        checkpoint=(ckpt.last_model_path or None) if ckpt is not None else None, ema_model=module.ema)
-
-
-def read_train_state(checkpoint_dir: str | Path) -> dict:
-    return read_json(Path(checkpoint_dir) / STATE)
-
-
-def checkpoint_data(checkpoint_dir: str | Path) -> dict | None:
-    """The ``data`` spec the checkpoint was trained on (None for checkpoints without one)."""
-    path = Path(checkpoint_dir) / STATE
-    if not path.is_file():
-        return None
-    data = read_train_state(checkpoint_dir).get("data")
-    return data if isinstance(data, dict) and "source" in data else None

@@ -1,4 +1,4 @@
-"""Does pretraining the generator on procedural shapes help on real furniture (issue 34)?
+"""Does pretraining the generator on procedural shapes help on real furniture?
 
 Protocol: the README's real-object recipe (Sweet Home 3D data at 128 points, its 600-step AE,
 MoCA defaults, seed 0) with the same total generator budget: ``--pretrain-steps`` steps on a
@@ -21,26 +21,21 @@ from pathlib import Path
 
 import torch
 
-from generation3d.data import PartDataset, build_dataset, trained_categories
+from generation3d.data import PartDataset, trained_categories
 from generation3d.losses import encode_parts, latent_stats
 from generation3d.model import GenConfig, PartFlowTransformer
-from generation3d.pipeline import MoCAPipeline, load_autoencoder
-from generation3d.text import default_encoder, shape_descriptions
-from generation3d.train import GeneratorModule, ShapeBatches, _fit, _trainer
+from generation3d.sampling import MoCAPipeline, load_autoencoder
+from generation3d.shapes import build_dataset
+from generation3d.text import shape_descriptions
+from generation3d.train import fit
 
 
 def train_phase(ds: PartDataset, ae, model: PartFlowTransformer | None, cfg: GenConfig, stats: dict, steps: int,
                 seed: int) -> tuple[PartFlowTransformer, list[dict]]:
     """``steps`` generator steps on ``ds``'s training shapes, starting from ``model`` (None: new)."""
-    trainer = _trainer(None, steps, seed, True)
-    latents = encode_parts(ae, ds)
-    text = torch.from_numpy(default_encoder().encode(shape_descriptions(ds)))
-    model = model if model is not None else PartFlowTransformer(cfg)
-    ids = ds.shape_ids("train", max_parts=cfg.max_parts)
-    module = GeneratorModule(model.train(), ShapeBatches(ds, ids, latents, stats, text, 16, 512, steps, seed),
-                             steps, 1e-3, seed)
-    _fit(trainer, module)
-    return model.eval(), module.history
+    model, _, history = fit(ds, ae, cfg, steps=steps, batch_size=16, lr=1e-3, seed=seed, progress=True,
+                            init=model, stats=stats)
+    return model, history
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,7 +4,7 @@ The oracle knows each gallery item's garment (from its id) and its six attribute
 ``attributes/attr.<split>.json``), and each query's reference item and the attribute values its
 text asks for (the triplet's ``changed`` groups, read off the target). It ranks gallery items by
 their probability of being the target under the benchmark's generative process
-(``retrieval.data.build_benchmark``):
+(``retrieval.synth.build_benchmark``):
 
 * the target keeps the reference's garment unless the category changes (then any garment of the
   new category, uniformly);
@@ -30,8 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.data import BuildConfig, load_synthetic
+from retrieval.data import load_synthetic
 from retrieval.render import GROUPS, NUM_VALUES
+from retrieval.synth import BuildConfig
 
 HIDDEN = ("colour", "finish", "fabric", "pattern")
 
@@ -153,7 +154,10 @@ def train_scores(root: Path, split, variant: str, seed: int, augment: int, setti
     import torch
 
     from retrieval.bench import augmented_train_split
-    from retrieval.train import TrainConfig, build_model, embed_gallery, embed_queries, fit, prepare_features
+    from retrieval.embed import embed_gallery, embed_queries
+    from retrieval.features import prepare_features
+    from retrieval.registry import build_model
+    from retrieval.train import TrainConfig, fit
 
     torch.set_num_threads(1)
     tr = load_synthetic(root, "train", variant)

@@ -26,9 +26,12 @@ import torch
 
 from retrieval.bench import augmented_train_split
 from retrieval.data import load_synthetic
+from retrieval.embed import embed_gallery, embed_queries
 from retrieval.evaluate import evaluate_split
+from retrieval.features import prepare_features
+from retrieval.registry import build_model
 from retrieval.render import GROUPS, NUM_VALUES
-from retrieval.train import TrainConfig, build_model, embed_gallery, embed_queries, fit, prepare_features
+from retrieval.train import TrainConfig, fit
 
 
 def add_garment_group(split, f):

@@ -27,8 +27,11 @@ import torch
 
 from retrieval.bench import augmented_train_split
 from retrieval.data import load_synthetic
+from retrieval.embed import embed_gallery, embed_queries
 from retrieval.evaluate import evaluate_split
-from retrieval.train import TrainConfig, build_model, embed_gallery, embed_queries, fit, prepare_features
+from retrieval.features import prepare_features
+from retrieval.registry import build_model
+from retrieval.train import TrainConfig, fit
 
 
 def parse_setting(s: str) -> dict:

@@ -30,7 +30,7 @@ def run(cells, seeds, variants):
         dK, dr = stress.SPECS[spec]
         for i, seed in enumerate(seeds):
             s = generate_stream(stress.stream_config(fam, int(obs[3:]) / 100, seed))
-            base = MoSAIC(n, r0 + dr, K0 + dK, seed=i).fit(s.source_values)
+            base = MoSAIC(r0 + dr, K0 + dK, seed=i).fit(s.source_values)
             res = {"withheld": nrmse_unobserved(copy.deepcopy(base).process(s.values)[0], s.full, s.values)}
             for name, fn in variants.items():
                 m = copy.deepcopy(base)
@@ -45,11 +45,11 @@ def median_gate(factor):
     def apply(m):
         orig = m._set_epoch
         def set_epoch(epoch, orig=orig, m=m):
-            changed = epoch != m.epochs.epoch
+            changed = epoch != m.epochs_.epoch
             orig(epoch)
             if changed:
-                lv = m.expert_stats.level_slow
-                m.epochs.pending &= lv <= factor * np.median(lv)
+                lv = m.expert_stats_.level_slow
+                m.epochs_.pending &= lv <= factor * np.median(lv)
         m._set_epoch = set_epoch
     return apply
 
@@ -72,17 +72,17 @@ def fit_gate(mode):
     from streaming.change import NOVELTY
 
     def apply(m):
-        m.config.epoch_reset = mode
+        m.epoch_reset = mode
         orig = m._set_epoch
 
         def set_epoch(epoch, orig=orig, m=m):
-            changed = epoch != m.epochs.epoch
-            t = m.steps.t.copy()
+            changed = epoch != m.epochs_.epoch
+            t = m.steps_.t.copy()
             orig(epoch)
             if changed:
-                bad = m.expert_stats.level_slow > 0.5 * NOVELTY * (1.0 - m.r / m.stream_stats.mean_m)
-                m.steps.t[bad] = t[bad]
-                m.epochs.pending[bad] = False
+                bad = m.expert_stats_.level_slow > 0.5 * NOVELTY * (1.0 - m.r / m.stream_stats_.mean_m)
+                m.steps_.t[bad] = t[bad]
+                m.epochs_.pending[bad] = False
         m._set_epoch = set_epoch
     return apply
 
@@ -90,15 +90,15 @@ def fit_gate(mode):
 def always_to(mult):
     """epoch_reset="always", restarting each schedule at t = mult·r (η0 / sqrt(1 + mult/2)) instead of 0."""
     def apply(m):
-        m.config.epoch_reset = "always"
+        m.epoch_reset = "always"
         orig = m._set_epoch
 
         def set_epoch(epoch, orig=orig, m=m):
-            changed = epoch != m.epochs.epoch
-            t = m.steps.t.copy()
+            changed = epoch != m.epochs_.epoch
+            t = m.steps_.t.copy()
             orig(epoch)
             if changed:
-                m.steps.t[:] = np.minimum(t, mult * m.r)
+                m.steps_.t[:] = np.minimum(t, mult * m.r)
         m._set_epoch = set_epoch
     return apply
 
@@ -110,9 +110,9 @@ VARIANTS = {
     "always_gate": fit_gate("always"),
     "detect_gate": fit_gate("detect"),
     **{f"rf{f:g}": reset_factor(f) for f in (2.5, 3.0, 4.0, 6.0)},
-    "always": lambda m: setattr(m.config, "epoch_reset", "always"),
+    "always": lambda m: setattr(m, "epoch_reset", "always"),
     "given": lambda m: None,
-    "never": lambda m: setattr(m.config, "epoch_reset", "never"),
+    "never": lambda m: setattr(m, "epoch_reset", "never"),
     "gate2": median_gate(2.0),
     "gate3": median_gate(3.0),
 }

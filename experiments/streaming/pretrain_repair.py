@@ -1,4 +1,4 @@
-"""Does the pretraining repair (``train.repair_clusters``, ``MoSAICConfig.pretrain_repair``) pay on
+"""Does the pretraining repair (``kss.repair_clusters``, ``MoSAICConfig.pretrain_repair``) pay on
 the stress suite?
 
 MoSAIC pretrained with ``pretrain_repair`` = 2 (default) and 0 on the stress suite's streams
@@ -31,8 +31,8 @@ def run(obs_fracs: list[float]) -> list[dict]:
     from streaming import stress
     from streaming.data import generate_stream
     from streaming.evaluate import nrmse_unobserved
+    from streaming.harness import run_online
     from streaming.model import MoSAIC
-    from streaming.train import run_online
 
     n, r, K = stress.SHAPE
     rows = []
@@ -42,7 +42,7 @@ def run(obs_fracs: list[float]) -> list[dict]:
                 s = generate_stream(stress.stream_config(family, obs, seed))
                 nrmse = {}
                 for rounds in (2, 0):
-                    model = MoSAIC(n, r, K, seed=i, pretrain_repair=rounds).fit(s.source_values)
+                    model = MoSAIC(r, K, seed=i, pretrain_repair=rounds).fit(s.source_values)
                     for epochs in stress.EPOCH_INFO:
                         run_ = run_online(copy.deepcopy(model), s.values, s.epoch if epochs == "given" else None)
                         nrmse[(rounds, epochs)] = nrmse_unobserved(run_.completed, s.full, s.values)

@@ -6,7 +6,7 @@ largest absolute difference. Five streams (shared rotation with and without epoc
 re-seeds, an ALS provisional fit at m̄ < 2.25 r, ``epoch_reset="always"``) and a tiny abrupt one;
 per stream: pretrained bases, ``complete`` and ``route`` of 50 samples, ``process`` completions and
 routes, the pretrained k-GROUSE, MoSAIC without pretraining and k-GROUSE from random bases.
-Used for the split of ``streaming/model.py`` into components (issue 33).
+Used whenever MoSAIC's code is moved or restructured.
 """
 import copy
 import sys
@@ -15,15 +15,15 @@ import numpy as np
 
 from streaming.baselines import KGrousePretrained, k_grouse, mosaic_no_pretrain
 from streaming.data import StreamConfig, generate_stream
+from streaming.harness import run_online
 from streaming.model import MoSAIC
-from streaming.train import run_online
 
 
 def cases():
     out = {}
     s = generate_stream(StreamConfig(n=20, r=2, K=3, obs_frac=0.6, epochs=2, samples_per_epoch=120,
                                      drift="abrupt", source_per_class=40, seed=7))
-    m = MoSAIC(20, 2, 3, pretrain_restarts=2, seed=1).fit(s.source_values)
+    m = MoSAIC(2, 3, pretrain_restarts=2, seed=1).fit(s.source_values)
     m.process(s.values[:150], epoch=s.epoch[:150])
     c, r = m.process(s.values[150:170], None, s.epoch[150:170])
     out["tiny_c"], out["tiny_r"], out["tiny_bases"] = c, r, m.subspaces()
@@ -38,7 +38,7 @@ def cases():
                         source_per_class=60, seed=3), dict(pretrain_restarts=2, epoch_reset="always"), True),
     ]:
         s = generate_stream(StreamConfig(**kw))
-        model = MoSAIC(s.n, kw["r"], kw["K"], **mkw).fit(s.source_values)
+        model = MoSAIC(kw["r"], kw["K"], **mkw).fit(s.source_values)
         out[f"{name}_fit"] = model.subspaces()
         out[f"{name}_complete"] = model.complete(s.values[:50])
         out[f"{name}_route"] = model.route(s.values[:50])
@@ -46,8 +46,8 @@ def cases():
         out[f"{name}_kg"] = run_online(kg, s.values, s.epoch).completed
         c, r = copy.deepcopy(model).process(s.values, epoch=s.epoch if eps else None)
         out[f"{name}_c"], out[f"{name}_r"] = c, r
-        out[f"{name}_nop"] = run_online(mosaic_no_pretrain(s.n, kw["r"], kw["K"], seed=0), s.values, s.epoch).completed
-        out[f"{name}_kgr"] = run_online(k_grouse(s.n, kw["r"], kw["K"], seed=0), s.values, s.epoch).completed
+        out[f"{name}_nop"] = run_online(mosaic_no_pretrain(kw["r"], kw["K"], seed=0), s.values, s.epoch).completed
+        out[f"{name}_kgr"] = run_online(k_grouse(kw["r"], kw["K"], seed=0), s.values, s.epoch).completed
     return out
 
 

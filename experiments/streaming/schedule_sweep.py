@@ -1,4 +1,4 @@
-"""The tuning-seed comparisons behind MoSAIC's session-11/12 defaults (step size, epoch reset, pretraining repair).
+"""The tuning-seed comparisons behind MoSAIC's defaults (step size, epoch reset, pretraining repair).
 
 Streams of the standard configs (4 epochs of 200·K samples, σ = 0.05) with stream seeds 1100+s and
 model seeds 100+s, s < ``--seeds``: outside the ``mosaic bench`` seeds (1000+s), so nothing here
@@ -32,10 +32,10 @@ from common.report import markdown_table  # noqa: E402
 # the stream repair of a defective expert these variants also compared was deleted (config version 3)
 OLD = {"eta0": 0.5, "epoch_reset": "always"}
 VARIANTS = {
-    "session 10 (eta0 0.5, reset always)": OLD,
+    "eta0 0.5, reset always": OLD,
     "default (eta0 1, reset detect)": {},
 }
-# ``--pretrain``: the robust refit of a badly fitting cluster in pretraining (session 12)
+# ``--pretrain``: the robust refit of a badly fitting cluster in pretraining
 PRETRAIN = {"6 restarts, no pretraining repair": {"pretrain_restarts": 6, "pretrain_repair": 0},
             "6 restarts, repair": {"pretrain_restarts": 6},
             "16 restarts, repair": {"pretrain_restarts": 16}}
@@ -47,15 +47,15 @@ def _scenario(args) -> list[dict]:
     config, drift, obs, s, variants = args
     from streaming.data import STANDARD_CONFIGS, StreamConfig, generate_stream
     from streaming.evaluate import nrmse_unobserved
+    from streaming.harness import run_online
     from streaming.model import MoSAIC
-    from streaming.train import run_online
 
     n, r, K = STANDARD_CONFIGS[config]
     cfg = StreamConfig(n=n, r=r, K=K, obs_frac=obs, drift=drift, epochs=4, samples_per_epoch=200 * K, seed=1100 + s)
     stream = generate_stream(cfg)
     rows = []
     for name, overrides in variants.items():
-        model = MoSAIC(n, r, K, seed=100 + s, **overrides).fit(stream.source_values)
+        model = MoSAIC(r, K, seed=100 + s, **overrides).fit(stream.source_values)
         completed = run_online(model, stream.values, stream.epoch, snapshot_every=10**9, name="mosaic").completed
         rows.append({"config": config, "drift": drift, "obs_frac": obs, "seed": s, "variant": name,
                      "nrmse": nrmse_unobserved(completed, stream.full, stream.values)})

@@ -86,9 +86,9 @@ def level_floor(m, sqrt: bool, f: float) -> None:
     orig = m._complete_and_update
 
     def complete_and_update(idx, xo, w, score, k, xx, m=m, orig=orig):
-        st = m.expert_stats
+        st = m.expert_stats_
         ratio = float(st.level[k]) / max(float(st.level_slow[k]), 1e-12)
-        m.config.eta_min = min(m.config.eta0, f * (math.sqrt(ratio) if sqrt else ratio))
+        m.eta_min = min(m.eta0, f * (math.sqrt(ratio) if sqrt else ratio))
         return orig(idx, xo, w, score, k, xx)
 
     m._complete_and_update = complete_and_update
@@ -99,13 +99,13 @@ def ref_floor(m, f: float, not_reseeded: bool, margin: float = 0.0) -> None:
     level after pretraining (its noise floor): zero for an expert that fits as well as at pretraining
     (``not_reseeded``: the default floor for an expert that was re-seeded in the stream)."""
     orig = m._complete_and_update
-    ref = np.maximum(m.expert_stats.level_slow.copy(), 1e-12)
+    ref = np.maximum(m.expert_stats_.level_slow.copy(), 1e-12)
 
     def complete_and_update(idx, xo, w, score, k, xx, m=m, orig=orig):
-        excess = max(float(m.expert_stats.level[k]) / ref[k] - 1.0 - margin, 0.0)
-        m.config.eta_min = min(m.config.eta0, f * math.sqrt(excess))
-        if not_reseeded and m.expert_stats.reseeded_at[k] > -(10**12):
-            m.config.eta_min = 0.05
+        excess = max(float(m.expert_stats_.level[k]) / ref[k] - 1.0 - margin, 0.0)
+        m.eta_min = min(m.eta0, f * math.sqrt(excess))
+        if not_reseeded and m.expert_stats_.reseeded_at[k] > -(10**12):
+            m.eta_min = 0.05
         return orig(idx, xo, w, score, k, xx)
 
     m._complete_and_update = complete_and_update
@@ -116,7 +116,7 @@ def run(cells, n_seeds, names, tuning):
     for cell in cells:
         for i in range(n_seeds):
             s, n, r, K, mseed = make_stream(cell, i, tuning)
-            base = MoSAIC(n, r, K, seed=mseed).fit(s.source_values)
+            base = MoSAIC(r, K, seed=mseed).fit(s.source_values)
             kg = KGrousePretrained.from_mosaic(base)
             res = {"kgrouse": nrmse_unobserved(_run(kg, s.values), s.full, s.values)}
             for name in names:
@@ -124,14 +124,14 @@ def run(cells, n_seeds, names, tuning):
                     overrides, df = variant(name, epochs)
                     m = copy.deepcopy(base)
                     if name != "product":  # the variants start from the schedule before the drift floor
-                        m.config.drift_floor = 0.0
+                        m.drift_floor = 0.0
                     for k, v in overrides.items():
                         if k == "level_floor":
                             level_floor(m, *v)
                         elif k == "ref_floor":
                             ref_floor(m, *v)
                         else:
-                            setattr(m.config, k, v)
+                            setattr(m, k, v)
                     model_mod.DRIFT_FACTOR = df
                     try:
                         completed = m.process(s.values, epoch=s.epoch if epochs == "given" else None)[0]
@@ -144,7 +144,7 @@ def run(cells, n_seeds, names, tuning):
 
 
 def _run(model, values):
-    from streaming.train import run_online
+    from streaming.harness import run_online
 
     return run_online(model, values).completed
 

@@ -51,7 +51,7 @@ def main() -> None:
     n, r, K = STANDARD_CONFIGS[a.config]
     stream = generate_stream(StreamConfig(n=n, r=r, K=K, obs_frac=OBS_FRAC.get(a.config, 0.4), drift="abrupt",
                                           epochs=2, samples_per_epoch=2000, seed=1000))
-    blob = pickle.dumps(MoSAIC(n, r, K, seed=0).fit(stream.source_values))
+    blob = pickle.dumps(MoSAIC(r, K, seed=0).fit(stream.source_values))
     models = {}
     for label, path in (("old", str(Path(a.old_root).resolve())), ("new", ROOT)):
         _import_streaming(path)

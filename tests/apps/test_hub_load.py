@@ -51,7 +51,7 @@ def hub_url(tmp_path_factory):
     """``build_hub(CONCURRENCY)`` launched in this process on 127.0.0.1 (closed afterwards), its
     vision tab pointed at a tiny operator checkpoint; yields ``(url, vision checkpoint)``."""
     from tests.vision.conftest import tiny_moh
-    from vision.pipeline import save_checkpoint
+    from vision.sampling import save_checkpoint
 
     mp = pytest.MonkeyPatch()
     root = tmp_path_factory.mktemp("hub_load")
@@ -104,12 +104,12 @@ def test_twenty_concurrent_requests_are_served_concurrently_and_correctly(hub_ur
 def test_vision_tab_refuses_paths_outside_the_allow_list_and_reads_nothing(hub_url, monkeypatch, tmp_path):
     from gradio_client import Client
 
-    import vision.baselines
+    import vision.models
 
     url, ckpt = hub_url
     loaded = []
-    real_load = vision.baselines.load_model
-    monkeypatch.setattr(vision.baselines, "load_model", lambda path: loaded.append(path) or real_load(path))
+    real_load = vision.models.load_backbone
+    monkeypatch.setattr(vision.models, "load_backbone", lambda path: loaded.append(path) or real_load(path))
     client = Client(url, verbose=False)
     (tmp_path / "escape").symlink_to("/etc", target_is_directory=True)
     for path in ("/etc", f"{ckpt}/../..", str(tmp_path / "escape")):

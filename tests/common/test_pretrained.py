@@ -64,6 +64,7 @@ NOT_MODELS = {
     "generation3d.attention.TopKAttention": "token mixer of the generator (attention='topk')",
     "generation3d.attention.LocalWindowAttention": "token mixer of the generator (attention='local')",
     "generation3d.attention.SparseComponentAttention": "base of the routed token mixers of the generator",
+    "retrieval.towers.CIRTowers": "base class of the registered retrieval models (towers, phase-1 losses)",
     "vision.models.layers.DiffusionBackbone": "base class of the registered vision backbones",
     "apps.core.quick.MoEClassifier": "make demo's core model, trained and evaluated in memory, never saved",
     "apps.core.quick.DenseClassifier": "make demo's core baseline, trained and evaluated in memory, never saved",
@@ -303,9 +304,8 @@ def test_checkpoints_of_the_previous_formats_load_through_the_upgrade_path(tmp_p
 
     from olfaction.model import MixScentConfig, MixScentNet
     from retrieval.baselines import CombinerCIR
-    from retrieval.train import load_model
-    from vision.baselines import load_model as load_backbone
-    from vision.models import MoHBackbone, UNetBaseline
+    from retrieval.registry import load_model
+    from vision.models import MoHBackbone, UNetBaseline, load_backbone
 
     net, ex = MixScentNet.tiny_example()
     net.eval()

@@ -5,17 +5,11 @@ import pytest
 import trimesh
 
 from common.errors import DataError, InputError
-from generation3d.data import (
-    CATEGORIES,
-    PartDataset,
-    check_mesh,
-    from_canonical,
-    load_part_mesh,
-    make_scene,
-    make_shape,
-    to_canonical,
-)
+from generation3d.data import CATEGORIES, PartDataset
 from generation3d.export import export_meshes, shape_meshes
+from generation3d.geometry import from_canonical, to_canonical
+from generation3d.meshes import check_mesh, load_part_mesh
+from generation3d.shapes import make_scene, make_shape
 
 
 @pytest.mark.parametrize("category", ["chair", "table", "shelf", "lamp"])

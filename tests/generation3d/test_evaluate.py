@@ -89,7 +89,7 @@ def test_heldout_flow_loss_is_seeded_and_equals_the_target_variance_for_a_zero_v
 
     from generation3d.data import PartDataset
     from generation3d.evaluate import heldout_flow_loss
-    from generation3d.pipeline import MoCAPipeline
+    from generation3d.sampling import MoCAPipeline
 
     pipe, ds = MoCAPipeline.load(tiny_pipeline), PartDataset.load(tiny_data)
     a, b = heldout_flow_loss(pipe, ds, levels=(0.2, 0.8)), heldout_flow_loss(pipe, ds, levels=(0.2, 0.8))

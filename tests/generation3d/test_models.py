@@ -6,7 +6,7 @@ import torch
 
 from common.errors import CheckpointError, InputError
 from generation3d.model import AEConfig, GenConfig, PartAutoencoder, PartFlowTransformer
-from generation3d.pipeline import MoCAPipeline, load_autoencoder, save_autoencoder
+from generation3d.sampling import MoCAPipeline, load_autoencoder, save_autoencoder
 
 
 @pytest.mark.parametrize("attention", ["moca", "full", "topk", "local"])
@@ -101,18 +101,18 @@ def test_corrupt_and_missing_checkpoints(tiny_pipeline, tmp_path):
 
 def test_training_reduces_loss_and_is_seeded(tiny_data):
     from generation3d.data import PartDataset
-    from generation3d.train import train_autoencoder
+    from generation3d.train import pretrain
 
     ds = PartDataset.load(tiny_data)
     cfg = AEConfig(n_latents=4, d_latent=4, d_model=16, n_out=64)
-    ae1, h1 = train_autoencoder(ds, cfg, steps=40, batch_size=16, lr=3e-3, seed=0)
-    ae2, h2 = train_autoencoder(ds, cfg, steps=40, batch_size=16, lr=3e-3, seed=0)
+    ae1, h1 = pretrain(ds, cfg, steps=40, batch_size=16, lr=3e-3, seed=0)
+    ae2, h2 = pretrain(ds, cfg, steps=40, batch_size=16, lr=3e-3, seed=0)
     assert h1 == h2
     assert h1[-1]["loss"] < 0.5 * h1[0]["loss"]
 
 
 def test_box_parameterisation_round_trip_keeps_sizes_positive():
-    from generation3d.data import MIN_SIZE, box_to_param, param_to_box
+    from generation3d.geometry import MIN_SIZE, box_to_param, param_to_box
 
     boxes = np.array([[0.1, -0.2, 0.3, 0.01, 0.5, 2.0], [0, 0, 0, 1e-5, 1.0, 1.0]], np.float32)
     p = box_to_param(boxes)

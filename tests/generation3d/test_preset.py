@@ -47,7 +47,7 @@ def preset_run(tmp_path_factory):
 
 def test_preset_builds_real_data_trains_and_writes_samples(preset_run):
     from generation3d.data import CATEGORIES, PartDataset
-    from generation3d.pipeline import MoCAPipeline
+    from generation3d.sampling import MoCAPipeline
 
     _, out, stdout = preset_run
     ds = PartDataset.load(out / "data")
@@ -109,7 +109,7 @@ def test_hub_tab_defaults_to_the_real_furniture_model(preset_run, tmp_path, monk
 def test_evaluate_on_the_validation_split(tiny_pipeline, tiny_data):
     from generation3d.data import SPLITS, PartDataset
     from generation3d.evaluate import evaluate_generator
-    from generation3d.pipeline import MoCAPipeline
+    from generation3d.sampling import MoCAPipeline
 
     ds = PartDataset.load(tiny_data)
     train = ds.shape_ids("train", max_parts=40)

@@ -15,7 +15,7 @@ from generation3d.attention import (
     router_kl,
 )
 from generation3d.model import GenConfig, PartFlowTransformer
-from generation3d.pipeline import MoCAPipeline
+from generation3d.sampling import MoCAPipeline
 
 
 def _qk(layer, x):
@@ -161,7 +161,7 @@ def test_dense_generator_equals_the_full_attention_generator():
 def test_recipe_is_the_moca_default_and_weight_zero_leaves_training_untouched(tiny_data, monkeypatch):
     from generation3d.data import PartDataset
     from generation3d.model import AEConfig
-    from generation3d.train import train_autoencoder, train_generator
+    from generation3d.train import fit, pretrain
 
     assert (GenConfig().router_distill, GenConfig().dense_warmup) == (0.5, 0.25)  # MoCA default
     for kind in ("full", "topk", "local"):  # the baselines are trained as before
@@ -172,11 +172,11 @@ def test_recipe_is_the_moca_default_and_weight_zero_leaves_training_untouched(ti
             return torch.stack([torch.full((384,), float(len(t)) / 100) for t in texts]).numpy()
 
     ds = PartDataset.load(tiny_data)
-    ae, _ = train_autoencoder(ds, AEConfig(n_latents=4, d_latent=4, d_model=32, n_out=64), steps=2, batch_size=8)
+    ae, _ = pretrain(ds, AEConfig(n_latents=4, d_latent=4, d_model=32, n_out=64), steps=2, batch_size=8)
     base = dict(n_latents=4, d_latent=4, max_parts=40, d_model=32, n_layers=1)
 
     def train(**extra):
-        gen, _, hist = train_generator(ds, ae, GenConfig(**base, **extra), steps=4, batch_size=4, text_encoder=Enc())
+        gen, _, hist = fit(ds, ae, GenConfig(**base, **extra), steps=4, batch_size=4, text_encoder=Enc())
         assert not gen.blocks[0].attn.dense and not gen.blocks[0].attn.distill  # switched off after training
         return gen.state_dict(), hist
 

@@ -6,9 +6,10 @@ import torch
 
 from common.errors import InputError
 from generation3d.cli import main
-from generation3d.data import PartDataset, make_shape
+from generation3d.data import PartDataset
 from generation3d.model import GenConfig, PartFlowTransformer
-from generation3d.pipeline import MoCAPipeline
+from generation3d.sampling import MoCAPipeline
+from generation3d.shapes import make_shape
 from generation3d.text import MiniLMEncoder, describe_shape, shape_descriptions
 
 BOX = np.tile(np.array([[0, 0, 0, 0.5, 0.5, 0.5]], np.float32), (30, 1))

@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from retrieval.data import BuildConfig, build_benchmark
+from retrieval.synth import BuildConfig, build_benchmark
 
 
 class HashEncoder:
@@ -46,7 +46,7 @@ def prefilled_cache(tiny_bench, tmp_path_factory, hash_encoder):
     tests exercise the cache path without loading MiniLM (MiniLM itself: test_text.py)."""
     import json
 
-    from retrieval.render import split_clauses, split_sentences
+    from retrieval.captions import split_clauses, split_sentences
     from retrieval.text import MiniLMEncoder
 
     root, _ = tiny_bench

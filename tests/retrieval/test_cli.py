@@ -155,7 +155,7 @@ def test_bench_router_metrics_reported(tiny_bench, cached_env, tmp_path):
 
 
 def test_search_bench_small(tmp_path):
-    from retrieval.bench import run_search_bench
+    from retrieval.search_bench import run_search_bench
 
     rows = run_search_bench(
         tmp_path, n=3000, d=32, n_queries=20, nlist=32, nprobes=(1, 32), log=lambda *_: None
@@ -172,13 +172,13 @@ def test_search_bench_small(tmp_path):
     # the CLI wiring (default IVF1024), on a gallery just big enough to train it
     out = tmp_path / "cli"
     assert (
-        main(["bench", "--search-only", "--search-n", "1100", "--search-queries", "5", "--out", str(out)])
+        main(["bench", "--suite", "search", "--search-n", "1100", "--search-queries", "5", "--out", str(out)])
         == 0
     )
     assert json.loads((out / "search_bench.json").read_text())[0]["n"] == 1100
     # --json writes the same rows plus the settings; an existing file is kept without --overwrite
     res = tmp_path / "res.json"
-    argv = ["bench", "--search-only", "--search-n", "1100", "--search-queries", "5"]
+    argv = ["bench", "--suite", "search", "--search-n", "1100", "--search-queries", "5"]
     argv += ["--out", str(tmp_path / "c2")]
     assert main([*argv, "--json", str(res)]) == 0
     doc = json.loads(res.read_text())
@@ -192,7 +192,7 @@ def test_search_bench_small(tmp_path):
 
 
 def test_numpy_topk_partition_and_sort_agree_with_a_hand_ranking():
-    from retrieval.bench import numpy_topk
+    from retrieval.search_bench import numpy_topk
 
     gal = np.eye(5, dtype=np.float32)[[0, 1, 2, 3, 4]] * np.array([[1], [5], [3], [4], [2]], np.float32)
     q = np.ones((3, 5), np.float32)  # scores = row norms 1, 5, 3, 4, 2 -> ranking 1, 3, 2
@@ -201,3 +201,22 @@ def test_numpy_topk_partition_and_sort_agree_with_a_hand_ranking():
         assert rows.tolist() == [[1, 3, 2]] * 3 and scores[0].tolist() == [5, 4, 3]
     with pytest.raises(ValueError, match="select"):
         numpy_topk(q, gal, 3, select="heap")
+
+
+def test_train_model_size_and_bf16_precision_reach_the_checkpoint(tiny_bench, cached_env, tmp_path):
+    from retrieval.registry import MODEL_SIZES, load_model
+
+    root, _ = tiny_bench
+    out = tmp_path / "xs"
+    argv = ["train", "--root", str(root), "--out", str(out), "--phase1-epochs", "1", "--phase2-epochs", "1",
+            "--model-size", "XS", "--precision", "bf16-mixed", "--device", "cpu", "--image-encoder", "scratch"]
+    assert main(argv) == 0
+    model, extra = load_model(out)
+    xs = MODEL_SIZES["XS"]
+    assert (model.config.d_model, model.config.d_slot, model.config.heads_per_group) == (
+        xs.d_model, xs.d_slot, xs.heads_per_group)
+    assert extra["model_size"] == "XS"
+    assert all(p.dtype.is_floating_point and p.dtype.itemsize == 4 for p in model.parameters())  # fp32 on disk
+    metrics = tmp_path / "m.json"
+    assert main(["eval", "--root", str(root), "--model", str(out), "--device", "cpu", "--out", str(metrics)]) == 0
+    assert 0 <= json.loads(metrics.read_text())["R@10"] <= 100

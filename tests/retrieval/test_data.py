@@ -5,15 +5,10 @@ import pytest
 from PIL import Image
 
 from common.errors import DataError, InputError
-from retrieval.data import (
-    BuildConfig,
-    build_benchmark,
-    load_fashioniq,
-    load_image,
-    load_shoes,
-    load_synthetic,
-)
-from retrieval.render import GROUPS, Attributes, describe, render
+from retrieval.captions import describe
+from retrieval.data import load_fashioniq, load_image, load_shoes, load_synthetic
+from retrieval.render import GROUPS, Attributes, render
+from retrieval.synth import BuildConfig, build_benchmark
 
 
 def test_layout_and_item_disjoint_splits(tiny_bench):
@@ -111,7 +106,7 @@ def test_fashioniq_errors(tmp_path):
     with pytest.raises(DataError, match="layout"):
         load_fashioniq(tmp_path / "flat", "val")
     _write_fiq(tmp_path / "bad", bad_image=True)
-    with pytest.raises(InputError, match="not a readable image"):
+    with pytest.raises(InputError, match="not an image"):
         load_fashioniq(tmp_path / "bad", "val")
     _write_fiq(tmp_path / "miss")
     (tmp_path / "miss" / "image_splits" / "split.dress.val.json").unlink()
@@ -158,5 +153,15 @@ def test_load_image_errors(tmp_path):
     (tmp_path / "x.png").write_bytes(b"garbage")
     with pytest.raises(InputError):
         load_image(tmp_path / "x.png")
-    with pytest.raises(InputError, match="not found"):
+    with pytest.raises(InputError, match="no such image file"):
         load_image(tmp_path / "missing.png")
+
+
+def test_load_image_composites_transparency_on_white_and_resizes(tmp_path):
+    rgba = np.zeros((64, 64, 4), np.uint8)
+    rgba[:32] = (200, 10, 10, 255)  # opaque red top half, fully transparent bottom half
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "cutout.png")
+    img = load_image(tmp_path / "cutout.png")
+    assert img.shape == (32, 32, 3) and img.dtype == np.uint8
+    assert img[2:14].tolist() == [[[200, 10, 10]] * 32] * 12  # far from the edge: the opaque colour
+    assert img[18:30].tolist() == [[[255, 255, 255]] * 32] * 12  # transparent: white, not black

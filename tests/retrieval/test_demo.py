@@ -4,8 +4,10 @@ import torch
 
 import retrieval.demo as demo
 from retrieval.data import load_synthetic
+from retrieval.features import prepare_features
+from retrieval.registry import build_model, save_model
 from retrieval.render import GROUPS
-from retrieval.train import TrainConfig, build_model, fit, prepare_features, save_model
+from retrieval.train import TrainConfig, fit
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ def demo_assets(tmp_path_factory):
 
 
 def test_build_demo_assets_points_the_tab_at_a_model(demo_assets):
-    from retrieval.train import load_model
+    from retrieval.registry import load_model
 
     model, extra = load_model(demo_assets[demo.MODEL_ENV])
     assert extra == {"demo": True} and model.config.attention == "moa3"

@@ -10,18 +10,11 @@ from PIL import Image
 
 from common.data_dir import load_fashion_mnist
 from retrieval.baselines import raw_pixel_embeddings
+from retrieval.captions import _CHATTER, annotator_captions, split_clauses
 from retrieval.cli import main
-from retrieval.data import BuildConfig, build_benchmark, item_renderer, load_synthetic
-from retrieval.render import (
-    _CHATTER,
-    GROUPS,
-    Attributes,
-    PhotoJitter,
-    annotator_captions,
-    render,
-    render_photo,
-    split_clauses,
-)
+from retrieval.data import load_synthetic
+from retrieval.render import GROUPS, Attributes, PhotoJitter, render, render_photo
+from retrieval.synth import BuildConfig, build_benchmark, item_renderer
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +27,7 @@ def hard_root(tmp_path_factory):
 @pytest.fixture(scope="module")
 def hard_cache(hard_root, tmp_path_factory):
     """An embedding cache with hash embeddings for every text of the hard benchmark (no MiniLM)."""
-    from retrieval.render import split_sentences
+    from retrieval.captions import split_sentences
     from retrieval.text import MiniLMEncoder, text_key
     from tests.retrieval.conftest import HashEncoder
 
@@ -194,7 +187,8 @@ def test_bench_hard_wiring(hard_root, hard_cache, tmp_path, monkeypatch, capsys)
 
 def test_bench_passes_model_options_to_every_trained_method(hard_root, hard_cache, tmp_path, monkeypatch):
     from retrieval.bench import run_retrieval_bench
-    from retrieval.train import TrainConfig, load_model
+    from retrieval.registry import load_model
+    from retrieval.train import TrainConfig
 
     monkeypatch.setenv("MOE_APPS_CACHE", str(hard_cache))
     run_retrieval_bench(hard_root, tmp_path, ("controlled",), ["no-aug", "combiner"], TrainConfig(0, 1),

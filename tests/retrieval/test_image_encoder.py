@@ -16,20 +16,13 @@ from common.pretrained import CONFIG
 from retrieval.baselines import CombinerCIR, CombinerConfig
 from retrieval.cli import main
 from retrieval.data import load_dataset, load_synthetic
+from retrieval.embed import embed_gallery, embed_queries
 from retrieval.evaluate import evaluate_split
-from retrieval.model import MoA3CIR, MoA3Config, tiny_cir_batch
-from retrieval.train import (
-    TrainConfig,
-    attach_image_tokens,
-    build_model,
-    embed_gallery,
-    embed_queries,
-    fit,
-    load_model,
-    prepare_features,
-    save_model,
-    train_model,
-)
+from retrieval.features import attach_image_tokens, prepare_features
+from retrieval.model import MoA3CIR, MoA3Config
+from retrieval.registry import build_model, load_model, save_model
+from retrieval.towers import tiny_cir_batch
+from retrieval.train import TrainConfig, fit
 
 from .official_layouts import write_fashioniq
 
@@ -124,7 +117,7 @@ def test_api_trains_on_official_layout_with_pretrained_encoder(kind, cache, hash
     train = load_dataset("fashioniq", root, "train")
     model = build_model(kind, image_encoder=PRE)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    history = train_model(model, train, TrainConfig(phase1_epochs=1, phase2_epochs=2, batch_size=8, val_fraction=0),
+    history = fit(model, train, TrainConfig(phase1_epochs=1, phase2_epochs=2, batch_size=8, val_fraction=0),
                           encoder=hash_encoder)
     assert history[-1]["phase"] == 2
     after = model.state_dict()
@@ -198,6 +191,8 @@ def test_bad_encoder_settings_rejected(bad):
 
 
 def test_cli_choices_match_the_model():
-    from retrieval import cli, model
+    from retrieval import cli, registry, synth, towers
 
-    assert cli.IMAGE_ENCODERS == model.IMAGE_ENCODERS and cli.DEFAULT_IMAGE_ENCODER == model.DEFAULT_IMAGE_ENCODER
+    assert cli.IMAGE_ENCODERS == towers.IMAGE_ENCODERS and cli.DEFAULT_IMAGE_ENCODER == towers.DEFAULT_IMAGE_ENCODER
+    assert cli.MODEL_SIZES == tuple(registry.MODEL_SIZES) and cli.DEFAULT_MODEL_SIZE == registry.DEFAULT_MODEL_SIZE
+    assert cli.BUILD_PRESETS == tuple(synth.PRESETS)

@@ -5,8 +5,9 @@ import torch
 
 from moe import Routing
 from retrieval.baselines import CombinerCIR
-from retrieval.model import GroupedAttentionPool, ImageTower, MoA3CIR, MoA3Config, TextTower, info_nce
-from retrieval.train import MODEL_KINDS, build_model, load_model, save_model
+from retrieval.model import GroupedAttentionPool, MoA3CIR, MoA3Config
+from retrieval.registry import MODEL_KINDS, build_model, load_model, save_model
+from retrieval.towers import ImageTower, TextTower, info_nce
 
 
 def _batch(b=4, ld=3, lt=2, seed=0):

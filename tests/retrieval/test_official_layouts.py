@@ -11,23 +11,21 @@ import numpy as np
 import pytest
 
 from common.errors import DataError
+from retrieval.captions import split_clauses, split_sentences
 from retrieval.cli import main
 from retrieval.data import carve_validation, load_dataset, load_fashioniq
+from retrieval.embed import embed_gallery, embed_queries
 from retrieval.evaluate import evaluate_split
-from retrieval.render import split_clauses, split_sentences
+from retrieval.features import prepare_features
+from retrieval.registry import build_model, load_model
 from retrieval.text import MiniLMEncoder, text_key
 from retrieval.train import (
     PHASE2_BUDGET_EPOCHS,
     PHASE2_MAX_STEPS,
     PHASE2_MIN_STEPS,
     TrainConfig,
-    build_model,
-    embed_gallery,
-    embed_queries,
-    load_model,
+    fit,
     phase2_max_steps,
-    prepare_features,
-    train_model,
 )
 
 from .official_layouts import write_fashioniq, write_shoes
@@ -90,7 +88,7 @@ def test_python_api_trains_and_evaluates(dataset, layouts, hash_encoder):
     assert train.descriptions is None and train.attributes is None
     model, lines = build_model("moa3cir"), []
     cfg = TrainConfig(phase1_epochs=1, phase2_epochs=8 if dataset == "fashioniq" else 2, batch_size=8, val_fraction=0)
-    history = train_model(model, train, cfg, log=lines.append, encoder=hash_encoder)
+    history = fit(model, train, cfg, log=lines.append, encoder=hash_encoder)
     assert history[-1]["phase"] == 2 and history[-1]["stopped"] == phase2_max_steps(len(train.triplets), cfg)
     assert any(line.startswith("phase 1 objectives: image-image") for line in lines)
     test = load_dataset(dataset, layouts[dataset], "val")
@@ -117,7 +115,7 @@ def test_descriptions_file_per_category_and_per_split(layouts, hash_encoder, tmp
     # items without a description have no description tokens; "Dt000" has two sentences
     assert f.desc_mask[s.index["Dt000"]].sum() == 2 and f.desc_mask[s.index["Dt002"]].sum() == 0
     lines = []
-    train_model(build_model("moa3cir"), s, TrainConfig(phase1_epochs=1, phase2_epochs=1), log=lines.append,
+    fit(build_model("moa3cir"), s, TrainConfig(phase1_epochs=1, phase2_epochs=1), log=lines.append,
                 encoder=hash_encoder)
     assert f"descriptions: found for 3 of {len(s.ids)} items" in lines[0]
     objectives = next(line for line in lines if line.startswith("phase 1 objectives"))
@@ -152,7 +150,7 @@ def test_phase2_step_budget_rule():
 def test_fixed_budget_without_validation_reports_budget(layouts, hash_encoder):
     s = load_fashioniq(layouts["fashioniq"], "train")
     lines = []
-    history = train_model(build_model("combiner"), s, TrainConfig(phase1_epochs=1, phase2_epochs=2, val_fraction=0),
+    history = fit(build_model("combiner"), s, TrainConfig(phase1_epochs=1, phase2_epochs=2, val_fraction=0),
                           log=lines.append, encoder=hash_encoder)
     n_steps = 2 * math.ceil(len(s.triplets) / 64)
     assert history[-1]["stopped"] == n_steps and "step budget" in history[-1]["reason"]

@@ -4,10 +4,12 @@ import pytest
 import torch
 
 from retrieval.data import load_synthetic
+from retrieval.embed import encode_single_query
+from retrieval.features import prepare_features
 from retrieval.model import ClauseRouter, MoA3CIR, MoA3Config
 from retrieval.render import GROUPS
 from retrieval.text import MiniLMEncoder
-from retrieval.train import TrainConfig, encode_single_query, fit, prepare_features
+from retrieval.train import TrainConfig, fit
 
 
 def test_clause_router_takes_max_over_valid_clauses():

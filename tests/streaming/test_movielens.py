@@ -18,15 +18,14 @@ from streaming.cli import main as mosaic_main
 from streaming.data import Stream, load_stream, save_stream
 from streaming.movielens import (
     DSLABS_DATA,
-    _decompress_chunk,
     bias_baseline,
     build_stream,
     evaluate_heldout,
     heldout_errors,
     load_movielens,
-    read_lazyload,
     user_order,
 )
+from streaming.rlazyload import decompress_chunk, read_lazyload
 
 rdata = pytest.importorskip("rdata")
 
@@ -123,12 +122,12 @@ def test_lazyload_malformed(fake_db):
 
 def test_decompress_chunk_checks_length():
     raw = b"X\n" + bytes(range(50))
-    assert _decompress_chunk(struct.pack(">I", len(raw)) + zlib.compress(raw), 1, "t") == raw
-    assert _decompress_chunk(struct.pack(">I", len(raw)) + b"0" + raw, 2, "t") == raw
+    assert decompress_chunk(struct.pack(">I", len(raw)) + zlib.compress(raw), 1, "t") == raw
+    assert decompress_chunk(struct.pack(">I", len(raw)) + b"0" + raw, 2, "t") == raw
     with pytest.raises(DataError, match="header says 99"):
-        _decompress_chunk(struct.pack(">I", 99) + zlib.compress(raw), 1, "t")
+        decompress_chunk(struct.pack(">I", 99) + zlib.compress(raw), 1, "t")
     with pytest.raises(DataError, match="cannot decompress"):
-        _decompress_chunk(struct.pack(">I", len(raw)) + b"not zlib data", 1, "t")
+        decompress_chunk(struct.pack(">I", len(raw)) + b"not zlib data", 1, "t")
 
 
 def test_build_stream_by_hand():

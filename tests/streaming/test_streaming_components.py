@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from common.errors import CheckpointError, InputError
+from streaming.config import MoSAICConfig
 from streaming.data import StreamConfig, generate_stream
-from streaming.model import COMPONENTS, MoSAIC, MoSAICConfig
+from streaming.model import COMPONENTS, MoSAIC
 from streaming.state import StateComponent, state_equal
 
 DATA = Path(__file__).parent / "data"
@@ -27,9 +28,10 @@ def busy():
 
 def test_the_model_holds_no_state_outside_its_components(busy):
     m, _ = busy
-    assert set(vars(m)) == {"config", "_pretrained_config", *COMPONENTS}
+    params = set(m.get_params())
+    assert set(vars(m)) == {*params, "n_features_in_", *(name + "_" for name in COMPONENTS)}
     for name, cls in COMPONENTS.items():
-        comp = getattr(m, name)
+        comp = getattr(m, name + "_")
         assert type(comp) is cls and isinstance(comp, StateComponent)
         with pytest.raises(AttributeError):  # slots: an undeclared attribute cannot hold state
             comp.not_a_field = 1
@@ -38,10 +40,10 @@ def test_the_model_holds_no_state_outside_its_components(busy):
 def test_the_busy_example_has_every_field_in_use(busy):
     """So the round trip below compares real state, not defaults."""
     m, _ = busy
-    assert len(m.change_buffer) > 0 and m.change_buffer.reseeds
-    pf = m.provisional_fit
+    assert len(m.change_buffer_) > 0 and m.change_buffer_.reseeds
+    pf = m.provisional_fit_
     assert all(v is not None for v in (pf.basis, pf.loadings, pf.noise, pf.si_stamps, pf.si_Z)) and pf.at > 0
-    assert m.stream_stats.pretrained and m.stream_stats.n_seen == 210 and m.epochs.epoch == 1
+    assert m.stream_stats_.pretrained and m.stream_stats_.n_seen == 210 and m.epochs_.epoch == 1
 
 
 def test_save_load_round_trips_every_field_of_every_component(busy, tmp_path):
@@ -52,7 +54,7 @@ def test_save_load_round_trips_every_field_of_every_component(busy, tmp_path):
     m.save(tmp_path / "ckpt")
     back = MoSAIC.load(tmp_path / "ckpt")
     for name, comp in m.components().items():
-        assert state_equal(comp, getattr(back, name)) == [], name
+        assert state_equal(comp, getattr(back, name + "_")) == [], name
     assert back.config == m.config
     a = copy.deepcopy(m).process(x, mask, epoch)  # the fixture itself stays as it is
     b = back.process(x, mask, epoch)
@@ -95,7 +97,7 @@ def test_a_checkpoint_missing_a_field_or_a_tensor_is_an_error(busy, tmp_path):
 def test_a_checkpoint_of_the_flat_layout_loads_and_continues_as_the_old_code_did():
     """Written by config version 3 (before the components) with its continuation on the next 20 samples."""
     m = MoSAIC.load(DATA / "mosaic_v3_flat")
-    assert len(m.change_buffer) > 0 and m.provisional_fit.si_Z is not None
+    assert len(m.change_buffer_) > 0 and m.provisional_fit_.si_Z is not None
     ref = np.load(DATA / "mosaic_v3_flat_next.npz")
     completed, routes = m.process(ref["x"], epoch=ref["epoch"])
     np.testing.assert_array_equal(routes, ref["routes"])
@@ -120,28 +122,37 @@ def test_bad_bases_shape_in_a_checkpoint_is_an_error(busy, tmp_path):
 # ------------------------------------------------------------------ scikit-learn API
 
 
-def test_hyperparameters_are_the_config_fields_with_the_same_defaults():
-    params = MoSAIC(10, 2, 3).get_params()
-    assert set(params) == {f.name for f in dataclasses.fields(MoSAICConfig)}
+def test_hyperparameters_are_the_config_fields_but_n_with_the_same_defaults():
+    params = MoSAIC(2, 3).get_params()
+    assert set(params) == {f.name for f in dataclasses.fields(MoSAICConfig)} - {"n"}
     sig = inspect.signature(MoSAIC.__init__).parameters
     for f in dataclasses.fields(MoSAICConfig):
         if f.default is not dataclasses.MISSING:
             assert sig[f.name].default == f.default, f.name
 
 
-def test_set_params_validates_and_reshaping_starts_over():
+def test_set_params_only_stores_fit_and_partial_fit_validate():
     from sklearn.base import clone
 
-    m = MoSAIC(10, 2, 3, seed=0)
+    X = np.random.default_rng(0).standard_normal((40, 10))
+    m = MoSAIC(2, 3, seed=0)
     m.set_params(eta0=0.5, epoch_reset="never")
-    assert m.config.eta0 == 0.5 and m.eta0 == 0.5 and m.config.epoch_reset == "never"
-    with pytest.raises(InputError):
-        m.set_params(eta0=2.0)
-    assert m.eta0 == 0.5  # a rejected value leaves the model as it was
-    m.set_params(K=4)
-    assert m.bases.shape == (4, 10, 2) and m.expert_stats.level.shape == (4,)
+    assert m.eta0 == 0.5 and m.epoch_reset == "never" and not hasattr(m, "n_features_in_")
+    m.set_params(eta0=2.0)  # stored as given (scikit-learn: validation belongs to fit)
+    assert m.eta0 == 2.0
+    with pytest.raises(InputError, match="step sizes"):
+        m.fit(X)
+    with pytest.raises(InputError, match="step sizes"):
+        m.partial_fit(X)
+    assert not hasattr(m, "bank_")  # nothing was learned from a rejected call
+    m.set_params(eta0=0.5, pretrain_restarts=1).fit(X)
+    assert m.config.n == 10 and m.config.eta0 == 0.5 and m.bases_.shape == (3, 10, 2)
+    m.set_params(K=4)  # the fitted experts keep their shape until the next fit
+    with pytest.raises(InputError, match="call fit"):
+        m.partial_fit(X[:2])
+    assert m.fit(X).bases_.shape == (4, 10, 2) and m.expert_stats_.level.shape == (4,)
     c = clone(m)
-    assert c.get_params() == m.get_params() and c is not m
+    assert c.get_params() == m.get_params() and c is not m and not hasattr(c, "bank_")
 
 
 def test_fit_partial_fit_transform_beat_the_mean_on_a_planted_stream():
@@ -152,7 +163,7 @@ def test_fit_partial_fit_transform_beat_the_mean_on_a_planted_stream():
 
     s = generate_stream(StreamConfig(n=30, r=2, K=3, obs_frac=0.5, noise_std=0.01, epochs=1,
                                      samples_per_epoch=300, drift="none", source_per_class=40, seed=3))
-    model = MoSAIC(30, 2, 3, pretrain_restarts=2, seed=0)
+    model = MoSAIC(2, 3, pretrain_restarts=2, seed=0)
     with pytest.raises(NotFittedError):
         check_is_fitted(model)
     assert not hasattr(model, "bases_")
@@ -178,6 +189,6 @@ def test_fit_partial_fit_transform_beat_the_mean_on_a_planted_stream():
 
 
 def test_partial_fit_without_pretraining_makes_the_model_fitted():
-    m = MoSAIC(10, 2, 2, seed=0)
+    m = MoSAIC(2, 2, seed=0)
     m.partial_fit(np.ones((3, 10)))
     assert m.n_samples_seen_ == 3 and m.bases_.shape == (2, 10, 2)

@@ -13,9 +13,10 @@ from streaming.evaluate import (
     subspace_error,
     summarize,
 )
+from streaming.harness import run_online
+from streaming.kss import k_subspaces_missing, refine, repair_clusters
 from streaming.linalg import als_subspace, batch_fit, orthonormalize, projection_distance, random_bases
 from streaming.model import MoSAIC
-from streaming.train import k_subspaces_missing, refine, repair_clusters, run_online
 
 
 def test_subspace_error_is_permutation_invariant_and_reports_the_match():
@@ -146,11 +147,11 @@ def test_mosaic_recovers_abruptly_replaced_subspace_quickly_and_beats_kgrouse():
     cfg = StreamConfig(n=40, r=3, K=4, obs_frac=0.5, noise_std=0.02, epochs=2, samples_per_epoch=1200,
                        drift="abrupt", n_replace=1, seed=6)
     s = generate_stream(cfg)
-    mosaic = MoSAIC(40, 3, 4, pretrain_restarts=2).fit(s.source_values)
+    mosaic = MoSAIC(3, 4, pretrain_restarts=2).fit(s.source_values)
     run = run_online(mosaic, s.values, s.epoch, snapshot_every=200)
     row = summarize(s, run.completed, run.routes, run)
     assert len(run.reseeds) >= 1
     assert row["recovered_frac"] == 1.0 and row["recovery_mean"] <= 100
     assert row["subspace_err_final"] < 0.05
-    kg = run_online(k_grouse(40, 3, 4), s.values, s.epoch, snapshot_every=200)
+    kg = run_online(k_grouse(3, 4), s.values, s.epoch, snapshot_every=200)
     assert row["nrmse"] < summarize(s, kg.completed, kg.routes, kg)["nrmse"]

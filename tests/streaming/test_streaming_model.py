@@ -79,7 +79,7 @@ def test_exact_recovery_noiseless_full_observation():
     cfg = StreamConfig(n=20, r=3, K=3, obs_frac=1.0, noise_std=0.0, epochs=1, samples_per_epoch=90,
                        drift="none", source_per_class=30, seed=4)
     s = generate_stream(cfg)
-    m = MoSAIC(20, 3, 3, pretrain_restarts=3).fit(s.source_values)
+    m = MoSAIC(3, 3, pretrain_restarts=3).fit(s.source_values)
     err, per, _ = subspace_error(m.bases, s.bases[0])
     assert err < 1e-8
     routes = m.route(s.values)
@@ -92,7 +92,7 @@ def test_exact_recovery_noiseless_full_observation():
 
 def test_routing_on_well_separated_subspaces():
     U = block_bases()
-    m = MoSAIC(12, 2, 3)
+    m = MoSAIC(2, 3)
     m.bases = U.copy()
     rng = np.random.default_rng(5)
     labels = rng.integers(0, 3, 50)
@@ -110,7 +110,7 @@ def test_streaming_noiseless_stays_exact_after_pretraining():
     cfg = StreamConfig(n=20, r=3, K=3, obs_frac=1.0, noise_std=0.0, epochs=1, samples_per_epoch=60,
                        drift="none", source_per_class=30, seed=6)
     s = generate_stream(cfg)
-    m = MoSAIC(20, 3, 3, pretrain_restarts=3).fit(s.source_values)
+    m = MoSAIC(3, 3, pretrain_restarts=3).fit(s.source_values)
     hidden = s.full.copy()
     hidden[:, 1::4] = np.nan
     completed, routes = m.process(hidden)
@@ -125,7 +125,7 @@ def _state(m):
 
 @pytest.mark.parametrize("bad", ["no_observed", "nan_observed", "inf", "wrong_dim", "bad_mask_shape", "bad_in_batch"])
 def test_rejected_sample_leaves_state_unchanged(bad):
-    m = MoSAIC(12, 2, 3)
+    m = MoSAIC(2, 3)
     m.bases = block_bases()
     before = _state(m)
     x = np.ones(12)
@@ -145,29 +145,34 @@ def test_rejected_sample_leaves_state_unchanged(bad):
         x = np.ones((2, 12))
         x[1] = np.nan
     with pytest.raises(InputError):
-        m.partial_fit(x, mask)
+        m.partial_fit(x, mask=mask)
     after = _state(m)
     assert before.keys() == after.keys()
     for k in before:
         np.testing.assert_array_equal(before[k], after[k])
 
 
-@pytest.mark.parametrize("kw", [dict(n=10, r=10, K=2), dict(n=10, r=2, K=0), dict(n=10, r=0, K=2)])
-def test_bad_hyperparameters(kw):
+@pytest.mark.parametrize("kw", [dict(r=10, K=2), dict(r=2, K=0), dict(r=0, K=2)])
+def test_bad_hyperparameters_are_refused_by_fit_and_partial_fit(kw):
+    model = MoSAIC(**kw)  # scikit-learn: the constructor only stores them
+    X = np.random.default_rng(0).standard_normal((20, 10))  # n = 10
     with pytest.raises(InputError):
-        MoSAIC(**kw)
+        model.fit(X)
+    with pytest.raises(InputError):
+        model.partial_fit(X)
+    assert not hasattr(model, "bank_")
 
 
 def test_save_load_round_trip_continues_identically(tmp_path):
     cfg = StreamConfig(n=20, r=2, K=3, obs_frac=0.6, epochs=2, samples_per_epoch=120, drift="abrupt",
                        source_per_class=40, seed=7)
     s = generate_stream(cfg)
-    m = MoSAIC(20, 2, 3, pretrain_restarts=2, seed=1).fit(s.source_values)
+    m = MoSAIC(2, 3, pretrain_restarts=2, seed=1).fit(s.source_values)
     m.process(s.values[:150], epoch=s.epoch[:150])
-    assert m.provisional_fit.si_Z is not None  # the change buffer's Soft-Impute warm start travels too
+    assert m.provisional_fit_.si_Z is not None  # the change buffer's Soft-Impute warm start travels too
     m.save(tmp_path / "ckpt")
     m2 = MoSAIC.load(tmp_path / "ckpt")
-    np.testing.assert_array_equal(m2.provisional_fit.si_Z, m.provisional_fit.si_Z)
+    np.testing.assert_array_equal(m2.provisional_fit_.si_Z, m.provisional_fit_.si_Z)
     c1, r1 = m.process(s.values[150:], epoch=s.epoch[150:])
     c2, r2 = m2.process(s.values[150:], epoch=s.epoch[150:])
     np.testing.assert_array_equal(c1, c2)
@@ -177,8 +182,8 @@ def test_save_load_round_trip_continues_identically(tmp_path):
 
 def test_fit_is_deterministic_under_seed():
     s = generate_stream(StreamConfig(n=20, r=2, K=3, source_per_class=40, samples_per_epoch=10, epochs=1, seed=8))
-    a = MoSAIC(20, 2, 3, seed=3, pretrain_restarts=2).fit(s.source_values)
-    b = MoSAIC(20, 2, 3, seed=3, pretrain_restarts=2).fit(s.source_values)
+    a = MoSAIC(2, 3, seed=3, pretrain_restarts=2).fit(s.source_values)
+    b = MoSAIC(2, 3, seed=3, pretrain_restarts=2).fit(s.source_values)
     np.testing.assert_array_equal(a.bases, b.bases)
 
 
@@ -186,7 +191,7 @@ def test_state_memory_is_order_Knr():
     cfg = StreamConfig(n=600, r=2, K=3, obs_frac=0.2, noise_std=0.01, epochs=2, samples_per_epoch=90,
                        drift="abrupt", source_per_class=30, seed=9)
     s = generate_stream(cfg)
-    m = MoSAIC(600, 2, 3, pretrain_restarts=1).fit(s.source_values)
+    m = MoSAIC(2, 3, pretrain_restarts=1).fit(s.source_values)
     m.process(s.values, epoch=s.epoch)
     K, n, r = 3, 600, 2
     # bases + the drift prediction's anchor and alternatives + counters + change buffer, no O(n²) or O(T n)
@@ -203,7 +208,7 @@ def test_batched_process_equals_per_sample_step_through_route_by_score():
     cfg = StreamConfig(n=30, r=3, K=4, obs_frac=0.5, epochs=3, samples_per_epoch=300, drift="abrupt",
                        source_per_class=60, seed=11)
     s = generate_stream(cfg)
-    a = MoSAIC(30, 3, 4, pretrain_restarts=2, seed=2).fit(s.source_values)
+    a = MoSAIC(3, 4, pretrain_restarts=2, seed=2).fit(s.source_values)
     b = copy.deepcopy(a)
     c1, r1 = a.process(s.values, epoch=s.epoch)
     M = ~np.isnan(s.values)
@@ -226,7 +231,7 @@ def test_reseed_recovers_an_abrupt_switch_quickly_without_harming_the_others():
     cfg = StreamConfig(n=20, r=2, K=3, obs_frac=0.6, noise_std=0.0, epochs=2, samples_per_epoch=450,
                        drift="abrupt", source_per_class=40, seed=12)
     s = generate_stream(cfg)
-    m = MoSAIC(20, 2, 3, pretrain_restarts=2, seed=0).fit(s.source_values)
+    m = MoSAIC(2, 3, pretrain_restarts=2, seed=0).fit(s.source_values)
     completed, _ = m.process(s.values, epoch=s.epoch)
     (rec,) = recovery_times(per_sample_nrmse(completed, s.full, s.values), s.labels, s.epoch, s.bases)
     # identifying a rank-2 subspace of R^20 from samples with ~12 observed entries needs about
@@ -325,7 +330,7 @@ def test_ppca_missing_recovers_the_span_and_the_noise_variance():
 def _replaced_class_error(cfg, **overrides):
     """Relative completion error of the replaced class's first 40 samples after the switch."""
     s = generate_stream(cfg)
-    m = MoSAIC(cfg.n, cfg.r, cfg.K, pretrain_restarts=2, seed=0, **overrides).fit(s.source_values)
+    m = MoSAIC(cfg.r, cfg.K, pretrain_restarts=2, seed=0, **overrides).fit(s.source_values)
     completed, _ = m.process(s.values, epoch=s.epoch)
     from streaming.evaluate import changed_classes
 
@@ -353,30 +358,31 @@ def test_posterior_provisional_completion_beats_abstaining_and_the_least_squares
 def test_auto_provisional_estimator_follows_the_observed_count_per_rank():
     # m̄ = 40 of n = 100: rank 10 leaves observations to spare (posterior), rank 25 does not (ALS)
     for r, expected in ((10, "posterior"), (25, "als")):
-        m = MoSAIC(100, r, 2, seed=0)
-        m.stream_stats.mean_m = 40.0
+        m = MoSAIC(r, 2, seed=0)
+        m.bases = orthonormalize(np.random.default_rng(0).standard_normal((2, 100, r)))  # n = 100
+        m.stream_stats_.mean_m = 40.0
         assert m.resolved_provisional_estimator() == expected
-        assert MoSAIC(100, r, 2, provisional_estimator="als").resolved_provisional_estimator() == "als"
+        assert MoSAIC(r, 2, provisional_estimator="als").resolved_provisional_estimator() == "als"
     with pytest.raises(InputError, match="provisional_estimator"):
-        MoSAIC(10, 2, 2, provisional_estimator="ppca")
+        MoSAIC(2, 2, provisional_estimator="ppca").partial_fit(np.ones((1, 10)))
     with pytest.raises(InputError, match="provisional_growth"):
-        MoSAIC(10, 2, 2, provisional_growth=-1.0)
+        MoSAIC(2, 2, provisional_growth=-1.0).partial_fit(np.ones((1, 10)))
 
 
 def test_an_ill_conditioned_routed_fit_cannot_blow_up_the_completion():
-    from streaming.model import cap_completion
+    from streaming.experts import cap_completion
 
     n, r = 20, 2
     obs = np.arange(6)
     U = np.zeros((n, r))
     U[obs, 0], U[obs, 1] = 1e-3, np.linspace(-1e-3, 1e-3, obs.size)  # U_Ω nearly zero
     U[10, 0], U[11, 1] = 1.0, 1.0
-    model = MoSAIC(n, r, 1, seed=0, detect=False)
-    model.bases[0] = orthonormalize(U)
+    model = MoSAIC(r, 1, seed=0, detect=False)
+    model.bases = orthonormalize(U)[None]
     x = np.full(n, np.nan)
     x[obs] = np.linspace(0.5, 1.5, obs.size)
-    model.stream_stats.entry_energy = 0.01  # below the sample's own mean square: the cap follows the sample
-    budget = model.config.completion_cap * float(np.nansum(x**2)) / obs.size * (n - obs.size)
+    model.stream_stats_.entry_energy = 0.01  # below the sample's own mean square: the cap follows the sample
+    budget = model.completion_cap * float(np.nansum(x**2)) / obs.size * (n - obs.size)
     uncapped = model.bases[0] @ fit_observed(model.bases[:1], obs, x[obs], model.ridge)[0][0]
     assert float((np.delete(uncapped, obs) ** 2).sum()) > 100 * budget  # the fit extrapolates
     done = model.complete(x[None])[0]
@@ -385,12 +391,12 @@ def test_an_ill_conditioned_routed_fit_cannot_blow_up_the_completion():
         np.testing.assert_array_equal(c[obs], x[obs])
         assert float((np.delete(c, obs) ** 2).sum()) == pytest.approx(budget, rel=1e-9)
     np.testing.assert_allclose(done, streamed[0], rtol=1e-12)
-    model.config.completion_cap = 0.0  # off: the extrapolated fit (of the bases after process's update) comes through
+    model.completion_cap = 0.0  # off: the extrapolated fit (of the bases after process's update) comes through
     raw = model.bases[0] @ fit_observed(model.bases[:1], obs, x[obs], model.ridge)[0][0]
     assert float((np.delete(raw, obs) ** 2).sum()) > 100 * budget
     np.testing.assert_allclose(np.delete(model.complete(x[None])[0], obs), np.delete(raw, obs), rtol=1e-12)
     with pytest.raises(InputError, match="completion_cap"):
-        MoSAIC(10, 2, 2, completion_cap=-1.0)
+        MoSAIC(2, 2, completion_cap=-1.0).partial_fit(np.ones((1, 10)))
     small = np.array([0.0, 0.1, 0.0])
     np.testing.assert_array_equal(cap_completion(small.copy(), np.array([1.0]), 3, 4.0), small)  # under the cap: unchanged
 
@@ -418,37 +424,38 @@ def test_epoch_reset_restarts_the_schedule_of_the_experts_that_moved(mode):
     def draw(U, labels):
         return _draw_unit(rng, U, labels)
 
-    m = MoSAIC(n, r, K, epoch_reset=mode, pretrain_restarts=2, seed=0).fit(draw(U0, np.repeat([0, 1], 100)))
+    m = MoSAIC(r, K, epoch_reset=mode, pretrain_restarts=2, seed=0).fit(draw(U0, np.repeat([0, 1], 100)))
     moved = int(np.argmin([projection_distance(m.bases[k], U0[0]) for k in range(K)]))
     still = 1 - moved
     m.process(draw(U0, np.tile([0, 1], 40)), epoch=0)
-    t_before, updates_before = m.steps.t.copy(), m.expert_stats.n_updates.copy()
+    t_before, updates_before = m.steps_.t.copy(), m.expert_stats_.n_updates.copy()
     m.process(draw(U1, np.tile([0, 1], 20)), epoch=1)
-    updates = m.expert_stats.n_updates - updates_before
+    updates = m.expert_stats_.n_updates - updates_before
     assert updates[still] == 20
     # the expert whose subspace did not move keeps its schedule unless every expert restarts
-    assert m.steps.t[still] == (20 if mode == "always" else t_before[still] + 20)
+    assert m.steps_.t[still] == (20 if mode == "always" else t_before[still] + 20)
     if mode != "never":  # the moved one restarts at the epoch change, before its 5th update at the latest
-        assert m.steps.t[moved] <= updates[moved] < t_before[moved]
-        assert not m.epochs.pending.any()
+        assert m.steps_.t[moved] <= updates[moved] < t_before[moved]
+        assert not m.epochs_.pending.any()
 
 
 def test_epoch_reset_rejects_unknown_modes():
     with pytest.raises(InputError, match="epoch_reset"):
-        MoSAIC(10, 2, 2, epoch_reset="sometimes")
+        MoSAIC(2, 2, epoch_reset="sometimes").partial_fit(np.ones((1, 10)))
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])
 def test_a_checkpoint_saved_before_the_deletions_still_loads(tmp_path, version):
     import json
 
-    from streaming.model import REMOVED_FIELDS
+    from streaming.compat import REMOVED_FIELDS
 
-    m = MoSAIC(10, 2, 2, seed=0)
+    m = MoSAIC(2, 2, seed=0).partial_fit(np.ones((1, 12)))
     m.save(tmp_path / "ckpt")
     cfg_path = tmp_path / "ckpt" / "config.json"
     meta = json.loads(cfg_path.read_text())
     meta["config_version"] = version
+    meta["config"]["n"] = 12  # n was a constructor argument before config version 6
     # a version-1 config still held the drift prediction's fields, a version-2 one only the later ones
     old = {"repair_factor": 5.0, "tau": 0.0, "novelty": 0.3, "warm_iters": 5, "pretrain_em": True}
     if version == 1:
@@ -482,7 +489,7 @@ def _drifting_expert(drift_floor):
     Q = rng.standard_normal((n, r))
     Q = orthonormalize(Q - U0[0] @ (U0[0].T @ Q))
     U1[0] = np.cos(0.3) * U0[0] + np.sin(0.3) * Q
-    m = MoSAIC(n, r, K, drift_floor=drift_floor, pretrain_restarts=2, seed=0).fit(
+    m = MoSAIC(r, K, drift_floor=drift_floor, pretrain_restarts=2, seed=0).fit(
         _draw_unit(rng, U0, np.repeat([0, 1], 100)))
     moved = int(np.argmin([projection_distance(m.bases[k], U0[0]) for k in range(K)]))
     m.process(_draw_unit(rng, U1, np.tile([0, 1], 30)))
@@ -492,21 +499,21 @@ def _drifting_expert(drift_floor):
 def test_drift_floor_keeps_the_step_of_an_expert_that_fits_worse_than_at_pretraining():
     m, moved, still, _ = _drifting_expert(0.3)
     off, *_ = _drifting_expert(0.0)
-    np.testing.assert_array_equal(m.steps.level_ref, off.steps.level_ref)
-    np.testing.assert_array_equal(m.steps.level_ref, np.maximum(m.steps.level_ref, 1e-6))
+    np.testing.assert_array_equal(m.steps_.level_ref, off.steps_.level_ref)
+    np.testing.assert_array_equal(m.steps_.level_ref, np.maximum(m.steps_.level_ref, 1e-6))
     for mm in (m, off):
         for k in (moved, still):
-            t = mm.steps.t[k]
+            t = mm.steps_.t[k]
             sublinear = max(0.05, 1.0 / np.sqrt(1.0 + t / 6.0))  # eta0 = 1, tau = 2 r = 6
-            excess = max(mm.expert_stats.level[k] / mm.steps.level_ref[k] - 1.0, 0.0)
+            excess = max(mm.expert_stats_.level[k] / mm.steps_.level_ref[k] - 1.0, 0.0)
             floor = min(1.0, mm.drift_floor * np.sqrt(excess))
             assert mm.step_size(k) == pytest.approx(max(sublinear, floor))
     # by hand: far into the schedule (sublinear step at eta_min 0.05), an expert at 5x its pretraining
     # level steps 0.3 · sqrt(4) = 0.6, one at its pretraining level 0.05; without the floor both 0.05
     for mm in (m, off):
-        mm.steps.t[:] = 10_000
-        mm.expert_stats.level[moved] = 5.0 * mm.steps.level_ref[moved]
-        mm.expert_stats.level[still] = mm.steps.level_ref[still]
+        mm.steps_.t[:] = 10_000
+        mm.expert_stats_.level[moved] = 5.0 * mm.steps_.level_ref[moved]
+        mm.expert_stats_.level[still] = mm.steps_.level_ref[still]
     assert m.step_size(moved) == pytest.approx(0.6)
     assert m.step_size(still) == off.step_size(moved) == off.step_size(still) == 0.05
 
@@ -516,7 +523,7 @@ def test_drift_floor_tracks_a_rotation_without_epoch_information():
 
     s = generate_stream(StreamConfig(n=30, r=3, K=3, obs_frac=0.4, drift="shared_rotation", angle_rad=0.2,
                                      epochs=4, samples_per_epoch=240, seed=5))
-    base = MoSAIC(30, 3, 3, pretrain_restarts=2, seed=0).fit(s.source_values)
+    base = MoSAIC(3, 3, pretrain_restarts=2, seed=0).fit(s.source_values)
     err = {}
     for c in (0.0, 0.3):
         m = copy.deepcopy(base)
@@ -533,8 +540,8 @@ def test_the_streamed_step_is_the_schedules_step_size():
     xo = x[idx]
     w, score = residual_scores(m.bases, idx, xo, m.ridge_)
     k = int(score.argmin())
-    assert k == moved and m.expert_stats.n_updates[k] % 100 != 99  # no re-orthonormalisation after it
-    assert m.step_size(k) > 1.0 / np.sqrt(1.0 + m.steps.t[k] / 6.0)  # the drift floor sets this step
+    assert k == moved and m.expert_stats_.n_updates[k] % 100 != 99  # no re-orthonormalisation after it
+    assert m.step_size(k) > 1.0 / np.sqrt(1.0 + m.steps_.t[k] / 6.0)  # the drift floor sets this step
     U = m.bases[k].copy()
     grouse_step(U, idx, xo, w[k], m.step_size(k))
     _, routed = m.step(idx, xo)
@@ -547,20 +554,20 @@ def test_a_version_4_checkpoint_loads_without_the_drift_floor(tmp_path):
 
     rng = np.random.default_rng(3)
     U = orthonormalize(rng.standard_normal((2, 12, 2)))
-    m = MoSAIC(12, 2, 2, pretrain_restarts=2, seed=0).fit(_draw_unit(rng, U, np.repeat([0, 1], 40)))
+    m = MoSAIC(2, 2, pretrain_restarts=2, seed=0).fit(_draw_unit(rng, U, np.repeat([0, 1], 40)))
     m.save(tmp_path / "ckpt")
     path = tmp_path / "ckpt" / "config.json"
     meta = json.loads(path.read_text())
     meta["config_version"] = 4  # written before the drift floor: no coefficient, no reference level
+    meta["config"]["n"] = 12
     del meta["config"]["drift_floor"]
     del meta["state"]["steps"]["level_ref"]
     path.write_text(json.dumps(meta))
     back = MoSAIC.load(tmp_path / "ckpt")
     assert back.drift_floor == 0.0
-    np.testing.assert_array_equal(back.steps.level_ref, m.expert_stats.level_slow)
+    np.testing.assert_array_equal(back.steps_.level_ref, m.expert_stats_.level_slow)
     x = _draw_unit(rng, U, np.tile([0, 1], 10))
-    old = MoSAIC(12, 2, 2, drift_floor=0.0, pretrain_restarts=2, seed=0)
-    old.bank, old.expert_stats, old.steps, old.stream_stats = m.bank, m.expert_stats, m.steps, m.stream_stats
+    old = copy.deepcopy(m).set_params(drift_floor=0.0)
     a, b = back.process(x), old.process(x)
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])

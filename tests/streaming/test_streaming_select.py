@@ -10,14 +10,8 @@ import pytest
 from common.errors import InputError
 from streaming.cli import main
 from streaming.data import StreamConfig, generate_stream
-from streaming.select import (
-    LowObservationWarning,
-    check_observed,
-    estimate_K_r,
-    fit_auto,
-    save_model,
-    selection_of,
-)
+from streaming.observed import LowObservationWarning, check_observed
+from streaming.select import estimate_K_r, fit_auto, save_model, selection_of
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +79,9 @@ def test_mosaic_fit_applies_the_same_check_from_python(planted):
         drop = np.setdiff1d(np.arange(row.size), keep)
         row[drop] = np.nan
     with pytest.warns(LowObservationWarning, match="at most r=2"):
-        MoSAIC(20, 2, 3, seed=0).fit(X)
+        MoSAIC(2, 3, seed=0).fit(X)
     with pytest.raises(InputError, match="needs more than 2"):
-        MoSAIC(20, 2, 3, seed=0).fit(np.where(np.arange(20) < 2, 1.0, np.nan)[None].repeat(30, 0))
+        MoSAIC(2, 3, seed=0).fit(np.where(np.arange(20) < 2, 1.0, np.nan)[None].repeat(30, 0))
 
 
 def test_fit_auto_keeps_the_estimate_in_the_checkpoint(planted, tmp_path):

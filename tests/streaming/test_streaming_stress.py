@@ -12,9 +12,9 @@ from common.errors import InputError
 from streaming.baselines import KGrousePretrained, oracle_completion
 from streaming.data import StreamConfig, generate_stream, load_stream, save_stream
 from streaming.evaluate import nrmse_unobserved
+from streaming.harness import run_online
 from streaming.model import MoSAIC
 from streaming.stress import compare, select_cells, summarize
-from streaming.train import run_online
 
 N, R, K, SPE, EPOCHS = 24, 2, 3, 150, 3
 
@@ -141,7 +141,7 @@ def test_unscaled_data_has_the_requested_scale():
 
 def test_pretrained_kgrouse_shares_mosaics_pretraining():
     _, s = tiny("none")
-    m = MoSAIC(N, R, K, seed=3, pretrain_restarts=2).fit(s.source_values)
+    m = MoSAIC(R, K, seed=3, pretrain_restarts=2).fit(s.source_values)
     kg = KGrousePretrained(N, R, K, seed=3, pretrain_restarts=2).fit(s.source_values)
     assert np.allclose(kg.bases, m.bases) and kg.ridge == pytest.approx(m.ridge)
     assert np.allclose(KGrousePretrained.from_mosaic(m).bases, m.bases)
@@ -203,26 +203,27 @@ def test_compare_applies_the_targets_to_paired_seeds():
 def test_auto_kr_runs_seed_after_seed_and_resumes_an_interrupted_run(tmp_path, monkeypatch):
     import json
 
+    import streaming.autokr as autokr
     import streaming.stress as stress
 
     calls = []
 
-    def fake_trial(family, obs_frac, seed_index, seed):
+    def fake_trial(family, obs_frac, seed_index, seed, device=None):
         calls.append((family, obs_frac, seed))
         right = seed % 2 == 0
         return {"cell": f"{family}/obs{round(100 * obs_frac)}", "family": family, "obs_frac": obs_frac, "seed": seed,
                 "K_hat": 4 if right else 1, "r_hat": 4 if right else 1, "correct": right, "nrmse_true_Kr": 0.1,
                 "nrmse_estimated_Kr": 0.1 if right else 0.3, "nrmse_ratio": 1.0 if right else 3.0, "select_s": 1.0}
 
-    monkeypatch.setattr(stress, "auto_kr_trial", fake_trial)
+    monkeypatch.setattr(autokr, "auto_kr_trial", fake_trial)
     out = tmp_path / "kr.json"
     fams, obs = ["geodesic", "abrupt"], [0.2, 0.5]
     s0, s1 = stress.TEST_SEEDS[:2]
     # an interrupted run left the first seed's trials of two cells in the partial file
-    partial = stress.partial_path(out)
+    partial = autokr.partial_path(out)
     partial.write_text("".join(json.dumps(fake_trial("geodesic", o, 0, s0)) + "\n" for o in obs))
     calls.clear()
-    res = stress.run_auto_kr(out, families=fams, obs_fracs=obs, seeds=2, resume=True)
+    res = autokr.run_auto_kr(out, families=fams, obs_fracs=obs, seeds=2, resume=True)
     # seed-major order, the two resumed trials skipped
     assert calls == [("abrupt", 0.2, s0), ("abrupt", 0.5, s0)] + [(f, o, s1) for f in fams for o in obs]
     assert res["resumed_trials"] == 2 and not partial.exists() and out.exists()
@@ -235,10 +236,10 @@ def test_auto_kr_runs_seed_after_seed_and_resumes_an_interrupted_run(tmp_path, m
     s2 = stress.TEST_SEEDS[2]
     partial.write_text(json.dumps(fake_trial("abrupt", 0.5, 2, s2)) + "\n")
     calls.clear()
-    res = stress.run_auto_kr(out, families=fams, obs_fracs=obs, seeds=1, resume=True)
+    res = autokr.run_auto_kr(out, families=fams, obs_fracs=obs, seeds=1, resume=True)
     assert calls == [] and res["resumed_trials"] == 4 and [c["correct_share"] for c in res["cells"]] == [1.0] * 4
     assert sorted(json.loads(line)["seed"] for line in partial.read_text().splitlines()) == [s1] * 4 + [s2]
     # without resume, the partial file is ignored and every trial is computed
     calls.clear()
-    res = stress.run_auto_kr(out, families=fams, obs_fracs=obs, seeds=1)
+    res = autokr.run_auto_kr(out, families=fams, obs_fracs=obs, seeds=1)
     assert len(calls) == 4 and res["resumed_trials"] == 0 and not partial.exists()

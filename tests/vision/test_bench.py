@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import vision.bench as bench
-from vision.evaluate import FMNISTClassifier
+import vision.scaling as scaling
+from vision.classifier import FMNISTClassifier
 
 
 @pytest.fixture()
@@ -49,7 +50,7 @@ def test_run_quick_writes_report_rows_and_demo_model(tmp_path, untrained_classif
     assert (tmp_path / "out" / "vision.csv").is_file()
     assert (tmp_path / "cache" / "vision" / "demo_model" / "config.json").is_file()
     from vision.demo import default_checkpoint
-    from vision.train import checkpoint_data
+    from vision.sampling import checkpoint_data
 
     sh3d = tmp_path / "cache" / "vision" / "demo_model_sweethome3d"
     assert default_checkpoint("sweethome3d") == str(sh3d)
@@ -88,10 +89,10 @@ def test_scaling_harness_rows_summary_ratios_and_plot(tmp_path, monkeypatch):
         return feats[key]
 
     monkeypatch.setattr(vision.evaluate, "efficientnet_lite0_fid", fake_fid)
-    monkeypatch.setattr(bench, "SCALING_BUDGETS", (bench.Budget("S", 8, 2, seeds=(0, 1)), bench.Budget("M", 16, 3)))
-    cfg = bench.ScalingConfig(budgets=("S", "M"), datasets=("fashion-mnist",), models=("moh", "mamba"), size=32,
+    monkeypatch.setattr(scaling, "SCALING_BUDGETS", (scaling.Budget("S", 8, 2, seeds=(0, 1)), scaling.Budget("M", 16, 3)))
+    cfg = scaling.ScalingConfig(budgets=("S", "M"), datasets=("fashion-mnist",), models=("moh", "mamba"), size=32,
                               batch_size=4, train_limit=32, n_real=8, n_samples=4, sample_steps=2)
-    res = bench.run_scaling(tmp_path, cfg)
+    res = scaling.run_scaling(tmp_path, cfg)
     assert [(r["budget"], r["seed"], r["model"]) for r in res["rows"]] == [
         ("S", 0, "moh"), ("S", 0, "mamba"), ("S", 1, "moh"), ("S", 1, "mamba"), ("M", 0, "moh"), ("M", 0, "mamba")]
     by = {(r["budget"], r["seed"], r["model"]): r["efficientnet_lite0_fid"] for r in res["rows"]}
@@ -117,18 +118,18 @@ def test_scaling_resume_keeps_finished_runs(tmp_path, monkeypatch):
         return float(fake.mean()) + 10.0
 
     monkeypatch.setattr(vision.evaluate, "efficientnet_lite0_fid", fake_fid)
-    monkeypatch.setattr(bench, "SCALING_BUDGETS", (bench.Budget("S", 8, 2, seeds=(0,)),))
-    cfg = bench.ScalingConfig(budgets=("S",), datasets=("fashion-mnist",), models=("moh", "mamba"), size=32,
+    monkeypatch.setattr(scaling, "SCALING_BUDGETS", (scaling.Budget("S", 8, 2, seeds=(0,)),))
+    cfg = scaling.ScalingConfig(budgets=("S",), datasets=("fashion-mnist",), models=("moh", "mamba"), size=32,
                               batch_size=4, train_limit=32, n_real=8, n_samples=4, sample_steps=2)
-    full = bench.run_scaling(tmp_path, cfg)
+    full = scaling.run_scaling(tmp_path, cfg)
     assert len(calls) == 2
     log = tmp_path / "scaling_rows.jsonl"
     first = log.read_text().splitlines()[0]
     log.write_text(first + "\n" + '{"torn": ')  # interrupted during the second run
-    res = bench.run_scaling(tmp_path, cfg, resume=True)
+    res = scaling.run_scaling(tmp_path, cfg, resume=True)
     assert len(calls) == 3  # only mamba ran again
     strip = [{k: v for k, v in r.items() if k not in ("wall_s", "train_s_per_step")} for r in res["rows"]]
     assert strip == [{k: v for k, v in r.items() if k not in ("wall_s", "train_s_per_step")} for r in full["rows"]]
-    other = bench.ScalingConfig(**{**cfg.__dict__, "n_samples": 6})
-    bench.run_scaling(tmp_path, other, resume=True)
+    other = scaling.ScalingConfig(**{**cfg.__dict__, "n_samples": 6})
+    scaling.run_scaling(tmp_path, other, resume=True)
     assert len(calls) == 5  # different settings: nothing reused

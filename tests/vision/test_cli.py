@@ -7,7 +7,7 @@ from PIL import Image
 
 from tests.vision.conftest import tiny_moh
 from vision.cli import main
-from vision.pipeline import save_checkpoint
+from vision.sampling import save_checkpoint
 
 
 @pytest.fixture()
@@ -89,13 +89,13 @@ def test_bench_json_writes_rows_with_nan_as_null(tmp_path, monkeypatch):
 
     seen = {}
 
-    def fake_run_bench(out, cfg):
+    def fake_run_bench(out, cfg, **kwargs):
         seen["cfg"] = cfg
         return [{"model": "moh", "fmnist_classifier_fid": 12.5, "fid_vs_mamba": float("nan")}]
 
     monkeypatch.setattr(vision.bench, "run_bench", fake_run_bench)
     path = tmp_path / "bench.json"
-    assert main(["bench", "--quick", "--steps", "7", "--out", str(tmp_path / "b"), "--json", str(path)]) == 0
+    assert main(["bench", "--suite", "quick", "--steps", "7", "--out", str(tmp_path / "b"), "--json", str(path)]) == 0
     text = path.read_text()
     assert "NaN" not in text
     data = json.loads(text)
@@ -113,7 +113,7 @@ def test_bad_bench_json_path_is_refused_before_running(tmp_path, monkeypatch, ca
     (tmp_path / "a_directory").mkdir()
     path = {"existing": tmp_path / "existing.json", "under_a_file": tmp_path / "a_file" / "b.json",
             "a_directory": tmp_path / "a_directory"}[where]
-    assert main(["bench", "--quick", "--out", str(tmp_path / "b"), "--json", str(path)]) == 2
+    assert main(["bench", "--suite", "quick", "--out", str(tmp_path / "b"), "--json", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:")
     assert (tmp_path / "existing.json").read_text() == "{}"

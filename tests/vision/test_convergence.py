@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from common.seed import seed_everything
-from vision.baselines import build_model
+from vision.classifier import get_classifier
 from vision.data import fashion_mnist_images
-from vision.evaluate import classifier_metrics, get_classifier, to_model_range
-from vision.pipeline import MoHPipeline, make_sampler
-from vision.train import TrainConfig, train
+from vision.evaluate import classifier_metrics, to_model_range
+from vision.models import build_backbone
+from vision.sampling import MoHPipeline, make_sampler
+from vision.train import TrainConfig, fit
 
 
 @pytest.mark.slow
@@ -21,8 +22,8 @@ def test_moh_learns_fashion_mnist():
     x_train, _ = fashion_mnist_images("train", limit=5000, seed=0)
     x_real, _ = fashion_mnist_images("test", limit=500, seed=0)
     seed_everything(0)
-    model = build_model("moh")
-    res = train(model, x_train, TrainConfig(steps=200, batch_size=32, checkpoint_every=0, log_every=10))
+    model = build_backbone("moh")
+    res = fit(model, x_train, TrainConfig(steps=200, batch_size=32, checkpoint_every=0, log_every=10))
     losses = [h["loss"] for h in res.history]
     assert np.mean(losses[-5:]) < 0.3 * losses[0]
 

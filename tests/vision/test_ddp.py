@@ -55,10 +55,10 @@ def test_two_ranks_match_one_process_on_the_same_global_batch(folder, tmp_path):
 
 
 def _weights_after_zero_steps(folder: Path, tmp_path: Path) -> dict:
-    from vision.baselines import build_model
+    from vision.models import build_backbone
 
     torch.manual_seed(0)
-    return {k: v.detach() for k, v in build_model("mamba", sample_size=16, in_channels=1).state_dict().items()}
+    return {k: v.detach() for k, v in build_backbone("mamba", sample_size=16, in_channels=1).state_dict().items()}
 
 
 def test_moh_routes_train_under_ddp(folder, tmp_path):

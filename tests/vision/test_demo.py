@@ -5,7 +5,7 @@ import socket
 import pytest
 
 from tests.vision.conftest import tiny_moh
-from vision.pipeline import save_checkpoint
+from vision.sampling import save_checkpoint
 
 
 def _free_port() -> int:

@@ -3,9 +3,8 @@ import pytest
 import torch
 
 from common.errors import InputError
+from vision.classifier import FMNISTClassifier, classifier_features
 from vision.evaluate import (
-    FMNISTClassifier,
-    classifier_features,
     frechet_distance,
     inception_features,
     inception_weights_path,
@@ -152,11 +151,11 @@ def test_efficientnet_fid_ranks_longer_training_better(data, lite0):
     """The metric's sanity check: the same tiny MoH (same seed, same batches) trained 200 steps has
     a clearly lower EfficientNet-Lite0 FID than after 10 steps, on both datasets (32 px)."""
     from common.errors import DataError
-    from vision.baselines import build_moh
     from vision.data import load_dataset
     from vision.evaluate import efficientnet_lite0_fid
-    from vision.pipeline import MoHPipeline, make_sampler
-    from vision.train import TrainConfig, train
+    from vision.models import build_moh
+    from vision.sampling import MoHPipeline, make_sampler
+    from vision.train import TrainConfig, fit
 
     channels = 1 if data == "fashion-mnist" else 3
     try:
@@ -169,7 +168,7 @@ def test_efficientnet_fid_ranks_longer_training_better(data, lite0):
         torch.manual_seed(0)
         model = build_moh(32, channels, d_model=16, d_state=2, depth_choices=(1, 2), num_levels=3, k_levels=2,
                           level_layers=1)
-        train(model, images, TrainConfig(steps=steps, batch_size=16, lr=3e-3, warmup=5, seed=0))
+        fit(model, images, TrainConfig(steps=steps, batch_size=16, lr=3e-3, warmup=5, seed=0))
         out = MoHPipeline(model, make_sampler("ddim"))(batch_size=64, num_inference_steps=10,
                                                        generator=torch.Generator().manual_seed(0))
         fids.append(efficientnet_lite0_fid(real, to_model_range(out.images), lite0))

@@ -3,9 +3,9 @@ import torch
 
 from common.errors import CheckpointError, InputError
 from tests.vision.conftest import tiny_models, tiny_moh
-from vision.baselines import build_model, load_model
+from vision.models import build_backbone, load_backbone
 from vision.models.layers import AdaLNMambaBlock, count_parameters
-from vision.pipeline import backbone_call, load_sampler, make_train_scheduler, save_checkpoint
+from vision.sampling import backbone_call, load_sampler, make_train_scheduler, save_checkpoint
 
 NAMES = ["moh", "mamba", "dit", "unet"]
 
@@ -31,7 +31,7 @@ def test_save_load_round_trip_identical_outputs(name, tmp_path):
     with torch.no_grad():
         before = backbone_call(model, x, t)[0]
     save_checkpoint(model, tmp_path / name)
-    loaded = load_model(tmp_path / name)
+    loaded = load_backbone(tmp_path / name)
     with torch.no_grad():
         after = backbone_call(loaded, x, t)[0]
     assert type(loaded) is type(model)
@@ -63,12 +63,12 @@ def test_corrupt_checkpoint_is_checkpoint_error(tmp_path):
     weights = next((tmp_path / "ck").glob("*.safetensors"))
     weights.write_bytes(b"not a safetensors file at all")
     with pytest.raises(CheckpointError, match="cannot load checkpoint"):
-        load_model(tmp_path / "ck")
+        load_backbone(tmp_path / "ck")
     (tmp_path / "ck" / "config.json").write_text("{broken")
     with pytest.raises(CheckpointError, match="corrupt checkpoint config"):
-        load_model(tmp_path / "ck")
+        load_backbone(tmp_path / "ck")
     with pytest.raises(CheckpointError, match="no checkpoint"):
-        load_model(tmp_path / "missing")
+        load_backbone(tmp_path / "missing")
 
 
 def test_router_is_deterministic_and_timestep_conditioned():
@@ -151,10 +151,10 @@ def test_sequential_and_parallel_scan_give_same_model_output():
 
 
 def test_baselines_are_parameter_matched():
-    moh = build_model("moh")
+    moh = build_backbone("moh")
     target = count_parameters(moh)
     for name in ("mamba", "dit", "unet"):
-        assert abs(count_parameters(build_model(name)) - target) / target < 0.15, name
+        assert abs(count_parameters(build_backbone(name)) - target) / target < 0.15, name
 
 
 def test_checkpoint_carries_its_prediction_type_and_refuses_without_one(tmp_path):

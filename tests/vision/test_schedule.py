@@ -9,8 +9,8 @@ from torch import nn
 
 from common.errors import InputError
 from tests.vision.conftest import tiny_moh
-from vision.pipeline import make_train_scheduler, training_target
-from vision.train import TrainConfig, _lr_at, ema_update, train
+from vision.sampling import make_train_scheduler, training_target
+from vision.train import TrainConfig, _ema_update, _lr_at, fit
 
 
 def _const_linear(value: float) -> nn.Linear:
@@ -23,10 +23,10 @@ def _const_linear(value: float) -> nn.Linear:
 
 def test_ema_update_by_hand():
     ema, model = _const_linear(0.0), _const_linear(1.0)
-    ema_update(ema, model, step=0, decay=0.9)  # warm-up decay min(0.9, 1/10) = 0.1
+    _ema_update(ema, model, step=0, decay=0.9)  # warm-up decay min(0.9, 1/10) = 0.1
     assert torch.allclose(ema.weight, torch.full_like(ema.weight, 0.9))
     ema, model = _const_linear(0.0), _const_linear(1.0)
-    ema_update(ema, model, step=10_000, decay=0.9)  # full decay 0.9
+    _ema_update(ema, model, step=10_000, decay=0.9)  # full decay 0.9
     assert torch.allclose(ema.bias, torch.full_like(ema.bias, 0.1))
 
 
@@ -62,10 +62,10 @@ def test_train_returns_ema_weights_and_rejects_bad_decay():
     model = tiny_moh()
     x = torch.rand(16, 1, 16, 16, generator=torch.Generator().manual_seed(0)) * 2 - 1
     seen = []
-    res = train(model, x, TrainConfig(steps=3, batch_size=4, ema_decay=0.99),
+    res = fit(model, x, TrainConfig(steps=3, batch_size=4, ema_decay=0.99),
                 callback=lambda step, m, sm: seen.append(sm is not m))
     assert seen == [True, True, True] and res.ema_model is not None
     for p, pe in zip(model.parameters(), res.ema_model.parameters(), strict=True):
         assert torch.equal(p, pe)
     with pytest.raises(InputError, match="ema_decay"):
-        train(tiny_moh(), x, TrainConfig(steps=1, ema_decay=1.0))
+        fit(tiny_moh(), x, TrainConfig(steps=1, ema_decay=1.0))

@@ -6,10 +6,10 @@ from PIL import Image
 from common.engine import TrainingDiverged
 from common.errors import DataError, InputError
 from tests.vision.conftest import tiny_moh
-from vision.baselines import load_model
 from vision.data import check_images, fashion_mnist_images, load_image_folder
-from vision.pipeline import MoHPipeline, grid_image, make_sampler
-from vision.train import CHECKPOINT, TrainConfig, read_train_state, train
+from vision.models import load_backbone
+from vision.sampling import CHECKPOINT, MoHPipeline, grid_image, make_sampler, read_train_state
+from vision.train import TrainConfig, fit
 
 
 def _images(n=16, seed=0):
@@ -61,12 +61,12 @@ def test_training_reduces_loss_and_checkpoint_round_trips(tmp_path):
     torch.manual_seed(0)
     model = tiny_moh()
     x = _images(32)
-    res = train(model, x, TrainConfig(steps=30, batch_size=16, lr=3e-3, log_every=5, checkpoint_every=10), out_dir=tmp_path)
+    res = fit(model, x, TrainConfig(steps=30, batch_size=16, lr=3e-3, log_every=5, checkpoint_every=10), out_dir=tmp_path)
     first = np.mean([h["loss"] for h in res.history[:2]])
     last = np.mean([h["loss"] for h in res.history[-2:]])
     assert last < first
     assert read_train_state(tmp_path / CHECKPOINT)["step"] == 30
-    loaded = load_model(tmp_path / CHECKPOINT)
+    loaded = load_backbone(tmp_path / CHECKPOINT)
     xt = _images(2, seed=3)
     with torch.no_grad():
         assert torch.equal(model(xt, 100).sample, loaded(xt, 100).sample)
@@ -78,20 +78,20 @@ def test_training_is_deterministic_under_seed():
     for _ in range(2):
         torch.manual_seed(0)
         model = tiny_moh()
-        losses.append([h["loss"] for h in train(model, _images(), TrainConfig(steps=4, batch_size=8, log_every=1)).history])
+        losses.append([h["loss"] for h in fit(model, _images(), TrainConfig(steps=4, batch_size=8, log_every=1)).history])
     assert losses[0] == losses[1]
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     torch.manual_seed(0)
     model = tiny_moh()
-    train(model, _images(), TrainConfig(steps=2, batch_size=8, checkpoint_every=1), out_dir=tmp_path)
+    fit(model, _images(), TrainConfig(steps=2, batch_size=8, checkpoint_every=1), out_dir=tmp_path)
     ck = tmp_path / CHECKPOINT
     before = {p.name: p.read_bytes() for p in ck.iterdir()}
     with torch.no_grad():
         model.final.out.bias.fill_(float("nan"))
     with pytest.raises(TrainingDiverged, match="loss became nan at step 1 .*no checkpoint was written"):
-        train(model, _images(), TrainConfig(steps=3, batch_size=8, checkpoint_every=1), out_dir=tmp_path)
+        fit(model, _images(), TrainConfig(steps=3, batch_size=8, checkpoint_every=1), out_dir=tmp_path)
     assert {p.name: p.read_bytes() for p in ck.iterdir()} == before
     assert read_train_state(ck)["step"] == 2
 
@@ -106,9 +106,9 @@ def test_nan_mid_run_names_last_good_checkpoint(tmp_path):
                 m.final.out.bias.fill_(float("nan"))
 
     with pytest.raises(TrainingDiverged, match="step 3 .*last good checkpoint kept at .*checkpoint"):
-        train(model, _images(), TrainConfig(steps=5, batch_size=8, checkpoint_every=1), out_dir=tmp_path, callback=poison)
+        fit(model, _images(), TrainConfig(steps=5, batch_size=8, checkpoint_every=1), out_dir=tmp_path, callback=poison)
     assert read_train_state(tmp_path / CHECKPOINT)["step"] == 2
-    assert torch.isfinite(load_model(tmp_path / CHECKPOINT).final.out.bias).all()
+    assert torch.isfinite(load_backbone(tmp_path / CHECKPOINT).final.out.bias).all()
 
 
 def test_pipeline_samples_and_traces_routes():

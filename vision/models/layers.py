@@ -16,6 +16,7 @@ from diffusers.configuration_utils import FrozenDict
 from diffusers.utils import BaseOutput
 from einops import rearrange
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from common.errors import InputError
 from common.pretrained import PretrainedMixin
@@ -150,10 +151,14 @@ class MambaMixer(nn.Module):
     ``x, z = in_proj(u)``; ``x = silu(causal_dwconv(x))``; input-dependent ``Δ, B, C`` from
     ``x``; ``y = S6(x; Δ, A, B, C, D)``; ``out = out_proj(y * silu(z))`` (Gu & Dao 2023, Fig. 3).
     ``A = -exp(A_log)`` is initialised to ``-(1..n)`` (S4D-real), ``Δ`` via softplus to
-    ``[1e-3, 1e-1]`` log-uniformly.
+    ``[1e-3, 1e-1]`` log-uniformly. ``checkpoint_scan``: while gradients are recorded, keep only
+    the scan's inputs and recompute its ``(b, l, e, n)`` states in the backward pass
+    (``torch.utils.checkpoint``): the same values and gradients for a fraction of the activation
+    memory, at the cost of a second scan.
     """
 
-    def __init__(self, d: int, d_state: int = 8, expand: int = 2, d_conv: int = 4) -> None:
+    def __init__(self, d: int, d_state: int = 8, expand: int = 2, d_conv: int = 4,
+                 checkpoint_scan: bool = False) -> None:
         super().__init__()
         e = expand * d
         self.dt_rank = max(1, math.ceil(d / 16))
@@ -169,6 +174,7 @@ class MambaMixer(nn.Module):
         self.D = nn.Parameter(torch.ones(e))
         self.out_proj = nn.Linear(e, d)
         self.sequential_scan = False  # use the reference loop (tests / benchmarks only)
+        self.checkpoint_scan = checkpoint_scan
 
     def forward(self, u: Tensor) -> Tensor:
         seq_len = u.shape[1]
@@ -177,7 +183,10 @@ class MambaMixer(nn.Module):
         dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         delta = F.softplus(self.dt_proj(dt))
         scan = selective_scan_sequential if self.sequential_scan else selective_scan_parallel
-        y = scan(x, delta, -torch.exp(self.A_log), B, C, self.D)
+        if self.checkpoint_scan and torch.is_grad_enabled():
+            y = checkpoint(scan, x, delta, -torch.exp(self.A_log), B, C, self.D, use_reentrant=False)
+        else:
+            y = scan(x, delta, -torch.exp(self.A_log), B, C, self.D)
         return self.out_proj(y * F.silu(z))
 
 
@@ -201,20 +210,22 @@ class ScanOrders(nn.Module):
 class AdaLNMambaBlock(nn.Module):
     """Residual Mamba block conditioned on ``c (b, d)`` by adaLN-Zero (DiT):
     ``x + gate(c) * mamba(LN(x) * (1 + scale(c)) + shift(c))`` with the tokens visited in scan
-    order ``order``; ``bidirectional`` adds a second mixer over the reversed order (Vim)."""
+    order ``order``; ``bidirectional`` adds a second mixer over the reversed order (Vim);
+    ``checkpoint_scan`` as in :class:`MambaMixer`."""
 
     def __init__(
-        self, d: int, d_state: int, expand: int, order: str, grid: int, bidirectional: bool = False
+        self, d: int, d_state: int, expand: int, order: str, grid: int, bidirectional: bool = False,
+        checkpoint_scan: bool = False,
     ) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
         self.ada = nn.Linear(d, 3 * d)
         nn.init.zeros_(self.ada.weight)
         nn.init.zeros_(self.ada.bias)
-        self.mixer = MambaMixer(d, d_state, expand)
+        self.mixer = MambaMixer(d, d_state, expand, checkpoint_scan=checkpoint_scan)
         self.order = order
         orders = (order, order + "_rev") if bidirectional and not order.endswith("_rev") else (order,)
-        self.mixer_rev = MambaMixer(d, d_state, expand) if len(orders) == 2 else None
+        self.mixer_rev = MambaMixer(d, d_state, expand, checkpoint_scan=checkpoint_scan) if len(orders) == 2 else None
         self.orders = ScanOrders(orders, grid, grid)
 
     def forward(self, x: Tensor, c: Tensor) -> Tensor:

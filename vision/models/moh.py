@@ -96,6 +96,8 @@ class MoHBackbone(DiffusionBackbone):
         transform_experts: names from ``TRANSFORM_EXPERTS``.
         scan_orders: 2D scan orders cycled over the fine blocks (``vision.scan.SCAN_ORDERS``).
         depth_cost, balance_coef, z_coef: auxiliary loss coefficients.
+        checkpoint_scan: recompute the S6 states in the backward pass instead of keeping them
+            (``MambaMixer``; same results, less activation memory for the large sizes).
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class MoHBackbone(DiffusionBackbone):
         depth_cost: float = 0.02,
         balance_coef: float = 0.01,
         z_coef: float = 1e-3,
+        checkpoint_scan: bool = False,
     ) -> None:
         super().__init__()
         depth_choices = tuple(sorted(int(x) for x in depth_choices))
@@ -131,13 +134,15 @@ class MoHBackbone(DiffusionBackbone):
         self.t_embed = TimestepEmbedder(d_model)
         self.patch = PatchEmbed(sample_size, in_channels, patch_size, d_model)
         self.blocks = nn.ModuleList(
-            AdaLNMambaBlock(d_model, d_state, expand, scan_orders[i % len(scan_orders)], grid)
+            AdaLNMambaBlock(d_model, d_state, expand, scan_orders[i % len(scan_orders)], grid,
+                            checkpoint_scan=checkpoint_scan)
             for i in range(depth_choices[-1])
         )
         self.level_gate = nn.Linear(d_model, num_levels)
         self.level_blocks = nn.ModuleList(
             nn.ModuleList(
-                AdaLNMambaBlock(d_model, d_state, expand, scan_orders[j % len(scan_orders)], grid >> lvl)
+                AdaLNMambaBlock(d_model, d_state, expand, scan_orders[j % len(scan_orders)], grid >> lvl,
+                                checkpoint_scan=checkpoint_scan)
                 for j in range(level_layers)
             )
             for lvl in range(1, num_levels)
@@ -215,7 +220,7 @@ class MoHBackbone(DiffusionBackbone):
             up = rearrange(coarse, "m (h w) d -> m d h w", h=self.grid // f)
             up = rearrange(F.interpolate(up, scale_factor=f, mode="nearest"), "m d h w -> m (h w) d")
             update = self.level_out[lvl - 1](up) * _straight_through(level_p[rows, lvl])[:, None, None]
-            x = x.index_add(0, rows, update)
+            x = x.index_add(0, rows, update.to(x.dtype))  # under autocast the update may be bfloat16
 
         # 2. scan depth: sample i runs blocks 0 .. depth_i - 1
         depth_routing = self.depth_router(c)
@@ -235,7 +240,7 @@ class MoHBackbone(DiffusionBackbone):
             if rows.numel() == b:
                 h = blk(h, c)
             else:
-                h = h.index_copy(0, rows, blk(h[rows], c[rows]))
+                h = h.index_copy(0, rows, blk(h[rows], c[rows]).to(h.dtype))
             sample_layers += rows.numel()
         p_depth = depth_routing.probs.gather(1, depth_idx[:, None])
         h = h + (p_depth - p_depth.detach())[:, :, None] * (h - x)

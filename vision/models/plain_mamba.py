@@ -23,7 +23,8 @@ from vision.models.layers import (
 
 @register_model("plain_mamba")
 class PlainMambaBackbone(DiffusionBackbone):
-    """Fixed-depth Mamba backbone; the baseline MoH is compared to at matched parameters."""
+    """Fixed-depth Mamba backbone; the baseline MoH is compared to at matched parameters
+    (``checkpoint_scan`` as in ``MoHBackbone``)."""
 
     def __init__(
         self,
@@ -35,13 +36,15 @@ class PlainMambaBackbone(DiffusionBackbone):
         expand: int = 2,
         depth: int = 8,
         scan_orders: tuple[str, ...] = ("raster", "zigzag_rev", "column", "zigzag_col_rev"),
+        checkpoint_scan: bool = False,
     ) -> None:
         super().__init__()
         grid = sample_size // patch_size
         self.t_embed = TimestepEmbedder(d_model)
         self.patch = PatchEmbed(sample_size, in_channels, patch_size, d_model)
         self.blocks = nn.ModuleList(
-            AdaLNMambaBlock(d_model, d_state, expand, scan_orders[i % len(scan_orders)], grid)
+            AdaLNMambaBlock(d_model, d_state, expand, scan_orders[i % len(scan_orders)], grid,
+                            checkpoint_scan=checkpoint_scan)
             for i in range(depth)
         )
         self.final = FinalLayer(d_model, in_channels, patch_size, grid)

@@ -1,6 +1,6 @@
 """Registry adapter of the diffusers ``UNet2DModel`` baseline: the UNet is trained and sampled as
 diffusers builds it; this wrapper only gives it the shared checkpoint format of
-``common.pretrained`` (``vision.pipeline.save_checkpoint`` wraps it, ``vision.baselines.load_model``
+``common.pretrained`` (``vision.sampling.save_checkpoint`` wraps it, ``vision.models.load_backbone``
 unwraps it).
 
 Shapes: ``sample (b, c, H, W)``, ``timestep`` scalar or ``(b,)`` -> ``UNet2DOutput.sample``.

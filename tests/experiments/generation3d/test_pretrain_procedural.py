@@ -6,7 +6,7 @@ import json
 from experiments.generation3d.pretrain_procedural import main
 from generation3d.data import PartDataset, trained_categories
 from generation3d.losses import encode_parts, latent_stats
-from generation3d.pipeline import MoCAPipeline, load_autoencoder
+from generation3d.sampling import MoCAPipeline, load_autoencoder
 from tests.generation3d.conftest import tiny_data, tiny_pipeline  # noqa: F401  (fixtures)
 
 

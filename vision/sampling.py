@@ -1,12 +1,17 @@
 """Sampling: a diffusers ``DiffusionPipeline`` over any backbone here, with a per-step trace of
-the router's choices, and DDPM/DDIM scheduler construction.
+the router's choices, DDPM/DDIM scheduler construction, and the checkpoint layout.
 
 A checkpoint directory holds the backbone (``config.json`` + ``model.safetensors``,
-``common.pretrained``)
-and the noise schedule it was trained with (``scheduler_config.json``, diffusers
-``save_config``), so its prediction type (x0 / ε / v) travels with the weights:
+``common.pretrained``) and the noise schedule it was trained with (``scheduler_config.json``,
+diffusers ``save_config``), so its prediction type (x0 / ε / v) travels with the weights:
 ``save_checkpoint`` writes both, ``load_sampler`` rebuilds the sampler from the saved schedule
-and refuses a checkpoint without one instead of guessing."""
+and refuses a checkpoint without one instead of guessing. A training run keeps its checkpoint in
+``RUN/checkpoint``, with ``train_state.json`` (step, loss, training config and the data spec that
+``moh eval`` defaults to); ``checkpoint_dir`` accepts either the run or the checkpoint directory.
+
+The pipeline runs where its backbone's parameters are (``model.to(device)`` first); the initial
+noise is drawn on the CPU from the caller's generator, so a seed gives the same noise on any
+device."""
 
 from __future__ import annotations
 
@@ -22,8 +27,11 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from common.errors import CheckpointError, InputError
+from common.io import read_json
 
 NUM_TRAIN_TIMESTEPS = 1000
+CHECKPOINT = "checkpoint"  # a training run's checkpoint subdirectory
+STATE = "train_state.json"  # beside the weights: step, loss, training config, data spec
 PREDICTION_TYPE = "sample"  # x0-prediction: measured best of epsilon / v / sample at a CPU budget (README)
 
 
@@ -62,6 +70,27 @@ def make_sampler(kind: str = "ddim", base: DDPMScheduler | None = None) -> DDPMS
     raise InputError(f"sampler must be 'ddim' or 'ddpm', got {kind!r}")
 
 
+def checkpoint_dir(path: str | Path) -> Path:
+    """The checkpoint directory of ``path``: ``path / CHECKPOINT`` for a training run's directory,
+    else ``path`` itself."""
+    p = Path(path)
+    return p / CHECKPOINT if (p / CHECKPOINT).is_dir() else p
+
+
+def read_train_state(path: str | Path) -> dict:
+    """``train_state.json`` of the checkpoint directory ``path``."""
+    return read_json(Path(path) / STATE)
+
+
+def checkpoint_data(path: str | Path) -> dict | None:
+    """The ``data`` spec (``vision.data.data_spec``) the checkpoint at ``path`` was trained on
+    (None for checkpoints without one)."""
+    if not (Path(path) / STATE).is_file():
+        return None
+    data = read_train_state(path).get("data")
+    return data if isinstance(data, dict) and "source" in data else None
+
+
 def save_checkpoint(model, path, scheduler: DDPMScheduler | None = None) -> Path:
     """Write ``model`` (``save_pretrained`` of ``common.pretrained``; a diffusers ``UNet2DModel``
     through its ``UNetBaseline`` adapter) and its training ``scheduler``'s config (default
@@ -84,7 +113,7 @@ def load_sampler(path, kind: str = "ddim") -> DDPMScheduler | DDIMScheduler:
     file = Path(path) / SCHEDULER_FILE
     if not file.is_file():
         raise CheckpointError(f"checkpoint {path} has no {SCHEDULER_FILE}: its prediction type (x0/epsilon/v) "
-                              "is unknown; re-save it with vision.pipeline.save_checkpoint or retrain")
+                              "is unknown; re-save it with vision.sampling.save_checkpoint or retrain")
     try:
         base = DDPMScheduler.from_config(DDPMScheduler.load_config(str(path)))
     except Exception as exc:  # diffusers raises several types for a damaged config
@@ -121,7 +150,8 @@ class SamplingOutput(BaseOutput):
 
 
 class MoHPipeline(DiffusionPipeline):
-    """Unconditional sampling: ``pipe(batch_size, num_inference_steps, generator)``."""
+    """Unconditional sampling: ``pipe(batch_size, num_inference_steps, generator)`` on the
+    device of ``unet``'s parameters (``generator``: a CPU generator)."""
 
     def __init__(self, unet, scheduler) -> None:
         super().__init__()
@@ -142,24 +172,32 @@ class MoHPipeline(DiffusionPipeline):
         shape = (batch_size, cfg.in_channels, cfg.sample_size, cfg.sample_size)
         was_training = self.unet.training
         self.unet.eval()
+        device = next(self.unet.parameters()).device
         start = time.perf_counter()
-        x = torch.randn(shape, generator=generator)
+        x = torch.randn(shape, generator=generator).to(device)
         self.scheduler.set_timesteps(num_inference_steps)
         trace, inter = [], []
         for t in self.scheduler.timesteps:
-            tt = torch.full((batch_size,), int(t), dtype=torch.long)
+            tt = torch.full((batch_size,), int(t), dtype=torch.long, device=device)
             eps, _, info = backbone_call(self.unet, x, tt, route)
             step = self.scheduler.step(eps, t, x, generator=generator) if isinstance(self.scheduler, DDPMScheduler) \
                 else self.scheduler.step(eps, t, x)
             x = step.prev_sample
             trace.append(_summarise_route(int(t), info, batch_size))
             if return_intermediates:
-                inter.append(step.pred_original_sample.clamp(-1, 1).numpy())
+                inter.append(step.pred_original_sample.clamp(-1, 1).detach().cpu().numpy())
         self.unet.train(was_training)
-        images = ((x.clamp(-1, 1) + 1) / 2).permute(0, 2, 3, 1).numpy()
+        images = ((x.clamp(-1, 1) + 1) / 2).permute(0, 2, 3, 1).detach().cpu().numpy()
         return SamplingOutput(images=images, trace=trace,
                               intermediates=np.stack(inter) if inter else None,
                               time_s=time.perf_counter() - start)
+
+
+def sample_ddim(model, n: int, steps: int, seed: int, route: dict | None = None) -> SamplingOutput:
+    """``n`` DDIM-``steps`` samples of ``model`` (on the device of its parameters) from the
+    training schedule, initial noise seeded with ``seed``; ``route`` forces MoH's choices."""
+    pipe = MoHPipeline(model, make_sampler("ddim"))
+    return pipe(batch_size=n, num_inference_steps=steps, generator=torch.Generator().manual_seed(seed), route=route)
 
 
 def _summarise_route(t: int, info: dict, b: int) -> dict:

@@ -1,5 +1,8 @@
 """MoCAPipeline: part autoencoder + flow transformer + latent statistics; sampling, save/load.
 
+The pipeline runs where its models are (``to(device)``; loaded on the CPU); the random draws are
+made on the CPU from the seed, so a seed gives the same noise on every device.
+
 Sampling integrates the learned velocity field with diffusers' ``FlowMatchEulerDiscreteScheduler``
 (sigma from 1 to 0), optionally with classifier-free guidance against the null condition (null
 category and null text), then decodes each part's latents to points in its box frame and maps
@@ -14,6 +17,9 @@ free text), and ``nearest_description`` reports how close it is to the training 
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,9 +27,12 @@ import numpy as np
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 
+from common.device import resolve_device
 from common.errors import CheckpointError, InputError
 from common.pretrained import checkpoint_info
-from generation3d.data import CATEGORIES, box_to_param, check_category, from_canonical, param_to_box
+from generation3d.data import CATEGORIES, check_category
+from generation3d.geometry import box_to_param, from_canonical, param_to_box
+from generation3d.limits import MAX_BATCH, MAX_SAMPLING_STEPS
 from generation3d.model import PartAutoencoder, PartFlowTransformer
 from generation3d.text import check_text, default_encoder
 
@@ -48,8 +57,52 @@ def save_autoencoder(model: PartAutoencoder, path: str | Path, extra: dict | Non
     return model.save_pretrained(path, extra)
 
 
+@contextlib.contextmanager
+def _signals_deferred():
+    """SIGINT / SIGTERM arriving inside the block are delivered when it ends (main thread only;
+    an ignored signal stays ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: h for s, h in previous.items() if h not in (None, signal.SIG_IGN)}
+    for s in previous:
+        signal.signal(s, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if held:
+            signal.raise_signal(held[0])
+
+
 BOX_PARAM = "centre+log_size"
 FAR_TEXT_COSINE = 0.5  # below this a text is reported as unlike every training description
+
+
+def _check_extra(path: Path, extra: dict, d_latent: int) -> None:
+    """CheckpointError naming the entry of the generator's ``extra`` that has the wrong type."""
+
+    def bad(key: str, expected: str) -> CheckpointError:
+        return CheckpointError(f"{path / 'config.json'}: extra.{key} should be {expected}")
+
+    stats = extra["stats"]
+    sizes = {"z_mean": d_latent, "z_std": d_latent, "box_mean": 6, "box_std": 6}
+    if not isinstance(stats, dict):
+        raise bad("stats", f"an object with {', '.join(sizes)}")
+    for key, n in sizes.items():
+        v = stats.get(key)
+        if not (isinstance(v, list) and len(v) == n and all(isinstance(x, (int, float)) for x in v)):
+            raise bad(f"stats.{key}", f"a list of {n} numbers")
+    for key in ("descriptions", "categories"):
+        v = extra.get(key)
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            raise bad(key, "a list of strings")
+    unknown = sorted(set(extra.get("categories") or []) - set(CATEGORIES))
+    if unknown:
+        raise bad("categories", f"categories of {', '.join(CATEGORIES)}, not {', '.join(unknown)}")
 
 
 class MoCAPipeline:
@@ -66,15 +119,32 @@ class MoCAPipeline:
         self._encoder = text_encoder
 
     @property
+    def device(self) -> torch.device:
+        """Where the generator's parameters are."""
+        return next(self.gen.parameters()).device
+
+    def to(self, device: str | torch.device) -> MoCAPipeline:
+        """Move the autoencoder and the generator to ``device`` (a ``torch.device`` or a
+        ``common.device`` name: auto, cpu, cuda, cuda:N); returns self."""
+        dev = resolve_device(device)
+        self.ae.to(dev)
+        self.gen.to(dev)
+        return self
+
+    @property
     def encoder(self):
         return self._encoder or default_encoder()
 
     def save(self, path: str | Path, extra: dict | None = None) -> Path:
+        """Write ``path/ae`` and ``path/generator`` (each file atomic); a SIGINT/SIGTERM meanwhile
+        takes effect once both are written, so an interrupted save never pairs a new autoencoder
+        with an old generator."""
         path = Path(path)
-        save_autoencoder(self.ae, path / "ae")
-        self.gen.save_pretrained(path / "generator", {
-            "stats": {k: v.tolist() for k, v in self.stats.items()}, "box_param": BOX_PARAM,
-            "descriptions": self.descriptions, "categories": self.categories, **(extra or {})})
+        with _signals_deferred():
+            save_autoencoder(self.ae, path / "ae")
+            self.gen.save_pretrained(path / "generator", {
+                "stats": {k: v.tolist() for k, v in self.stats.items()}, "box_param": BOX_PARAM,
+                "descriptions": self.descriptions, "categories": self.categories, **(extra or {})})
         return path
 
     @classmethod
@@ -87,6 +157,7 @@ class MoCAPipeline:
         if extra.get("box_param") != BOX_PARAM:
             raise CheckpointError(f"{path / 'generator'} was trained with an older box parameterisation; retrain it with `moca train`")
         gen = PartFlowTransformer.from_pretrained(path / "generator")
+        _check_extra(path / "generator", extra, gen.config.d_latent)
         return cls(ae, gen, extra["stats"], extra.get("descriptions"), categories=extra.get("categories"))
 
     def embed_text(self, text: str) -> torch.Tensor:
@@ -121,31 +192,36 @@ class MoCAPipeline:
         if not isinstance(n_parts, (int, np.integer)):
             raise InputError(f"number of parts must be an integer, got {n_parts!r}")
         self.gen.check_parts(int(n_parts))
-        if steps < 1:
-            raise InputError(f"steps must be >= 1, got {steps}")
+        if not 1 <= steps <= MAX_SAMPLING_STEPS:
+            raise InputError(f"sampling steps must be in 1..{MAX_SAMPLING_STEPS}, got {steps}")
+        if not 1 <= batch <= MAX_BATCH:
+            raise InputError(f"batch must be in 1..{MAX_BATCH}, got {batch}")
         c = self.gen.config
+        dev = self.device
+        stats = {k: v.to(dev) for k, v in self.stats.items()}
         g = torch.Generator().manual_seed(seed)
         shape_z, shape_b = (batch, n_parts, c.n_latents, c.d_latent), (batch, n_parts, 6)
         nz = int(np.prod(shape_z[1:]))
-        x = torch.randn(batch, nz + n_parts * 6, generator=g)
+        x = torch.randn(batch, nz + n_parts * 6, generator=g).to(dev)
         sched = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000)
         sched.set_timesteps(steps)
-        cat = torch.full((batch,), cat_idx, dtype=torch.long)
-        null = torch.full((batch,), c.n_categories, dtype=torch.long)
-        count = torch.full((batch,), n_parts, dtype=torch.long)
+        cat = torch.full((batch,), cat_idx, dtype=torch.long, device=dev)
+        null = torch.full((batch,), c.n_categories, dtype=torch.long, device=dev)
+        count = torch.full((batch,), n_parts, dtype=torch.long, device=dev)
+        text_emb = None if text_emb is None else text_emb.to(dev)
         layout_std = layout_noise = None
         if layout is not None:
             layout = np.asarray(layout, dtype=np.float32)
             if layout.shape != (n_parts, 6) or not np.isfinite(layout).all() or (layout[:, 3:] <= 0).any():
                 raise InputError(f"layout must be finite boxes of shape ({n_parts}, 6) with positive sizes, got {layout.shape}")
-            layout_std = ((box_to_param(torch.from_numpy(layout)) - self.stats["box_mean"]) / self.stats["box_std"]).reshape(1, -1)
-            layout_noise = torch.randn(batch, n_parts * 6, generator=g)
+            layout_std = ((box_to_param(torch.from_numpy(layout).to(dev)) - stats["box_mean"]) / stats["box_std"]).reshape(1, -1)
+            layout_noise = torch.randn(batch, n_parts * 6, generator=g).to(dev)
         for i, t in enumerate(sched.timesteps):
             if layout_std is not None:
                 sigma = float(sched.sigmas[i])
                 x[:, nz:] = (1 - sigma) * layout_std + sigma * layout_noise
             z, box = x[:, :nz].reshape(shape_z), x[:, nz:].reshape(shape_b)
-            tt = t.expand(batch)
+            tt = t.expand(batch).to(dev)
             vz, vb = self.gen(z, box, tt, cat, count, text=text_emb)
             if guidance != 1.0 and (cat_idx != c.n_categories or text_emb is not None):
                 uz, ub = self.gen(z, box, tt, null, count)
@@ -154,8 +230,9 @@ class MoCAPipeline:
             x = sched.step(v, t, x).prev_sample
         if layout_std is not None:
             x[:, nz:] = layout_std
-        z = x[:, :nz].reshape(shape_z) * self.stats["z_std"] + self.stats["z_mean"]
-        box = param_to_box(x[:, nz:].reshape(shape_b) * self.stats["box_std"] + self.stats["box_mean"])
+        z = x[:, :nz].reshape(shape_z) * stats["z_std"] + stats["z_mean"]
+        box = param_to_box(x[:, nz:].reshape(shape_b) * stats["box_std"] + stats["box_mean"])
         pts = self.ae.decode(z.reshape(-1, c.n_latents, c.d_latent)).reshape(batch, n_parts, -1, 3)
-        world = from_canonical(pts.clamp(-1.0, 1.0), box)
+        world = from_canonical(pts.clamp(-1.0, 1.0), box).detach().cpu()
+        box = box.detach().cpu()
         return [GeneratedShape(world[i].numpy(), box[i].numpy(), category, n_parts, seed, text) for i in range(batch)]

@@ -1,0 +1,67 @@
+"""MoSAIC's hyper-parameters: one dataclass, the single source of their defaults and their checks.
+
+``MoSAIC``'s constructor takes its defaults from these fields (all but ``n``, which ``fit`` learns),
+and ``MoSAIC.fit`` / ``partial_fit`` validate the hyper-parameters through ``validate``. Frozen: a
+model's hyper-parameters are changed on the model (``set_params``), never on a config copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.errors import InputError
+
+
+@dataclass(frozen=True)
+class MoSAICConfig:
+    """Hyper-parameters of MoSAIC for ``n`` features (defaults are the ones used in the benchmarks);
+    every field is set by a command, a baseline, an ablation or a test."""
+
+    n: int
+    r: int
+    K: int
+    eta0: float = 1.0  # with epoch_reset="detect", chosen on the tuning seeds
+    eta_min: float = 0.05
+    # the drift floor's coefficient (``streaming.schedule.drift_floor``), chosen on the stress suite's tuning
+    # seeds; 0 = off (checkpoints before config version 5)
+    drift_floor: float = 0.3
+    schedule: str = "sublinear"  # or "constant" (η = eta0 always, k-GROUSE style)
+    detect: bool = True  # change detection (novel samples -> change buffer -> re-seed)
+    epoch_reset: str = "detect"  # restart the schedule at an epoch start: "detect" (only experts that moved), "always", "never"
+    provisional: bool = True  # complete novel samples with a growing-rank fit of the change buffer
+    provisional_growth: float = 0.0  # refit it when the buffer has grown by this fraction (0 = auto: 0.05 posterior, 0.2 als)
+    provisional_lambda: float = 0.1  # Soft-Impute threshold of the under-determined buffer, × rms(x_Ω) sqrt(m̄)
+    provisional_estimator: str = "auto"  # "posterior", "als" (least-squares completion, shrunk and capped) or
+    # "auto": posterior when the mean observed count m̄ >= PROVISIONAL_MIN_RATIO × r, else als
+    completion_cap: float = 10.0  # energy cap of a routed expert's completion (``cap_completion``); 0 = off
+    pretrain_restarts: int = 16  # restarts stop at the first clean solution, so only hard cases pay
+    # rounds of the robust refit of a cluster that fits far worse than the others (kss.repair_clusters); 0 = off
+    pretrain_repair: int = 2
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.K < 1:
+            raise InputError(f"K must be >= 1, got {self.K}")
+        if self.n < 2:
+            raise InputError(f"n must be >= 2, got {self.n}")
+        if not 1 <= self.r < self.n:
+            raise InputError(f"rank r must satisfy 1 <= r < n, got r={self.r}, n={self.n}")
+        if self.provisional_lambda <= 0:
+            raise InputError(f"provisional_lambda must be > 0, got {self.provisional_lambda}")
+        if self.provisional_estimator not in ("auto", "posterior", "als"):
+            raise InputError(
+                f"provisional_estimator must be 'auto', 'posterior' or 'als', got {self.provisional_estimator!r}")
+        if self.completion_cap < 0:
+            raise InputError(f"completion_cap must be >= 0 (0 = off), got {self.completion_cap}")
+        if self.provisional_growth < 0:
+            raise InputError(f"provisional_growth must be >= 0 (0 = auto), got {self.provisional_growth}")
+        if self.epoch_reset not in ("detect", "always", "never"):
+            raise InputError(f"epoch_reset must be 'detect', 'always' or 'never', got {self.epoch_reset!r}")
+        if self.pretrain_repair < 0:
+            raise InputError(f"pretrain_repair must be >= 0 (0 = off), got {self.pretrain_repair}")
+        if self.schedule not in ("sublinear", "constant"):
+            raise InputError(f"schedule must be 'sublinear' or 'constant', got {self.schedule!r}")
+        if not (0 < self.eta0 <= 1 and 0 <= self.eta_min <= self.eta0):
+            raise InputError("step sizes must satisfy 0 <= eta_min <= eta0 <= 1, eta0 > 0")
+        if not (0 <= self.drift_floor <= 1):
+            raise InputError(f"drift_floor must be in [0, 1] (0 = off), got {self.drift_floor}")

@@ -1,0 +1,104 @@
+"""Samples at the API boundary: validation of partially observed samples and the observed-count check.
+
+A sample of ambient dimension ``n`` is given as ``x (n,)`` or a batch ``(B, n)`` with NaN marking
+the unobserved entries (or an explicit boolean ``mask``, True = observed). A rank-``r`` subspace is
+identified by a sample only through ``m > r`` observed entries (with ``m <= r`` any subspace fits
+it exactly): ``check_observed`` warns (``LowObservationWarning``) when most samples are at
+``m <= r`` and refuses (``InputError``) when all are, since nothing can be learnt.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from common.errors import InputError
+
+#: "most samples": the share of samples at m <= r above which the observed-count check warns
+LOW_OBS_SHARE = 0.5
+
+
+class InvalidSamples(InputError, ValueError, TypeError):
+    """Samples that cannot be used (wrong shape, sparse, complex, non-numeric, no observed entry, a
+    non-finite observed value): an ``InputError`` for the CLIs, and the ``ValueError`` / ``TypeError``
+    that scikit-learn expects from an estimator."""
+
+
+class LowObservationWarning(UserWarning):
+    """Most samples have too few observed entries (``m <= r``) to identify a rank-``r`` subspace."""
+
+
+def as_observed(x: np.ndarray, mask: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validate samples at the API boundary.
+
+    ``x (n,)`` or ``(B, n)``; ``mask`` bool of the same shape (True = observed) or None, meaning
+    "observed where x is not NaN". Returns ``(X0 (B, n) zero-filled float64, M (B, n) bool)``.
+    Raises ``InvalidSamples`` (an InputError) for a wrong dimension, a sample with no observed entry,
+    or a NaN/inf observed value. Nothing is modified, so a rejected batch leaves a model untouched.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[None]
+    if x.ndim != 2 or x.shape[1] != n:
+        raise InvalidSamples(f"samples must have shape ({n},) or (B, {n}), got {x.shape}")
+    if mask is None:
+        M = ~np.isnan(x)
+    else:
+        M = np.asarray(mask)
+        if M.ndim == 1:
+            M = M[None]
+        if M.shape != x.shape:
+            raise InvalidSamples(f"mask must have the shape of x {x.shape}, got {M.shape}")
+        M = M.astype(bool)
+    empty = ~M.any(1)
+    if empty.any():
+        raise InvalidSamples(f"sample {int(np.flatnonzero(empty)[0])} has no observed entry")
+    if not np.isfinite(x[M]).all():
+        raise InvalidSamples("observed values contain NaN or inf")
+    return np.where(M, x, 0.0), M
+
+
+def check_samples(estimator, X, mask: np.ndarray | None = None, *, reset: bool, allow_1d: bool = False,
+                  min_samples: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's input validation (``validate_data``: dense numeric 2-D, at least 2 features and
+    ``min_samples`` samples; ``reset`` learns ``estimator.n_features_in_``, otherwise checks it), then
+    ``as_observed``. ``allow_1d``: a single sample ``(n,)`` is read as ``(1, n)``. NaN marks an
+    unobserved entry unless ``mask`` is given (then the values under ``~mask`` are not looked at).
+    Returns ``(X0 (B, n), M (B, n))``; ``InvalidSamples`` on anything else."""
+    from sklearn.utils.validation import validate_data
+
+    if allow_1d and np.ndim(X) == 1:
+        X = np.asarray(X)[None]
+        mask = None if mask is None else np.asarray(mask)[None]
+    try:
+        X = validate_data(estimator, X, reset=reset, dtype=np.float64, accept_sparse=False,
+                          ensure_all_finite="allow-nan" if mask is None else False,
+                          ensure_min_features=2 if reset else 1, ensure_min_samples=min_samples)
+    except (TypeError, ValueError) as exc:
+        raise InvalidSamples(str(exc)) from None
+    return as_observed(X, mask, X.shape[1])
+
+
+def check_observed(M: np.ndarray, r: int, what: str = "samples", warn: bool = True) -> str | None:
+    """Observed-count check for rank ``r`` on ``M (S, n)`` bool (True = observed).
+
+    Raises InputError when no sample has more than ``r`` observed entries (no subspace of rank
+    ``r`` can be learnt or tracked); returns a one-line message, and issues it as a
+    ``LowObservationWarning`` when ``warn``, when more than half of the samples have ``m <= r``
+    (their completion is unconstrained); returns None otherwise."""
+    m = np.asarray(M, dtype=bool).sum(1)
+    if m.size == 0:
+        return None
+    if (m <= r).all():
+        raise InputError(f"every one of the {m.size} {what} has at most {int(m.max())} observed entries: a rank-{r} "
+                         f"subspace needs more than {r} observed entries per sample (lower r or observe more)")
+    low = float((m <= r).mean())
+    if low <= LOW_OBS_SHARE:
+        return None
+    msg = (f"{100 * low:.0f}% of the {m.size} {what} have at most r={r} observed entries (median "
+           f"{float(np.median(m)):g}): a rank-{r} subspace is not identified by them and their completions are "
+           f"unreliable (lower r or observe more)")
+    if warn:
+        warnings.warn(msg, LowObservationWarning, stacklevel=2)
+    return msg

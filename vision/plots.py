@@ -1,0 +1,85 @@
+"""The figures of ``moh bench``: routing statistics per timestep, FID against training steps, and
+the scaling trend. Each writes a PNG with matplotlib's Agg backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def plot_routing(route_log: list[dict], trace: list[dict], path: Path, depth_options, n_transforms: int, n_levels: int) -> None:
+    """Routing statistics per timestep: mean scan depth, transform-expert shares and level use
+    over timestep bins (training routes), plus the route taken at each sampling step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bins = np.linspace(0, 1000, 11)
+    t = np.array([r["timestep"] for r in route_log])
+    d = np.array([r["depth"] for r in route_log], dtype=float)
+    tr = np.array([r["transform"] for r in route_log])
+    lv = np.zeros((len(route_log), n_levels))
+    for i, r in enumerate(route_log):
+        lv[i, r["levels"]] = 1
+    which = np.clip(np.digitize(t, bins) - 1, 0, 9)
+    centers = (bins[:-1] + bins[1:]) / 2
+    fig, ax = plt.subplots(1, 4, figsize=(17, 3.3))
+    ax[0].plot(centers, [d[which == b].mean() if (which == b).any() else np.nan for b in range(10)], "o-")
+    ax[0].set(xlabel="timestep", ylabel="mean scan depth", title="depth (training routes)", ylim=(0, max(depth_options) + 0.5))
+    share = np.array([[(tr[which == b] == e).mean() if (which == b).any() else 0 for e in range(n_transforms)] for b in range(10)])
+    ax[1].stackplot(centers, share.T, labels=[f"expert {e}" for e in range(n_transforms)])
+    ax[1].set(xlabel="timestep", ylabel="share", title="transform expert")
+    ax[1].legend(fontsize=7, loc="upper right")
+    for lvl in range(n_levels):
+        ax[2].plot(centers, [lv[which == b, lvl].mean() if (which == b).any() else np.nan for b in range(10)], "o-", label=f"level {lvl}")
+    ax[2].set(xlabel="timestep", ylabel="use", title="representation levels", ylim=(-0.05, 1.05))
+    ax[2].legend(fontsize=7)
+    ax[3].plot([r["timestep"] for r in trace], [r["depth"] for r in trace], "s-")
+    ax[3].invert_xaxis()
+    ax[3].set(xlabel="timestep (sampling runs right to left)", ylabel="depth", title="route per sampling step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_fid_curve(curve: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.3))
+    for m in dict.fromkeys(c["model"] for c in curve):
+        pts = sorted((c["step"], c["fmnist_classifier_fid"]) for c in curve if c["model"] == m)
+        ax.plot(*zip(*pts, strict=True), "o-", label=m)
+    ax.set(xlabel="training step", ylabel="FMNIST-classifier FID", title="FID vs training steps")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_scaling(summary: list[dict], path: Path) -> None:
+    """FID ratio to plain Mamba (mean over seeds) vs budget, one panel per dataset."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = list(dict.fromkeys(r["dataset"] for r in summary))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 3.3), squeeze=False)
+    for ax, ds in zip(axes[0], datasets, strict=True):
+        for m in dict.fromkeys(r["model"] for r in summary):
+            pts = [(r["budget_index"], r["fid_vs_mamba"]) for r in summary if r["dataset"] == ds and r["model"] == m]
+            ax.plot(*zip(*sorted(pts), strict=True), "o-", label=m)
+        names = sorted({(r["budget_index"], r["budget"]) for r in summary if r["dataset"] == ds})
+        ax.set_xticks([i for i, _ in names], [n for _, n in names])
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set(xlabel="budget (width and steps grow together)", ylabel="EfficientNet-Lite0 FID / plain Mamba's",
+               title=ds)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
