@@ -10,15 +10,16 @@ takes ``--device``; the commands that train take ``--precision``. Research comma
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
-from common.cli import ArgumentParser, add_common_args, check_outputs, positive_int, subcommand_main
+from common.cli import ArgumentParser, add_common_args, check_outputs, int_in, positive_int, subcommand_main
 from common.data_dir import resolve_data_dir
 from common.device import add_device_arg, add_precision_arg
 from common.errors import CheckpointError, InputError
 from common.io import write_csv, write_json
+
+from .limits import MAX_FOLDS, MAX_NPROC, MAX_WHITE_N, add_force_arg, check_soft_limits
 
 # The names of olfaction.bench.SUITES, spelled here so that building the parser imports neither
 # torch nor the training code: `mixscent predict` on its ONNX export runs without torch (a one-pair
@@ -41,14 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("featurize", help="compute and cache Mordred 2D descriptors")
     add_common_args(s)
     s.add_argument("--limit", type=positive_int, default=None, help="only the first N molecules (mixtures first)")
-    s.add_argument("--nproc", type=positive_int, default=1, help="Mordred worker processes")
+    s.add_argument("--nproc", type=int_in(1, MAX_NPROC), default=1, help=f"Mordred worker processes (at most {MAX_NPROC})")
     s.set_defaults(fn=cmd_featurize)
 
     s = sub.add_parser("pretrain", help="self-supervised Mordred pretraining of the molecule encoder")
     add_common_args(s)
     add_device_args(s, training=True)
-    s.add_argument("--epochs", type=positive_int, default=25)
+    s.add_argument("--epochs", type=positive_int, default=25, help="at most 2000 without --force")
     s.add_argument("--encoder", default=None, help="output directory (default: cache dir/encoder)")
+    add_force_arg(s)
     s.set_defaults(fn=cmd_pretrain)
 
     for name, helptext in (
@@ -66,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="MiniMol v1 embeddings beside the pretrained GNN as the network's molecule input")
         s.add_argument("--label-features", default="minimol", choices=("morgan", "minimol", "morgan+minimol"),
                        help="label network molecule input (predictor.LABEL_FEATURES)")
+        add_force_arg(s)
         if name == "eval":
             s.add_argument("--model", default=None, help="evaluate this saved predictor instead of training")
         s.set_defaults(fn=cmd_train if name == "train" else cmd_eval)
@@ -87,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_args(s)
     add_device_args(s)
     s.add_argument("--model", required=True)
-    s.add_argument("--mix", required=True, help="';'-separated SMILES")
+    s.add_argument("--mix", help="';'-separated SMILES")
+    s.add_argument("--file", help="mixtures text: one ';'-separated SMILES mixture per line (CSV to --out or stdout)")
     s.add_argument("--top", type=positive_int, default=5)
     s.set_defaults(fn=cmd_labels)
 
@@ -95,8 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_args(s, out_default="runs/olfaction_white")
     add_device_args(s)
     s.add_argument("--model", required=True)
-    s.add_argument("--max-n", type=positive_int, default=40)
-    s.add_argument("--samples", type=positive_int, default=30)
+    s.add_argument("--max-n", type=int_in(1, MAX_WHITE_N), default=40,
+                   help=f"largest number of components (at most {MAX_WHITE_N} and half the molecule pool)")
+    s.add_argument("--samples", type=positive_int, default=30, help="pairs per n (at most 10000 without --force)")
+    add_force_arg(s)
     s.add_argument("--dataset", default="Bushdid", help="experiment the distances are predicted for")
     s.set_defaults(fn=cmd_white)
 
@@ -107,10 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="standard: the five methods; minimol: also the two networks with MiniMol v1 beside the "
                         "GNN, alone (two more networks per fold)")
     s.add_argument("--families", default="random_cv,lso_molecules,strict_lmo,leave_dataset")
-    s.add_argument("--folds", type=positive_int, default=5, help="splits per family (leave_dataset has 3)")
+    s.add_argument("--folds", type=int_in(1, MAX_FOLDS), default=5,
+                   help=f"splits per family (at most {MAX_FOLDS}; leave_dataset has 3)")
     s.add_argument("--epochs", type=positive_int, default=60, help="network epochs (at most)")
     s.add_argument("--trees", type=positive_int, default=300, help="trees of the set regressors")
     s.add_argument("--encoder", default=None, help="pretrained encoder directory (default: cache dir/encoder)")
+    add_force_arg(s)
     s.set_defaults(fn=cmd_bench)
 
     s = sub.add_parser("quick", help="minutes-long demo run: one fold, tiny model vs RF")
@@ -153,6 +161,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     from .model import MolEncoderConfig
     from .train import PretrainConfig
 
+    check_soft_limits(args)
     out = _encoder_dir(args.encoder)
     check_outputs(dirs=[out], overwrite=args.overwrite)
     report = pretrain_encoder(out, MolEncoderConfig(), PretrainConfig(epochs=args.epochs, seed=args.seed),
@@ -164,6 +173,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 def _fit_or_load(args: argparse.Namespace, train: bool) -> int:
     """``train`` (fit on the split, save to ``--out``) and ``eval`` (test metrics of ``--model`` or of
     a predictor fitted on the split, optionally written to ``--out``)."""
+    check_soft_limits(args)
     inputs = [getattr(args, "model", None), args.encoder] + ([args.split] if Path(args.split).suffix else [])
     if train:
         if not args.out:
@@ -221,22 +231,41 @@ def load_torch_predictor(model: Path, device: str = "auto"):
 
 
 def cmd_labels(args: argparse.Namespace) -> int:
+    """``mixscent labels``: the top labels of ``--mix``, or of every mixture of ``--file`` (checked
+    in full before the model loads, then predicted in chunks: :mod:`olfaction.batch_predict`)."""
+    if (args.mix is None) == (args.file is None):
+        raise InputError("labels needs --mix or --file (one of them)")
+    check_outputs(files=[args.out], inputs=[args.model, args.file], overwrite=args.overwrite)
+    if args.file:
+        from .batch_predict import check_mixtures_text, predict_labels_file, write_to
+
+        total = check_mixtures_text(Path(args.file))
+        predictor = load_torch_predictor(Path(args.model), args.device)
+        if not predictor.label_names:
+            raise InputError("this model has no label network (train with GS-LF labels)")
+        write_to(args.out, lambda fh: predict_labels_file(predictor, Path(args.file), fh, args.top, total, total > 1))
+        return 0
     from .data import parse_mixture_text
 
+    mixture = parse_mixture_text(args.mix)  # before the model loads
     predictor = load_torch_predictor(Path(args.model), args.device)
-    for name, prob in predictor.top_labels(parse_mixture_text(args.mix), k=args.top):
+    for name, prob in predictor.top_labels(mixture, k=args.top):
         print(f"{name}\t{prob:.3f}")
     return 0
 
 
 def cmd_white(args: argparse.Namespace) -> int:
     from .data import load_pairs
-    from .white import olfactory_white, plot_white, white_trend
+    from .white import check_white_sizes, olfactory_white, plot_white, white_trend
 
+    check_soft_limits(args)
     check_outputs(dirs=[args.out], inputs=[args.model], overwrite=args.overwrite)
-    predictor = load_torch_predictor(Path(args.model), args.device)
     pool = sorted(load_pairs(resolve_data_dir(args.data_dir)).molecules())
-    rows = olfactory_white(predictor, pool, range(1, args.max_n + 1), args.samples, args.seed, args.dataset)
+    sizes = range(1, args.max_n + 1)
+    check_white_sizes(sizes, len(pool))  # before the model loads
+    predictor = load_torch_predictor(Path(args.model), args.device)
+    _check_dataset(predictor, args.dataset)
+    rows = olfactory_white(predictor, pool, sizes, args.samples, args.seed, args.dataset, progress=True)
     trend = white_trend(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -265,6 +294,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     unknown = [f for f in families if f not in FAMILIES] or ([] if families else ["(none)"])
     if unknown:
         raise InputError(f"unknown split family {unknown[0]!r} (choose from {', '.join(FAMILIES)})")
+    check_soft_limits(args)
     check_outputs(files=[args.out], inputs=[args.encoder], overwrite=args.overwrite)
     from .bench import format_table, run_bench
     from .model import DistanceTrainConfig
@@ -317,19 +347,17 @@ def load_for_predict(model: Path, backend: str = "auto", device: str = "auto"):
 
 def cmd_predict(args: argparse.Namespace) -> int:
     """``mixscent predict``: load the saved predictor (nothing is fitted; :func:`load_for_predict`)
-    and print / write distances."""
-    from .data import read_pairs_csv
-
+    and print / write distances; ``--csv`` streams the file in chunks (:mod:`olfaction.batch_predict`)."""
     check_outputs(files=[args.out], inputs=[args.model, args.csv], overwrite=args.overwrite)
-    rows = read_pairs_csv(Path(args.csv)) if args.csv else None  # fails before the model loads
-    if rows is None and (not args.mix1 or not args.mix2 or not args.dataset):
+    if args.csv:
+        return _predict_csv(args)
+    if not args.mix1 or not args.mix2 or not args.dataset:
         raise InputError("predict needs --mix1, --mix2 and --dataset, or --csv")
-    predictor = load_for_predict(Path(args.model), args.backend, args.device)
-    if rows is not None:
-        return _predict_csv(predictor, rows, args)
     from .data import parse_mixture_text
 
     a, b = parse_mixture_text(args.mix1, "mixture 1"), parse_mixture_text(args.mix2, "mixture 2")
+    predictor = load_for_predict(Path(args.model), args.backend, args.device)
+    _check_dataset(predictor, args.dataset)
     parts = predictor.predict_components([a], [b], [args.dataset])
     print(f"{parts['combined'][0]:.4f}")
     if args.components:
@@ -337,30 +365,25 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _predict_csv(predictor, rows: list[dict], args) -> int:
-    """DREAM submission format: reads ``Dataset,Mixture_1,Mixture_2``, writes the same rows plus
-    ``Predicted_Experimental_Values`` to ``--out`` (or stdout)."""
-    from .data import load_mixtures, resolve_mixture
+def _check_dataset(predictor, dataset: str) -> None:
+    known = predictor.datasets
+    if known and dataset not in known:
+        raise InputError(f"unknown dataset {dataset!r} (the model knows {', '.join(known)})")
 
+
+def _predict_csv(args: argparse.Namespace) -> int:
+    """DREAM submission format: reads ``Dataset,Mixture_1,Mixture_2``, writes the same rows plus
+    ``Predicted_Experimental_Values`` to ``--out`` (atomically) or stdout, chunk by chunk. Every row
+    is checked before the model loads."""
+    from .batch_predict import check_datasets, check_pairs_csv, predict_pairs_csv, write_to
+    from .data import load_mixtures
+
+    path = Path(args.csv)
     mixtures = load_mixtures(resolve_data_dir(args.data_dir))
-    a = [resolve_mixture(mixtures, r["Dataset"], r["Mixture_1"]) for r in rows]
-    b = [resolve_mixture(mixtures, r["Dataset"], r["Mixture_2"]) for r in rows]
-    pred = predictor.predict_distance(a, b, [r["Dataset"] for r in rows])
-    out_rows = [
-        {
-            "Dataset": r["Dataset"],
-            "Mixture_1": r["Mixture_1"],
-            "Mixture_2": r["Mixture_2"],
-            "Predicted_Experimental_Values": float(p),
-        }
-        for r, p in zip(rows, pred, strict=False)
-    ]
-    if args.out:
-        write_csv(Path(args.out), out_rows)
-    else:
-        w = csv.DictWriter(sys.stdout, fieldnames=list(out_rows[0]))
-        w.writeheader()
-        w.writerows(out_rows)
+    total, datasets = check_pairs_csv(path, mixtures)
+    predictor = load_for_predict(Path(args.model), args.backend, args.device)
+    check_datasets(path, datasets, predictor.datasets)
+    write_to(args.out, lambda fh: predict_pairs_csv(predictor, path, mixtures, fh, total=total, progress=total > 1))
     return 0
 
 

@@ -7,8 +7,8 @@ All files are read through :func:`common.data_dir.require_file` with the sha256 
 
 from __future__ import annotations
 
-import csv
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +36,10 @@ SHA256 = {
 
 SUBDIR = "olfaction"
 MixtureKey = tuple[str, str]  # (dataset, mixture label)
+# Components per mixture: the largest DREAM mixture has 43. The mixture level is a fully connected
+# graph (C^2 edges per mixture) and the set features compare every component pair of a pair, so a
+# 10,000-component mixture would need tens of GB; larger mixtures are refused at the boundary.
+MAX_COMPONENTS = 100
 
 
 def olf_file(data_dir: Path, name: str) -> Path:
@@ -60,8 +64,17 @@ def validate_mixture(components: Sequence[str], where: str = "mixture") -> tuple
     """Canonical, validated component tuple (sorted, so the mixture is a set).
 
     Raises InputError for an empty mixture, an invalid SMILES (naming it and its position) and a
-    duplicate component (two entries with the same canonical SMILES)."""
-    items = [c.strip() for c in components if isinstance(c, str) and c.strip()]
+    duplicate component (two entries with the same canonical SMILES), a component that is not a
+    string, and more than :data:`MAX_COMPONENTS` components (checked before any SMILES is parsed)."""
+    if isinstance(components, str):
+        raise InputError(f"{where}: expected a list of SMILES, got one string (split it on ';')")
+    components = list(components)
+    if len(components) > MAX_COMPONENTS:
+        raise InputError(f"{where} has {len(components)} components; at most {MAX_COMPONENTS} are supported")
+    for pos, c in enumerate(components):
+        if not isinstance(c, str):
+            raise InputError(f"{where} component {pos + 1}: expected a SMILES string, got {type(c).__name__}")
+    items = [c.strip() for c in components if c.strip()]
     if not items:
         raise InputError(f"empty mixture: {where} has no components")
     seen: dict[str, int] = {}
@@ -79,6 +92,10 @@ def parse_mixture_text(text: str, where: str = "mixture") -> tuple[str, ...]:
     """``'CCO;CC(=O)O'`` (``;``-separated SMILES) -> validated canonical tuple."""
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"empty mixture: {where} has no components")
+    if "\x00" in text:
+        raise InputError(f"{where} contains a NUL byte")
+    if text.count(";") >= MAX_COMPONENTS:  # before splitting a huge text
+        raise InputError(f"{where} has {text.count(';') + 1} components; at most {MAX_COMPONENTS} are supported")
     return validate_mixture(text.split(";"), where=where)
 
 
@@ -163,35 +180,6 @@ def resolve_mixture(mixtures: dict[MixtureKey, tuple[str, ...]], dataset: str, l
     return mixtures[key]
 
 
-def read_pairs_csv(path: Path) -> list[dict]:
-    """Rows of a DREAM-format CSV (``mixscent predict --csv``) (``Dataset,Mixture_1,Mixture_2``); DataError naming the file and
-    the problem (missing, not UTF-8, malformed, no rows, a short row)."""
-    need = ("Dataset", "Mixture_1", "Mixture_2")
-    if not path.is_file():
-        raise DataError(f"CSV not found: {path}")
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            reader = csv.DictReader(fh)
-            rows = list(reader)
-            columns = reader.fieldnames or []
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except csv.Error as exc:
-        raise DataError(f"malformed CSV {path}: {exc}") from None
-    if not columns:
-        raise DataError(f"{path} is empty (expected a header {','.join(need)})")
-    missing = [c for c in need if c not in columns]
-    if missing:
-        raise DataError(f"{path} needs columns {list(need)}; missing {missing}")
-    if not rows:
-        raise DataError(f"{path} has a header but no rows")
-    for i, row in enumerate(rows, start=2):
-        empty = [c for c in need if not (row.get(c) or "").strip()]
-        if empty:
-            raise DataError(f"{path} line {i}: no value for {empty[0]}")
-    return rows
-
-
 # ----------------------------------------------------------------------------- splits
 
 
@@ -232,8 +220,11 @@ def _indices(obj: dict, key: str, n_rows: int, src: str, required: bool = True) 
             raise DataError(f"split {src} lacks key {key!r}")
         return np.zeros(0, dtype=np.int64)
     vals = obj[key]
-    if not isinstance(vals, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
-        raise DataError(f"split {src}: {key!r} must be a list of integer row indices")
+    if not isinstance(vals, list):
+        raise DataError(f"split {src}: {key!r} must be a list of integer row indices, got {type(vals).__name__}")
+    for pos, v in enumerate(vals):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise DataError(f"split {src}: {key}[{pos}] is {v!r}; expected an integer row index")
     arr = np.asarray(vals, dtype=np.int64)
     bad = arr[(arr < 0) | (arr >= n_rows)]
     if bad.size:
@@ -251,12 +242,17 @@ def load_split(path: str | Path, n_rows: int, require_validation: bool = True) -
     if not path.is_file():
         raise DataError(f"split file not found: {path}")
     try:
-        obj = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"split {path.name} is not valid JSON: {exc}") from exc
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DataError(f"split {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"split {path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise DataError(f"split {path} is nested too deeply to be a split") from None
+    src = str(path)
     if not isinstance(obj, dict):
-        raise DataError(f"split {path.name} must be a JSON object")
-    src = path.name
+        raise DataError(f"split {src} must be a JSON object with training / validation / testing, got "
+                        f"{type(obj).__name__}")
     tr = _indices(obj, "training", n_rows, src)
     va = _indices(obj, "validation", n_rows, src, required=require_validation)
     te = _indices(obj, "testing", n_rows, src)
@@ -270,11 +266,23 @@ def load_split(path: str | Path, n_rows: int, require_validation: bool = True) -
             raise DataError(f"split {src}: row {int(inter[0])} is in both {na} and {nb}")
     if len(tr) == 0 or len(te) == 0:
         raise DataError(f"split {src}: training and testing must be non-empty")
-    return Split(str(obj.get("identifier", path.stem)), tr, va, te, obj.get("removed_smiles", []))
+    identifier = obj.get("identifier", path.stem)
+    if not isinstance(identifier, (str, int)) or isinstance(identifier, bool):
+        raise DataError(f"split {src}: 'identifier' must be a string, got {type(identifier).__name__}")
+    removed = obj.get("removed_smiles", [])
+    if not isinstance(removed, list) or not all(
+        isinstance(group, list) and all(isinstance(m, str) for m in group) for group in removed
+    ):
+        raise DataError(f"split {src}: 'removed_smiles' must be a list of lists of SMILES strings")
+    return Split(str(identifier), tr, va, te, removed)
 
 
 def split_path(data_dir: Path, name: str) -> Path:
-    """``olfaction/splits/<name>.json`` (no checksum: splits are many small files)."""
+    """``olfaction/splits/<name>.json`` (no checksum: splits are many small files). ``name`` is a
+    name (letters, digits, ``_``, ``-``), never a path: InputError otherwise."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,100}", name):
+        raise InputError(f"split name {name!r} is not a name (letters, digits, '_' and '-'; a split file "
+                         "is given by a path ending in .json)")
     return require_file(Path(data_dir), f"{SUBDIR}/splits/{name}.json")
 
 

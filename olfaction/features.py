@@ -37,11 +37,17 @@ RDLogger.DisableLog("rdApp.*")
 # ----------------------------------------------------------------------------- SMILES
 
 
+MAX_SMILES_CHARS = 1000  # odorants are small volatile molecules: GS-LF's longest SMILES has 189 characters
+
+
 def canonical_smiles(smiles: str, where: str = "") -> str:
-    """RDKit canonical SMILES (stereo kept). ``where`` names the position for the error message."""
+    """RDKit canonical SMILES (stereo kept). ``where`` names the position for the error message;
+    a SMILES over :data:`MAX_SMILES_CHARS` characters is refused before RDKit parses it."""
     loc = f" at {where}" if where else ""
     if not isinstance(smiles, str) or not smiles.strip():
         raise InputError(f"empty SMILES{loc}")
+    if len(smiles) > MAX_SMILES_CHARS:
+        raise InputError(f"SMILES {smiles[:20]!r}...{loc} has {len(smiles)} characters; at most {MAX_SMILES_CHARS}")
     mol = Chem.MolFromSmiles(smiles.strip())
     if mol is None:
         raise InputError(f"invalid SMILES {smiles!r}{loc}")
@@ -222,7 +228,16 @@ def compute_mordred(
     """Raw 2D Mordred vectors ``(D,)`` (NaN where a descriptor fails) for canonical ``smiles``.
 
     Missing molecules are computed (in chunks, saved after each chunk so an interrupted run keeps
-    its work) and appended to the on-disk cache."""
+    its work) and appended to the on-disk cache. One thread at a time reads and extends the cache
+    (concurrent demo requests would otherwise interleave its two files and lose rows)."""
+    with _MORDRED_LOCK:
+        return _compute_mordred(smiles, path, nproc, chunk, progress)
+
+
+_MORDRED_LOCK = threading.Lock()
+
+
+def _compute_mordred(smiles, path, nproc, chunk, progress) -> dict[str, np.ndarray]:
     path = path or mordred_cache_path()
     wanted = list(dict.fromkeys(smiles))
     have_smiles, have_values, columns = load_mordred_cache(path)

@@ -140,11 +140,32 @@ def onnx_session(model, threads: int = 1):
                                 providers=["CPUExecutionProvider"])
 
 
+def unique_mixtures(mixtures: Sequence[Sequence[str]]) -> tuple[list[tuple[str, ...]], np.ndarray]:
+    """``(unique, pos)``: the distinct mixtures in first-seen order and ``pos (M,)`` with
+    ``mixtures[i] == unique[pos[i]]`` (a mixture's embedding does not depend on the others in its
+    batch, so each distinct one is embedded once)."""
+    index: dict[tuple[str, ...], int] = {}
+    pos = np.asarray([index.setdefault(tuple(m), len(index)) for m in mixtures], np.int64)
+    return list(index), pos
+
+
+def batches(n: int, size: int) -> list[slice]:
+    """Slices ``[0, size), [size, 2 size), ...`` covering ``range(n)``."""
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
 class MixtureAPI:
     """Prediction methods shared by :class:`~olfaction.predictor.MixturePredictor` (torch) and
     :class:`OnnxPredictor`. A subclass provides ``_network_distances(mix_a, mix_b, datasets) ->
-    (P,)``, ``predict_labels(mixtures) -> (M, L)`` and the attributes ``set_regressors``,
-    ``weights (3,)`` (of :data:`COMPONENTS`) and ``label_names``."""
+    (P,)``, ``_label_probabilities(mixtures) -> (M, L)`` (validated mixtures) and the attributes
+    ``set_regressors``, ``weights (3,)`` (of :data:`COMPONENTS`) and ``label_names``.
+
+    Both paths work in batches of :attr:`pair_batch` pairs / :attr:`mixture_batch` mixtures, so
+    memory stays bounded however many rows are passed (the results do not depend on the batching:
+    every pair and mixture is computed on its own)."""
+
+    pair_batch = 256
+    mixture_batch = 512
 
     def _need(self, part: str):
         value = getattr(self, part)
@@ -155,7 +176,13 @@ class MixtureAPI:
 
     def predict_components(self, mix_a, mix_b, datasets) -> dict[str, np.ndarray]:
         """``{"network", "trees", "ridge", "combined"}`` each ``(P,)`` for pairs of validated
-        canonical component tuples ``mix_a[i], mix_b[i]`` of experiment ``datasets[i]``."""
+        canonical component tuples ``mix_a[i], mix_b[i]`` of experiment ``datasets[i]``, in batches
+        of :attr:`pair_batch` pairs."""
+        mix_a, mix_b, datasets = list(mix_a), list(mix_b), list(datasets)
+        parts = [self._components_batch(mix_a[b], mix_b[b], datasets[b]) for b in batches(len(mix_a), self.pair_batch)]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {}
+
+    def _components_batch(self, mix_a, mix_b, datasets) -> dict[str, np.ndarray]:
         out = {"network": self._network_distances(mix_a, mix_b, datasets)}
         if self.set_regressors is not None:
             out.update(self.set_regressors.predict(mix_a, mix_b, datasets))
@@ -163,6 +190,14 @@ class MixtureAPI:
         else:
             out["combined"] = out["network"]
         return out
+
+    def predict_labels(self, mixtures: Sequence[Sequence[str]]) -> np.ndarray:
+        """``(M, L)`` odour-label probabilities (:attr:`label_names`) of ``M`` mixtures, in batches
+        of :attr:`mixture_batch` mixtures."""
+        mixes = [validate_mixture(m) for m in mixtures]
+        if not mixes:
+            raise InputError("predict_labels needs at least one mixture")
+        return np.concatenate([self._label_probabilities(mixes[b]) for b in batches(len(mixes), self.mixture_batch)])
 
     def predict_distance(self, mix_a, mix_b, datasets) -> np.ndarray:
         """``(P,)`` perceptual distances in [0, 1] (higher = more different) of the pairs
@@ -293,7 +328,8 @@ class OnnxPredictor(MixtureAPI):
 
     def _network_distances(self, mix_a, mix_b, datasets) -> np.ndarray:
         n = len(mix_a)
-        dist, _ = self._network_outputs(list(mix_a) + list(mix_b), np.arange(n), np.arange(n, 2 * n), datasets)
+        mixtures, pos = unique_mixtures(list(mix_a) + list(mix_b))
+        dist, _ = self._network_outputs(mixtures, pos[:n], pos[n:], datasets)
         return dist.astype(np.float64)
 
     def _note_unseen(self, mixtures) -> None:
@@ -317,11 +353,9 @@ class OnnxPredictor(MixtureAPI):
                   f"Mordred cache holds (first: {min(new)}); this imports Mordred (seconds), the rows are cached",
                   file=sys.stderr)
 
-    def predict_labels(self, mixtures: Sequence[Sequence[str]]) -> np.ndarray:
-        """``(M, L)`` odour-label probabilities (:attr:`label_names`) of ``M`` mixtures."""
+    def _label_probabilities(self, mixtures: Sequence[Sequence[str]]) -> np.ndarray:
         session = self._session("labels")
-        feeds = label_inputs([validate_mixture(m) for m in mixtures], self.label_kind)
-        return session.run(["probability"], feeds)[0]
+        return session.run(["probability"], label_inputs(mixtures, self.label_kind))[0]
 
     def attention(self, mixture: Sequence[str]) -> dict[str, float]:
         """Per-component readout weights of the distance network (sum to 1)."""

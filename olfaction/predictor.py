@@ -59,6 +59,7 @@ from .inference import (  # noqa: F401  (LABEL_BITS, LABEL_FEATURES: part of thi
     label_inputs,
     mixture_inputs,
     standardised_minimol,
+    unique_mixtures,
 )
 from .model import DistanceTrainConfig, MixScentConfig, MixScentNet, MolEncoder, graph_view
 from .set_models import DEFAULT_PARTNERS, SetRegressors
@@ -92,8 +93,10 @@ def embed_mixtures(net: MixScentNet, mixtures: Sequence[Sequence[str]],
 def network_distances(net: MixScentNet, mix_a, mix_b, datasets, mol_extra=None) -> np.ndarray:
     """``(P,)`` float64 distances an encoder-backed :class:`MixScentNet` gives the pairs
     ``(mix_a[i], mix_b[i])`` of experiment ``datasets[i]`` (``mol_extra`` as in ``embed_mixtures``)."""
-    z, _ = embed_mixtures(net, list(mix_a) + list(mix_b), mol_extra)
+    mixtures, pos = unique_mixtures(list(mix_a) + list(mix_b))
+    z, _ = embed_mixtures(net, mixtures, mol_extra)
     n = len(mix_a)
+    z = z[torch.from_numpy(pos).to(z.device)]
     oh = dataset_onehot(list(datasets)).to(z.device) if net.cfg.n_datasets else None
     return net.distance_from_embeddings(z[:n], z[n:], oh).detach().cpu().numpy().astype(np.float64)
 
@@ -263,10 +266,8 @@ class MixturePredictor(PretrainedMixin, MixtureAPI, nn.Module):
         return network_distances(self._need("distance_net"), mix_a, mix_b, datasets, self._mol_extra())
 
     @torch.no_grad()
-    def predict_labels(self, mixtures: Sequence[Sequence[str]]) -> np.ndarray:
-        """``(M, L)`` odour-label probabilities (:attr:`label_names`) of ``M`` mixtures."""
+    def _label_probabilities(self, mixes: Sequence[Sequence[str]]) -> np.ndarray:
         net = self._need("label_net")
-        mixes = [validate_mixture(m) for m in mixtures]
         device = _device(net)
         t = {k: torch.from_numpy(v).to(device) for k, v in label_inputs(mixes, self.labels_cfg.features).items()}
         logits = net.label_logits(t["mol_x"], t["comp"], t["comp_batch"], len(mixes))

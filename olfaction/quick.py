@@ -18,7 +18,7 @@ import torch
 
 from common.data_dir import resolve_data_dir
 from common.device import resolve_device
-from common.io import write_csv, write_json
+from common.io import atomic_write, write_csv, write_json
 
 from .baselines import PairForest, SnitzAngle, molecule_table, pair_features
 from .data import load_gslf, load_pairs, load_split, split_path
@@ -123,16 +123,16 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, n_gslf
 
 
 def _plot(y, preds: dict, path: Path) -> None:
-    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(preds), figsize=(4 * len(preds), 4), squeeze=False)
+    fig = Figure(figsize=(4 * len(preds), 4))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(preds), squeeze=False)
     for ax, (name, p) in zip(axes[0], preds.items(), strict=False):
         ax.scatter(y, p, s=8, alpha=0.6)
         ax.plot([0, 1], [0, 1], "k--", lw=0.8)
         ax.set(title=f"{name} (random_cv0)", xlabel="experimental", ylabel="predicted")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with atomic_write(path, "wb") as fh:
+        fig.savefig(fh, dpi=100, format="png")
