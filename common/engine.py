@@ -28,10 +28,13 @@ Lightning runs offline here: no logger but the CSV one, no model registry, no do
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -235,12 +238,41 @@ def last_checkpoint(trainer: L.Trainer) -> Path | None:
     return None
 
 
+class _Interrupted(BaseException):
+    """Ctrl-C inside a Lightning fit. Lightning answers a ``KeyboardInterrupt`` with a silent
+    ``sys.exit(1)`` and SIGINT ignored from then on; SIGINT raises this instead, Lightning tears down
+    and re-raises it, and :func:`ctrl_c_interrupts` turns it back into ``KeyboardInterrupt``."""
+
+
+def _raise_interrupted(signum, frame):
+    raise _Interrupted
+
+
+@contextlib.contextmanager
+def ctrl_c_interrupts():
+    """Around a Lightning ``trainer.fit``: Ctrl-C raises ``KeyboardInterrupt`` out of the block (a
+    CLI's "interrupted" and exit 130, after Lightning's teardown) instead of Lightning's silent exit 1.
+    Main thread with Python's default SIGINT handler only; elsewhere a no-op. :func:`fit` uses it."""
+    ours = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, _raise_interrupted) if ours else None
+    try:
+        yield
+    except _Interrupted:
+        raise KeyboardInterrupt from None
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, previous)
+
+
 def fit(trainer: L.Trainer, module: L.LightningModule, train_dataloaders: Any = None,
         val_dataloaders: Any = None, resume: bool = True) -> L.Trainer:
     """``trainer.fit``, continuing from ``last.ckpt`` (weights, optimizer, scheduler, loop and
-    callback state) when ``resume`` and one exists. Returns the trainer."""
+    callback state) when ``resume`` and one exists; Ctrl-C leaves as ``KeyboardInterrupt``
+    (:func:`ctrl_c_interrupts`). Returns the trainer."""
     ckpt = last_checkpoint(trainer) if resume else None
-    trainer.fit(module, train_dataloaders, val_dataloaders, ckpt_path=ckpt)
+    with ctrl_c_interrupts():
+        trainer.fit(module, train_dataloaders, val_dataloaders, ckpt_path=ckpt)
     return trainer
 
 

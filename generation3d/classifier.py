@@ -33,11 +33,10 @@ from torch import Tensor, nn
 from torch.utils.data import TensorDataset
 
 from common.data_dir import cache_dir
-from common.engine import BEST, CHECKPOINT_DIR, fit, make_trainer, shuffled_loader
+from common.engine import BEST, CHECKPOINT_DIR, ctrl_c_interrupts, fit, make_trainer, shuffled_loader
 from common.errors import CheckpointError, DataError
 from common.pretrained import PretrainedMixin, checkpoint_info, register_model
 from generation3d.data import CATEGORIES, PartDataset
-from generation3d.train import ctrl_c_interrupts
 
 CLASSIFIER_VERSION = 1  # bump when the model or its training changes (new cache key)
 N_POINTS = 512

@@ -22,11 +22,8 @@ the training loss goes to ``run_dir/logs``.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import signal
 import sys
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -37,8 +34,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
+from common.engine import ctrl_c_interrupts, make_trainer
 from common.engine import fit as engine_fit
-from common.engine import make_trainer
 from common.errors import InputError
 from generation3d.data import PartDataset
 from generation3d.geometry import to_canonical
@@ -69,33 +66,6 @@ def _loader(batches: IterableDataset, seed: int, device: torch.device) -> DataLo
     # a GPU, but no worker processes: each would replay the whole seeded batch stream
     return DataLoader(batches, batch_size=None, generator=torch.Generator().manual_seed(seed),
                       pin_memory=device.type == "cuda")
-
-
-class _Interrupted(BaseException):
-    """Ctrl-C during ``trainer.fit``: Lightning turns a ``KeyboardInterrupt`` into ``sys.exit(1)``,
-    so SIGINT raises this instead (Lightning tears down and re-raises it) and ``_fit`` turns it back
-    into the ``KeyboardInterrupt`` the CLI reports with exit 130."""
-
-
-def _raise_interrupted(signum, frame):
-    raise _Interrupted
-
-
-@contextlib.contextmanager
-def ctrl_c_interrupts():
-    """Around a Lightning ``trainer.fit``: Ctrl-C raises ``KeyboardInterrupt`` out of the block (the
-    CLI's exit 130 and message) instead of Lightning's silent ``sys.exit(1)``. Main thread with
-    Python's default SIGINT handler only; elsewhere a no-op."""
-    ours = threading.current_thread() is threading.main_thread() and \
-        signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    previous = signal.signal(signal.SIGINT, _raise_interrupted) if ours else None
-    try:
-        yield
-    except _Interrupted:
-        raise KeyboardInterrupt from None
-    finally:
-        if ours:
-            signal.signal(signal.SIGINT, previous)
 
 
 def _fit(trainer: L.Trainer, module: L.LightningModule) -> None:

@@ -6,14 +6,13 @@ batches it feeds them (:func:`all_rows`, :func:`shuffled_rows`)."""
 from __future__ import annotations
 
 import copy
-import signal
 
 import lightning.pytorch as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from common.engine import make_trainer, shuffled_loader
+from common.engine import ctrl_c_interrupts, make_trainer, shuffled_loader
 
 
 class BestWeights(L.Callback):
@@ -50,15 +49,8 @@ def fit_module(module: L.LightningModule, train_loader, val_loader, epochs: int,
     trainer = make_trainer(None, max_epochs=epochs, monitor=monitor, mode=mode, patience=patience, seed=seed,
                            progress=False, checkpoint=False, callbacks=[best] if best else [],
                            device=device, precision=precision)
-    try:
+    with ctrl_c_interrupts():  # Ctrl-C: "interrupted" and exit 130, not Lightning's silent exit 1
         trainer.fit(module, train_loader, val_loader)
-    except SystemExit as exc:
-        # Lightning answers Ctrl-C with sys.exit(1) and SIGINT ignored from then on: give the CLI
-        # back the interrupt (exit 130, "interrupted") and Ctrl-C its default meaning
-        if trainer.interrupted and exc.code == 1:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            raise KeyboardInterrupt from None
-        raise
     return best
 
 

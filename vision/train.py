@@ -45,8 +45,8 @@ from lightning.pytorch.callbacks import Callback, Checkpoint
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
+from common.engine import ctrl_c_interrupts, make_trainer
 from common.engine import fit as engine_fit
-from common.engine import make_trainer
 from common.errors import InputError
 from common.io import write_json
 from vision.data import check_images
@@ -133,31 +133,6 @@ def _save_atomic(model, out_dir: Path, state: dict) -> Path:
             raise
         shutil.rmtree(old, ignore_errors=True)
     return final
-
-
-class _Interrupted(BaseException):
-    """SIGINT inside Lightning's loop: not a KeyboardInterrupt, which Lightning turns into
-    ``sys.exit(1)``; ``fit`` re-raises it as KeyboardInterrupt once Lightning has torn down."""
-
-
-@contextlib.contextmanager
-def _interruptible():
-    """While Lightning trains, SIGINT raises ``_Interrupted`` (see there) and leaves as
-    KeyboardInterrupt, so the CLI reports it and exits 130."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise _Interrupted
-
-    previous = signal.signal(signal.SIGINT, interrupt)
-    try:
-        yield
-    except _Interrupted:
-        raise KeyboardInterrupt from None
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
 
 
 def _lr_at(step: int, cfg: TrainConfig) -> float:
@@ -356,7 +331,7 @@ def fit(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = No
     with warnings.catch_warnings():  # the EMA copy is in eval mode on purpose; the batch stream is sized
         warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode.*")
         warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
-        with _interruptible():
+        with ctrl_c_interrupts():
             engine_fit(trainer, module, resume=False)
     trainer.strategy.barrier()  # the final checkpoint exists before any rank returns
     model.cpu()
