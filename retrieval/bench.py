@@ -22,7 +22,7 @@ from common.io import write_csv, write_json
 from common.report import markdown_table
 
 from .baselines import raw_pixel_embeddings
-from .data import VARIANTS, load_synthetic
+from .data import VARIANTS, load_meta, load_synthetic
 from .embed import embed_gallery, embed_queries
 from .evaluate import evaluate_split, routing_metrics
 from .features import prepare_features
@@ -264,3 +264,20 @@ def _write(out_dir: Path, rows: list[dict]) -> None:
         plt.close(fig)
     except ImportError:  # pragma: no cover
         pass
+
+
+def bench_root(root: str | None, out: Path, benchmark: str, seed: int) -> Path:
+    """The data root of ``moa3cir bench``: ``root`` when given (its preset must be ``benchmark``'s),
+    else ``out/data`` (small) or ``out/data-hard`` (hard), built there on first use."""
+    from .synth import PRESETS, build_benchmark
+
+    if root is None:
+        path = out / ("data" if benchmark == "small" else f"data-{benchmark}")
+        if not (path / VARIANTS[0] / "meta.json").is_file():
+            build_benchmark(path, PRESETS[benchmark](seed))
+        return path
+    path = Path(root)
+    preset = load_meta(path / VARIANTS[0]).get("preset", "small")
+    if ("hard" if preset.startswith("hard") else "small") != benchmark:
+        raise InputError(f"--root {root} holds the {preset!r} benchmark, not {benchmark!r} (see --benchmark)")
+    return path
