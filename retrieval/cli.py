@@ -186,12 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="subset of methods (default: all): moa3cir no-aug no-desc no-moa3 no-routing "
         "single-phase combiner sum image-only text-only raw-pixel",
     )
-    bn.add_argument("--feature-threads", nargs="+", type=positive_int, default=[1],
-                    help="torch threads of the features suite")
+    bn.add_argument("--feature-threads", nargs="+", type=positive_int, default=[1], help="features suite threads")
     bn.add_argument("--search-n", type=positive_int, default=1_000_000, help="search benchmark gallery size")
     bn.add_argument("--search-queries", type=positive_int, default=1000)
-    bn.add_argument("--search-threads", type=positive_int, default=1,
-                    help="threads for both NumPy (BLAS) and faiss (default 1)")
+    bn.add_argument("--search-methods", nargs="+", choices=("numpy", "ivf", "ivfpq", "hnsw"),
+                    default=["numpy", "ivf", "ivfpq"], help="beside exact faiss search (default numpy ivf ivfpq)")
+    bn.add_argument("--search-threads", type=positive_int, default=1, help="threads for NumPy (BLAS) and faiss")
     bn.add_argument(
         "--image-encoders", nargs="+", choices=IMAGE_ENCODERS, default=list(IMAGE_ENCODERS),
         help="train every method with each of these image encoders (default both)",
@@ -381,7 +381,7 @@ def cmd_bench(args) -> int:
         )
     if "search" in suites:
         search_rows = run_search_bench(out, n=args.search_n, n_queries=args.search_queries,
-                                       threads=args.search_threads, seed=args.seed)
+                                       threads=args.search_threads, seed=args.seed, methods=args.search_methods)
     if "sizes" in suites:
         from .size_bench import model_size_rows
 
