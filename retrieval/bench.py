@@ -24,7 +24,7 @@ from common.report import markdown_table
 from .baselines import raw_pixel_embeddings
 from .data import VARIANTS, load_meta, load_synthetic
 from .embed import embed_gallery, embed_queries
-from .evaluate import evaluate_split, routing_metrics
+from .evaluate import attribute_compliance, evaluate_split, routing_metrics
 from .features import prepare_features
 from .registry import DEFAULT_MODEL_SIZE, build_model, save_model
 from .train import TrainConfig, fit
@@ -192,7 +192,7 @@ def run_retrieval_bench(
                 fit(model, f_aug if aug else f_tr, replace(train_cfg, **tover), device=device, precision=precision)
                 q, weights = embed_queries(model, f_te, device=device)
                 g = embed_gallery(model, f_te, device=device)
-            metrics = evaluate_split(te, q, g)
+            metrics = {**evaluate_split(te, q, g), **attribute_compliance(te, q, g)}
             routed = {}
             if (
                 weights is not None
@@ -238,6 +238,8 @@ def _write(out_dir: Path, rows: list[dict]) -> None:
         "R@10/bottoms",
         "R@10/accessories",
         "avg",
+        "compliance/colour",
+        "compliance/pattern",
         "router P@k",
         "router R@k",
         "router w_mentioned",
