@@ -34,15 +34,16 @@ def run_search_bench(
     log=print,
     full_sort: bool = True,
     methods: tuple[str, ...] = ("numpy", "ivf", "ivfpq"),
-    pq_m: int = 32,
-    pq_nprobes: tuple[int, ...] = (8, 16, 32),
-    rerank: int = 4,
+    pq_m: int = 64,
+    pq_nprobe: int = 8,
+    reranks: tuple[int, ...] = (0, 4, 16, 64),
 ) -> list[dict]:
     """NumPy brute force (argpartition, and with ``full_sort`` also a full argsort) vs faiss ``IndexFlatIP`` vs IVF (an nprobe sweep) on a clustered gallery.
 
     Both sides run with the same number of ``threads`` (BLAS via threadpoolctl, faiss OpenMP),
     so the comparison is per core. ``methods``: which of numpy (brute force), ivf, ivfpq (``pq_m``
-    bytes per item, nprobe in ``pq_nprobes``, without and with re-ranking the top ``rerank * k``)
+    bytes per item, ``pq_nprobe`` cells, re-ranking the top ``r * k`` exactly for r in ``reranks``,
+    0 = none)
     and hnsw run beside the exact faiss index, the reference of every recall. Writes ``search_bench.csv/.json``; returns the rows, the last
     one a summary of the targets (exact >= 5x NumPy with identical results; the smallest
     nprobe with IVF recall@10 >= 0.95 of exact, and whether it is >= 10x faster than exact)."""
@@ -53,11 +54,13 @@ def run_search_bench(
         raise InputError("search bench needs n >= nlist, n_queries >= 1 and k >= 1")
     if "ivfpq" in methods and (n < max(nlist, 256) or d % pq_m):
         raise InputError(f"the IVF-PQ rows need n >= max(nlist, 256) and pq_m dividing d={d}")
+    if any(r < 0 for r in reranks):
+        raise InputError("re-rank factors must be >= 0")
     faiss.omp_set_num_threads(threads)
     with threadpool_limits(threads):
         return _search_bench(
             Path(out_dir), n, d, n_queries, k, nlist, nprobes, train_size, threads, seed, log,
-            full_sort and "numpy" in methods, set(methods), (pq_m, tuple(pq_nprobes), rerank),
+            full_sort and "numpy" in methods, set(methods), (pq_m, pq_nprobe, tuple(reranks)),
         )
 
 
@@ -196,17 +199,19 @@ def _search_bench(out_dir, n, d, n_queries, k, nlist, nprobes, train_size, threa
     if "ivfpq" in methods:
         import faiss
 
-        pq_m, pq_nprobes, rerank = pq
-        ivfpq = GalleryIndex(d, "ivfpq", nlist=nlist, pq_m=pq_m)
+        pq_m, nprobe, reranks = pq
+        ivfpq = GalleryIndex(d, "ivfpq", nlist=nlist, nprobe=nprobe, pq_m=pq_m)
         build_s, memory = built(ivfpq, f"IVF{nlist},PQ{pq_m}"), _memory(ivfpq.index, n)
+        ivfpq.set_nprobe(nprobe)
         refine = faiss.IndexRefineFlat(ivfpq.index, faiss.swig_ptr(gal))  # the same codes + the float vectors
-        refine.k_factor = float(rerank)
         refine_memory = _memory(refine, n)
-        for nprobe in pq_nprobes:
-            ivfpq.set_nprobe(nprobe)
-            other.append(measured(f"faiss IVF{nlist},PQ{pq_m} nprobe={nprobe}", ivfpq.search_rows, memory, build_s))
-            other.append(measured(f"faiss IVF{nlist},PQ{pq_m} nprobe={nprobe} + exact re-rank of top {rerank}k",
-                                  refine.search, refine_memory, build_s))
+        for r in reranks:
+            name = f"faiss IVF{nlist},PQ{pq_m} nprobe={nprobe}"
+            if r == 0:
+                other.append(measured(name, ivfpq.search_rows, memory, build_s))
+                continue
+            refine.k_factor = float(r)
+            other.append(measured(f"{name} + exact re-rank of top {r}k", refine.search, refine_memory, build_s))
         del refine, ivfpq
     if "hnsw" in methods:
         hnsw = GalleryIndex(d, "hnsw")
