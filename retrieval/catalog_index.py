@@ -27,6 +27,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import sys
 from collections import Counter
@@ -211,7 +212,7 @@ def _write_bad_rows(out: Path, source: str, bad: list[BadRow], append: bool) -> 
 
 def bad_summary(bad: list[BadRow]) -> str:
     """'3 bad rows (2 image file not found, 1 duplicate id)'."""
-    kinds = Counter(b.problem.split(":")[0].split(" '")[0].split(" (")[0] for b in bad)
+    kinds = Counter(re.sub(r" ?'[^']*'", "", b.problem).split(":")[0].split(" (")[0] for b in bad)
     detail = ", ".join(f"{n} {k}" for k, n in kinds.most_common())
     return f"{len(bad)} bad row{'s' * (len(bad) != 1)}" + (f" ({detail})" if bad else "")
 
