@@ -89,7 +89,7 @@ class CatalogEngine:
         if self.index.info.get("format", 0) < 1 or not model_dir:
             raise InputError(f"{index_dir} is not a catalogue index; build one with `moa3cir index --catalog "
                              "FILE.csv --model M --out DIR`")
-        self.model, _ = load_model(Path(model_dir))
+        self.model, _ = load_model(check_allowed_path(model_dir, "model directory of the catalogue index"))
         if model_fingerprint(self.model) != self.index.info.get("model_fingerprint"):
             raise InputError(f"the model {model_dir} changed since {index_dir} was built; rebuild the index")
         self.picks = [it.id for it in self.index.items[:: max(1, len(self.index) // 24)][:24]]
