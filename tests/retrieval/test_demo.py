@@ -71,6 +71,9 @@ def test_search_before_prepare_says_what_to_do(tmp_path, monkeypatch):
 
 
 def test_catalogue_index_in_the_hub(tiny_bench, prefilled_cache, tmp_path, monkeypatch):
+    import json
+    import shutil
+
     import gradio as gr
 
     from retrieval.catalog import read_catalog
@@ -98,6 +101,13 @@ def test_catalogue_index_in_the_hub(tiny_bench, prefilled_cache, tmp_path, monke
         demo._load_catalog(str(outside / "ix"))
     with pytest.raises(gr.Error, match="holds no saved index"):
         demo._load_catalog(str(allowed))
+    # an index inside the roots whose model lies outside them is refused too
+    shutil.copytree(allowed / "ix", allowed / "ix_out")
+    save_model(model, outside / "model")
+    info = json.loads((allowed / "ix_out" / "catalog.json").read_text())
+    (allowed / "ix_out" / "catalog.json").write_text(json.dumps({**info, "model": str(outside / "model")}))
+    with pytest.raises(gr.Error, match="model directory of the catalogue index .* is outside"):
+        demo._load_catalog(str(allowed / "ix_out"))
     picks, status = demo._load_catalog(str(allowed / "ix"))
     assert "30 products" in status and len(picks) == 24 and picks[0][0].shape == (32, 32, 3)
     items, routing = demo._search(picks[0][0], "make it blue with stripes", "")
