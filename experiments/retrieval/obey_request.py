@@ -60,12 +60,13 @@ def hub_example(model_dir: Path, root: Path, variant: str = "controlled", k: int
     return {"reference": named(ref), "description": split.descriptions[ref], "request": HUB_REQUEST, "top": top,
             "blue_and_striped_in_top": sum(t["colour"] == "blue" and t["pattern"] == "striped" for t in top),
             "routing": {g_: round(float(w), 3) for g_, w in zip(GROUPS, weights, strict=True)},
-            "colour_misses": colour_misses(split, embed_queries(model, f)[0], g)}
+            "colour_misses": colour_misses(split, *embed_queries(model, f), g)}
 
 
-def colour_misses(split, q, g) -> dict:
+def colour_misses(split, q, weights, g) -> dict:
     """Where the top-1 of a colour request goes wrong: the reference itself, the reference's colour,
-    or another colour; and the most frequent (requested -> returned) pairs."""
+    or another colour; the most frequent (requested -> returned) pairs; and the router's mean colour
+    weight on the missed and the obeyed requests (``weights`` (T, G), None for baselines)."""
     from collections import Counter
 
     from retrieval.evaluate import top1_items
@@ -77,7 +78,14 @@ def colour_misses(split, q, g) -> dict:
             if "colour" in t.changed and colour(top1[n]) != colour(t.target)]
     names = ATTRIBUTES["colour"]
     pairs = Counter(f"{names[colour(t.target)]} -> {names[colour(i)]}" for t, i in miss)
-    return {"misses": len(miss), "top1_is_reference": sum(i == t.reference for t, i in miss),
+    missed = {id(t) for t, _ in miss}
+    asked = [n for n, t in enumerate(split.triplets) if "colour" in t.changed]
+    routed = {}
+    if weights is not None:
+        for name, rows in (("missed", [n for n in asked if id(split.triplets[n]) in missed]),
+                           ("obeyed", [n for n in asked if id(split.triplets[n]) not in missed])):
+            routed[name] = round(float(weights[rows, col].mean()), 4) if rows else None
+    return {"colour_weight": routed,"misses": len(miss), "top1_is_reference": sum(i == t.reference for t, i in miss),
             "top1_keeps_reference_colour": sum(colour(i) == colour(t.reference) for t, i in miss),
             "top_pairs": dict(pairs.most_common(6))}
 

@@ -19,7 +19,11 @@ def test_colour_misses_counts_reference_and_pairs():
     split = CIRSplit("s", "test", list("abc"), np.zeros((3, 32, 32, 3), np.uint8), trip, {"tops": list("abc")},
                      attributes=attrs)
     q = np.array([[0, 0, 1], [1, 0, 0], [0, 1, 0], [1, 0, 0]], np.float32)
-    out = colour_misses(split, q, np.eye(3, dtype=np.float32))
+    w = np.zeros((4, 6), np.float32)
+    w[:, 1] = [0.5, 1.0, 0.9, 0.0]
+    out = colour_misses(split, q, w, np.eye(3, dtype=np.float32))
+    assert out.pop("colour_weight") == {"missed": 0.75, "obeyed": 0.9}
+    assert colour_misses(split, q, None, np.eye(3, dtype=np.float32))["colour_weight"] == {}
     assert out == {"misses": 2, "top1_is_reference": 1, "top1_keeps_reference_colour": 1,
                    "top_pairs": {"blue -> teal": 1, "blue -> red": 1}}
 
