@@ -22,9 +22,9 @@ from common.io import write_csv, write_json
 from common.report import markdown_table
 
 from .baselines import raw_pixel_embeddings
-from .data import VARIANTS, load_synthetic
+from .data import VARIANTS, load_meta, load_synthetic
 from .embed import embed_gallery, embed_queries
-from .evaluate import evaluate_split, routing_metrics
+from .evaluate import attribute_compliance, evaluate_split, routing_metrics
 from .features import prepare_features
 from .registry import DEFAULT_MODEL_SIZE, build_model, save_model
 from .train import TrainConfig, fit
@@ -192,7 +192,7 @@ def run_retrieval_bench(
                 fit(model, f_aug if aug else f_tr, replace(train_cfg, **tover), device=device, precision=precision)
                 q, weights = embed_queries(model, f_te, device=device)
                 g = embed_gallery(model, f_te, device=device)
-            metrics = evaluate_split(te, q, g)
+            metrics = {**evaluate_split(te, q, g), **attribute_compliance(te, q, g)}
             routed = {}
             if (
                 weights is not None
@@ -238,6 +238,8 @@ def _write(out_dir: Path, rows: list[dict]) -> None:
         "R@10/bottoms",
         "R@10/accessories",
         "avg",
+        "compliance/colour",
+        "compliance/pattern",
         "router P@k",
         "router R@k",
         "router w_mentioned",
@@ -264,3 +266,20 @@ def _write(out_dir: Path, rows: list[dict]) -> None:
         plt.close(fig)
     except ImportError:  # pragma: no cover
         pass
+
+
+def bench_root(root: str | None, out: Path, benchmark: str, seed: int) -> Path:
+    """The data root of ``moa3cir bench``: ``root`` when given (its preset must be ``benchmark``'s),
+    else ``out/data`` (small) or ``out/data-hard`` (hard), built there on first use."""
+    from .synth import PRESETS, build_benchmark
+
+    if root is None:
+        path = out / ("data" if benchmark == "small" else f"data-{benchmark}")
+        if not (path / VARIANTS[0] / "meta.json").is_file():
+            build_benchmark(path, PRESETS[benchmark](seed))
+        return path
+    path = Path(root)
+    preset = load_meta(path / VARIANTS[0]).get("preset", "small")
+    if ("hard" if preset.startswith("hard") else "small") != benchmark:
+        raise InputError(f"--root {root} holds the {preset!r} benchmark, not {benchmark!r} (see --benchmark)")
+    return path

@@ -188,8 +188,10 @@ def modification_text(ref: Attributes, tgt: Attributes, groups: list[str], rng: 
 
 
 def split_clauses(text: str) -> list[str]:
-    """Split a modification text into clauses (the model's text tokens). Never empty."""
-    parts = [p.strip() for chunk in text.replace(" and ", ",").split(",") for p in [chunk]]
+    """Split a modification text into clauses (the model's text tokens, the router's input) at
+    ",", " and " and before " with " ("make it blue with stripes" -> "make it blue", "with
+    stripes", as the built benchmark writes it). Never empty."""
+    parts = [p.strip() for p in text.replace(" and ", ",").replace(" with ", ", with ").split(",")]
     parts = [p for p in parts if p]
     return parts or [text.strip()]
 

@@ -3,8 +3,10 @@
     moa3cir build-data --out data/cir                              # the built benchmark (both variants)
     moa3cir train --root data/cir --out runs/m [--model-size XS|S|B] [--device cuda --precision bf16-mixed]
     moa3cir eval --root data/cir --model runs/m --split test
-    moa3cir index --root data/cir --model runs/m --out runs/idx
-    moa3cir search --model runs/m --index runs/idx --image shirt.png --text "make it red"
+    moa3cir index --root data/cir --model runs/m --out runs/idx     # a dataset split's gallery
+    moa3cir index --catalog shop.csv --model runs/m --out runs/shop   # then --add new.csv | --remove ID...
+    moa3cir train --triplets shop_triplets.csv --catalog shop.csv --out runs/m
+    moa3cir search --model runs/m --index runs/shop --image shirt.png --text "make it red" [--json]
     moa3cir bench --out runs/rbench [--suite table features search] [--json F]
 """
 
@@ -43,13 +45,13 @@ DEFAULT_MODEL_SIZE = "S"
 # bench suites: the results table, the pretrained encoder's gallery-feature speed, the search speed,
 # the model sizes (parameters, memory, train-step time)
 SUITES = ("table", "features", "search", "sizes")
+INDEX_KINDS = ("flat", "ivf", "ivfpq", "hnsw")  # retrieval.index.KINDS
 
 
-def _data_args(sp: argparse.ArgumentParser) -> None:
+def _data_args(sp: argparse.ArgumentParser, required: bool = True) -> None:
     sp.add_argument("--dataset", choices=DATASETS, default="synthetic")
-    sp.add_argument("--root", required=True, help="dataset root (synthetic: the build-data --out dir)")
-    sp.add_argument("--variant", choices=("controlled", "confounded"), default="controlled",
-                    help="synthetic benchmark variant")
+    sp.add_argument("--root", required=required, help="dataset root (synthetic: the build-data --out dir)")
+    sp.add_argument("--variant", choices=("controlled", "confounded"), default="controlled", help="synthetic variant")
 
 
 def _model_size_arg(sp: argparse.ArgumentParser, what: str) -> None:
@@ -76,7 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a model")
     add_device_arg(t)
     add_precision_arg(t)
-    _data_args(t)
+    _data_args(t, required=False)
+    t.add_argument("--triplets", default=None,
+                   help="a shop's triplet table (CSV: reference, target, text) over --catalog, instead of --root")
+    t.add_argument("--catalog", default=None, help="with --triplets: the catalogue CSV or image folder")
     t.add_argument("--model", default="moa3cir", choices=("moa3cir", "combiner", "sum", "image", "text"))
     _model_size_arg(t, "the model")
     t.add_argument("--out", required=True, help="checkpoint directory")
@@ -118,13 +123,26 @@ def build_parser() -> argparse.ArgumentParser:
     add_overwrite_arg(e)
     e.set_defaults(fn=cmd_eval)
 
-    i = sub.add_parser("index", help="embed a split's gallery into a faiss index")
+    i = sub.add_parser("index", help="embed a catalogue (or a split's gallery) into a faiss index; add/remove items")
     add_device_arg(i)
-    _data_args(i)
-    i.add_argument("--model", required=True)
+    _data_args(i, required=False)
+    i.add_argument("--catalog", default=None,
+                   help="a catalogue CSV (id, image, optional title/description, metadata) or image folder")
+    i.add_argument("--add", default=None, metavar="FILE",
+                   help="add the items of this catalogue CSV/folder to the index at --out")
+    i.add_argument("--remove", nargs="+", default=None, metavar="ID", help="remove these ids from the index at --out")
+    i.add_argument("--model", default=None, help="checkpoint directory (--add: default the one the index was built with)")
     i.add_argument("--split", default="test", choices=("train", "val", "test"))
-    i.add_argument("--kind", default="flat", choices=("flat", "ivf", "hnsw"))
-    i.add_argument("--nlist", type=positive_int, default=64)
+    i.add_argument("--kind", default="flat", choices=INDEX_KINDS,
+                   help="flat: exact; ivf / hnsw: approximate; ivfpq: compressed codes (default flat)")
+    i.add_argument("--nlist", type=positive_int, default=64, help="IVF cells (default 64)")
+    i.add_argument("--nprobe", type=positive_int, default=16, help="IVF cells searched per query")
+    i.add_argument("--pq-m", type=nonneg_int, default=0,
+                   help="ivfpq: bytes per item (divides the embedding width; 0 = width / 8)")
+    i.add_argument("--rerank", type=nonneg_int, default=0,
+                   help="ivfpq: re-score the top rerank*k candidates exactly from stored floats (0 = off)")
+    i.add_argument("--batch-size", type=positive_int, default=256, help="images embedded per batch")
+    i.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     i.add_argument("--out", required=True, help="index directory")
     add_overwrite_arg(i)
     i.set_defaults(fn=cmd_index)
@@ -137,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--text", required=True, help="modification text")
     s.add_argument("--description", default=None, help="reference item description (optional)")
     s.add_argument("--k", type=positive_int, default=10)
+    s.add_argument("--json", action="store_true", help="print the results as one JSON object")
     s.set_defaults(fn=cmd_search)
 
     bn = sub.add_parser("bench", help="the results table, the gallery-feature speed and/or the search benchmark")
@@ -167,12 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="subset of methods (default: all): moa3cir no-aug no-desc no-moa3 no-routing "
         "single-phase combiner sum image-only text-only raw-pixel",
     )
-    bn.add_argument("--feature-threads", nargs="+", type=positive_int, default=[1],
-                    help="torch threads of the features suite")
+    bn.add_argument("--feature-threads", nargs="+", type=positive_int, default=[1], help="features suite threads")
     bn.add_argument("--search-n", type=positive_int, default=1_000_000, help="search benchmark gallery size")
     bn.add_argument("--search-queries", type=positive_int, default=1000)
-    bn.add_argument("--search-threads", type=positive_int, default=1,
-                    help="threads for both NumPy (BLAS) and faiss (default 1)")
+    bn.add_argument("--search-methods", nargs="+", choices=("numpy", "ivf", "ivfpq", "hnsw"),
+                    default=["numpy", "ivf", "ivfpq"], help="beside exact faiss search (default numpy ivf ivfpq)")
+    bn.add_argument("--search-threads", type=positive_int, default=1, help="threads for NumPy (BLAS) and faiss")
     bn.add_argument(
         "--image-encoders", nargs="+", choices=IMAGE_ENCODERS, default=list(IMAGE_ENCODERS),
         help="train every method with each of these image encoders (default both)",
@@ -197,24 +216,6 @@ def _load(args, split):
     return load_dataset(args.dataset, Path(args.root), split, args.variant)
 
 
-def bench_root(root: str | None, out: Path, benchmark: str, seed: int) -> Path:
-    """The data root of ``moa3cir bench``: ``root`` when given (its preset must be ``benchmark``'s),
-    else ``out/data`` (small) or ``out/data-hard`` (hard), built there on first use."""
-    from .data import VARIANTS, load_meta
-    from .synth import PRESETS, build_benchmark
-
-    if root is None:
-        path = out / ("data" if benchmark == "small" else f"data-{benchmark}")
-        if not (path / VARIANTS[0] / "meta.json").is_file():
-            build_benchmark(path, PRESETS[benchmark](seed))
-        return path
-    path = Path(root)
-    preset = load_meta(path / VARIANTS[0]).get("preset", "small")
-    if ("hard" if preset.startswith("hard") else "small") != benchmark:
-        raise InputError(f"--root {root} holds the {preset!r} benchmark, not {benchmark!r} (see --benchmark)")
-    return path
-
-
 def cmd_build_data(args) -> int:
     from .synth import PRESETS, build_benchmark
 
@@ -231,7 +232,10 @@ def cmd_train(args) -> int:
 
     out = Path(args.out)
     check_precision(args.precision, resolve_device(args.device))
-    check_outputs(dirs=[out], inputs=[args.root], overwrite=args.overwrite)
+    if (args.root is None) == (args.triplets is None) or (args.triplets is None) != (args.catalog is None):
+        raise InputError("train on a dataset (--root DIR) or on a shop's table (--triplets FILE.csv --catalog "
+                         "FILE.csv|DIR), not both")
+    check_outputs(dirs=[out], inputs=[args.root, args.triplets, args.catalog], overwrite=args.overwrite)
     if args.phase1_epochs == 0 and args.phase2_epochs == 0:
         raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
     if args.fine_tune_blocks and args.image_encoder == "scratch":
@@ -242,9 +246,15 @@ def cmd_train(args) -> int:
                             trainable_blocks=args.fine_tune_blocks, **over)
     except ValueError as exc:
         raise InputError(str(exc)) from exc
-    split = _load(args, "train")
+    if args.triplets:
+        from .catalog import read_catalog, read_triplets
+
+        split = read_triplets(Path(args.triplets), read_catalog(Path(args.catalog)))
+        print(f"training on {len(split.triplets)} triplets over {len(split.ids)} catalogue items")
+    else:
+        split = _load(args, "train")
     if args.augment:
-        if args.dataset != "synthetic":
+        if args.dataset != "synthetic" or args.triplets:
             raise InputError("--augment needs the synthetic benchmark (attribute labels)")
         from .bench import augmented_train_split
 
@@ -256,8 +266,9 @@ def cmd_train(args) -> int:
     history = fit(model, split, cfg, log=print, run_dir=out / "training", device=args.device,
                   precision=args.precision)
     stops = [h for h in history if "reason" in h]
-    save_model(model, out, {"dataset": args.dataset, "variant": args.variant, "model_size": args.model_size,
-                            "training": stops})
+    source = ({"triplets": str(Path(args.triplets).resolve()), "catalog": str(Path(args.catalog).resolve())}
+              if args.triplets else {"dataset": args.dataset, "variant": args.variant})
+    save_model(model, out, {**source, "model_size": args.model_size, "training": stops})
     print(f"saved {out}")
     return 0
 
@@ -283,16 +294,27 @@ def cmd_eval(args) -> int:
 
 def cmd_index(args) -> int:
     _torch_threads()
+    modes = [m for m in ("root", "catalog", "add", "remove") if getattr(args, m)]
+    if len(modes) != 1:
+        raise InputError("give exactly one of --root (a dataset split), --catalog (a new catalogue index), "
+                         "--add FILE or --remove ID... (update the index at --out)")
+    if modes[0] != "root":
+        from .catalog_cli import index_catalog
+
+        return index_catalog(args, modes[0])
     from .embed import embed_gallery
     from .features import prepare_features
     from .index import GalleryIndex
     from .registry import load_model
 
+    if not args.model:
+        raise InputError("--root needs --model (the checkpoint that embeds the gallery)")
     check_outputs(dirs=[args.out], inputs=[args.root, args.model], overwrite=args.overwrite)
     model, _ = load_model(Path(args.model))
     split = _load(args, args.split)
     emb = embed_gallery(model, prepare_features(split), device=args.device)
-    idx = GalleryIndex(emb.shape[1], args.kind, nlist=args.nlist)
+    idx = GalleryIndex(emb.shape[1], args.kind, nlist=args.nlist, nprobe=args.nprobe, pq_m=args.pq_m,
+                       rerank=args.rerank)
     idx.add(emb, split.ids)
     idx.save(Path(args.out))
     meta = {"dataset": args.dataset, "root": str(Path(args.root).resolve()), "variant": args.variant,
@@ -304,23 +326,24 @@ def cmd_index(args) -> int:
 
 def cmd_search(args) -> int:
     _torch_threads()
+    from .catalog_index import CatalogIndex, search_products
     from .data import load_image
-    from .embed import encode_single_query
-    from .index import GalleryIndex
     from .registry import load_model
-    from .render import GROUPS
 
     if not args.text.strip():
         raise InputError("modification text is empty")
-    idx = GalleryIndex.load(Path(args.index))
+    idx = CatalogIndex.load(Path(args.index))
     model, _ = load_model(Path(args.model))
-    q, weights = encode_single_query(model, load_image(Path(args.image)), args.text, args.description,
-                                     device=args.device)
-    scores, ids = idx.search(q, args.k)
-    for rank, (i, sc) in enumerate(zip(ids[0], scores[0], strict=False), 1):
-        print(f"{rank:2d}  {sc:.4f}  {i}")
-    if weights is not None:
-        print("routing:", ", ".join(f"{g}={w:.2f}" for g, w in zip(GROUPS, weights, strict=False)))
+    products, routing = search_products(model, idx, load_image(Path(args.image)), args.text, args.description,
+                                        args.k, device=args.device)
+    if args.json:
+        print(dumps_json({"results": [p.as_dict() for p in products], "routing": routing}, indent=1))
+        return 0
+    for rank, p in enumerate(products, 1):
+        extra = " | ".join(x for x in (p.title, ", ".join(f"{k}={v}" for k, v in p.metadata.items())) if x)
+        print(f"{rank:2d}  {p.score:.4f}  {p.id}  {p.path}" + (f"  {extra}" if extra else ""))
+    if routing:
+        print("routing:", ", ".join(f"{g}={w:.2f}" for g, w in routing.items()))
     return 0
 
 
@@ -328,7 +351,7 @@ def cmd_bench(args) -> int:
     _torch_threads()
     import torch
 
-    from .bench import gallery_feature_speed, resolve_methods, run_retrieval_bench
+    from .bench import bench_root, gallery_feature_speed, resolve_methods, run_retrieval_bench
     from .data import load_synthetic
     from .search_bench import run_search_bench
     from .train import TrainConfig
@@ -358,7 +381,7 @@ def cmd_bench(args) -> int:
         )
     if "search" in suites:
         search_rows = run_search_bench(out, n=args.search_n, n_queries=args.search_queries,
-                                       threads=args.search_threads, seed=args.seed)
+                                       threads=args.search_threads, seed=args.seed, methods=args.search_methods)
     if "sizes" in suites:
         from .size_bench import model_size_rows
 

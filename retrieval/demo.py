@@ -1,5 +1,6 @@
 """Gradio tab: pick or upload a product, type a modification, see the top-10 products and the
-attribute-group routing weights of MoA³CIR.
+attribute-group routing weights of MoA³CIR; optionally over a shop's catalogue index
+(``moa3cir index --catalog``) inside the directories the server allows (``common.allowlist``).
 
 Model and gallery: ``$MOE_APPS_RETRIEVAL_MODEL`` (a checkpoint directory) /
 ``$MOE_APPS_RETRIEVAL_DATA`` (a ``moa3cir build-data`` root) when set, else the ``make demo`` quick
@@ -17,7 +18,8 @@ from pathlib import Path
 import gradio as gr
 import numpy as np
 
-from common.errors import MoeAppsError
+from common.allowlist import check_allowed_path
+from common.errors import InputError, MoeAppsError
 
 from .render import GROUPS
 from .towers import DEFAULT_IMAGE_ENCODER
@@ -25,6 +27,11 @@ from .towers import DEFAULT_IMAGE_ENCODER
 DEFAULT_MODEL = Path(f"results/demo/retrieval_bench/models/controlled/{DEFAULT_IMAGE_ENCODER}/MoA3CIR")
 DEFAULT_DATA = Path("results/demo/retrieval_data")
 MODEL_ENV, DATA_ENV = "MOE_APPS_RETRIEVAL_MODEL", "MOE_APPS_RETRIEVAL_DATA"
+# what each hub error tells the user to do
+NO_MODEL = ("no products loaded yet: press 'Prepare demo model / load products' (or load a catalogue index) "
+            "first, then pick or upload a reference product")
+NO_IMAGE = "pick or upload a reference product first (click a product above or drop an image)"
+NO_TEXT = "type the change you want first, e.g. 'make it blue with stripes'"
 
 # test-sized assets (build_demo_assets default) and the larger "prepare" fallback
 TINY_BUILD = {
@@ -70,6 +77,44 @@ class DemoEngine:
         return items, routing
 
 
+class CatalogEngine:
+    """A shop's catalogue index and the model it was built with (recorded in its catalog.json)."""
+
+    def __init__(self, index_dir: Path):
+        from .catalog_index import CatalogIndex, model_fingerprint
+        from .registry import load_model
+
+        self.index = CatalogIndex.load(index_dir)
+        model_dir = self.index.info.get("model")
+        if self.index.info.get("format", 0) < 1 or not model_dir:
+            raise InputError(f"{index_dir} is not a catalogue index; build one with `moa3cir index --catalog "
+                             "FILE.csv --model M --out DIR`")
+        self.model, _ = load_model(check_allowed_path(model_dir, "model directory of the catalogue index"))
+        if model_fingerprint(self.model) != self.index.info.get("model_fingerprint"):
+            raise InputError(f"the model {model_dir} changed since {index_dir} was built; rebuild the index")
+        self.picks = [it.id for it in self.index.items[:: max(1, len(self.index) // 24)][:24]]
+        self.by_id = {it.id: it for it in self.index.items}
+
+    def image(self, item_id: str) -> np.ndarray:
+        """The product's image, or a grey square when its file is gone."""
+        from .data import load_image
+        from .render import IMAGE_SIZE
+
+        try:
+            return load_image(Path(self.by_id[item_id].path))
+        except InputError:
+            return np.full((IMAGE_SIZE, IMAGE_SIZE, 3), 128, np.uint8)
+
+    def query(self, image: np.ndarray, text: str, description: str | None, k: int = 10):
+        from .catalog_index import search_products
+        from .data import image_from_array
+
+        products, routing = search_products(self.model, self.index, image_from_array(image), text, description, k)
+        label = lambda p: " | ".join(x for x in (f"{p.score:.3f}", p.id, p.title or p.description) if x)  # noqa: E731
+        return [(self.image(p.id), label(p)) for p in products], routing
+
+
+_CATALOG: CatalogEngine | None = None
 _ENGINE: DemoEngine | None = None
 # one engine per process: concurrent first requests (or "prepare" clicks) build and load it once
 _ENGINE_LOCK = threading.Lock()
@@ -89,7 +134,7 @@ def _load_engine(prepare: bool) -> DemoEngine:
     model_dir, data_root = _paths()
     if not (model_dir / "config.json").is_file():
         if not prepare:
-            raise gr.Error("no trained model yet: run `make demo` or press 'Prepare demo model'")
+            raise gr.Error(NO_MODEL)
         from .text import cache_dir
 
         env = build_demo_assets(cache_dir() / "demo", PREPARE_BUILD, PREPARE_TRAIN)
@@ -135,17 +180,42 @@ def build_demo_assets(
     return {MODEL_ENV: str(model_dir), DATA_ENV: str(data_root)}
 
 
+def _friendly(exc: Exception, what: str) -> gr.Error:
+    """A hub error that says what happened and what to do (never a bare "Error")."""
+    if isinstance(exc, gr.Error):
+        return exc
+    if isinstance(exc, MoeAppsError):
+        return gr.Error(str(exc))
+    return gr.Error(f"{what} failed ({type(exc).__name__}: {exc}); check the server log, then try again")
+
+
 def _prepare():
+    global _CATALOG
     try:
         eng = get_engine(prepare=True)
-    except MoeAppsError as exc:
-        raise gr.Error(str(exc)) from exc
+    except Exception as exc:  # noqa: BLE001 - every failure reaches the user as a message
+        raise _friendly(exc, "preparing the demo model") from exc
+    _CATALOG = None
     return [
         (eng.split.images[eng.split.index[i]], i) for i in eng.picks
-    ], f"ready: {len(eng.split.ids)} products"
+    ], f"ready: {len(eng.split.ids)} products of the built benchmark"
+
+
+def _load_catalog(path: str):
+    """Point the tab at a catalogue index inside the allowed roots; returns the picks and a status."""
+    global _CATALOG
+    try:
+        cat = CatalogEngine(check_allowed_path(path, "catalogue index directory"))
+    except Exception as exc:  # noqa: BLE001
+        raise _friendly(exc, "loading the catalogue index") from exc
+    _CATALOG = cat
+    return [(cat.image(i), i) for i in cat.picks], f"ready: {len(cat.index)} products of {path}"
 
 
 def _on_pick(evt: gr.SelectData):
+    if _CATALOG is not None:
+        item = _CATALOG.by_id[_CATALOG.picks[evt.index]]
+        return _CATALOG.image(item.id), item.text
     eng = get_engine()
     item = eng.picks[evt.index]
     return eng.split.images[eng.split.index[item]], eng.split.descriptions[item]
@@ -153,13 +223,14 @@ def _on_pick(evt: gr.SelectData):
 
 def _search(image, text, description):
     if image is None:
-        raise gr.Error("pick or upload a reference product image")
+        raise gr.Error(NO_IMAGE)
     if not text or not text.strip():
-        raise gr.Error("type a modification, e.g. 'make it blue with stripes'")
+        raise gr.Error(NO_TEXT)
     try:
-        items, routing = get_engine().query(np.asarray(image), text, description or None)
-    except MoeAppsError as exc:
-        raise gr.Error(str(exc)) from exc
+        engine = _CATALOG if _CATALOG is not None else get_engine()
+        items, routing = engine.query(np.asarray(image), text, description or None)
+    except Exception as exc:  # noqa: BLE001
+        raise _friendly(exc, "the search") from exc
     return items, routing
 
 
@@ -172,6 +243,8 @@ def build_tab() -> None:
     )
     with gr.Row():
         prepare = gr.Button("Prepare demo model / load products")
+        catalog = gr.Textbox(label="or a catalogue index (moa3cir index --catalog ... --out DIR)", scale=2)
+        load = gr.Button("Load catalogue")
         status = gr.Markdown("")
     picks = gr.Gallery(label="Pick a reference product", columns=8, height=220, allow_preview=False)
     with gr.Row():
@@ -183,6 +256,7 @@ def build_tab() -> None:
     routing = gr.Label(label="Attribute-group routing weights", num_top_classes=len(GROUPS))
     results = gr.Gallery(label="Top-10 products", columns=5, height=360)
     prepare.click(_prepare, outputs=[picks, status])
+    load.click(_load_catalog, inputs=[catalog], outputs=[picks, status])
     picks.select(_on_pick, outputs=[ref, desc])
     go.click(_search, inputs=[ref, text, desc], outputs=[results, routing])
     text.submit(_search, inputs=[ref, text, desc], outputs=[results, routing])

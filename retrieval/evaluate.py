@@ -101,3 +101,48 @@ def routing_metrics(weights: np.ndarray, mentioned: np.ndarray, threshold: float
     out["w_mentioned"] = float(weights[mentioned].mean()) if mentioned.any() else float("nan")
     out["w_other"] = float(weights[~mentioned].mean()) if (~mentioned).any() else float("nan")
     return out
+
+
+def top1_items(split: CIRSplit, query_emb: np.ndarray, gallery_emb: np.ndarray) -> list[str]:
+    """The top-1 gallery id of every triplet under ``split``'s protocol (its category's gallery,
+    the reference removed when the protocol removes it; ties to the lower gallery position)."""
+    out = [""] * len(split.triplets)
+    tri_cat = np.array([t.category for t in split.triplets])
+    for cat, gal_ids in split.galleries.items():
+        sel = np.nonzero(tri_cat == cat)[0]
+        if not len(sel):
+            continue
+        scores = np.array(query_emb[sel] @ gallery_emb[split.rows(gal_ids)].T, np.float64)
+        if split.exclude_reference:
+            col_of = {i: n for n, i in enumerate(gal_ids)}
+            for r, t in enumerate(sel):
+                c = col_of.get(split.triplets[t].reference)
+                if c is not None:
+                    scores[r, c] = -np.inf
+        for t, c in zip(sel, scores.argmax(1), strict=True):
+            out[t] = gal_ids[c]
+    return out
+
+
+def attribute_compliance(
+    split: CIRSplit, query_emb: np.ndarray, gallery_emb: np.ndarray, groups=("colour", "pattern")
+) -> dict[str, float]:
+    """Does the top-1 item obey the request? For each attribute group in ``groups``, over the
+    triplets whose text names that group (``Triplet.changed``; the requested value is the
+    target's): the percentage whose top-1 item (``top1_items``) has the requested value.
+    Returns ``compliance/<group>`` (percent) and ``compliance_n/<group>`` (queries); needs
+    attribute labels (the built benchmark)."""
+    from .render import GROUPS
+
+    if split.attributes is None or any(t.changed is None for t in split.triplets):
+        raise DataError(f"{split.name}: attribute compliance needs attribute labels and the groups each text names")
+    top1 = top1_items(split, query_emb, gallery_emb)
+    out: dict[str, float] = {}
+    for g in groups:
+        col = GROUPS.index(g)
+        sel = [n for n, t in enumerate(split.triplets) if g in t.changed]
+        hits = [split.attributes[split.index[top1[n]], col] == split.attributes[split.index[split.triplets[n].target], col]
+                for n in sel]
+        out[f"compliance/{g}"] = 100 * float(np.mean(hits)) if hits else float("nan")
+        out[f"compliance_n/{g}"] = float(len(sel))
+    return out

@@ -1,6 +1,8 @@
 """Search speed benchmark (``moa3cir bench --suite search``): NumPy brute force vs faiss exact
-vs IVF (an nprobe sweep) on a clustered gallery of random unit vectors (default 1M x 256), with
-the same number of threads on both sides; the rows and a summary of the targets go to
+vs IVF (an nprobe sweep), IVF-PQ (compressed codes, with and without exact re-ranking) and HNSW
+on a clustered gallery of random unit vectors (default 1M x 256), with the same number of
+threads on every side. Every row has recall@k against exact search, queries/s and the index's
+memory per item (its serialised size / n). The rows and a summary of the targets go to
 ``search_bench.csv/.json``.
 """
 
@@ -31,11 +33,18 @@ def run_search_bench(
     seed: int = 0,
     log=print,
     full_sort: bool = True,
+    methods: tuple[str, ...] = ("numpy", "ivf", "ivfpq"),
+    pq_m: int = 64,
+    pq_nprobe: int = 8,
+    reranks: tuple[int, ...] = (0, 4, 16, 64),
 ) -> list[dict]:
     """NumPy brute force (argpartition, and with ``full_sort`` also a full argsort) vs faiss ``IndexFlatIP`` vs IVF (an nprobe sweep) on a clustered gallery.
 
     Both sides run with the same number of ``threads`` (BLAS via threadpoolctl, faiss OpenMP),
-    so the comparison is per core. Writes ``search_bench.csv/.json``; returns the rows, the last
+    so the comparison is per core. ``methods``: which of numpy (brute force), ivf, ivfpq (``pq_m``
+    bytes per item, ``pq_nprobe`` cells, re-ranking the top ``r * k`` exactly for r in ``reranks``,
+    0 = none)
+    and hnsw run beside the exact faiss index, the reference of every recall. Writes ``search_bench.csv/.json``; returns the rows, the last
     one a summary of the targets (exact >= 5x NumPy with identical results; the smallest
     nprobe with IVF recall@10 >= 0.95 of exact, and whether it is >= 10x faster than exact)."""
     import faiss
@@ -43,10 +52,15 @@ def run_search_bench(
 
     if n < nlist or n_queries < 1 or k < 1:
         raise InputError("search bench needs n >= nlist, n_queries >= 1 and k >= 1")
+    if "ivfpq" in methods and (n < max(nlist, 256) or d % pq_m):
+        raise InputError(f"the IVF-PQ rows need n >= max(nlist, 256) and pq_m dividing d={d}")
+    if any(r < 0 for r in reranks):
+        raise InputError("re-rank factors must be >= 0")
     faiss.omp_set_num_threads(threads)
     with threadpool_limits(threads):
         return _search_bench(
-            Path(out_dir), n, d, n_queries, k, nlist, nprobes, train_size, threads, seed, log, full_sort
+            Path(out_dir), n, d, n_queries, k, nlist, nprobes, train_size, threads, seed, log,
+            full_sort and "numpy" in methods, set(methods), (pq_m, pq_nprobe, tuple(reranks)),
         )
 
 
@@ -96,24 +110,35 @@ def _timed(fn, *args):
     return out, time.perf_counter() - t, time.process_time() - c
 
 
-def _search_bench(out_dir, n, d, n_queries, k, nlist, nprobes, train_size, threads, seed, log, full_sort):
+def _memory(index, n: int) -> float:
+    import faiss
+
+    return round(len(faiss.serialize_index(index)) / n, 1)
+
+
+def _search_bench(out_dir, n, d, n_queries, k, nlist, nprobes, train_size, threads, seed, log, full_sort, methods,
+                  pq):
     (gal, q), wall, _ = _timed(clustered_gallery, n, d, n_queries, seed)
     log(f"gallery {n} x {d} float32 ({gal.nbytes / 2**30:.2f} GiB) in {wall:.1f} s")
     common = {"n": n, "d": d, "queries": n_queries, "k": k, "threads": threads}
 
     def timing(wall_s: float, cpu_s: float, ref: dict | None = None, flat: dict | None = None) -> dict:
-        out = {"search_s": round(wall_s, 3), "search_cpu_s": round(cpu_s, 3)}
+        out = {"search_s": round(wall_s, 3), "search_cpu_s": round(cpu_s, 3),
+               "queries_per_s": round(n_queries / max(wall_s, 1e-9), 1),
+               "cpu_queries_per_s": round(n_queries / max(cpu_s, 1e-9), 1)}
         for name, base in (("numpy", ref), ("flat", flat)):
             if base is not None:
                 out[f"speedup_vs_{name}"] = round(base["_wall"] / wall_s, 2)
                 out[f"cpu_speedup_vs_{name}"] = round(base["_cpu"] / cpu_s, 2)
         return {**out, "_wall": wall_s, "_cpu": cpu_s}
 
-    (np_scores, np_rows), wall, cpu = _timed(numpy_topk, q, gal, k)
-    numpy_row = {**common, "method": "numpy brute force (argpartition)", **timing(wall, cpu)}
-    numpy_row.update(speedup_vs_numpy=1.0, cpu_speedup_vs_numpy=1.0)
-    log(f"numpy brute force (argpartition): {wall:.2f} s wall, {cpu:.2f} s CPU")
-    sort_row = None
+    numpy_row = np_rows = sort_row = None
+    if "numpy" in methods:
+        (np_scores, np_rows), wall, cpu = _timed(numpy_topk, q, gal, k)
+        numpy_row = {**common, "method": "numpy brute force (argpartition)", **timing(wall, cpu),
+                     "memory_bytes_per_item": gal.nbytes / n}
+        numpy_row.update(speedup_vs_numpy=1.0, cpu_speedup_vs_numpy=1.0)
+        log(f"numpy brute force (argpartition): {wall:.2f} s wall, {cpu:.2f} s CPU")
     if full_sort:
         (_, sort_rows), wall, cpu = _timed(numpy_topk, q, gal, k, 64, "sort")
         sort_row = {**common, "method": "numpy brute force (full argsort)", **timing(wall, cpu, numpy_row)}
@@ -125,49 +150,76 @@ def _search_bench(out_dir, n, d, n_queries, k, nlist, nprobes, train_size, threa
     flat = GalleryIndex(d, "flat")
     flat.add(gal)
     (flat_scores, flat_rows), wall, cpu = _timed(flat.search_rows, q, k)
+    flat_row = {**common, "method": "faiss IndexFlatIP", **timing(wall, cpu, numpy_row),
+                "memory_bytes_per_item": _memory(flat.index, n)}
     del flat
-    same_set = float(np.mean([set(a) == set(b) for a, b in zip(np_rows, flat_rows, strict=True)]))
-    flat_row = {
-        **common,
-        "method": "faiss IndexFlatIP",
-        **timing(wall, cpu, numpy_row),
-        f"recall@{k}_vs_exact": round(
-            float(np.mean([len(set(a) & set(b)) / k for a, b in zip(np_rows, flat_rows, strict=True)])), 4
-        ),
-        "identical_topk_sets": round(same_set, 4),
-        "identical_topk_order": round(float(np.mean((np_rows == flat_rows).all(1))), 4),
-        "max_score_diff": float(np.abs(np_scores - flat_scores).max()),
-    }
+    same_set = 1.0
+    if np_rows is not None:
+        same_set = float(np.mean([set(a) == set(b) for a, b in zip(np_rows, flat_rows, strict=True)]))
+        flat_row.update({
+            f"recall@{k}_vs_exact": round(
+                float(np.mean([len(set(a) & set(b)) / k for a, b in zip(np_rows, flat_rows, strict=True)])), 4
+            ),
+            "identical_topk_sets": round(same_set, 4),
+            "identical_topk_order": round(float(np.mean((np_rows == flat_rows).all(1))), 4),
+            "max_score_diff": float(np.abs(np_scores - flat_scores).max()),
+        })
     flat_row.update(speedup_vs_flat=1.0, cpu_speedup_vs_flat=1.0)
     log(f"faiss flat: {wall:.2f} s wall, {cpu:.2f} s CPU, identical top-{k} sets {same_set:.4f}")
     if sort_row is not None:
         flat_row["speedup_vs_numpy_sort"] = round(sort_row["_wall"] / flat_row["_wall"], 2)
         flat_row["cpu_speedup_vs_numpy_sort"] = round(sort_row["_cpu"] / flat_row["_cpu"], 2)
-    ivf_results = []
-
-    ivf = GalleryIndex(d, "ivf", nlist=nlist)
+    recall_of = lambda found: round(float(np.mean(  # noqa: E731
+        [len(set(a) & set(b)) / k for a, b in zip(flat_rows, found, strict=True)])), 4)
     rng = np.random.default_rng(seed + 1)
-    m = min(n, max(train_size, nlist))
-    t = time.perf_counter()
-    ivf.train(gal[rng.choice(n, size=m, replace=False)])
-    ivf.add(gal)
-    build_s = time.perf_counter() - t
-    log(f"IVF{nlist}: trained on {m} vectors + added {n} in {build_s:.1f} s")
-    for nprobe in nprobes:
-        ivf.set_nprobe(nprobe)
-        (_, found), wall, cpu = _timed(ivf.search_rows, q, k)
-        recall = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(flat_rows, found, strict=True)]))
-        ivf_results.append(
-            {
-                **common,
-                "method": f"faiss IVF{nlist} nprobe={nprobe}",
-                **timing(wall, cpu, numpy_row, flat_row),
-                f"recall@{k}_vs_exact": round(recall, 4),
-                "build_s": round(build_s, 1),
-            }
-        )
-        log(f"IVF nprobe={nprobe}: {wall:.3f} s, recall@{k} {recall:.4f}")
-    rows = [numpy_row, *([sort_row] if sort_row is not None else []), flat_row, *ivf_results]
+    sample = gal[rng.choice(n, size=min(n, max(train_size, nlist)), replace=False)]
+    ivf_results, other = [], []
+
+    def built(index: GalleryIndex, name: str) -> float:
+        t = time.perf_counter()
+        index.train(sample)
+        index.add(gal)
+        log(f"{name}: trained on {len(sample)} vectors + added {n} in {time.perf_counter() - t:.1f} s")
+        return round(time.perf_counter() - t, 1)
+
+    def measured(method: str, search, memory: float, build_s: float) -> dict:
+        (_, found), wall, cpu = _timed(search, q, k)
+        row = {**common, "method": method, **timing(wall, cpu, numpy_row, flat_row),
+               f"recall@{k}_vs_exact": recall_of(found), "memory_bytes_per_item": memory, "build_s": build_s}
+        log(f"{method}: {wall:.3f} s, recall@{k} {row[f'recall@{k}_vs_exact']:.4f}, {memory} B/item")
+        return row
+
+    if "ivf" in methods:
+        ivf = GalleryIndex(d, "ivf", nlist=nlist)
+        build_s, memory = built(ivf, f"IVF{nlist}"), _memory(ivf.index, n)
+        for nprobe in nprobes:
+            ivf.set_nprobe(nprobe)
+            ivf_results.append(measured(f"faiss IVF{nlist} nprobe={nprobe}", ivf.search_rows, memory, build_s))
+        del ivf
+    if "ivfpq" in methods:
+        import faiss
+
+        pq_m, nprobe, reranks = pq
+        ivfpq = GalleryIndex(d, "ivfpq", nlist=nlist, nprobe=nprobe, pq_m=pq_m)
+        build_s, memory = built(ivfpq, f"IVF{nlist},PQ{pq_m}"), _memory(ivfpq.index, n)
+        ivfpq.set_nprobe(nprobe)
+        refine = faiss.IndexRefineFlat(ivfpq.index, faiss.swig_ptr(gal))  # the same codes + the float vectors
+        refine_memory = _memory(refine, n)
+        for r in reranks:
+            name = f"faiss IVF{nlist},PQ{pq_m} nprobe={nprobe}"
+            if r == 0:
+                other.append(measured(name, ivfpq.search_rows, memory, build_s))
+                continue
+            refine.k_factor = float(r)
+            other.append(measured(f"{name} + exact re-rank of top {r}k", refine.search, refine_memory, build_s))
+        del refine, ivfpq
+    if "hnsw" in methods:
+        hnsw = GalleryIndex(d, "hnsw")
+        build_s = built(hnsw, f"HNSW{hnsw.m}")
+        other.append(measured(f"faiss HNSW{hnsw.m} efSearch={hnsw.index.hnsw.efSearch}", hnsw.search_rows,
+                              _memory(hnsw.index, n), build_s))
+        del hnsw
+    rows = [r for r in (numpy_row, sort_row) if r is not None] + [flat_row, *ivf_results, *other]
     for r in rows:
         r.pop("_wall"), r.pop("_cpu")
     ok = [r for r in ivf_results if r[f"recall@{k}_vs_exact"] >= 0.95]
@@ -176,10 +228,10 @@ def _search_bench(out_dir, n, d, n_queries, k, nlist, nprobes, train_size, threa
         {
             **common,
             "method": "targets",
-            "exact_speedup_vs_numpy": flat_row["speedup_vs_numpy"],
-            "exact_cpu_speedup_vs_numpy": flat_row["cpu_speedup_vs_numpy"],
-            "exact_identical": same_set == 1.0,
-            "exact_target_5x_met": flat_row["speedup_vs_numpy"] >= 5 and same_set == 1.0,
+            "exact_speedup_vs_numpy": flat_row.get("speedup_vs_numpy"),
+            "exact_cpu_speedup_vs_numpy": flat_row.get("cpu_speedup_vs_numpy"),
+            "exact_identical": same_set == 1.0 if np_rows is not None else None,
+            "exact_target_5x_met": flat_row.get("speedup_vs_numpy", 0) >= 5 and same_set == 1.0,
             "exact_speedup_vs_numpy_sort": flat_row.get("speedup_vs_numpy_sort"),
             "exact_target_5x_vs_sort_met": bool(
                 sort_row is not None and flat_row["speedup_vs_numpy_sort"] >= 5 and same_set == 1.0
@@ -205,7 +257,8 @@ def _search_bench(out_dir, n, d, n_queries, k, nlist, nprobes, train_size, threa
                 "speedup_vs_flat",
                 "cpu_speedup_vs_flat",
                 f"recall@{k}_vs_exact",
-                "identical_topk_sets",
+                "queries_per_s",
+                "memory_bytes_per_item",
             ],
         )
     )

@@ -158,7 +158,8 @@ def test_search_bench_small(tmp_path):
     from retrieval.search_bench import run_search_bench
 
     rows = run_search_bench(
-        tmp_path, n=3000, d=32, n_queries=20, nlist=32, nprobes=(1, 32), log=lambda *_: None
+        tmp_path, n=3000, d=32, n_queries=20, nlist=32, nprobes=(1, 32), log=lambda *_: None, pq_m=8,
+        pq_nprobe=32, reranks=(0, 4, 16),
     )
     by = {r["method"]: r for r in rows}
     flat, ivf_all = by["faiss IndexFlatIP"], by["faiss IVF32 nprobe=32"]
@@ -169,6 +170,16 @@ def test_search_bench_small(tmp_path):
     assert rows[-1]["exact_speedup_vs_numpy_sort"] == flat["speedup_vs_numpy_sort"] > 0
     assert rows[-1]["ivf_chosen"] in {"faiss IVF32 nprobe=1", "faiss IVF32 nprobe=32"}
     assert (tmp_path / "search_bench.csv").is_file() and (tmp_path / "search_bench.json").is_file()
+    # IVF-PQ without and with exact re-ranking: compressed codes, recall against exact, queries/s
+    pq, pq4, pq16 = (by[f"faiss IVF32,PQ8 nprobe=32{s}"] for s in ("", " + exact re-rank of top 4k",
+                                                                   " + exact re-rank of top 16k"))
+    assert pq["memory_bytes_per_item"] < flat["memory_bytes_per_item"] / 4 < pq4["memory_bytes_per_item"]
+    assert 0 < pq["recall@10_vs_exact"] < pq4["recall@10_vs_exact"] <= pq16["recall@10_vs_exact"]
+    assert pq16["recall@10_vs_exact"] > 0.9 and pq["queries_per_s"] > 0
+    hn = run_search_bench(tmp_path / "h", n=3000, d=32, n_queries=20, nlist=32, methods=("hnsw",),
+                          log=lambda *_: None)
+    assert [r["method"] for r in hn] == ["faiss IndexFlatIP", "faiss HNSW32 efSearch=64", "targets"]
+    assert hn[1]["recall@10_vs_exact"] > 0.9 and hn[-1]["exact_speedup_vs_numpy"] is None
     # the CLI wiring (default IVF1024), on a gallery just big enough to train it
     out = tmp_path / "cli"
     assert (

@@ -49,10 +49,70 @@ def test_engine_query_returns_topk_and_routing(demo_model, tiny_bench):
 def test_search_errors(demo_model):
     import gradio as gr
 
-    with pytest.raises(gr.Error):
+    with pytest.raises(gr.Error, match="pick or upload a reference product first"):
         demo._search(None, "make it red", "")
-    with pytest.raises(gr.Error):
+    with pytest.raises(gr.Error, match="type the change you want first"):
         demo._search(np.zeros((32, 32, 3), np.uint8), "   ", "")
+
+
+def test_search_before_prepare_says_what_to_do(tmp_path, monkeypatch):
+    import gradio as gr
+
+    monkeypatch.setenv("MOE_APPS_RETRIEVAL_MODEL", str(tmp_path / "none"))
+    monkeypatch.setattr(demo, "_ENGINE", None)
+    monkeypatch.setattr(demo, "_CATALOG", None)
+    with pytest.raises(gr.Error, match="press 'Prepare demo model / load products'") as e:
+        demo._search(np.zeros((32, 32, 3), np.uint8), "make it blue with stripes", "")
+    assert e.value.message != "Error"
+    # an unexpected failure still reaches the user as a sentence naming it
+    monkeypatch.setattr(demo, "get_engine", lambda: (_ for _ in ()).throw(RuntimeError("disk full")))
+    with pytest.raises(gr.Error, match="the search failed .RuntimeError: disk full.; check the server log"):
+        demo._search(np.zeros((32, 32, 3), np.uint8), "make it blue", "")
+
+
+def test_catalogue_index_in_the_hub(tiny_bench, prefilled_cache, tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    import gradio as gr
+
+    from retrieval.catalog import read_catalog
+    from retrieval.catalog_index import build_catalog_index
+
+    root, _ = tiny_bench
+    monkeypatch.setenv("MOE_APPS_CACHE", str(prefilled_cache))
+    monkeypatch.setattr(demo, "_CATALOG", None)
+    allowed, outside = tmp_path / "allowed", tmp_path / "outside"
+    monkeypatch.setenv("MOE_APPS_DEMO_ROOTS", str(allowed))
+    images = sorted((root / "controlled" / "images").glob("cont_test_*.png"))[:30]
+    allowed.mkdir()
+    (allowed / "shop.csv").write_text("id,image,title,colour\n" + "".join(
+        f"p{n},{p},Item {n},c{n % 3}\n" for n, p in enumerate(images)))
+    torch.manual_seed(0)
+    model = build_model("moa3cir", "XS", image_encoder="scratch")
+    save_model(model, allowed / "model")
+    from retrieval.registry import load_model
+
+    loaded = load_model(allowed / "model")[0]
+    for where in (allowed, outside):
+        build_catalog_index(read_catalog(allowed / "shop.csv"), loaded, where / "ix", model_dir=allowed / "model",
+                            progress=False)
+    with pytest.raises(gr.Error, match="outside the directories this server allows"):
+        demo._load_catalog(str(outside / "ix"))
+    with pytest.raises(gr.Error, match="holds no saved index"):
+        demo._load_catalog(str(allowed))
+    # an index inside the roots whose model lies outside them is refused too
+    shutil.copytree(allowed / "ix", allowed / "ix_out")
+    save_model(model, outside / "model")
+    info = json.loads((allowed / "ix_out" / "catalog.json").read_text())
+    (allowed / "ix_out" / "catalog.json").write_text(json.dumps({**info, "model": str(outside / "model")}))
+    with pytest.raises(gr.Error, match="model directory of the catalogue index .* is outside"):
+        demo._load_catalog(str(allowed / "ix_out"))
+    picks, status = demo._load_catalog(str(allowed / "ix"))
+    assert "30 products" in status and len(picks) == 24 and picks[0][0].shape == (32, 32, 3)
+    items, routing = demo._search(picks[0][0], "make it blue with stripes", "")
+    assert len(items) == 10 and items[0][1].split(" | ")[1].startswith("p") and len(routing) == 6
+    assert "Item " in items[0][1]
 
 
 def test_build_tab_constructs():

@@ -81,3 +81,30 @@ def test_routing_metrics_hand_computed():
     assert m["w_other"] == pytest.approx((0.2 + 0.0 + 0.0) / 3)
     with pytest.raises(ValueError):
         routing_metrics(weights, mentioned[:, :2])
+
+
+def test_attribute_compliance_hand_computed():
+    from retrieval.evaluate import attribute_compliance, top1_items
+
+    # items: a red-striped, b blue-striped, c blue-solid, d red-solid (colour col 1, pattern col 2)
+    attrs = np.array([[0, 0, 1, 0, 0, 0], [0, 5, 1, 0, 0, 0], [0, 5, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]])
+    trip = [
+        Triplet("a", "b", "make it blue", "tops", ["colour"]),                 # top-1 c: blue -> obeyed
+        Triplet("a", "b", "make it blue", "tops", ["colour"]),                 # top-1 a: red -> not
+        Triplet("d", "b", "blue with stripes", "tops", ["colour", "pattern"]),  # top-1 b: both obeyed
+        Triplet("c", "d", "make it red", "tops", ["colour"]),                  # top-1 a: red, obeyed
+    ]
+    split = CIRSplit("s", "test", list("abcd"), np.zeros((4, 32, 32, 3), np.uint8), trip, {"tops": list("abcd")},
+                     attributes=attrs)
+    g = np.eye(4, dtype=np.float32)
+    q = np.array([[0, 0, 1, 0], [1, 0, 0, 0], [0, 1, 0, 0], [1, 0, 0, 0.5]], np.float32)
+    assert top1_items(split, q, g) == ["c", "a", "b", "a"]
+    out = attribute_compliance(split, q, g)
+    assert out == {"compliance/colour": 75.0, "compliance_n/colour": 4.0, "compliance/pattern": 100.0,
+                   "compliance_n/pattern": 1.0}
+    # under the Shoes protocol the reference is removed: query 2 then gets its next best
+    split.exclude_reference = True
+    assert top1_items(split, q, g)[1] == "b"
+    split.attributes = None
+    with pytest.raises(DataError, match="attribute labels"):
+        attribute_compliance(split, q, g)

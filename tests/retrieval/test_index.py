@@ -53,3 +53,36 @@ def test_index_errors(tmp_path):
         GalleryIndex(8, "lsh")
     with pytest.raises(DataError):
         GalleryIndex.load(tmp_path)
+
+
+def _recall(a, b, k=10):
+    return np.mean([len(set(x[:k]) & set(y[:k])) / k for x, y in zip(a, b, strict=True)])
+
+
+def test_ivfpq_compresses_and_reranking_restores_recall(tmp_path):
+    g, q = _data(n=3000, d=32, q=100)
+    exact = GalleryIndex(32, "flat")
+    exact.add(g)
+    _, truth = exact.search_rows(q, 10)
+    pq = GalleryIndex(32, "ivfpq", nlist=16, nprobe=16, pq_m=4)
+    pq.add(g)
+    rr = GalleryIndex(32, "ivfpq", nlist=16, nprobe=16, pq_m=4, rerank=8)
+    rr.add(g)
+    r_pq, r_rr = _recall(truth, pq.search_rows(q, 10)[1]), _recall(truth, rr.search_rows(q, 10)[1])
+    assert 0.2 < r_pq < r_rr and r_rr > 0.9
+    # 4 bytes of code per item (+ 8 of id) against 128 bytes of floats
+    assert pq.memory_bytes() < exact.memory_bytes() / 4 < rr.memory_bytes()
+    rr.save(tmp_path / "ix")
+    loaded = GalleryIndex.load(tmp_path / "ix")
+    assert loaded.kind == "ivfpq" and loaded.rerank == 8
+    assert loaded.search(q, 10)[1] == rr.search(q, 10)[1]
+    loaded.rebuild(g[:2000], [str(i) for i in range(2000)])  # the trained quantiser stays
+    assert len(loaded) == 2000 and _recall(exact.search_rows(q, 10)[1], loaded.search_rows(q, 10)[1]) > 0.5
+
+
+def test_ivfpq_rejects_bad_settings():
+    with pytest.raises(InputError, match="dividing"):
+        GalleryIndex(30, "ivfpq", pq_m=4)
+    idx = GalleryIndex(32, "ivfpq", nlist=8)
+    with pytest.raises(InputError, match="at least 256 vectors"):
+        idx.add(np.ones((100, 32), np.float32))

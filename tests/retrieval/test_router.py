@@ -49,3 +49,12 @@ def test_trained_router_weights_follow_the_text(trained_router_model):
     assert w_red.argmax() == colour and w_striped.argmax() == pattern
     assert w_red[colour] > 0.5 > w_red[pattern] and w_striped[pattern] > 0.5 > w_striped[colour]
     assert w_both[colour] > 0.5 and w_both[pattern] > 0.5  # max over clauses keeps both
+
+
+def test_clauses_split_before_with_so_the_router_sees_each_change():
+    from retrieval.captions import split_clauses
+
+    assert split_clauses("make it blue with stripes") == ["make it blue", "with stripes"]
+    # the built benchmark's own captions split as before
+    assert split_clauses("make it red, with bold stripes and glossy") == ["make it red", "with bold stripes", "glossy"]
+    assert split_clauses("  ") == [""] and split_clauses("with dots") == ["with dots"]
