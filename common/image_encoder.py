@@ -25,6 +25,7 @@ resolution on ``common.data_dir.cache_dir(app)``.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,9 @@ from torch import Tensor, nn
 
 from common.errors import InputError
 from common.feature_cache import ShardedFeatureCache, sha1_hex
+
+# forward() captures the token grid through a hook into the module's state: serialised across threads
+_FORWARD_LOCK = threading.RLock()
 
 MODEL_TAG = "efficientnet-lite0"
 POOLED_DIM = 1280
@@ -169,10 +173,11 @@ class EfficientNetLite0Encoder(nn.Module):
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Preprocessed ``x (b, 3, r, r)`` -> ``(pooled (b, 1280), tokens (b, h*w, c))``; gradients
         reach the trainable blocks."""
-        self._tokens = None
-        fmap = self.net.extract_features(x)
-        tokens = self._tokens
-        self._tokens = None
+        with _FORWARD_LOCK:  # the token hook writes shared state: one forward at a time (hub threads)
+            self._tokens = None
+            fmap = self.net.extract_features(x)
+            tokens = self._tokens
+            self._tokens = None
         return fmap.mean(dim=(2, 3)), tokens.flatten(2).transpose(1, 2)
 
     @torch.no_grad()

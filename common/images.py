@@ -23,8 +23,13 @@ The rules, applied in this order:
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import io
 import os
+import shutil
+import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -126,3 +131,54 @@ def read_image_array(source: ImageSource, mode: str = "RGB", *, what: str | None
                      max_pixels: int = MAX_PIXELS) -> np.ndarray:
     """:func:`read_image` as ``np.uint8``: ``(H, W, 3)`` for ``RGB``, ``(H, W)`` for ``L``."""
     return np.asarray(read_image(source, mode, what=what, max_pixels=max_pixels), dtype=np.uint8)
+
+
+# ----------------------------------------------------------------------------- images a web page serves
+
+MAX_SERVED = 512  # the oldest half of the served images is removed when the folder holds more
+_SERVED_DIR: list[Path] = []
+_SERVED_LOCK = threading.Lock()
+
+
+def _served_dir() -> Path:
+    """This process's folder of served images, in the system temp dir (Gradio serves files from
+    there), created on first use and removed at exit."""
+    with _SERVED_LOCK:
+        if not _SERVED_DIR:
+            folder = Path(tempfile.mkdtemp(prefix="moe-apps-served-"))
+            atexit.register(shutil.rmtree, folder, True)
+            _SERVED_DIR.append(folder)
+        return _SERVED_DIR[0]
+
+
+def served_png(image) -> str:
+    """``image`` (a PIL image or a ``uint8`` array ``(H, W)`` / ``(H, W, 3|4)``) as
+    ``<process folder>/<sha256>.png``, written atomically the first time and never rewritten: a hub
+    tab returns this path instead of the array, so that a file is never replaced while it is served
+    (Gradio names the files of returned arrays by their content and rewrites them in place, and two
+    identical concurrent requests then cut each other's downloads short)."""
+    from PIL import Image
+
+    from common.io import atomic_write
+
+    if not hasattr(image, "save"):
+        arr = np.asarray(image)
+        if arr.dtype != np.uint8:
+            raise ValueError(f"served_png needs uint8 pixels, got {arr.dtype}")
+        image = Image.fromarray(arr.squeeze(-1) if arr.ndim == 3 and arr.shape[-1] == 1 else arr)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    data = buf.getvalue()
+    folder = _served_dir()
+    path = folder / f"{hashlib.sha256(data).hexdigest()}.png"
+    with _SERVED_LOCK:
+        if path.is_file():
+            os.utime(path)
+            return str(path)
+        with atomic_write(path, "wb") as fh:
+            fh.write(data)
+        files = sorted(folder.glob("*.png"), key=lambda f: f.stat().st_mtime if f.exists() else 0.0)
+        if len(files) > MAX_SERVED:
+            for f in files[: len(files) // 2]:
+                f.unlink(missing_ok=True)
+    return str(path)

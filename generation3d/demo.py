@@ -165,4 +165,5 @@ def build_tab() -> None:
     def _go(ck, cat, n, s, st, txt):
         return generate_for_page(ck, cat, n, s, st, txt)
 
-    run.click(_go, [ckpt, category, n_parts, seed, steps, text], [viewer, preview, download, status, routing])
+    run.click(_go, [ckpt, category, n_parts, seed, steps, text], [viewer, preview, download, status, routing],
+              api_name="moca_generate")

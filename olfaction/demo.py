@@ -6,26 +6,20 @@ The model, a :class:`~olfaction.predictor.MixturePredictor`, is read from ``$MIX
 ``mixscent train --out``). Its label network is trained on all of GS-LF.
 
 Safe under concurrent requests: the drawings reach gradio as PNG files written once, atomically,
-under a content-hash name in a per-process temp folder (:func:`image_file`; gradio copies a file into its cache atomically, while
+under a content-hash name in a per-process temp folder (:func:`common.images.served_png`; gradio copies a file into its cache atomically, while
 a PIL image it rewrites in place under its content hash, so two requests drawing the same mixture
 rewrote the file a third was serving: "Too little data for declared Content-Length"), and every
 error is a message on the page (:func:`compare`), never exception text."""
 
 from __future__ import annotations
 
-import atexit
-import hashlib
-import io
 import logging
 import os
-import shutil
-import tempfile
-import threading
 from pathlib import Path
 
 from common.cache import LoaderCache
 from common.errors import MoeAppsError
-from common.io import atomic_write
+from common.images import served_png
 
 from .data import DATASETS, parse_mixture_text
 from .features import cache_dir
@@ -87,46 +81,7 @@ def analyse(text_a: str, text_b: str, dataset: str = DEFAULT_DATASET) -> dict:
     }
 
 
-MAX_IMAGES = 512  # the oldest half is removed when the folder holds more
-
 log = logging.getLogger(__name__)
-_IMAGE_DIR: list[Path] = []
-_IMAGE_LOCK = threading.Lock()
-
-
-def _image_dir() -> Path:
-    """This process's folder of drawings: in the system temp dir (gradio serves files from there),
-    created on first use and removed at exit."""
-    with _IMAGE_LOCK:
-        if not _IMAGE_DIR:
-            folder = Path(tempfile.mkdtemp(prefix="olfaction-demo-"))
-            atexit.register(shutil.rmtree, folder, True)
-            _IMAGE_DIR.append(folder)
-        return _IMAGE_DIR[0]
-
-
-def image_file(image) -> str:
-    """``image`` (PIL) as ``<process image dir>/<sha256>.png``, written atomically the first time
-    (an existing copy is only touched), so a file never changes while it is served."""
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    data = buf.getvalue()
-    folder = _image_dir()
-    path = folder / f"{hashlib.sha256(data).hexdigest()}.png"
-    if path.is_file():
-        os.utime(path)
-    else:
-        with atomic_write(path, "wb") as fh:
-            fh.write(data)
-        _prune(folder)
-    return str(path)
-
-
-def _prune(folder: Path) -> None:
-    files = sorted(folder.glob("*.png"), key=lambda f: f.stat().st_mtime if f.exists() else 0.0)
-    if len(files) > MAX_IMAGES:
-        for f in files[: len(files) // 2]:
-            f.unlink(missing_ok=True)
 
 
 def compare(text_a: str, text_b: str, dataset: str = DEFAULT_DATASET) -> tuple[str, str | None, str | None]:
@@ -136,7 +91,7 @@ def compare(text_a: str, text_b: str, dataset: str = DEFAULT_DATASET) -> tuple[s
         if dataset not in DATASETS:
             raise MoeAppsError(f"unknown experiment {dataset!r} (choose from {', '.join(DATASETS)})")
         r = analyse(text_a, text_b, dataset)
-        paths = image_file(r["image_a"]), image_file(r["image_b"])
+        paths = served_png(r["image_a"]), served_png(r["image_b"])
     except MoeAppsError as exc:
         return f"**error:** {' '.join(str(exc).split())}", None, None
     except Exception:  # a bug or a broken model: logged for the operator, a plain message for the page
@@ -175,4 +130,4 @@ def build_tab() -> None:
     pick_a.change(lambda k: EXAMPLES[k], pick_a, box_a)
     pick_b.change(lambda k: EXAMPLES[k], pick_b, box_b)
 
-    run.click(compare, [box_a, box_b, dataset], [result, img_a, img_b])
+    run.click(compare, [box_a, box_b, dataset], [result, img_a, img_b], api_name="olfaction_compare")

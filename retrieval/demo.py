@@ -20,6 +20,7 @@ import numpy as np
 
 from common.allowlist import check_allowed_path
 from common.errors import InputError, MoeAppsError
+from common.images import served_png
 
 from .render import GROUPS
 from .towers import DEFAULT_IMAGE_ENCODER
@@ -189,6 +190,12 @@ def _friendly(exc: Exception, what: str) -> gr.Error:
     return gr.Error(f"{what} failed ({type(exc).__name__}: {exc}); check the server log, then try again")
 
 
+def _gallery(items: list) -> list:
+    """Gallery entries ``(image, caption)`` with each image as a PNG file that never changes while it
+    is served (``common.images.served_png``): concurrent identical requests cannot cut a download."""
+    return [(served_png(np.asarray(img)) if not isinstance(img, str) else img, cap) for img, cap in items]
+
+
 def _prepare():
     global _CATALOG
     try:
@@ -196,9 +203,8 @@ def _prepare():
     except Exception as exc:  # noqa: BLE001 - every failure reaches the user as a message
         raise _friendly(exc, "preparing the demo model") from exc
     _CATALOG = None
-    return [
-        (eng.split.images[eng.split.index[i]], i) for i in eng.picks
-    ], f"ready: {len(eng.split.ids)} products of the built benchmark"
+    return _gallery([(eng.split.images[eng.split.index[i]], i) for i in eng.picks]), \
+        f"ready: {len(eng.split.ids)} products of the built benchmark"
 
 
 def _load_catalog(path: str):
@@ -209,7 +215,7 @@ def _load_catalog(path: str):
     except Exception as exc:  # noqa: BLE001
         raise _friendly(exc, "loading the catalogue index") from exc
     _CATALOG = cat
-    return [(cat.image(i), i) for i in cat.picks], f"ready: {len(cat.index)} products of {path}"
+    return _gallery([(cat.image(i), i) for i in cat.picks]), f"ready: {len(cat.index)} products of {path}"
 
 
 def _on_pick(evt: gr.SelectData):
@@ -231,7 +237,7 @@ def _search(image, text, description):
         items, routing = engine.query(np.asarray(image), text, description or None)
     except Exception as exc:  # noqa: BLE001
         raise _friendly(exc, "the search") from exc
-    return items, routing
+    return _gallery(items), routing
 
 
 def build_tab() -> None:
@@ -255,8 +261,8 @@ def build_tab() -> None:
             go = gr.Button("Search", variant="primary")
     routing = gr.Label(label="Attribute-group routing weights", num_top_classes=len(GROUPS))
     results = gr.Gallery(label="Top-10 products", columns=5, height=360)
-    prepare.click(_prepare, outputs=[picks, status])
+    prepare.click(_prepare, outputs=[picks, status], api_name="retrieval_prepare")
     load.click(_load_catalog, inputs=[catalog], outputs=[picks, status])
     picks.select(_on_pick, outputs=[ref, desc])
-    go.click(_search, inputs=[ref, text, desc], outputs=[results, routing])
+    go.click(_search, inputs=[ref, text, desc], outputs=[results, routing], api_name="retrieval_search")
     text.submit(_search, inputs=[ref, text, desc], outputs=[results, routing])

@@ -108,4 +108,4 @@ def build_tab() -> None:
             raise gr.Error(f"rank r={int(r_)} must be smaller than n={int(n_)}")
         yield from run_demo(n_, r_, K_, obs_, noise_, drift_, spe_, seed_ or 0)
 
-    run.click(_run, [n, r, K, obs, noise, drift, spe, seed], [plot, table])
+    run.click(_run, [n, r, K, obs, noise, drift, spe, seed], [plot, table], api_name="mosaic_run")

@@ -12,6 +12,7 @@ import numpy as np
 
 from common.allowlist import check_allowed_path
 from common.errors import InputError, MoeAppsError
+from common.images import served_png
 
 MAX_IMAGES = 64  # the tab's sliders; a request outside them is refused
 MAX_STEPS = 50
@@ -111,8 +112,9 @@ def _plot(trace, transforms):
     return fig
 
 
-def _squeeze(img: np.ndarray) -> np.ndarray:
-    return img[..., 0] if img.ndim == 3 and img.shape[-1] == 1 else img
+def _served(img: np.ndarray) -> str:
+    """A grid or frame as a PNG file that never changes while served (common.images.served_png)."""
+    return served_png(img[..., 0] if img.ndim == 3 and img.shape[-1] == 1 else img)
 
 
 def build_tab() -> None:
@@ -135,11 +137,11 @@ def build_tab() -> None:
     status = gr.Markdown(elem_id="moh-status")
     frames_state = gr.State([])
     with gr.Row():
-        final = gr.Image(label="samples", type="numpy", elem_id="moh-final")
+        final = gr.Image(label="samples", type="filepath", elem_id="moh-final")
         with gr.Column():
             step = gr.Slider(1, 50, value=1, step=1, label="step through denoising (predicted clean images)",
                              elem_id="moh-step")
-            frame = gr.Image(label="prediction at this step", type="numpy")
+            frame = gr.Image(label="prediction at this step", type="filepath")
     trace = gr.Dataframe(headers=["step", "timestep", "depth", "levels", "transform", "blocks/image"],
                          label="router choices per step", elem_id="moh-trace", interactive=False)
     plot = gr.Plot(label="compute per step")
@@ -150,13 +152,13 @@ def build_tab() -> None:
             return (None, [], None, None, result, gr.update())
         g, frames, rows, fig = result
         msg = f"sampled {int(float(n_v))} images in {len(rows)} steps"
-        return (_squeeze(g), frames, rows, fig, msg,
+        return (_served(g), frames, rows, fig, msg,
                 gr.update(maximum=len(frames), value=len(frames)))
 
     def on_step(frames, k):
         if not frames:
             return None
-        return _squeeze(frames[int(min(max(k, 1), len(frames))) - 1])
+        return _served(frames[int(min(max(k, 1), len(frames))) - 1])
 
     def on_dataset(name):
         try:
@@ -165,7 +167,8 @@ def build_tab() -> None:
             return gr.update()  # a name outside the dropdown (an API call) leaves the path as it is
 
     dataset.change(on_dataset, dataset, ckpt)
-    run.click(on_sample, [ckpt, n, steps, seed], [final, frames_state, trace, plot, status, step]).then(
+    run.click(on_sample, [ckpt, n, steps, seed], [final, frames_state, trace, plot, status, step],
+              api_name="moh_sample").then(
         on_step, [frames_state, step], frame)
     step.change(on_step, [frames_state, step], frame)
 

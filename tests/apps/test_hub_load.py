@@ -8,6 +8,7 @@ together (or gives up after a bound). Served one at a time, at most one is ever 
 """
 
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -113,11 +114,82 @@ def test_vision_tab_refuses_paths_outside_the_allow_list_and_reads_nothing(hub_u
     client = Client(url, verbose=False)
     (tmp_path / "escape").symlink_to("/etc", target_is_directory=True)
     for path in ("/etc", f"{ckpt}/../..", str(tmp_path / "escape")):
-        status = client.predict(path, 2, 2, 0, api_name="/on_sample")[3]
+        status = client.predict(path, 2, 2, 0, api_name="/moh_sample")[3]
         assert status.startswith("**error:** checkpoint directory") and "outside" in status, status
         assert "Traceback" not in status
     assert loaded == []
     # the operator's configured checkpoint ($MOH_DEMO_CKPT) is served
-    status = client.predict(str(ckpt), 2, 2, 0, api_name="/on_sample")[3]
+    status = client.predict(str(ckpt), 2, 2, 0, api_name="/moh_sample")[3]
     assert status == "sampled 2 images in 2 steps"
     assert [p.resolve() for p in loaded] == [ckpt.resolve()]
+
+
+# ----------------------------------------------------------------------------- every tab at once
+
+
+@pytest.fixture(scope="module")
+def every_tab_hub(tmp_path_factory):
+    """The hub with every tab pointed at tiny demo models (``tests.conftest._tiny_demo_models``),
+    launched in this process on 127.0.0.1; yields ``(url, models env)``."""
+    from tests.conftest import _tiny_demo_models
+
+    mp = pytest.MonkeyPatch()
+    root = tmp_path_factory.mktemp("hub_every_tab")
+    mp.setenv("MOE_APPS_CACHE", str(root / "cache"))
+    models = _tiny_demo_models(root / "models")
+    for key, value in models.items():
+        mp.setenv(key, value)
+    from apps.hub import build_hub
+
+    hub = build_hub(CONCURRENCY)
+    _, url, _ = hub.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True)
+    try:
+        yield url, models
+    finally:
+        hub.close()
+        mp.undo()
+
+
+def test_every_tab_answers_concurrent_requests(every_tab_hub, tmp_path):
+    """Six requests per tab, all tabs at once (identical requests among them, which share output
+    files by content), over HTTP: every one is answered with a result, none with an error."""
+    from gradio_client import Client, handle_file
+    from PIL import Image
+
+    from olfaction.demo import DEFAULT_DATASET, EXAMPLES
+
+    url, models = every_tab_hub
+    client = Client(url, verbose=False)
+    client.predict(api_name="/retrieval_prepare")
+    ref = tmp_path / "ref.png"
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(ref)
+    mixtures = list(EXAMPLES.values())
+    seeds = [0, 0, 1, 1, 2, 3]  # pairs of identical requests
+    jobs = {"olfaction": [], "retrieval": [], "generation3d": [], "vision": [], "streaming": []}
+    for i, seed in enumerate(seeds):
+        a, b = mixtures[seed % len(mixtures)], mixtures[(seed + 1) % len(mixtures)]
+        jobs["olfaction"].append(client.submit(a, b, DEFAULT_DATASET, api_name="/olfaction_compare"))
+        jobs["retrieval"].append(client.submit(handle_file(str(ref)), ["make it blue", "add stripes"][i % 2], "",
+                                               api_name="/retrieval_search"))
+        jobs["generation3d"].append(client.submit(models["MOCA_DEMO_CKPT"], "chair", 4, seed, 2, "",
+                                                  api_name="/moca_generate"))
+        jobs["vision"].append(client.submit(models["MOH_DEMO_CKPT"], 2, 2, seed, api_name="/moh_sample"))
+        jobs["streaming"].append(client.submit(15, 2, 2, 0.6, 0.02, "abrupt", 200, seed, api_name="/mosaic_run"))
+    results = {tab: [job.result(timeout=600) for job in tab_jobs] for tab, tab_jobs in jobs.items()}
+
+    for text, img_a, img_b in results["olfaction"]:
+        assert text.startswith("**distance:"), text
+        assert Path(img_a).is_file() and Path(img_b).is_file()
+    for items, _routing in results["retrieval"]:
+        assert len(items) >= 1
+    for _viewer, preview, download, status, _rows in results["generation3d"]:
+        assert not status.startswith("**error"), status
+        assert Path(preview).is_file() and Path(download).is_file()
+    for final, _trace, _plot, status, _step in results["vision"]:  # (the frames are a gr.State)
+        assert status == "sampled 2 images in 2 steps", status
+        assert Path(final).is_file()
+    for _plot, table in results["streaming"]:
+        assert table["data"], table
+    # identical requests give identical answers
+    assert results["olfaction"][0][0] == results["olfaction"][1][0]
+    assert results["generation3d"][0][3] == results["generation3d"][1][3]

@@ -41,10 +41,10 @@ def test_tab_refuses_paths_outside_the_allow_list(tiny_pipeline, tmp_path, monke
     try:
         client = Client(url, verbose=False)
         for path in ("/etc", str(tmp_path / "escape"), f"{tiny_pipeline}/../.."):
-            out = client.predict(path, "chair", 4, 0, 2, "", api_name="/_go")
+            out = client.predict(path, "chair", 4, 0, 2, "", api_name="/moca_generate")
             assert out[3].startswith("**error:** checkpoint directory") and "outside" in out[3], out[3]
         assert len(fresh_cache) == 0  # nothing was loaded
-        out = client.predict(str(tiny_pipeline), "chair", 4, 0, 2, "", api_name="/_go")
+        out = client.predict(str(tiny_pipeline), "chair", 4, 0, 2, "", api_name="/moca_generate")
         assert out[3].startswith("generated 4 parts")
         assert fresh_cache.keys() == [str(tiny_pipeline.resolve())]
     finally:

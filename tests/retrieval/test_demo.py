@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import retrieval.demo as demo
 from retrieval.data import load_synthetic
@@ -109,8 +110,9 @@ def test_catalogue_index_in_the_hub(tiny_bench, prefilled_cache, tmp_path, monke
     with pytest.raises(gr.Error, match="model directory of the catalogue index .* is outside"):
         demo._load_catalog(str(allowed / "ix_out"))
     picks, status = demo._load_catalog(str(allowed / "ix"))
-    assert "30 products" in status and len(picks) == 24 and picks[0][0].shape == (32, 32, 3)
-    items, routing = demo._search(picks[0][0], "make it blue with stripes", "")
+    first = np.asarray(Image.open(picks[0][0]))  # gallery images are served PNG files
+    assert "30 products" in status and len(picks) == 24 and first.shape == (32, 32, 3)
+    items, routing = demo._search(first, "make it blue with stripes", "")
     assert len(items) == 10 and items[0][1].split(" | ")[1].startswith("p") and len(routing) == 6
     assert "Item " in items[0][1]
 
