@@ -201,12 +201,10 @@ def check_targets(summary: list[dict]) -> dict:
 
 
 def plot_curves(curves: dict, title: str, path: Path, window: int = 100) -> None:
-    import matplotlib
+    from matplotlib.figure import Figure  # not pyplot: no global figure list shared between threads
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig = Figure(figsize=(8, 4))
+    ax = fig.subplots()
     kernel = np.ones(window) / window
     for method, err in curves.items():
         if method.startswith("_"):
@@ -223,7 +221,6 @@ def plot_curves(curves: dict, title: str, path: Path, window: int = 100) -> None
     ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.18))
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
 
 
 def run_bench(

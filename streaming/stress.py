@@ -289,15 +289,13 @@ def eta_choice(summary: list[dict]) -> dict:
 def plot_cells(summary: list[dict], path: Path) -> None:
     """Bar chart of mean NRMSE (± sd over seeds) per cell for MoSAIC, the pretrained k-GROUSE, MoSAIC
     without pretraining and the oracle (log scale)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # not pyplot: no global figure list shared between threads
 
     cells = sorted({s["cell"] for s in summary})
     stat = {(s["cell"], s["method"]): (s["nrmse"], s["nrmse_sd"]) for s in summary}
     shown = ("mosaic", "kgrouse_pretrained", "mosaic_no_pretrain", "oracle")
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(cells)), 4.5))
+    fig = Figure(figsize=(max(6.0, 0.35 * len(cells)), 4.5))
+    ax = fig.subplots()
     width = 0.8 / len(shown)
     for i, method in enumerate(shown):
         mean = np.array([stat.get((c, method), (np.nan, 0.0))[0] for c in cells])
@@ -309,7 +307,6 @@ def plot_cells(summary: list[dict], path: Path) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def run_stress(out: Path, cells=None, families=None, tuning: bool = False, ablations: bool = False,
