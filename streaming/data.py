@@ -317,6 +317,15 @@ _OPTIONAL = (
 )
 
 
+#: dtype kinds each optional key may have, and how the error names them
+_KINDS = {
+    "labels": ("iu", "integers"), "epoch": ("iu", "integers"), "source_labels": ("iu", "integers"),
+    "column_ids": ("iu", "integers"), "sample_ids": ("iu", "integers"), "bases": ("f", "floats"),
+    "full": ("f", "floats"), "source_values": ("f", "floats (NaN where not observed)"),
+    "heldout": ("f", "floats (NaN where nothing is held out)"), "label_names": ("U", "strings"),
+}
+
+
 def save_stream(path: str | os.PathLike, stream: Stream) -> Path:
     """Write ``stream`` as a version-1 ``.npz`` (atomically)."""
     arrays = {"format_version": np.array(FORMAT_VERSION), "values": stream.values}
@@ -367,6 +376,13 @@ def load_stream(path: str | os.PathLike) -> Stream:
             setattr(out, key, data[key])
     shapes = (("labels", (T,)), ("epoch", (T,)), ("full", (T, n)), ("heldout", (T, n)), ("column_ids", (n,)),
               ("sample_ids", (T,)))
+    for key in _OPTIONAL:
+        arr = getattr(out, key)
+        if arr is not None and arr.dtype.kind not in _KINDS[key][0]:
+            raise DataError(f"{path.name}: {key} must be {_KINDS[key][1]}, got dtype {arr.dtype}")
+    if out.source_labels is not None and (out.source_values is None or out.source_labels.shape
+                                          != (np.asarray(out.source_values).shape[0],)):
+        raise DataError(f"{path.name}: source_labels must have one entry per row of source_values")
     for key, shape in shapes:
         arr = getattr(out, key)
         if arr is not None and arr.shape != shape:
