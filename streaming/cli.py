@@ -30,7 +30,7 @@ from common.cli import (
 from common.device import add_device_arg, resolve_device
 from common.errors import DataError, InputError
 from common.io import atomic_write, dumps_json, read_npz, write_json
-from streaming.harness import limit_threads
+from streaming.harness import announce, limit_threads
 
 #: ``simulate`` refuses (without ``--force``) a stream whose arrays would take more than this
 SIMULATE_MAX_BYTES = 4 * 2**30
@@ -149,6 +149,7 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
     from streaming.model import MoSAIC
 
     model = MoSAIC(r, K, seed=a.seed, pretrain_restarts=a.restarts).to(device)
+    announce(f"mosaic pretrain: {a.restarts} k-subspaces restarts on {source.shape[0]} source samples")
     _fit_quietly(model, source)
     model.selection_ = estimate
     save_model(model, a.out)
@@ -178,6 +179,7 @@ def cmd_stream(a: argparse.Namespace) -> int:
             _warn_low_observed(source, a.r, "source samples")
             _fit_quietly(model, source)
     _warn_low_observed(stream.values, model.r, "stream samples")
+    announce(f"mosaic stream: completing {stream.values.shape[0]} samples of n={stream.n}")
     epoch = stream.epoch if (stream.epoch is not None and not a.ignore_epochs) else None
     completed, routes = model.process(stream.values, epoch=epoch)
     with atomic_write(a.output, "wb") as f:
@@ -298,6 +300,7 @@ def _eval_progressive(a: argparse.Namespace) -> int:
         references = surprise_methods(seed=a.seed)
     except ImportError as exc:
         raise InputError(f"--protocol progressive needs the bench extra (river, scikit-surprise): {exc}") from None
+    announce(f"mosaic eval --protocol progressive: {len(stream)} ratings")
     try:
         result = evaluate_progressive(stream, methods, tune_frac=a.tune_frac)
     except ValueError as exc:

@@ -3,7 +3,10 @@ snapshots of its subspaces (``run_online``); shared by the benches, the demo and
 
 from __future__ import annotations
 
+import signal
+import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,6 +20,27 @@ def limit_threads() -> None:
 
     torch.set_num_threads(1)
     threadpool_limits(1)
+
+
+def announce(what: str) -> None:
+    """One status line on stderr as a long loop starts (stdout keeps the results only)."""
+    print(f"{what} (Ctrl-C stops)", file=sys.stderr, flush=True)
+
+
+def _ignore_sigint() -> None:
+    """Pool workers leave Ctrl-C to the parent, which terminates them (no traceback per worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def map_jobs(fn: Callable, jobs: Sequence, workers: int = 1) -> list:
+    """``[fn(j) for j in jobs]``, in order; with ``workers > 1`` in that many processes. On Ctrl-C or
+    SIGTERM the workers are terminated at once (no job is left running after the command exits)."""
+    if workers <= 1:
+        return [fn(j) for j in jobs]
+    import multiprocessing
+
+    with multiprocessing.Pool(workers, initializer=_ignore_sigint) as pool:  # __exit__ terminates
+        return pool.map(fn, jobs, chunksize=1)
 
 
 @dataclass
