@@ -317,13 +317,8 @@ _OPTIONAL = (
 )
 
 
-#: dtype kinds each optional key may have, and how the error names them
-_KINDS = {
-    "labels": ("iu", "integers"), "epoch": ("iu", "integers"), "source_labels": ("iu", "integers"),
-    "column_ids": ("iu", "integers"), "sample_ids": ("iu", "integers"), "bases": ("f", "floats"),
-    "full": ("f", "floats"), "source_values": ("f", "floats (NaN where not observed)"),
-    "heldout": ("f", "floats (NaN where nothing is held out)"), "label_names": ("U", "strings"),
-}
+#: integer keys of a stream file (label_names are strings, every other key floats)
+_INT_KEYS = ("labels", "epoch", "source_labels", "column_ids", "sample_ids")
 
 
 def save_stream(path: str | os.PathLike, stream: Stream) -> Path:
@@ -370,18 +365,14 @@ def load_stream(path: str | os.PathLike) -> Stream:
         raise DataError(f"{path} has no 'values' array")
     values = check_values(data["values"], f"{path.name}: values")
     T, n = values.shape
-    out = Stream(values=values)
-    for key in _OPTIONAL:
-        if key in data:
-            setattr(out, key, data[key])
+    out = Stream(values=values, **{key: data[key] for key in _OPTIONAL if key in data})
     shapes = (("labels", (T,)), ("epoch", (T,)), ("full", (T, n)), ("heldout", (T, n)), ("column_ids", (n,)),
               ("sample_ids", (T,)))
     for key in _OPTIONAL:
-        arr = getattr(out, key)
-        if arr is not None and arr.dtype.kind not in _KINDS[key][0]:
-            raise DataError(f"{path.name}: {key} must be {_KINDS[key][1]}, got dtype {arr.dtype}")
-    if out.source_labels is not None and (out.source_values is None or out.source_labels.shape
-                                          != (np.asarray(out.source_values).shape[0],)):
+        arr, want = getattr(out, key), "integers" if key in _INT_KEYS else "strings" if key == "label_names" else "floats"
+        if arr is not None and arr.dtype.kind not in {"integers": "iu", "strings": "U", "floats": "f"}[want]:
+            raise DataError(f"{path.name}: {key} must be {want}, got dtype {arr.dtype}")
+    if out.source_labels is not None and out.source_labels.shape != (np.shape(out.source_values)[:1] or (0,)):
         raise DataError(f"{path.name}: source_labels must have one entry per row of source_values")
     for key, shape in shapes:
         arr = getattr(out, key)
