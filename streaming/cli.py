@@ -338,6 +338,12 @@ def cmd_bench(a: argparse.Namespace) -> int:
         return 0
     if a.json or a.obs_fracs or a.resume:
         raise InputError("--json, --obs-fracs and --resume need --suite auto-kr")
+    from streaming.data import DRIFT_KINDS, STANDARD_CONFIGS
+
+    for flag, given, known in (("--configs", a.configs, STANDARD_CONFIGS), ("--drifts", a.drifts, DRIFT_KINDS)):
+        unknown = [g for g in given or () if g not in known]
+        if unknown:  # names, never paths: they become output file names
+            raise InputError(f"{flag}: unknown {unknown[0]!r}; choose from {', '.join(known)}")
     check_outputs(dirs=[a.out], overwrite=a.overwrite)
     limit_threads()
     if a.suite == "stress":

@@ -227,3 +227,12 @@ def test_progressive_eval_stops_on_sigint(tmp_path):
                             "--items", "50", "--out", "res.json"], tmp_path, signal.SIGINT,
                            ready="--protocol progressive:")
     assert not (tmp_path / "res.json").exists()
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--configs", "../../x"], "--configs: unknown '../../x'"),
+    (["--drifts", "../../x"], "--drifts: unknown '../../x'"),
+    (["--throughput", "--configs", "/etc/passwd"], "choose from 25-5-5"),
+])
+def test_bench_names_are_names_not_paths(tmp_path, argv, match):
+    assert_refused(main, ["bench", "--out", str(tmp_path / "b"), *argv], tmp_path, match=match, timeout_s=30)
