@@ -236,3 +236,34 @@ def test_progressive_eval_stops_on_sigint(tmp_path):
 ])
 def test_bench_names_are_names_not_paths(tmp_path, argv, match):
     assert_refused(main, ["bench", "--out", str(tmp_path / "b"), *argv], tmp_path, match=match, timeout_s=30)
+
+
+def test_ctrl_c_while_the_checkpoint_is_written_keeps_the_old_one(tmp_path, monkeypatch, capsys):
+    import contextlib
+
+    import common.pretrained
+    from streaming.model import MoSAIC
+    from tests.bad_input import snapshot, stray_temps
+
+    s, ck = tmp_path / "s.npz", tmp_path / "ck"
+    assert main(["simulate", "--n", "10", "--r", "2", "--K", "2", "--epochs", "1", "--samples-per-epoch", "50",
+                 "--out", str(s)]) == 0
+    argv = ["pretrain", "--input", str(s), "--K", "2", "--r", "2", "--restarts", "1", "--out", str(ck)]
+    assert main(argv) == 0
+    old = snapshot(ck)
+    real = common.pretrained.atomic_write
+
+    @contextlib.contextmanager
+    def torn(path, mode="w", **kw):
+        with real(path, mode, **kw) as f:
+            if "b" in mode:  # the weights: Ctrl-C halfway through writing them
+                f.write(b"partial")
+                raise KeyboardInterrupt
+            yield f
+
+    monkeypatch.setattr(common.pretrained, "atomic_write", torn)
+    capsys.readouterr()
+    assert main([*argv[:-2], "--seed", "1", "--out", str(ck), "--overwrite"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert not stray_temps(tmp_path)
+    assert snapshot(ck) == old and MoSAIC.load(ck).K == 2  # the old checkpoint, whole and loadable
