@@ -68,6 +68,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         raise InputError(f"--epochs {a.epochs} x --samples-per-epoch {a.samples_per_epoch} x n {n} (with "
                          f"{K * cfg.n_source():,} source samples and the bases) needs about {need / 2**30:,.1f} GiB "
                          f"(at most {SIMULATE_MAX_BYTES / 2**30:.0f} GiB without --force)")
+    announce(f"mosaic simulate: drawing {a.epochs * a.samples_per_epoch:,} samples of n={n}")
     stream = generate_stream(cfg)
     save_stream(a.out, stream)
     print(f"wrote {a.out}: T={stream.values.shape[0]} n={n} r={r} K={K} drift={a.drift} "

@@ -267,3 +267,10 @@ def test_ctrl_c_while_the_checkpoint_is_written_keeps_the_old_one(tmp_path, monk
     assert "interrupted" in capsys.readouterr().err
     assert not stray_temps(tmp_path)
     assert snapshot(ck) == old and MoSAIC.load(ck).K == 2  # the old checkpoint, whole and loadable
+
+
+def test_simulate_stops_on_sigint(tmp_path):
+    assert_stops_on_signal(["-m", "streaming.cli", "simulate", "--n", "20", "--r", "2", "--K", "2", "--epochs", "2000",
+                            "--samples-per-epoch", "2000", "--out", "s.npz"], tmp_path, signal.SIGINT,
+                           ready="mosaic simulate:")
+    assert not (tmp_path / "s.npz").exists()
