@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 from common.errors import DataError, InputError
-from common.io import read_json, read_jsonl_resumable, write_json
+from common.io import atomic_write, read_json, read_jsonl_resumable, write_json
 from common.report import markdown_table
-from streaming.harness import limit_threads, run_online
+from streaming.harness import announce, limit_threads, run_online
 from streaming.stress import (
     EPOCHS,
     FAMILIES,
@@ -103,7 +103,9 @@ def run_auto_kr(json_path, families=None, obs_fracs=None, seeds: int | None = No
             done[(t["cell"], t["seed"])] = {**t, "resumed": True}
     if partial is not None:
         partial.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text("".join(json.dumps(t, default=_json_scalar) + "\n" for t in done.values()))
+        with atomic_write(partial, "w", encoding="utf-8") as fh:  # Ctrl-C here keeps the old progress file
+            fh.write("".join(json.dumps(t, default=_json_scalar) + "\n" for t in done.values()))
+    announce(f"mosaic bench --suite auto-kr: {len(seed_list)} seeds, {len(done)} trials reused")
     t0 = time.perf_counter()
     trials = []
     for i, seed in enumerate(seed_list):
@@ -115,6 +117,7 @@ def run_auto_kr(json_path, families=None, obs_fracs=None, seeds: int | None = No
                     if partial is not None:
                         with partial.open("a") as fh:
                             fh.write(json.dumps(trial, default=_json_scalar) + "\n")
+                            fh.flush()  # a kill leaves at most this line torn (read_jsonl_resumable skips it)
                 trials.append(trial)
     order = {c: j for j, c in enumerate(auto_kr_cell(f, o) for f in families or FAMILIES for o in obs_fracs or OBS_FRACS)}
     trials.sort(key=lambda t: (order[t["cell"]], seed_list.index(t["seed"])))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ import torch
 
 from common.io import write_csv, write_json
 from common.report import markdown_table
-from streaming.harness import limit_threads
+from streaming.harness import announce, limit_threads, map_jobs
 
 METHODS = ("mosaic", "kgrouse_pretrained", "mosaic-nopretrain", "k-grouse", "grouse-r", "grouse-Kr", "petrels", "offline-kss", "oracle")
 #: observed fraction per config: 40%, except (25, 5, 5) where K·r = n and m ≈ 10 leaves 5 residual
@@ -201,12 +200,10 @@ def check_targets(summary: list[dict]) -> dict:
 
 
 def plot_curves(curves: dict, title: str, path: Path, window: int = 100) -> None:
-    import matplotlib
+    from matplotlib.figure import Figure  # not pyplot: no global figure list shared between threads
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig = Figure(figsize=(8, 4))
+    ax = fig.subplots()
     kernel = np.ones(window) / window
     for method, err in curves.items():
         if method.startswith("_"):
@@ -223,7 +220,6 @@ def plot_curves(curves: dict, title: str, path: Path, window: int = 100) -> None
     ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.18))
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
 
 
 def run_bench(
@@ -239,10 +235,10 @@ def run_bench(
     configs = list(configs or STANDARD_CONFIGS)
     drifts = list(drifts or ("rotation", "abrupt"))
     jobs = [(c, d, s, quick, METHODS, s == 0, obs_frac, device) for c in configs for d in drifts for s in range(seeds)]
+    announce(f"mosaic bench: {len(jobs)} trials on {workers} worker(s), writing {out}")
     t0 = time.perf_counter()
     if workers > 1:
-        with ProcessPoolExecutor(workers) as ex:
-            results = list(ex.map(_trial_star, jobs))
+        results = map_jobs(_trial_star, jobs, workers)
     else:
         results = [run_trial(*j) for j in jobs]
     rows = [r for rs, _ in results for r in rs]

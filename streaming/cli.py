@@ -30,12 +30,21 @@ from common.cli import (
 from common.device import add_device_arg, resolve_device
 from common.errors import DataError, InputError
 from common.io import atomic_write, dumps_json, read_npz, write_json
-from streaming.harness import limit_threads
+from streaming.harness import announce, limit_threads
 
 #: ``simulate`` refuses (without ``--force``) a stream whose arrays would take more than this
 SIMULATE_MAX_BYTES = 4 * 2**30
 #: most k-subspaces restarts ``pretrain`` runs (each is a full fit of the source samples)
 MAX_RESTARTS = 1000
+#: documented maxima of the other count/size options (each refused at parse time above them)
+MAX_N = 100_000  # simulate --n: coordinates of a sample
+MAX_K = 1000  # --K, --k-max: experts (subspaces)
+MAX_RANK = 1000  # --r, --r-max: rank of each expert
+MAX_SEEDS = 1000  # bench --seeds
+MAX_WORKERS = 64  # bench --workers
+MAX_REPEATS = 100  # bench --repeats
+MAX_SAMPLES = 1_000_000  # bench --throughput --samples
+MAX_ITEMS = 100_000  # eval --items, data --movies
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
@@ -48,21 +57,30 @@ def cmd_simulate(a: argparse.Namespace) -> int:
             raise InputError(f"unknown config {a.config!r}; choose from {sorted(STANDARD_CONFIGS)}")
         n, r, K = STANDARD_CONFIGS[a.config]
     props = None if not a.proportions else _proportions(a.proportions)
-    # values (float64) and mask (bool) of the stream, and as much again while they are generated
-    need = 2 * a.epochs * a.samples_per_epoch * n * 9
-    if need > SIMULATE_MAX_BYTES and not a.force:
-        raise InputError(f"--epochs {a.epochs} x --samples-per-epoch {a.samples_per_epoch} x n {n} needs about "
-                         f"{need / 2**30:,.1f} GiB (at most {SIMULATE_MAX_BYTES / 2**30:.0f} GiB without --force)")
     cfg = StreamConfig(
         n=n, r=r, K=K, obs_frac=a.obs_frac, noise_std=a.noise, proportions=props, epochs=a.epochs,
         samples_per_epoch=a.samples_per_epoch, drift=a.drift, angle_rad=a.angle, n_replace=a.n_replace,
         source_per_class=a.source_per_class, seed=a.seed,
     )
+    cfg.validate()
+    need = simulate_bytes(cfg)
+    if need > SIMULATE_MAX_BYTES and not a.force:
+        raise InputError(f"--epochs {a.epochs} x --samples-per-epoch {a.samples_per_epoch} x n {n} (with "
+                         f"{K * cfg.n_source():,} source samples and the bases) needs about {need / 2**30:,.1f} GiB "
+                         f"(at most {SIMULATE_MAX_BYTES / 2**30:.0f} GiB without --force)")
+    announce(f"mosaic simulate: drawing {a.epochs * a.samples_per_epoch:,} samples of n={n}")
     stream = generate_stream(cfg)
     save_stream(a.out, stream)
     print(f"wrote {a.out}: T={stream.values.shape[0]} n={n} r={r} K={K} drift={a.drift} "
           f"source={stream.source_values.shape[0]} drift points={stream.drift_points()}")
     return 0
+
+
+def simulate_bytes(cfg) -> int:
+    """Memory estimate of ``generate_stream(cfg)``: values (float64) and mask (bool) of the stream and
+    of the source samples, as much again while they are drawn, and the true bases of every epoch."""
+    samples = cfg.epochs * cfg.samples_per_epoch + cfg.K * cfg.n_source()
+    return 2 * samples * cfg.n * 9 + 2 * cfg.epochs * cfg.K * cfg.n * cfg.r * 8
 
 
 def _proportions(text: str) -> list[float]:
@@ -84,8 +102,8 @@ def _source(stream, n_source: int) -> np.ndarray:
 
 
 def _auto_or_int(text: str) -> int | str:
-    """argparse type of ``--K`` / ``--r`` of ``pretrain``: ``auto`` or a positive integer."""
-    return "auto" if text == "auto" else positive_int(text)
+    """argparse type of ``--K`` / ``--r`` of ``pretrain``: ``auto`` or an integer in [1, MAX_K]."""
+    return "auto" if text == "auto" else int_in(1, MAX_K)(text)
 
 
 def _warn_low_observed(values: np.ndarray, r: int, what: str) -> None:
@@ -132,6 +150,7 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
     from streaming.model import MoSAIC
 
     model = MoSAIC(r, K, seed=a.seed, pretrain_restarts=a.restarts).to(device)
+    announce(f"mosaic pretrain: {a.restarts} k-subspaces restarts on {source.shape[0]} source samples")
     _fit_quietly(model, source)
     model.selection_ = estimate
     save_model(model, a.out)
@@ -161,6 +180,7 @@ def cmd_stream(a: argparse.Namespace) -> int:
             _warn_low_observed(source, a.r, "source samples")
             _fit_quietly(model, source)
     _warn_low_observed(stream.values, model.r, "stream samples")
+    announce(f"mosaic stream: completing {stream.values.shape[0]} samples of n={stream.n}")
     epoch = stream.epoch if (stream.epoch is not None and not a.ignore_epochs) else None
     completed, routes = model.process(stream.values, epoch=epoch)
     with atomic_write(a.output, "wb") as f:
@@ -281,6 +301,7 @@ def _eval_progressive(a: argparse.Namespace) -> int:
         references = surprise_methods(seed=a.seed)
     except ImportError as exc:
         raise InputError(f"--protocol progressive needs the bench extra (river, scikit-surprise): {exc}") from None
+    announce(f"mosaic eval --protocol progressive: {len(stream)} ratings")
     try:
         result = evaluate_progressive(stream, methods, tune_frac=a.tune_frac)
     except ValueError as exc:
@@ -298,6 +319,13 @@ def cmd_bench(a: argparse.Namespace) -> int:
     from streaming.bench import run_bench
 
     device = resolve_device(a.device)
+    if a.stress_seeds is not None:
+        from streaming.stress import TEST_SEEDS, TUNING_SEEDS
+
+        available = len(TUNING_SEEDS if a.tuning else TEST_SEEDS)
+        if a.stress_seeds > available:
+            raise InputError(f"--stress-seeds {a.stress_seeds}: there are only {available} "
+                             f"{'tuning' if a.tuning else 'test'} seeds")
     if a.suite == "auto-kr":
         from streaming.autokr import run_auto_kr
 
@@ -311,6 +339,12 @@ def cmd_bench(a: argparse.Namespace) -> int:
         return 0
     if a.json or a.obs_fracs or a.resume:
         raise InputError("--json, --obs-fracs and --resume need --suite auto-kr")
+    from streaming.data import DRIFT_KINDS, STANDARD_CONFIGS
+
+    for flag, given, known in (("--configs", a.configs, STANDARD_CONFIGS), ("--drifts", a.drifts, DRIFT_KINDS)):
+        unknown = [g for g in given or () if g not in known]
+        if unknown:  # names, never paths: they become output file names
+            raise InputError(f"{flag}: unknown {unknown[0]!r}; choose from {', '.join(known)}")
     check_outputs(dirs=[a.out], overwrite=a.overwrite)
     limit_threads()
     if a.suite == "stress":
@@ -340,9 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("simulate", help="generate a stream file (.npz)")
     s.add_argument("--config", default=None, help="standard (n,r,K): 25-5-5, 50-5-10, 100-10-10, 100-25-5")
-    s.add_argument("--n", type=positive_int, default=100)
-    s.add_argument("--r", type=positive_int, default=10)
-    s.add_argument("--K", type=positive_int, default=10)
+    s.add_argument("--n", type=int_in(2, MAX_N), default=100, help=f"coordinates (at most {MAX_N:,})")
+    s.add_argument("--r", type=int_in(1, MAX_RANK), default=10, help=f"rank (at most {MAX_RANK})")
+    s.add_argument("--K", type=int_in(1, MAX_K), default=10, help=f"subspaces (at most {MAX_K})")
     s.add_argument("--obs-frac", type=fraction, default=0.4)
     s.add_argument("--noise", type=nonneg_float, default=0.05)
     s.add_argument("--proportions", default=None, help="comma-separated class proportions")
@@ -366,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="users: users as samples with held-out ratings; ratings: a time-ordered rating stream "
                         "(for `eval --protocol progressive`; `data csv` always writes one)")
     s.add_argument("--csv", default=None, help="data csv: a CSV with the columns user,item,rating,timestamp")
-    s.add_argument("--movies", type=int_in(2), default=500, help="the N most-rated movies are the coordinates")
+    s.add_argument("--movies", type=int_in(2, MAX_ITEMS), default=500, help="the N most-rated movies are the coordinates")
     s.add_argument("--holdout", type=float_in(0.0, 1.0, hi_open=True), default=0.2,
                    help="share of each stream user's ratings held out for evaluation")
     s.add_argument("--source-users", type=nonneg_int, default=100, help="first users, all ratings, for pretraining")
@@ -380,8 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--input", required=True)
     s.add_argument("--K", type=_auto_or_int, required=True, help="number of experts, or 'auto' (estimated)")
     s.add_argument("--r", type=_auto_or_int, required=True, help="rank of each expert, or 'auto' (estimated)")
-    s.add_argument("--k-max", type=positive_int, default=20, help="--K auto: largest K tried")
-    s.add_argument("--r-max", type=positive_int, default=20, help="--r auto: largest r tried")
+    s.add_argument("--k-max", type=int_in(1, MAX_K), default=20, help=f"--K auto: largest K tried (at most {MAX_K})")
+    s.add_argument("--r-max", type=int_in(1, MAX_RANK), default=20,
+                   help=f"--r auto: largest r tried (at most {MAX_RANK})")
     s.add_argument("--select-restarts", type=int_in(1, MAX_RESTARTS), default=3,
                    help=f"--K/--r auto: k-subspaces restarts per (K, r) point (at most {MAX_RESTARTS})")
     s.add_argument("--restarts", type=int_in(1, MAX_RESTARTS), default=16,
@@ -397,8 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--input", required=True)
     s.add_argument("--output", required=True, help="output .npz with completed (T, n) and routes (T,)")
     s.add_argument("--model", default=None, help="checkpoint from `mosaic pretrain`")
-    s.add_argument("--K", type=positive_int, default=None)
-    s.add_argument("--r", type=positive_int, default=None)
+    s.add_argument("--K", type=int_in(1, MAX_K), default=None, help=f"experts (at most {MAX_K})")
+    s.add_argument("--r", type=int_in(1, MAX_RANK), default=None, help=f"rank of each expert (at most {MAX_RANK})")
     s.add_argument("--no-pretrain", action="store_true")
     s.add_argument("--n-source", type=nonneg_int, default=0)
     s.add_argument("--ignore-epochs", action="store_true", help="do not tell the model where epochs start")
@@ -420,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "before learning it (streaming.progressive)")
     s.add_argument("--tune-frac", type=float_in(0.0, 1.0, lo_open=True, hi_open=True), default=0.2,
                    help="--protocol progressive: share of the stream (by time) the settings are chosen on")
-    s.add_argument("--items", type=int_in(2), default=500,
+    s.add_argument("--items", type=int_in(2, MAX_ITEMS), default=500,
                    help="--protocol progressive: MoSAIC's coordinates, the most-rated items")
     s.add_argument("--seed", type=seed_int, default=0, help="--compare: seed of the methods")
     s.add_argument("--out", default=None, help="write the metrics as JSON")
@@ -430,21 +465,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("bench", help="multi-seed benchmark vs baselines: table, CSV, plots")
     s.add_argument("--out", default="results/streaming")
-    s.add_argument("--seeds", type=positive_int, default=10)
+    s.add_argument("--seeds", type=int_in(1, MAX_SEEDS), default=10, help=f"seeds per cell (at most {MAX_SEEDS})")
     s.add_argument("--quick", action="store_true", help="short streams, fewer methods' restarts")
     s.add_argument("--configs", nargs="*", default=None)
     s.add_argument("--drifts", nargs="*", default=None)
-    s.add_argument("--workers", type=positive_int, default=1)
+    s.add_argument("--workers", type=int_in(1, MAX_WORKERS), default=1, help=f"processes (at most {MAX_WORKERS})")
     s.add_argument("--no-fashion", action="store_true")
     s.add_argument("--obs-frac", type=fraction, default=None,
                    help="observed fraction of every config (default: 0.4, 0.5 for 25-5-5)")
     s.add_argument("--large", action="store_true", help="also run the (10000, 10, 20) memory-scaling config")
     s.add_argument("--throughput", action="store_true",
                    help="time per sample of MoSAIC vs GROUSE instead (table + throughput.csv/json)")
-    s.add_argument("--samples", type=positive_int, default=4000, help="stream length per config for --throughput")
+    s.add_argument("--samples", type=int_in(1, MAX_SAMPLES), default=4000,
+                   help=f"stream length per config for --throughput (at most {MAX_SAMPLES:,})")
     s.add_argument("--throughput-drift", choices=("abrupt", "none"), default="abrupt",
                    help="--throughput stream: one abrupt replacement at mid-stream (change buffer timed) or none (steady state)")
-    s.add_argument("--repeats", type=positive_int, default=3, help="timed runs per method for --throughput (best is kept)")
+    s.add_argument("--repeats", type=int_in(1, MAX_REPEATS), default=3,
+                   help=f"timed runs per method for --throughput (best is kept; at most {MAX_REPEATS})")
     s.add_argument("--suite", choices=("standard", "stress", "auto-kr"), default="standard",
                    help="stress: generator families beyond the geodesic one (streaming/stress.py); auto-kr: "
                         "the K/r estimator on the stress families (streaming.autokr.run_auto_kr)")
@@ -460,7 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tuning", action="store_true", help="stress: run on the tuning seeds instead of the test seeds")
     s.add_argument("--ablations", action="store_true", help="stress: also MoSAIC with each online mechanism off")
     s.add_argument("--eta-grid", action="store_true", help="stress: the pretrained k-GROUSE at every step of its grid")
-    s.add_argument("--stress-seeds", type=positive_int, default=None, help="stress: use only the first N seeds")
+    s.add_argument("--stress-seeds", type=positive_int, default=None, help="stress, auto-kr: use only the first N seeds (at most the 5 test / 3 tuning seeds)")
     add_device_arg(s)
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_bench)

@@ -317,6 +317,10 @@ _OPTIONAL = (
 )
 
 
+#: integer keys of a stream file (label_names are strings, every other key floats)
+_INT_KEYS = ("labels", "epoch", "source_labels", "column_ids", "sample_ids")
+
+
 def save_stream(path: str | os.PathLike, stream: Stream) -> Path:
     """Write ``stream`` as a version-1 ``.npz`` (atomically)."""
     arrays = {"format_version": np.array(FORMAT_VERSION), "values": stream.values}
@@ -361,12 +365,15 @@ def load_stream(path: str | os.PathLike) -> Stream:
         raise DataError(f"{path} has no 'values' array")
     values = check_values(data["values"], f"{path.name}: values")
     T, n = values.shape
-    out = Stream(values=values)
-    for key in _OPTIONAL:
-        if key in data:
-            setattr(out, key, data[key])
+    out = Stream(values=values, **{key: data[key] for key in _OPTIONAL if key in data})
     shapes = (("labels", (T,)), ("epoch", (T,)), ("full", (T, n)), ("heldout", (T, n)), ("column_ids", (n,)),
               ("sample_ids", (T,)))
+    for key in _OPTIONAL:
+        arr, want = getattr(out, key), "integers" if key in _INT_KEYS else "strings" if key == "label_names" else "floats"
+        if arr is not None and arr.dtype.kind not in {"integers": "iu", "strings": "U", "floats": "f"}[want]:
+            raise DataError(f"{path.name}: {key} must be {want}, got dtype {arr.dtype}")
+    if out.source_labels is not None and out.source_labels.shape != (np.shape(out.source_values)[:1] or (0,)):
+        raise DataError(f"{path.name}: source_labels must have one entry per row of source_values")
     for key, shape in shapes:
         arr = getattr(out, key)
         if arr is not None and arr.shape != shape:

@@ -3,7 +3,11 @@ against baselines as a live plot."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
+
+from common.cli import SEED_MAX
 
 DEMO_METHODS = ("mosaic", "kgrouse_pretrained", "k-grouse", "grouse-r", "petrels")
 RUN_LABEL = "Run stream"
@@ -81,6 +85,41 @@ def run_demo(n: int, r: int, K: int, obs_frac: float, noise: float, drift: str, 
             yield tracking_figure(errs, stream.drift_points(), T), rows
 
 
+def tab_problem(n, r, seed) -> str | None:
+    """What is wrong with the tab's settings, as a page message that says what to do (None: nothing)."""
+    if seed is None:
+        seed = 0
+    try:
+        seed_ok = float(seed).is_integer() and 0 <= float(seed) <= SEED_MAX
+    except (TypeError, ValueError, OverflowError):
+        seed_ok = False
+    if not seed_ok:
+        return f"The seed must be a whole number from 0 to {SEED_MAX}; enter one and run again."
+    if int(r) >= int(n):
+        return f"The rank r={int(r)} must be smaller than n={int(n)}; lower r or raise n and run again."
+    return None
+
+
+def run_tab(n_, r_, K_, obs_, noise_, drift_, spe_, seed_):
+    """The tab's run button: ``run_demo`` with its settings checked, every error a page message
+    (``gr.Error``) that says what to do, never raw exception text. Safe under concurrent requests
+    (each run builds its own models and figures)."""
+    import gradio as gr
+
+    from common.errors import MoeAppsError
+
+    problem = tab_problem(n_, r_, seed_)
+    if problem:
+        raise gr.Error(problem)
+    try:
+        yield from run_demo(n_, r_, K_, obs_, noise_, drift_, spe_, int(float(seed_ or 0)))
+    except MoeAppsError as exc:
+        raise gr.Error(f"{exc}. Change the settings and run again.") from None
+    except Exception:  # noqa: BLE001 - logged for the operator, the page gets a plain message
+        logging.getLogger(__name__).exception("streaming tab run failed")
+        raise gr.Error("The run failed on these settings; try a smaller n or K, or another seed.") from None
+
+
 def build_tab() -> None:
     """Create the streaming tab's components inside an open ``gr.Tab`` and wire the run button."""
     import gradio as gr
@@ -103,9 +142,4 @@ def build_tab() -> None:
     plot = gr.Plot(label=PLOT_LABEL)
     table = gr.Dataframe(headers=["method", "NRMSE so far", "NRMSE last chunk"], label=TABLE_LABEL)
 
-    def _run(n_, r_, K_, obs_, noise_, drift_, spe_, seed_):
-        if int(r_) >= int(n_):
-            raise gr.Error(f"rank r={int(r_)} must be smaller than n={int(n_)}")
-        yield from run_demo(n_, r_, K_, obs_, noise_, drift_, spe_, seed_ or 0)
-
-    run.click(_run, [n, r, K, obs, noise, drift, spe, seed], [plot, table], api_name="mosaic_run")
+    run.click(run_tab, [n, r, K, obs, noise, drift, spe, seed], [plot, table], api_name="mosaic_run")

@@ -13,6 +13,8 @@ order of first appearance), ``rating (T,)`` float64 and ``timestamp (T,)`` int64
 from __future__ import annotations
 
 import csv
+import io
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,26 +93,52 @@ def _ids(values: list[str]) -> np.ndarray:
 
 
 def read_ratings_csv(path: str | os.PathLike) -> RatingStream:
-    """A CSV file with a header holding the columns ``user, item, rating, timestamp`` (others are
-    ignored), one rating event per row. DataError naming the file and row on anything malformed."""
+    """A UTF-8 CSV file with a header holding the columns ``user, item, rating, timestamp`` (others are
+    ignored), one rating event per row: non-empty ids, a finite rating, a non-negative integer
+    timestamp; the same (user, item, timestamp) twice is refused. DataError naming the file and line
+    on anything malformed."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"ratings file not found: {path}")
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise DataError(f"{path}, line {line}: not UTF-8 text (byte {raw[exc.start]:#04x}); save the CSV as UTF-8"
+                        ) from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    users, items, ratings, times = [], [], [], []
+    seen: dict[tuple[str, str, int], int] = {}
+    try:
         missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
-            raise DataError(f"{path} lacks the columns {missing} (header: {reader.fieldnames})")
-        users, items, ratings, times = [], [], [], []
-        for row_no, row in enumerate(reader, start=2):
+            raise DataError(f"{path} lacks the columns {missing} (header: {reader.fieldnames}); expected "
+                            f"{','.join(CSV_COLUMNS)}")
+        for row in reader:
+            row_no = reader.line_num
+            fields = [row.get(c) for c in CSV_COLUMNS]
+            if any(v is None or not v.strip() for v in fields):
+                raise DataError(f"{path}, line {row_no}: expected a non-empty {', '.join(CSV_COLUMNS)}, got "
+                                f"{dict(zip(CSV_COLUMNS, fields, strict=True))}")
+            user, item, rating_text, time_text = fields
             try:
-                ratings.append(float(row["rating"]))
-                times.append(int(row["timestamp"]))
-            except (TypeError, ValueError):
+                rating, timestamp = float(rating_text), int(time_text)
+            except ValueError:
                 raise DataError(f"{path}, line {row_no}: rating must be a number and timestamp an integer, "
-                                f"got {row['rating']!r}, {row['timestamp']!r}") from None
-            users.append(row["user"])
-            items.append(row["item"])
+                                f"got {rating_text!r}, {time_text!r}") from None
+            if not math.isfinite(rating):
+                raise DataError(f"{path}, line {row_no}: rating must be a finite number, got {rating_text!r}")
+            if timestamp < 0 or timestamp >= 2**63:
+                raise DataError(f"{path}, line {row_no}: timestamps must be non-negative integers (Unix seconds), got {time_text!r}")
+            key = (user, item, timestamp)
+            if key in seen:
+                raise DataError(f"{path}, line {row_no}: repeats line {seen[key]} (user {user!r}, item {item!r}, "
+                                f"timestamp {timestamp}); remove the duplicate row")
+            seen[key] = row_no
+            users.append(user), items.append(item), ratings.append(rating), times.append(timestamp)
+    except csv.Error as exc:
+        raise DataError(f"{path}, line {reader.line_num}: not a readable CSV row ({exc})") from None
     if not ratings:
         raise DataError(f"{path} holds no ratings")
     return from_events(_ids(users), _ids(items), ratings, np.array(times, dtype=np.int64), str(path))
@@ -146,6 +174,15 @@ def load_ratings(path: str | os.PathLike) -> RatingStream:
     missing = [k for k in ("user", "item", "rating", "timestamp", "user_ids", "item_ids") if k not in z]
     if missing:
         raise DataError(f"{path} lacks {missing}")
+    kinds = {"user": "iu", "item": "iu", "timestamp": "iu", "rating": "fiu"}
+    for key, ok in kinds.items():
+        if z[key].dtype.kind not in ok or z[key].ndim != 1:
+            raise DataError(f"{path}: {key} must be a 1-d array of {'numbers' if key == 'rating' else 'integers'}, "
+                            f"got {z[key].dtype} of shape {z[key].shape}")
+    for key in ("user_ids", "item_ids"):
+        if z[key].ndim != 1 or z[key].dtype.kind not in "iuU":
+            raise DataError(f"{path}: {key} must be a 1-d array of integer or string ids, got {z[key].dtype} "
+                            f"of shape {z[key].shape}")
     s = RatingStream(user=z["user"].astype(np.int64), item=z["item"].astype(np.int64),
                      rating=z["rating"].astype(np.float64), timestamp=z["timestamp"].astype(np.int64),
                      user_ids=z["user_ids"], item_ids=z["item_ids"])

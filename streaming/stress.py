@@ -30,7 +30,6 @@ import copy
 import fnmatch
 import math
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +38,7 @@ import torch
 from common.errors import InputError
 from common.io import write_csv, write_json
 from common.report import markdown_table
-from streaming.harness import limit_threads, run_online
+from streaming.harness import announce, limit_threads, map_jobs, run_online
 
 #: true (n, r, K) of every stress stream, its epochs and their length
 SHAPE = (60, 4, 4)
@@ -289,15 +288,13 @@ def eta_choice(summary: list[dict]) -> dict:
 def plot_cells(summary: list[dict], path: Path) -> None:
     """Bar chart of mean NRMSE (± sd over seeds) per cell for MoSAIC, the pretrained k-GROUSE, MoSAIC
     without pretraining and the oracle (log scale)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # not pyplot: no global figure list shared between threads
 
     cells = sorted({s["cell"] for s in summary})
     stat = {(s["cell"], s["method"]): (s["nrmse"], s["nrmse_sd"]) for s in summary}
     shown = ("mosaic", "kgrouse_pretrained", "mosaic_no_pretrain", "oracle")
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(cells)), 4.5))
+    fig = Figure(figsize=(max(6.0, 0.35 * len(cells)), 4.5))
+    ax = fig.subplots()
     width = 0.8 / len(shown)
     for i, method in enumerate(shown):
         mean = np.array([stat.get((c, method), (np.nan, 0.0))[0] for c in cells])
@@ -309,7 +306,6 @@ def plot_cells(summary: list[dict], path: Path) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def run_stress(out: Path, cells=None, families=None, tuning: bool = False, ablations: bool = False,
@@ -328,10 +324,10 @@ def run_stress(out: Path, cells=None, families=None, tuning: bool = False, ablat
         groups.setdefault((family, int(obs[3:]) / 100, spec), []).append(epochs)
     jobs = [(f, o, s, i, seed, tuple(eps), ablations, eta_grid, device)
             for (f, o, s), eps in groups.items() for i, seed in enumerate(seed_list)]
+    announce(f"mosaic bench --suite stress: {len(selected)} cells x {len(seed_list)} seeds on {workers} worker(s)")
     t0 = time.perf_counter()
     if workers > 1:
-        with ProcessPoolExecutor(workers) as ex:
-            results = list(ex.map(_group_star, jobs))
+        results = map_jobs(_group_star, jobs, workers)
     else:
         results = [_group_star(j) for j in jobs]
     rows = [r for rs in results for r in rs]

@@ -1,10 +1,14 @@
-"""Bad input to ``mosaic``: sizes that parse but cannot run are refused before any work."""
+"""Bad input to ``mosaic``: sizes that parse but cannot run are refused before any work, malformed data files
+are refused naming the file and entry, and long commands stop soon after SIGINT / SIGTERM."""
 
+import signal
+
+import numpy as np
 import pytest
 
 from streaming import cli
 from streaming.cli import main
-from tests.bad_input import assert_refused
+from tests.bad_input import assert_refused, assert_stops_on_signal
 
 
 def test_simulate_refuses_a_stream_too_large_for_memory(tmp_path):
@@ -68,3 +72,205 @@ def test_auto_kr_resume_skips_a_torn_last_line_and_refuses_a_torn_json(tmp_path,
     assert json.loads(out.read_text())["resumed_trials"] == 1
     out.write_text(out.read_text()[:40])  # a torn results file
     assert_refused(main, argv, tmp_path, match="kr.json", timeout_s=30)
+
+
+# ----------------------------------------------------------------------------- bounds before work
+
+BIG = "1000000000000"
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["simulate", "--n", BIG], "100000"),
+    (["simulate", "--K", BIG], "1000"),
+    (["simulate", "--source-per-class", BIG], "GiB"),
+    (["pretrain", "--K", "auto", "--r", "2", "--k-max", BIG], "1000"),
+    (["pretrain", "--K", "2", "--r", "auto", "--r-max", BIG], "1000"),
+    (["pretrain", "--K", BIG, "--r", "2"], "1000"),
+    (["stream", "--K", BIG, "--r", "2"], "1000"),
+    (["stream", "--K", "2", "--r", BIG], "1000"),
+    (["bench", "--seeds", BIG], "1000"),
+    (["bench", "--workers", BIG], "64"),
+    (["bench", "--throughput", "--samples", BIG], "1000000"),
+    (["bench", "--throughput", "--repeats", BIG], "100"),
+    (["bench", "--suite", "stress", "--stress-seeds", "6"], "only 5 test seeds"),
+    (["bench", "--suite", "auto-kr", "--tuning", "--stress-seeds", "4"], "only 3 tuning seeds"),
+    (["eval", "--protocol", "progressive", "--items", BIG], "100000"),
+    (["data", "movielens", "--movies", BIG], "100000"),
+])
+def test_count_and_size_options_have_a_maximum(tmp_path, argv, match):
+    paths = {"simulate": ["--out", str(tmp_path / "s.npz")], "pretrain": ["--input", str(tmp_path / "s.npz"),
+             "--out", str(tmp_path / "ck")], "stream": ["--input", str(tmp_path / "s.npz"), "--output",
+             str(tmp_path / "o.npz")], "bench": ["--out", str(tmp_path / "b")],
+             "eval": ["--input", str(tmp_path / "r.npz")], "data": ["--out", str(tmp_path / "d.npz")]}
+    if "auto-kr" in argv:
+        paths["bench"] = ["--json", str(tmp_path / "kr.json")]
+    assert_refused(main, [*argv, *paths[argv[0]]], tmp_path, match=match, timeout_s=30)
+
+
+# ----------------------------------------------------------------------------- loaders name the problem
+
+HEADER = "user,item,rating,timestamp\n"
+
+
+@pytest.mark.parametrize("body, match", [
+    (HEADER.encode() + b"1,10,4,100\n2,caf\xe9,3,200\n", "line 3: not UTF-8"),
+    (HEADER.encode() + b"1,10,nan,100\n", "line 2: rating must be a finite number"),
+    (HEADER.encode() + b"1,10,inf,100\n", "finite"),
+    (HEADER.encode() + b"1,10,4,100\n2,11,3,200\n1,10,4,100\n", "line 4: repeats line 2"),
+    (HEADER.encode() + b"1,10,4\n", "line 2: expected a non-empty user, item, rating, timestamp"),
+    (HEADER.encode() + b"1,,4,100\n", "line 2: expected a non-empty"),
+    (HEADER.encode() + b"1,10,4,1.5e9\n", "timestamp an integer"),
+    (b"user;item;rating;timestamp\n1;10;4;100\n", "lacks the columns"),
+    (HEADER.encode() + b"1,10,4,1\x00\n", "bad.csv"),
+])
+def test_ratings_csv_errors_name_the_file_and_line(tmp_path, body, match):
+    (tmp_path / "bad.csv").write_bytes(body)
+    line = assert_refused(main, ["data", "csv", "--csv", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "r.npz")],
+                          tmp_path, match=match, timeout_s=30)
+    assert "bad.csv" in line
+
+
+def _stream_file(tmp_path, **change):
+    import numpy as np
+
+    values = np.where(np.random.default_rng(0).random((30, 6)) < 0.6, 1.0, np.nan)
+    values[:, 0] = 1.0
+    arrays = {"format_version": np.array(1), "values": values, "labels": np.zeros(30, int), **change}
+    arrays = {k: v for k, v in arrays.items() if v is not None}
+    np.savez(tmp_path / "s.npz", **arrays)
+    return tmp_path / "s.npz"
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"labels": "strings"}, "labels must be integers"),
+    ({"epoch": "floats"}, "epoch must be integers"),
+    ({"full": "ints"}, "full must be floats"),
+    ({"values": None}, "no 'values'"),
+    ({"format_version": "text"}, "format_version"),
+    ({"values": "ints"}, "floating point"),
+    ({"source_labels": "alone"}, "source_labels must have one entry per row"),
+])
+def test_stream_file_errors_name_the_entry(tmp_path, change, match):
+    import numpy as np
+
+    made = {"strings": np.array(["a"] * 30), "floats": np.linspace(0, 1, 30), "ints": np.ones((30, 6), int),
+            "text": np.array("one"), "alone": np.zeros(5, int), None: None}
+    path = _stream_file(tmp_path, **{k: made[v] for k, v in change.items()})
+    assert_refused(main, ["stream", "--input", str(path), "--output", str(tmp_path / "o.npz"), "--K", "1", "--r", "1",
+                          "--no-pretrain"], tmp_path, match=match, timeout_s=30)
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("user", ["a", "b"], "user must be a 1-d array of integers"),
+    ("rating", ["x", "y"], "rating must be a 1-d array of numbers"),
+    ("item_ids", [[1, 2]], "item_ids must be a 1-d array"),
+])
+def test_ratings_file_errors_name_the_entry(tmp_path, key, value, match):
+    import numpy as np
+
+    arrays = {"format_version": np.array(1), "kind": np.array("ratings"), "user": np.array([0, 1]),
+              "item": np.array([0, 0]), "rating": np.array([4.0, 3.0]), "timestamp": np.array([1, 2]),
+              "user_ids": np.array([7, 8]), "item_ids": np.array([9])}
+    arrays[key] = np.array(value)
+    np.savez(tmp_path / "r.npz", **arrays)
+    assert_refused(main, ["eval", "--input", str(tmp_path / "r.npz"), "--protocol", "progressive"], tmp_path,
+                   match=match, timeout_s=60)
+
+
+# ----------------------------------------------------------------------------- signals stop long loops
+
+@pytest.fixture(scope="module")
+def long_stream(tmp_path_factory):
+    """A stream long enough that `mosaic stream` / `pretrain` run well past the signal."""
+    path = tmp_path_factory.mktemp("long") / "long.npz"
+    assert main(["simulate", "--n", "40", "--r", "4", "--K", "4", "--epochs", "40", "--samples-per-epoch", "5000",
+                 "--source-per-class", "3000", "--out", str(path)]) == 0
+    return path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_stream_stops_on_signal(tmp_path, long_stream, sig):
+    assert_stops_on_signal(["-m", "streaming.cli", "stream", "--input", str(long_stream), "--output", "o.npz",
+                            "--K", "4", "--r", "4", "--no-pretrain"], tmp_path, sig, ready="mosaic stream:")
+    assert not (tmp_path / "o.npz").exists()
+
+
+def test_pretrain_stops_on_sigterm(tmp_path, long_stream):
+    assert_stops_on_signal(["-m", "streaming.cli", "pretrain", "--input", str(long_stream), "--K", "4", "--r", "4",
+                            "--restarts", "1000", "--out", "ck"], tmp_path, signal.SIGTERM, ready="mosaic pretrain:")
+    assert not (tmp_path / "ck").exists() or not any((tmp_path / "ck").iterdir())
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_stress_bench_stops_on_sigint(tmp_path, workers):
+    assert_stops_on_signal(["-m", "streaming.cli", "bench", "--suite", "stress", "--families", "geodesic",
+                            "--workers", workers, "--out", "b"], tmp_path, signal.SIGINT, ready="--suite stress:")
+
+
+def test_auto_kr_bench_stops_on_sigterm_and_keeps_a_resumable_progress_file(tmp_path):
+    from common.io import read_jsonl_resumable
+
+    assert_stops_on_signal(["-m", "streaming.cli", "bench", "--suite", "auto-kr", "--families", "geodesic",
+                            "--json", "kr.json"], tmp_path, signal.SIGTERM, ready="--suite auto-kr:")
+    assert not (tmp_path / "kr.json").exists()
+    assert isinstance(read_jsonl_resumable(tmp_path / "kr.partial.jsonl"), list)
+
+
+def test_progressive_eval_stops_on_sigint(tmp_path):
+    pytest.importorskip("river")
+    pytest.importorskip("surprise")
+    rng = np.random.default_rng(0)
+    rows = [f"{rng.integers(300)},{rng.integers(200)},{rng.integers(1, 6)},{t}" for t in range(40_000)]
+    (tmp_path / "r.csv").write_text("user,item,rating,timestamp\n" + "\n".join(rows) + "\n")
+    assert main(["data", "csv", "--csv", str(tmp_path / "r.csv"), "--out", str(tmp_path / "r.npz")]) == 0
+    assert_stops_on_signal(["-m", "streaming.cli", "eval", "--input", "r.npz", "--protocol", "progressive",
+                            "--items", "50", "--out", "res.json"], tmp_path, signal.SIGINT,
+                           ready="--protocol progressive:")
+    assert not (tmp_path / "res.json").exists()
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--configs", "../../x"], "--configs: unknown '../../x'"),
+    (["--drifts", "../../x"], "--drifts: unknown '../../x'"),
+    (["--throughput", "--configs", "/etc/passwd"], "choose from 25-5-5"),
+])
+def test_bench_names_are_names_not_paths(tmp_path, argv, match):
+    assert_refused(main, ["bench", "--out", str(tmp_path / "b"), *argv], tmp_path, match=match, timeout_s=30)
+
+
+def test_ctrl_c_while_the_checkpoint_is_written_keeps_the_old_one(tmp_path, monkeypatch, capsys):
+    import contextlib
+
+    import common.pretrained
+    from streaming.model import MoSAIC
+    from tests.bad_input import snapshot, stray_temps
+
+    s, ck = tmp_path / "s.npz", tmp_path / "ck"
+    assert main(["simulate", "--n", "10", "--r", "2", "--K", "2", "--epochs", "1", "--samples-per-epoch", "50",
+                 "--out", str(s)]) == 0
+    argv = ["pretrain", "--input", str(s), "--K", "2", "--r", "2", "--restarts", "1", "--out", str(ck)]
+    assert main(argv) == 0
+    old = snapshot(ck)
+    real = common.pretrained.atomic_write
+
+    @contextlib.contextmanager
+    def torn(path, mode="w", **kw):
+        with real(path, mode, **kw) as f:
+            if "b" in mode:  # the weights: Ctrl-C halfway through writing them
+                f.write(b"partial")
+                raise KeyboardInterrupt
+            yield f
+
+    monkeypatch.setattr(common.pretrained, "atomic_write", torn)
+    capsys.readouterr()
+    assert main([*argv[:-2], "--seed", "1", "--out", str(ck), "--overwrite"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert not stray_temps(tmp_path)
+    assert snapshot(ck) == old and MoSAIC.load(ck).K == 2  # the old checkpoint, whole and loadable
+
+
+def test_simulate_stops_on_sigint(tmp_path):
+    assert_stops_on_signal(["-m", "streaming.cli", "simulate", "--n", "20", "--r", "2", "--K", "2", "--epochs", "2000",
+                            "--samples-per-epoch", "2000", "--out", "s.npz"], tmp_path, signal.SIGINT,
+                           ready="mosaic simulate:")
+    assert not (tmp_path / "s.npz").exists()
