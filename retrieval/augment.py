@@ -29,7 +29,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.engine import fit as engine_fit
 from common.engine import make_trainer, shuffled_loader
 from common.errors import CheckpointError
 from common.pretrained import PretrainedMixin, register_model
@@ -37,6 +36,7 @@ from common.pretrained import PretrainedMixin, register_model
 from .captions import SYNONYMS, describe, modification_text
 from .data import CIRSplit, Triplet
 from .features import RowIndex
+from .fitting import fit_interruptible
 from .render import ATTRIBUTES, GROUPS, NUM_VALUES, Attributes, render
 from .synth import change_attribute
 from .towers import ImageTower
@@ -231,7 +231,7 @@ def train_attribute_classifier(
     x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()
     module = _CriticModule(model, x, torch.from_numpy(attrs).long())
     trainer = make_trainer(None, max_epochs=epochs, seed=seed, progress=False, checkpoint=False, device=device)
-    engine_fit(trainer, module, shuffled_loader(RowIndex(len(x)), batch_size, seed=seed), resume=False)
+    fit_interruptible(trainer, module, shuffled_loader(RowIndex(len(x)), batch_size, seed=seed))
     model.eval()
     return model
 

@@ -22,14 +22,15 @@ from common.cli import (  # noqa: E402
     add_overwrite_arg,
     check_outputs,
     float_in,
-    nonneg_int,
-    positive_int,
+    int_in,
     seed_int,
     subcommand_main,
 )
 from common.device import add_device_arg, add_precision_arg, check_precision, resolve_device  # noqa: E402
 from common.errors import InputError  # noqa: E402
 from common.io import dumps_json, write_json  # noqa: E402
+
+from .bounds import check_search_memory  # noqa: E402
 
 DATASETS = ("synthetic", "fashioniq", "shoes")
 # repeated from retrieval.synth.PRESETS, retrieval.towers.IMAGE_ENCODERS / DEFAULT_IMAGE_ENCODER and
@@ -43,6 +44,16 @@ DEFAULT_MODEL_SIZE = "S"
 # bench suites: the results table, the pretrained encoder's gallery-feature speed, the search speed,
 # the model sizes (parameters, memory, train-step time)
 SUITES = ("table", "features", "search", "sizes")
+# upper bounds of the count options, checked at parse time (a mistyped 10**12 is refused at once)
+MAX_EPOCHS = 1000
+MAX_AUGMENT = 100_000
+MAX_THREADS = 256
+MAX_K = 10_000
+MAX_NLIST = 65_536
+MAX_SEARCH_N = 1_000_000_000
+MAX_SEARCH_QUERIES = 100_000
+NUM_BLOCKS = 16  # MBConv blocks of EfficientNet-Lite0 (common.image_encoder.NUM_BLOCKS)
+epochs_int = int_in(0, MAX_EPOCHS)
 
 
 def _data_args(sp: argparse.ArgumentParser) -> None:
@@ -80,20 +91,22 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--model", default="moa3cir", choices=("moa3cir", "combiner", "sum", "image", "text"))
     _model_size_arg(t, "the model")
     t.add_argument("--out", required=True, help="checkpoint directory")
-    t.add_argument("--phase1-epochs", type=nonneg_int, default=2, help="alignment epochs (default 2)")
+    t.add_argument("--phase1-epochs", type=epochs_int, default=2,
+                   help=f"alignment epochs, at most {MAX_EPOCHS} (default 2)")
     t.add_argument(
-        "--phase2-epochs", type=nonneg_int, default=None,
-        help="cap on composed-retrieval epochs (default: a step budget that scales with the data; "
-        "training stops earlier when validation recall stops improving)",
+        "--phase2-epochs", type=epochs_int, default=None,
+        help=f"cap on composed-retrieval epochs, at most {MAX_EPOCHS} (default: a step budget that scales "
+        "with the data; training stops earlier when validation recall stops improving)",
     )
     t.add_argument(
         "--val-fraction", type=float_in(0.0, 0.5), default=0.1,
         help="share of the training target images held out (with their triplets) for early stopping; "
         "0 trains on everything without validation (default 0.1)",
     )
-    t.add_argument("--patience", type=positive_int, default=5,
-                   help="epochs without better validation recall before stopping")
-    t.add_argument("--augment", type=nonneg_int, default=0, help="self-reflective augmentation proposals (synthetic)")
+    t.add_argument("--patience", type=int_in(1, MAX_EPOCHS), default=5,
+                   help=f"epochs without better validation recall before stopping, at most {MAX_EPOCHS}")
+    t.add_argument("--augment", type=int_in(0, MAX_AUGMENT), default=0,
+                   help=f"self-reflective augmentation proposals (synthetic), at most {MAX_AUGMENT}")
     t.add_argument("--no-descriptions", action="store_true")
     t.add_argument(
         "--image-encoder", choices=IMAGE_ENCODERS, default=DEFAULT_IMAGE_ENCODER,
@@ -101,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"(frozen, token grid cached per image) (default {DEFAULT_IMAGE_ENCODER})",
     )
     t.add_argument(
-        "--fine-tune-blocks", type=nonneg_int, default=0,
+        "--fine-tune-blocks", type=int_in(0, NUM_BLOCKS), default=0,
         help="with --image-encoder efficientnet-lite0: fine-tune its last N MBConv blocks (0 = frozen; "
         "N >= 9 so that the token grid of block 7 changes)",
     )
@@ -124,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--model", required=True)
     i.add_argument("--split", default="test", choices=("train", "val", "test"))
     i.add_argument("--kind", default="flat", choices=("flat", "ivf", "hnsw"))
-    i.add_argument("--nlist", type=positive_int, default=64)
+    i.add_argument("--nlist", type=int_in(1, MAX_NLIST), default=64,
+                   help=f"IVF cells, at most {MAX_NLIST} (default 64)")
     i.add_argument("--out", required=True, help="index directory")
     add_overwrite_arg(i)
     i.set_defaults(fn=cmd_index)
@@ -136,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--image", required=True, help="reference image file")
     s.add_argument("--text", required=True, help="modification text")
     s.add_argument("--description", default=None, help="reference item description (optional)")
-    s.add_argument("--k", type=positive_int, default=10)
+    s.add_argument("--k", type=int_in(1, MAX_K), default=10, help=f"results, at most {MAX_K} (default 10)")
     s.set_defaults(fn=cmd_search)
 
     bn = sub.add_parser("bench", help="the results table, the gallery-feature speed and/or the search benchmark")
@@ -157,9 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--root", default=None, help="benchmark root (built into --out when absent)")
     bn.add_argument("--out", default="runs/retrieval_bench")
     _model_size_arg(bn, "every trained method (the baselines matched to it)")
-    bn.add_argument("--phase1-epochs", type=nonneg_int, default=1)
-    bn.add_argument("--phase2-epochs", type=nonneg_int, default=3)
-    bn.add_argument("--augment", type=nonneg_int, default=800)
+    bn.add_argument("--phase1-epochs", type=epochs_int, default=1, help=f"at most {MAX_EPOCHS} (default 1)")
+    bn.add_argument("--phase2-epochs", type=epochs_int, default=3, help=f"at most {MAX_EPOCHS} (default 3)")
+    bn.add_argument("--augment", type=int_in(0, MAX_AUGMENT), default=800, help=f"at most {MAX_AUGMENT} (default 800)")
     bn.add_argument("--variants", nargs="+", choices=("controlled", "confounded"),
                     default=["controlled", "confounded"])
     bn.add_argument(
@@ -167,12 +181,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="subset of methods (default: all): moa3cir no-aug no-desc no-moa3 no-routing "
         "single-phase combiner sum image-only text-only raw-pixel",
     )
-    bn.add_argument("--feature-threads", nargs="+", type=positive_int, default=[1],
-                    help="torch threads of the features suite")
-    bn.add_argument("--search-n", type=positive_int, default=1_000_000, help="search benchmark gallery size")
-    bn.add_argument("--search-queries", type=positive_int, default=1000)
-    bn.add_argument("--search-threads", type=positive_int, default=1,
-                    help="threads for both NumPy (BLAS) and faiss (default 1)")
+    bn.add_argument("--feature-threads", nargs="+", type=int_in(1, MAX_THREADS), default=[1],
+                    help=f"torch threads of the features suite, at most {MAX_THREADS}")
+    bn.add_argument("--search-n", type=int_in(1, MAX_SEARCH_N), default=1_000_000,
+                    help=f"search benchmark gallery size, at most {MAX_SEARCH_N:,}; its memory estimate must fit "
+                    "this machine's RAM unless --force (default 1,000,000)")
+    bn.add_argument("--search-queries", type=int_in(1, MAX_SEARCH_QUERIES), default=1000,
+                    help=f"search benchmark queries, at most {MAX_SEARCH_QUERIES:,} (default 1000)")
+    bn.add_argument("--search-threads", type=int_in(1, MAX_THREADS), default=1,
+                    help=f"threads for both NumPy (BLAS) and faiss, at most {MAX_THREADS} (default 1)")
+    bn.add_argument("--force", action="store_true",
+                    help="run the search suite even when its memory estimate exceeds this machine's RAM")
     bn.add_argument(
         "--image-encoders", nargs="+", choices=IMAGE_ENCODERS, default=list(IMAGE_ENCODERS),
         help="train every method with each of these image encoders (default both)",
@@ -335,6 +354,8 @@ def cmd_bench(args) -> int:
 
     suites = set(args.suite)
     check_precision(args.precision, resolve_device(args.device))
+    if "search" in suites:
+        check_search_memory(args.search_n, args.search_queries, args.force)
     methods = resolve_methods(args.methods)
     out = Path(args.out)
     rows, search_rows, feature_rows, size_rows = None, None, None, None
@@ -365,7 +386,7 @@ def cmd_bench(args) -> int:
         torch.set_num_threads(1)
         size_rows = model_size_rows(seed=args.seed, device=args.device, precision=args.precision)
     if args.json:
-        config = {k: v for k, v in vars(args).items() if k not in ("cmd", "json", "overwrite", "fn")}
+        config = {k: v for k, v in vars(args).items() if k not in ("cmd", "json", "overwrite", "fn", "force")}
         write_json(Path(args.json), {"config": config, "rows": rows, "search": search_rows,
                                      "features": feature_rows, "sizes": size_rows})
     return 0

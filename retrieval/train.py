@@ -30,7 +30,6 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from torch.utils.data import DataLoader
 
-from common.engine import fit as engine_fit
 from common.engine import make_trainer, shuffled_loader
 from common.errors import DataError
 
@@ -46,6 +45,7 @@ from .features import (
     query_batch,
     to_device,
 )
+from .fitting import fit_interruptible
 from .model import slots_to_embedding
 from .text import TextEncoder
 from .towers import info_nce
@@ -302,7 +302,7 @@ def _fit_features(model, f: Features, cfg: TrainConfig, say, val: tuple[CIRSplit
             m1 = AlignmentModule(model, f, cfg, steps)
             trainer = make_trainer(base / "phase1", max_epochs=cfg.phase1_epochs, grad_clip=5.0, seed=cfg.seed,
                                    progress=False, checkpoint=False, device=device, precision=precision)
-            engine_fit(trainer, m1, _loader(n_items, cfg, 1), resume=False)
+            fit_interruptible(trainer, m1, _loader(n_items, cfg, 1))
             history += m1.history
             for h in m1.history:
                 say(f"phase 1 epoch {h['epoch']}: loss {h['loss']:.4f}")
@@ -326,7 +326,7 @@ def _fit_features(model, f: Features, cfg: TrainConfig, say, val: tuple[CIRSplit
             + (f", early stopping on validation recall ({len(val[0].triplets)} held-out triplets), "
                f"patience {cfg.patience} epochs after step {int(EARLY_STOP_AFTER * max_steps)}"
                if val is not None else ", no validation split"))
-        engine_fit(trainer, m2, _loader(n_trip, cfg, 2), _val_loader() if val is not None else None, resume=False)
+        fit_interruptible(trainer, m2, _loader(n_trip, cfg, 2), _val_loader() if val is not None else None)
         history += m2.history
         for h in m2.history:
             if "loss" in h:
