@@ -161,3 +161,43 @@ def test_training_stops_on_a_signal_without_stray_files(sig, tiny_bench, prefill
     if sig == signal.SIGINT:
         assert "interrupted" in text
     assert not (tmp_path / "model" / "model.safetensors").exists()
+
+
+def test_build_data_stops_on_sigterm_without_torn_files(tmp_path):
+    out = tmp_path / "data"
+    assert_stops_on_signal(["-m", "retrieval.cli", "build-data", "--out", str(out), "--preset", "hard"],
+                           tmp_path, signal.SIGTERM, after_s=8.0, within_s=15.0)
+    for png in out.rglob("*.png"):
+        with Image.open(png) as im:
+            im.load()  # every image written is whole
+
+
+def test_a_checkpoint_write_interrupted_by_ctrl_c_keeps_the_old_one(tmp_path, monkeypatch):
+    import os
+
+    import torch
+
+    import common.io
+    from retrieval.registry import build_model, load_model, save_model
+    from tests.bad_input import stray_temps
+
+    torch.manual_seed(0)
+    model = build_model("image", "XS", image_encoder="scratch")
+    save_model(model, tmp_path / "m")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    real_replace = os.replace
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(common.io.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_model(model, tmp_path / "m")
+    monkeypatch.setattr(common.io.os, "replace", real_replace)
+    assert not stray_temps(tmp_path)
+    loaded, _ = load_model(tmp_path / "m")
+    for k, v in loaded.state_dict().items():
+        assert torch.equal(v, before[k]), k
