@@ -201,3 +201,36 @@ def test_a_checkpoint_write_interrupted_by_ctrl_c_keeps_the_old_one(tmp_path, mo
     loaded, _ = load_model(tmp_path / "m")
     for k, v in loaded.state_dict().items():
         assert torch.equal(v, before[k]), k
+
+
+@pytest.mark.parametrize(("content", "match"), [
+    (b'["a1 is a red dress"]', "must hold a JSON object"),
+    (b'{"a1": ["red", "dress"]}', "the entry for 'a1' is not a string"),
+    (b'{"a1": "caf\xe9"}', "is not UTF-8"),
+])
+def test_malformed_description_files_are_named(content, match, tmp_path):
+    root = _fashioniq(tmp_path / "fiq")
+    (root / "descriptions").mkdir()
+    (root / "descriptions" / "desc.val.json").write_bytes(content)
+    with pytest.raises(DataError) as err:
+        load_fashioniq(root, "val")
+    assert match in str(err.value) and "desc.val.json" in str(err.value), str(err.value)
+
+
+def test_a_truncated_gallery_image_is_one_line_naming_the_file(tmp_path):
+    from common.errors import MoeAppsError
+
+    root = _fashioniq(tmp_path / "fiq")
+    png = root / "images" / "b2.png"
+    png.write_bytes(png.read_bytes()[:40])
+    with pytest.raises(MoeAppsError) as err:
+        load_fashioniq(root, "val")
+    assert "b2.png" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_synthetic_root_with_a_bad_meta_file_is_one_line(tmp_path):
+    root = tmp_path / "bench" / "controlled"
+    root.mkdir(parents=True)
+    (root / "meta.json").write_bytes(b"\xff\xfe{")
+    assert_refused(main, ["bench", "--root", str(tmp_path / "bench"), "--out", str(tmp_path / "out"),
+                          "--suite", "features"], tmp_path, match="meta.json")
