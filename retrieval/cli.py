@@ -310,6 +310,8 @@ def cmd_index(args) -> int:
     check_outputs(dirs=[args.out], inputs=[args.root, args.model], overwrite=args.overwrite)
     model, _ = load_model(Path(args.model))
     split = _load(args, args.split)
+    if args.kind == "ivf" and args.nlist > len(split.ids):
+        raise InputError(f"--nlist {args.nlist} exceeds the {len(split.ids)} items of the {args.split} gallery")
     emb = embed_gallery(model, prepare_features(split), device=args.device)
     idx = GalleryIndex(emb.shape[1], args.kind, nlist=args.nlist)
     idx.add(emb, split.ids)

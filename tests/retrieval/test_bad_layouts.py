@@ -234,3 +234,13 @@ def test_a_synthetic_root_with_a_bad_meta_file_is_one_line(tmp_path):
     (root / "meta.json").write_bytes(b"\xff\xfe{")
     assert_refused(main, ["bench", "--root", str(tmp_path / "bench"), "--out", str(tmp_path / "out"),
                           "--suite", "features"], tmp_path, match="meta.json")
+
+
+def test_an_ivf_index_with_more_cells_than_items_is_refused_before_embedding(tiny_bench, tmp_path):
+    from retrieval.registry import build_model, save_model
+
+    save_model(build_model("image", "XS", image_encoder="scratch"), tmp_path / "m")
+    out = tmp_path / "ix"
+    assert_refused(main, ["index", "--root", str(tiny_bench[0]), "--model", str(tmp_path / "m"), "--kind", "ivf",
+                          "--nlist", "60000", "--out", str(out)], tmp_path, match="--nlist 60000 exceeds")
+    assert not out.exists()
