@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from common.errors import InputError
-from common.io import write_csv, write_json
+from common.io import atomic_write, write_csv, write_json
 from common.report import markdown_table
 
 from .baselines import raw_pixel_embeddings
@@ -246,7 +246,8 @@ def _write(out_dir: Path, rows: list[dict]) -> None:
         "router w_other",
     ]
     table = markdown_table(res, [c for c in cols if any(c in r for r in res)])
-    (out_dir / "retrieval_bench.md").write_text(table + "\n")
+    with atomic_write(out_dir / "retrieval_bench.md", "w", encoding="utf-8") as f:
+        f.write(table + "\n")
     print(table)
     try:
         import matplotlib

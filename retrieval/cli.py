@@ -8,6 +8,10 @@
     moa3cir train --triplets shop_triplets.csv --catalog shop.csv --out runs/m
     moa3cir search --model runs/m --index runs/shop --image shirt.png --text "make it red" [--json]
     moa3cir bench --out runs/rbench [--suite table features search] [--json F]
+
+Why over 400 lines: six subcommands, three of them with several modes (index: a split, a catalogue,
+--add / --remove; train: a split or a shop's triplet table; bench: four suites), each option with its
+documented bound; the names are spelled here so that parsing imports no torch.
 """
 
 from __future__ import annotations
@@ -24,14 +28,16 @@ from common.cli import (  # noqa: E402
     add_overwrite_arg,
     check_outputs,
     float_in,
+    int_in,
     nonneg_int,
-    positive_int,
     seed_int,
     subcommand_main,
 )
 from common.device import add_device_arg, add_precision_arg, check_precision, resolve_device  # noqa: E402
 from common.errors import InputError  # noqa: E402
 from common.io import dumps_json, write_json  # noqa: E402
+
+from .bounds import check_search_memory  # noqa: E402
 
 DATASETS = ("synthetic", "fashioniq", "shoes")
 # repeated from retrieval.synth.PRESETS, retrieval.towers.IMAGE_ENCODERS / DEFAULT_IMAGE_ENCODER and
@@ -46,6 +52,16 @@ DEFAULT_MODEL_SIZE = "S"
 # the model sizes (parameters, memory, train-step time)
 SUITES = ("table", "features", "search", "sizes")
 INDEX_KINDS = ("flat", "ivf", "ivfpq", "hnsw")  # retrieval.index.KINDS
+# upper bounds of the count options, checked at parse time (a mistyped 10**12 is refused at once)
+MAX_EPOCHS = 1000
+MAX_AUGMENT = 100_000
+MAX_THREADS = 256
+MAX_K = 10_000
+MAX_NLIST = 65_536
+MAX_SEARCH_N = 1_000_000_000
+MAX_SEARCH_QUERIES = 100_000
+NUM_BLOCKS = 16  # MBConv blocks of EfficientNet-Lite0 (common.image_encoder.NUM_BLOCKS)
+epochs_int = int_in(0, MAX_EPOCHS)
 
 
 def _data_args(sp: argparse.ArgumentParser, required: bool = True) -> None:
@@ -85,20 +101,22 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--model", default="moa3cir", choices=("moa3cir", "combiner", "sum", "image", "text"))
     _model_size_arg(t, "the model")
     t.add_argument("--out", required=True, help="checkpoint directory")
-    t.add_argument("--phase1-epochs", type=nonneg_int, default=2, help="alignment epochs (default 2)")
+    t.add_argument("--phase1-epochs", type=epochs_int, default=2,
+                   help=f"alignment epochs, at most {MAX_EPOCHS} (default 2)")
     t.add_argument(
-        "--phase2-epochs", type=nonneg_int, default=None,
-        help="cap on composed-retrieval epochs (default: a step budget that scales with the data; "
-        "training stops earlier when validation recall stops improving)",
+        "--phase2-epochs", type=epochs_int, default=None,
+        help=f"cap on composed-retrieval epochs, at most {MAX_EPOCHS} (default: a step budget that scales "
+        "with the data; training stops earlier when validation recall stops improving)",
     )
     t.add_argument(
         "--val-fraction", type=float_in(0.0, 0.5), default=0.1,
         help="share of the training target images held out (with their triplets) for early stopping; "
         "0 trains on everything without validation (default 0.1)",
     )
-    t.add_argument("--patience", type=positive_int, default=5,
-                   help="epochs without better validation recall before stopping")
-    t.add_argument("--augment", type=nonneg_int, default=0, help="self-reflective augmentation proposals (synthetic)")
+    t.add_argument("--patience", type=int_in(1, MAX_EPOCHS), default=5,
+                   help=f"epochs without better validation recall before stopping, at most {MAX_EPOCHS}")
+    t.add_argument("--augment", type=int_in(0, MAX_AUGMENT), default=0,
+                   help=f"self-reflective augmentation proposals (synthetic), at most {MAX_AUGMENT}")
     t.add_argument("--no-descriptions", action="store_true")
     t.add_argument(
         "--image-encoder", choices=IMAGE_ENCODERS, default=DEFAULT_IMAGE_ENCODER,
@@ -106,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"(frozen, token grid cached per image) (default {DEFAULT_IMAGE_ENCODER})",
     )
     t.add_argument(
-        "--fine-tune-blocks", type=nonneg_int, default=0,
+        "--fine-tune-blocks", type=int_in(0, NUM_BLOCKS), default=0,
         help="with --image-encoder efficientnet-lite0: fine-tune its last N MBConv blocks (0 = frozen; "
         "N >= 9 so that the token grid of block 7 changes)",
     )
@@ -135,13 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--split", default="test", choices=("train", "val", "test"))
     i.add_argument("--kind", default="flat", choices=INDEX_KINDS,
                    help="flat: exact; ivf / hnsw: approximate; ivfpq: compressed codes (default flat)")
-    i.add_argument("--nlist", type=positive_int, default=64, help="IVF cells (default 64)")
-    i.add_argument("--nprobe", type=positive_int, default=16, help="IVF cells searched per query")
+    i.add_argument("--nlist", type=int_in(1, MAX_NLIST), default=64, help=f"IVF cells, at most {MAX_NLIST} (default 64)")
+    i.add_argument("--nprobe", type=int_in(1, MAX_NLIST), default=16, help="IVF cells searched per query")
     i.add_argument("--pq-m", type=nonneg_int, default=0,
                    help="ivfpq: bytes per item (divides the embedding width; 0 = width / 8)")
-    i.add_argument("--rerank", type=nonneg_int, default=0,
+    i.add_argument("--rerank", type=int_in(0, MAX_K), default=0,
                    help="ivfpq: re-score the top rerank*k candidates exactly from stored floats (0 = off)")
-    i.add_argument("--batch-size", type=positive_int, default=256, help="images embedded per batch")
+    i.add_argument("--batch-size", type=int_in(1, 65_536), default=256, help="images embedded per batch")
     i.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     i.add_argument("--out", required=True, help="index directory")
     add_overwrite_arg(i)
@@ -154,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--image", required=True, help="reference image file")
     s.add_argument("--text", required=True, help="modification text")
     s.add_argument("--description", default=None, help="reference item description (optional)")
-    s.add_argument("--k", type=positive_int, default=10)
+    s.add_argument("--k", type=int_in(1, MAX_K), default=10, help=f"results, at most {MAX_K} (default 10)")
     s.add_argument("--json", action="store_true", help="print the results as one JSON object")
     s.set_defaults(fn=cmd_search)
 
@@ -176,9 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--root", default=None, help="benchmark root (built into --out when absent)")
     bn.add_argument("--out", default="runs/retrieval_bench")
     _model_size_arg(bn, "every trained method (the baselines matched to it)")
-    bn.add_argument("--phase1-epochs", type=nonneg_int, default=1)
-    bn.add_argument("--phase2-epochs", type=nonneg_int, default=3)
-    bn.add_argument("--augment", type=nonneg_int, default=800)
+    bn.add_argument("--phase1-epochs", type=epochs_int, default=1, help=f"at most {MAX_EPOCHS} (default 1)")
+    bn.add_argument("--phase2-epochs", type=epochs_int, default=3, help=f"at most {MAX_EPOCHS} (default 3)")
+    bn.add_argument("--augment", type=int_in(0, MAX_AUGMENT), default=800, help=f"at most {MAX_AUGMENT} (default 800)")
     bn.add_argument("--variants", nargs="+", choices=("controlled", "confounded"),
                     default=["controlled", "confounded"])
     bn.add_argument(
@@ -186,12 +204,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="subset of methods (default: all): moa3cir no-aug no-desc no-moa3 no-routing "
         "single-phase combiner sum image-only text-only raw-pixel",
     )
-    bn.add_argument("--feature-threads", nargs="+", type=positive_int, default=[1], help="features suite threads")
-    bn.add_argument("--search-n", type=positive_int, default=1_000_000, help="search benchmark gallery size")
-    bn.add_argument("--search-queries", type=positive_int, default=1000)
+    bn.add_argument("--feature-threads", nargs="+", type=int_in(1, MAX_THREADS), default=[1],
+                    help=f"torch threads of the features suite, at most {MAX_THREADS}")
+    bn.add_argument("--search-n", type=int_in(1, MAX_SEARCH_N), default=1_000_000,
+                    help=f"search benchmark gallery size, at most {MAX_SEARCH_N:,}; its memory estimate must fit "
+                    "this machine's RAM unless --force (default 1,000,000)")
+    bn.add_argument("--search-queries", type=int_in(1, MAX_SEARCH_QUERIES), default=1000,
+                    help=f"search benchmark queries, at most {MAX_SEARCH_QUERIES:,} (default 1000)")
     bn.add_argument("--search-methods", nargs="+", choices=("numpy", "ivf", "ivfpq", "hnsw"),
                     default=["numpy", "ivf", "ivfpq"], help="beside exact faiss search (default numpy ivf ivfpq)")
-    bn.add_argument("--search-threads", type=positive_int, default=1, help="threads for NumPy (BLAS) and faiss")
+    bn.add_argument("--search-threads", type=int_in(1, MAX_THREADS), default=1,
+                    help=f"threads for both NumPy (BLAS) and faiss, at most {MAX_THREADS} (default 1)")
+    bn.add_argument("--force", action="store_true",
+                    help="run the search suite even when its memory estimate exceeds this machine's RAM")
     bn.add_argument(
         "--image-encoders", nargs="+", choices=IMAGE_ENCODERS, default=list(IMAGE_ENCODERS),
         help="train every method with each of these image encoders (default both)",
@@ -312,6 +337,8 @@ def cmd_index(args) -> int:
     check_outputs(dirs=[args.out], inputs=[args.root, args.model], overwrite=args.overwrite)
     model, _ = load_model(Path(args.model))
     split = _load(args, args.split)
+    if args.kind in ("ivf", "ivfpq") and args.nlist > len(split.ids):
+        raise InputError(f"--nlist {args.nlist} exceeds the {len(split.ids)} items of the {args.split} gallery")
     emb = embed_gallery(model, prepare_features(split), device=args.device)
     idx = GalleryIndex(emb.shape[1], args.kind, nlist=args.nlist, nprobe=args.nprobe, pq_m=args.pq_m,
                        rerank=args.rerank)
@@ -358,6 +385,8 @@ def cmd_bench(args) -> int:
 
     suites = set(args.suite)
     check_precision(args.precision, resolve_device(args.device))
+    if "search" in suites:
+        check_search_memory(args.search_n, args.search_queries, args.force)
     methods = resolve_methods(args.methods)
     out = Path(args.out)
     rows, search_rows, feature_rows, size_rows = None, None, None, None
@@ -388,7 +417,7 @@ def cmd_bench(args) -> int:
         torch.set_num_threads(1)
         size_rows = model_size_rows(seed=args.seed, device=args.device, precision=args.precision)
     if args.json:
-        config = {k: v for k, v in vars(args).items() if k not in ("cmd", "json", "overwrite", "fn")}
+        config = {k: v for k, v in vars(args).items() if k not in ("cmd", "json", "overwrite", "fn", "force")}
         write_json(Path(args.json), {"config": config, "rows": rows, "search": search_rows,
                                      "features": feature_rows, "sizes": size_rows})
     return 0

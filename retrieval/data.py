@@ -13,11 +13,14 @@ description files)::
     <out>/<variant>/descriptions/desc.<split>.json   {id: description}
     <out>/<variant>/attributes/attr.<split>.json     {id: [6 attribute indices]}
     <out>/<variant>/meta.json
+
+Every file is read as UTF-8 JSON (the Shoes name lists as UTF-8 text) and checked at the
+boundary: a wrong type, a missing key or an id that is a path (``../x``, ``a/b``) is a
+:class:`~common.errors.DataError` naming the file, the entry and what was expected.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from PIL import Image
 from common.errors import DataError, InputError
 from common.images import read_image
 
+from .layout_checks import check_id, read_json, read_text, short, string_list
 from .render import FIQ_CATEGORIES, GROUPS, IMAGE_SIZE
 
 SPLITS = ("train", "val", "test")
@@ -157,16 +161,6 @@ def image_from_array(arr: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
     return np.asarray(im, np.uint8).copy()
 
 
-def read_json(path: Path, what: str):
-    """The JSON value in ``path``; DataError naming ``what`` when it is missing or not JSON."""
-    if not path.is_file():
-        raise DataError(f"missing {what}: {path}")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise DataError(f"{what} is not valid JSON: {path} ({e.msg})") from None
-
-
 def load_meta(root: Path) -> dict:
     """``meta.json`` of a built benchmark variant root (``<out>/<variant>``); DataError when absent."""
     path = Path(root) / "meta.json"
@@ -211,25 +205,18 @@ def load_fashioniq(root: Path, split: str = "val", categories: list[str] | None 
     for cat in categories:
         gal = read_json(root / "image_splits" / f"split.{cat}.{split}.json", "split file")
         caps = read_json(root / "captions" / f"cap.{cat}.{split}.json", "caption file")
-        if not isinstance(gal, list) or not isinstance(caps, list):
-            raise DataError(f"{root}: split/caption files for {cat!r} must hold JSON lists")
-        galleries[cat] = [str(g) for g in gal]
+        split_file = root / "image_splits" / f"split.{cat}.{split}.json"
+        cap_file = root / "captions" / f"cap.{cat}.{split}.json"
+        for value, f in ((gal, split_file), (caps, cap_file)):
+            if not isinstance(value, list):
+                raise DataError(f"{f} must hold a JSON list, got a {type(value).__name__}")
+        galleries[cat] = [check_id(g, f"split file {split_file} entry {n}") for n, g in enumerate(gal)]
         for g in galleries[cat]:
             all_ids[g] = None
         for n, c in enumerate(caps):
-            try:
-                text = " and ".join(s.strip().rstrip(".") for s in c["captions"] if s.strip())
-                ref, tgt = str(c["candidate"]), str(c["target"])
-            except (KeyError, TypeError, AttributeError):
-                raise DataError(
-                    f"caption file {cat}.{split} entry {n} lacks candidate/target/captions"
-                ) from None
-            if not text:
-                raise DataError(f"caption file {cat}.{split} entry {n} has empty captions")
-            for key in (ref, tgt):
-                if key not in all_ids and key not in galleries[cat]:
-                    all_ids[key] = None
-            triplets.append(Triplet(ref, tgt, text, cat, c.get("changed")))
+            triplets.append(_fashioniq_triplet(c, f"caption file {cap_file} entry {n}", cat))
+            for key in (triplets[-1].reference, triplets[-1].target):
+                all_ids.setdefault(key, None)
     ids = list(all_ids)
     images_dir = root / "images"
     if not images_dir.is_dir():
@@ -243,8 +230,7 @@ def load_fashioniq(root: Path, split: str = "val", categories: list[str] | None 
     attr_path = root / "attributes" / f"attr.{split}.json"
     attributes = None
     if attr_path.is_file():
-        a = read_json(attr_path, "attribute file")
-        attributes = np.array([a[i] for i in ids], np.int64).reshape(len(ids), len(GROUPS))
+        attributes = _read_attributes(attr_path, ids)
     return CIRSplit(
         "fashioniq",
         split,
@@ -257,6 +243,42 @@ def load_fashioniq(root: Path, split: str = "val", categories: list[str] | None 
         exclude_reference=False,
         description_files=desc_files,
     )
+
+
+def _fashioniq_triplet(c, where: str, cat: str) -> Triplet:
+    """One FashionIQ caption entry ``{"candidate", "target", "captions": [str, ...], "changed"?}``."""
+    if not isinstance(c, dict):
+        raise DataError(f"{where}: expected an object with candidate/target/captions, got {short(c)}")
+    missing = [k for k in ("candidate", "target", "captions") if k not in c]
+    if missing:
+        raise DataError(f"{where} lacks {'/'.join(missing)} (expected candidate, target and captions)")
+    ref, tgt = check_id(c["candidate"], f"{where} candidate"), check_id(c["target"], f"{where} target")
+    captions = string_list(c["captions"], where, "captions")
+    text = " and ".join(s.strip().rstrip(".") for s in captions if s.strip())
+    if not text:
+        raise DataError(f"{where} has empty captions")
+    changed = c.get("changed")
+    if changed is not None:
+        changed = string_list(changed, where, "changed (attribute group names)")
+    return Triplet(ref, tgt, text, cat, changed)
+
+
+def _read_attributes(path: Path, ids: list[str]) -> np.ndarray:
+    """(len(ids), 6) int64 attribute indices from ``{id: [6 integers]}``, -1 = not applicable."""
+    table = read_json(path, "attribute file")
+    if not isinstance(table, dict):
+        raise DataError(f"attribute file {path} must hold a JSON object {{image id: [{len(GROUPS)} integers]}}")
+    out = np.empty((len(ids), len(GROUPS)), np.int64)
+    for n, i in enumerate(ids):
+        if i not in table:
+            raise DataError(f"attribute file {path} has no entry for image id {i!r}")
+        row = table[i]
+        if (not isinstance(row, list) or len(row) != len(GROUPS)
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= -1 for v in row)):
+            raise DataError(f"attribute file {path} entry {i!r}: expected {len(GROUPS)} integers >= -1 "
+                            f"({', '.join(GROUPS)}), got {short(row)}")
+        out[n] = row
+    return out
 
 
 def load_shoes(root: Path, split: str = "test") -> CIRSplit:
@@ -275,8 +297,13 @@ def load_shoes(root: Path, split: str = "test") -> CIRSplit:
     names_file = root / ("train_im_names.txt" if split == "train" else "eval_im_names.txt")
     if not names_file.is_file():
         raise DataError(f"{root} is not in Shoes layout: missing {names_file.name}")
-    names = [ln.strip() for ln in names_file.read_text().splitlines() if ln.strip()]
-    caps = read_json(root / "relative_captions_shoes.json", "caption file")
+    names = [ln.strip() for ln in read_text(names_file, "image name file").splitlines() if ln.strip()]
+    for n, name in enumerate(names, 1):
+        check_id(name, f"image name file {names_file} line {n}")
+    cap_file = root / "relative_captions_shoes.json"
+    caps = read_json(cap_file, "caption file")
+    if not isinstance(caps, list):
+        raise DataError(f"{cap_file} must hold a JSON list, got a {type(caps).__name__}")
     name_set = set(names)
     paths = {}
     for p in root.rglob("*"):
@@ -287,15 +314,18 @@ def load_shoes(root: Path, split: str = "test") -> CIRSplit:
         raise DataError(f"Shoes image {missing[0]!r} listed in {names_file.name} not found under {root}")
     triplets = []
     for n, c in enumerate(caps):
-        try:
-            ref, tgt, text = c["ReferenceImageName"], c["ImageName"], c["RelativeCaption"].strip()
-        except (KeyError, TypeError, AttributeError):
-            raise DataError(
-                f"Shoes caption entry {n} lacks ImageName/ReferenceImageName/RelativeCaption"
-            ) from None
+        where = f"caption file {cap_file} entry {n}"
+        keys = ("ImageName", "ReferenceImageName", "RelativeCaption")
+        if not isinstance(c, dict) or any(k not in c for k in keys):
+            raise DataError(f"{where} lacks ImageName/ReferenceImageName/RelativeCaption (got {short(c)})")
+        ref, tgt = check_id(c["ReferenceImageName"], f"{where} ReferenceImageName"), check_id(
+            c["ImageName"], f"{where} ImageName")
+        if not isinstance(c["RelativeCaption"], str):
+            raise DataError(f"{where}: expected RelativeCaption as a string, got {short(c['RelativeCaption'])}")
+        text = c["RelativeCaption"].strip()
         if ref in name_set and tgt in name_set:
             if not text:
-                raise DataError(f"Shoes caption entry {n} has an empty caption")
+                raise DataError(f"{where} has an empty caption")
             triplets.append(Triplet(ref, tgt, text, "shoes"))
     images = np.stack([load_image(paths[n]) for n in names])
     descriptions, desc_files = read_descriptions(root, split, names)

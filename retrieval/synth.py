@@ -9,6 +9,7 @@ and lays both variants out the way :func:`retrieval.data.load_synthetic` reads t
 
 from __future__ import annotations
 
+import io
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -159,6 +160,14 @@ def _add_item(items: dict, key_to_id: dict, prefix: str, garment: int, attrs: At
     return key_to_id[key]
 
 
+def _save_png(img: np.ndarray, path: Path) -> None:
+    """Encode in memory, then write in one call: Ctrl-C or SIGTERM (handled between Python calls)
+    never leaves a torn image behind."""
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="PNG")
+    path.write_bytes(buf.getvalue())
+
+
 def build_benchmark(out: Path, config: BuildConfig | None = None, overwrite: bool = False) -> dict:
     """Build both variants of the synthetic benchmark under ``out``; returns a summary dict.
 
@@ -259,7 +268,7 @@ def build_benchmark(out: Path, config: BuildConfig | None = None, overwrite: boo
                     img = render(x[garment], attrs, vrng)
                 else:
                     img = render_photo(x[garment], attrs, vrng, config.image_size, config.photo)
-                Image.fromarray(img).save(root / "images" / f"{iid}.png")
+                _save_png(img, root / "images" / f"{iid}.png")
                 descs[iid] = describe(attrs, vrng, config.description_noise)
                 attrs_out[iid] = attrs.as_list()
             for cat in FIQ_CATEGORIES:

@@ -326,7 +326,8 @@ def _fit_features(model, f: Features, cfg: TrainConfig, say, val: tuple[CIRSplit
             + (f", early stopping on validation recall ({len(val[0].triplets)} held-out triplets), "
                f"patience {cfg.patience} epochs after step {int(EARLY_STOP_AFTER * max_steps)}"
                if val is not None else ", no validation split"))
-        engine_fit(trainer, m2, _loader(n_trip, cfg, 2), _val_loader() if val is not None else None, resume=False)
+        engine_fit(trainer, m2, _loader(n_trip, cfg, 2), _val_loader() if val is not None else None,
+                   resume=False)
         history += m2.history
         for h in m2.history:
             if "loss" in h:
