@@ -11,6 +11,7 @@ makes a tiny model + gallery for tests in well under a minute and returns the tw
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -24,6 +25,8 @@ from common.images import served_png
 
 from .render import GROUPS
 from .towers import DEFAULT_IMAGE_ENCODER
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = Path(f"results/demo/retrieval_bench/models/controlled/{DEFAULT_IMAGE_ENCODER}/MoA3CIR")
 DEFAULT_DATA = Path("results/demo/retrieval_data")
@@ -187,7 +190,9 @@ def _friendly(exc: Exception, what: str) -> gr.Error:
         return exc
     if isinstance(exc, MoeAppsError):
         return gr.Error(str(exc))
-    return gr.Error(f"{what} failed ({type(exc).__name__}: {exc}); check the server log, then try again")
+    log.error("retrieval tab: %s failed", what, exc_info=exc)  # the details for the operator
+    return gr.Error(f"{what} failed on the server (the server log has the details); try again, or pick "
+                    "another product")
 
 
 def _gallery(items: list) -> list:
