@@ -38,32 +38,38 @@ def stray_temps(root: Path) -> list[str]:
                   if p.is_file() and (p.name.endswith((".tmp", ".part")) or ".tmp." in p.name))
 
 
+class _TimedOut(BaseException):
+    """Raised by the alarm that bounds :func:`assert_refused`."""
+
+
 def assert_refused(main: Callable[[list[str]], int], argv: Sequence[str], root: Path, *, match: str | None = None,
                    timeout_s: float = 60.0, capsys=None) -> str:
-    """Run ``main(argv)`` in this process (in a worker thread, bounded by ``timeout_s``) and assert
-    exit 2, exactly one ``error:`` line on stderr (containing ``match`` when given), no traceback and
-    every file below ``root`` unchanged. Returns the error line."""
+    """Run ``main(argv)`` in this (the main) thread, bounded by ``timeout_s`` through SIGALRM, and
+    assert exit 2, exactly one ``error:`` line on stderr (containing ``match`` when given), no
+    traceback and every file below ``root`` unchanged. Returns the error line. (Not a worker thread:
+    ``contextlib.redirect_stderr`` swaps the process-wide ``sys.stderr``, and a thread that outlived
+    its test would put a stale stream back under a later test.)"""
     import contextlib
     import io
 
     before = snapshot(root)
     err, out = io.StringIO(), io.StringIO()
-    result: dict[str, object] = {}
 
-    def run() -> None:
-        try:
-            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-                result["code"] = main(list(argv))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            result["exc"] = exc
+    def alarm(signum, frame):
+        raise _TimedOut
 
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    assert not worker.is_alive(), f"{list(argv)} still running after {timeout_s} s (a bound must refuse it)"
-    assert "exc" not in result, f"{list(argv)} raised {result.get('exc')!r}"
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            code = main(list(argv))
+    except _TimedOut:
+        raise AssertionError(f"{list(argv)} still running after {timeout_s} s (a bound must refuse it)") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
     text = err.getvalue()
-    assert result["code"] == EXIT_BAD_INPUT, (result["code"], out.getvalue()[-500:], text[-2000:])
+    assert code == EXIT_BAD_INPUT, (code, out.getvalue()[-500:], text[-2000:])
     assert "Traceback" not in text
     lines = text.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), text
