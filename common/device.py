@@ -188,6 +188,14 @@ def trainer_kwargs(device: torch.device, *, world: int = 1) -> dict[str, Any]:
     return dict(accelerator="cpu", devices=1)
 
 
+def to_device(obj: Any, device: torch.device) -> Any:
+    """``obj`` with every tensor in it on ``device``: tensors, dicts, lists, tuples, dataclasses and
+    objects with ``.to`` (a PyG batch), Lightning's ``move_data_to_device``; other values as they are."""
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+
+    return move_data_to_device(obj, device)
+
+
 def loader_kwargs(device: torch.device, workers: int | None = None) -> dict[str, Any]:
     """``DataLoader`` arguments for ``device``: pinned memory and background workers on a GPU
     (``workers`` defaults to min(4, CPUs)), the main process on the CPU (the suite's CPU runs keep

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from common.device import autocast, check_precision, describe, resolve_device
+from common.device import autocast, check_precision, describe, resolve_device, to_device
 from common.errors import InputError
 from common.io import atomic_write, write_csv, write_json
 from common.report import markdown_table
@@ -222,7 +222,7 @@ def bench_scene_training(
                      "valid": torch.ones(1, p, dtype=torch.bool), "category": torch.tensor([4]),
                      "n_parts": torch.tensor([p]), "text": None}
             noise = draw_flow_noise(batch, gen)
-            batch, noise = _to(batch, dev), _to(noise, dev)
+            batch, noise = to_device(batch, dev), to_device(noise, dev)
             models, opts = {}, {}
             for m in SCENE_METHODS:
                 torch.manual_seed(seed)
@@ -265,10 +265,6 @@ def run_scene_bench(out_json: Path, **kw) -> list[dict]:
     return rows
 
 
-def _to(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
 # ---------------------------------------------------------------- sizes: one training step per named size
 def time_train_step(
     model_size: str, attention: str, parts: int, tokens_per_part: int, device: str | torch.device = "auto",
@@ -297,8 +293,8 @@ def time_train_step(
              "box": torch.randn(batch_size, parts, 6, generator=gen),
              "valid": torch.ones(batch_size, parts, dtype=torch.bool), "category": torch.full((batch_size,), 4),
              "n_parts": torch.full((batch_size,), parts), "text": None}
-    noise = _to(draw_flow_noise(batch, gen), dev)
-    batch = _to(batch, dev)
+    noise = to_device(draw_flow_noise(batch, gen), dev)
+    batch = to_device(batch, dev)
     torch.manual_seed(seed)
     cfg = GenConfig(n_latents=tokens_per_part, d_latent=8, max_parts=parts, d_model=size.d_model, n_heads=size.n_heads,
                     n_layers=size.n_layers, attention=attention, dense_warmup=0.0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from common.device import resolve_device
+from common.device import resolve_device, to_device
 from common.errors import InputError
 
 from .features import (
@@ -22,7 +22,6 @@ from .features import (
     gallery_batch,
     query_batch,
     text_tokens,
-    to_device,
 )
 from .text import TextEncoder
 

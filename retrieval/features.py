@@ -5,7 +5,7 @@ rows, labels, and the frozen pretrained image token grids; and the batches cut f
     f = prepare_features(split)                    # Features of a loaded CIRSplit
     items = gallery_batch(f, rows)                 # img, desc, desc_mask, attrs of gallery rows
     queries = query_batch(f, triplet_rows)         # ref_img, text, text_mask, ref_desc, ... of triplets
-    queries = to_device(queries, device)           # Features stay on the CPU; batches move
+    queries = common.device.to_device(queries, device)   # Features stay on the CPU; batches move
 """
 
 from __future__ import annotations
@@ -142,11 +142,6 @@ def query_batch(f: Features, trip: torch.Tensor) -> dict:
     if f.changed is not None:
         b["changed"] = f.changed[trip]
     return b
-
-
-def to_device(batch: dict, device: torch.device) -> dict:
-    """``batch`` with every tensor on ``device`` (the same dict's tensors when they are there)."""
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 class RowIndex(Dataset):

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from torch.utils.data import DataLoader
 
+from common.device import to_device
 from common.engine import fit as engine_fit
 from common.engine import make_trainer, shuffled_loader
 from common.errors import DataError
@@ -44,7 +45,6 @@ from .features import (
     gallery_batch,
     prepare_features,
     query_batch,
-    to_device,
 )
 from .model import slots_to_embedding
 from .text import TextEncoder

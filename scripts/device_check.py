@@ -53,7 +53,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from common.cli import ArgumentParser, check_outputs, cli_main  # noqa: E402
-from common.device import add_device_arg, describe, resolve_device  # noqa: E402
+from common.device import add_device_arg, describe, resolve_device, to_device  # noqa: E402
 from common.io import atomic_write  # noqa: E402
 
 APP_PACKAGES = ("moe", "olfaction", "retrieval", "generation3d", "vision", "streaming")
@@ -61,23 +61,6 @@ TOLERANCE = 1e-4  # fp32 CPU vs CUDA, TF32 off: differences are summation order 
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def _move(obj, device: torch.device):
-    """``obj`` with every tensor (and every object with ``.to``, e.g. a PyG batch) on ``device``."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {k: _move(v, device) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        moved = [_move(v, device) for v in obj]
-        return type(obj)(moved) if not hasattr(obj, "_fields") else type(obj)(*moved)
-    if hasattr(obj, "to") and callable(obj.to) and not isinstance(obj, type):
-        try:
-            return obj.to(device)
-        except TypeError:
-            return obj
-    return obj
 
 
 def _float_tensors(out) -> list[torch.Tensor]:
@@ -95,7 +78,7 @@ def _float_tensors(out) -> list[torch.Tensor]:
 def _one_step(model: torch.nn.Module, inputs: tuple, device: torch.device) -> tuple[list[torch.Tensor], dict]:
     """Outputs and updated weights after one SGD step of ``model`` (a copy) on ``device``."""
     model = copy.deepcopy(model).to(device).eval()
-    inputs = _move(inputs, device)
+    inputs = to_device(inputs, device)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     torch.manual_seed(0)
     outs = _float_tensors(model.example_forward(*inputs))

@@ -171,3 +171,12 @@ def test_hub_device_flag(capsys):
     assert hub_main(["--device", "cuda"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "GPU" in err[0]
+
+
+def test_to_device_moves_nested_tensors_and_keeps_the_rest():
+    cpu = torch.device("cpu")
+    x = torch.ones(2)
+    out = dev.to_device({"a": x, "b": [x, (x, 3)], "c": "text", "d": None}, cpu)
+    assert out["a"].device == cpu and isinstance(out["b"], list) and isinstance(out["b"][1], tuple)
+    assert out["b"][1][1] == 3 and out["c"] == "text" and out["d"] is None
+    assert torch.equal(out["b"][1][0], x)
