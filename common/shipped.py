@@ -27,6 +27,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -123,10 +124,13 @@ def _git_commit() -> str:
 
 def ship(model, name: str, app_dir: str | os.PathLike, *, command: str, data: str, split: str, steps: int,
          seed: int, metrics: dict[str, Any], trained_on: str, wall_s: float, smoke: str,
-         dtype: str = "float16", commit: str | None = None, overwrite: bool = False) -> Path:
+         dtype: str = "float16", commit: str | None = None, overwrite: bool = False,
+         extra_files: dict[str, str | os.PathLike] | None = None) -> Path:
     """Write ``model`` (a registered ``PretrainedMixin``) as the shipped model ``name`` under
     ``app_dir/weights/name`` with floating tensors stored in ``dtype`` and a manifest; refuses a
-    directory over :data:`MAX_BYTES`, a malformed name and, without ``overwrite``, an existing one."""
+    directory over :data:`MAX_BYTES`, a malformed name and, without ``overwrite``, an existing one.
+    ``extra_files`` (file name -> source path) are copied in beside the weights and hashed with them
+    (a sampler's schedule, say)."""
     from safetensors import safe_open
     from safetensors.torch import save_file
 
@@ -140,7 +144,13 @@ def ship(model, name: str, app_dir: str | os.PathLike, *, command: str, data: st
     out = Path(app_dir) / WEIGHTS_DIR / name
     if out.exists() and not overwrite:
         raise CheckpointError(f"{out} exists (pass overwrite=True to replace it)")
+    if out.exists():
+        shutil.rmtree(out)
     model.save_pretrained(out)
+    for file_name, source in (extra_files or {}).items():
+        if Path(file_name).name != file_name or file_name == MANIFEST:
+            raise ValueError(f"extra files are plain names other than {MANIFEST}, got {file_name!r}")
+        shutil.copyfile(source, out / file_name)
     weights = out / "model.safetensors"
     with safe_open(str(weights), framework="pt") as f:
         meta = f.metadata() or {}

@@ -54,6 +54,7 @@ def cmd_train(a) -> int:
     from vision.models import build_backbone
     from vision.train import TrainConfig, fit
 
+    _apply_preset(a)
     out = Path(a.out or f"runs/{a.model}")
     channels = a.channels or (1 if a.data in FASHION_MNIST_NAMES else 3)
     check_training(steps=a.steps, batch_size=a.batch_size, size=a.size, channels=channels, limit=a.limit,
@@ -61,7 +62,11 @@ def cmd_train(a) -> int:
     if a.patch_size and a.patch_size > a.size:
         raise InputError(f"--patch-size {a.patch_size} is larger than the image (--size {a.size})")
     check_precision(a.precision, resolve_device(a.device))
-    check_outputs(dirs=[out], inputs=[_data_input(a.data)], overwrite=a.overwrite)
+    if a.resume and a.overwrite:
+        raise InputError("--resume continues the run in --out; --overwrite would replace it (choose one)")
+    if a.resume and not a.checkpoint_every:
+        raise InputError("--resume needs --checkpoint-every > 0 (the full state is saved that often)")
+    check_outputs(dirs=[] if a.resume else [out], inputs=[_data_input(a.data)], overwrite=a.overwrite)
     torch.set_num_threads(a.threads)
     images = load_dataset(a.data, a.size, channels, limit=a.limit, seed=a.seed)
     torch.manual_seed(a.seed)
@@ -69,10 +74,12 @@ def cmd_train(a) -> int:
     model = build_backbone(a.model, a.model_size, sample_size=a.size, in_channels=channels, **patch)
     print(f"training {a.model} ({a.model_size}) on {len(images)} images for {a.steps} steps on "
           f"{resolve_device(a.device)}", file=sys.stderr, flush=True)
-    res = fit(model, images, TrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
-                                         checkpoint_every=a.checkpoint_every), out_dir=out,
-              progress=sys.stdout.isatty(), data=data_spec(a.data, a.size, channels, a.seed), device=a.device,
-              precision=a.precision)
+    cfg = TrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed, ema_decay=a.ema_decay,
+                      checkpoint_every=a.checkpoint_every, snapshot_every=a.snapshot_every,
+                      **({"warmup": a.warmup} if a.warmup is not None else {}))
+    res = fit(model, images, cfg, out_dir=out, progress=sys.stdout.isatty(),
+              data=data_spec(a.data, a.size, channels, a.seed), device=a.device, precision=a.precision,
+              resume=a.resume)
     if a.data == SWEETHOME3D and res.checkpoint is not None:  # CC-BY 3.0: the creators travel with the model
         from common.sweethome3d import write_attribution
 
@@ -86,6 +93,24 @@ def cmd_train(a) -> int:
 
         exit_distributed(0)
     return 0
+
+
+TRAIN_DEFAULTS = {"data": "fashion-mnist", "size": 32, "model_size": "XS", "steps": 300, "batch_size": 32,
+                  "lr": 2e-3, "ema_decay": 0.995, "limit": 20000, "checkpoint_every": 100, "snapshot_every": 0,
+                  "warmup": None}
+
+
+def _apply_preset(a) -> None:
+    """Fill the training options left unset from ``--preset`` (``vision.train.PRESETS``), then from
+    the plain defaults; an option given on the command line always wins."""
+    from vision.train import PRESETS
+
+    preset = PRESETS[a.preset] if a.preset else {}
+    for key, default in TRAIN_DEFAULTS.items():
+        if getattr(a, key, None) is None:
+            setattr(a, key, preset.get(key, default))
+    if not 0 <= a.ema_decay < 1:
+        raise InputError(f"--ema-decay must be in [0, 1), got {a.ema_decay}")
 
 
 def cmd_sample(a) -> int:
@@ -126,6 +151,7 @@ def cmd_eval(a) -> int:
         inception_fid,
         inception_weights_path,
         load_inception,
+        recognisability,
         to_model_range,
     )
     from vision.models import load_backbone
@@ -153,10 +179,16 @@ def cmd_eval(a) -> int:
     # the encoder follows --device (features computed where the samples were)
     metrics.update(feature_metrics(real, fake, feature_encoder().to(resolve_device(a.device))))
     if cfg.in_channels == 1 and cfg.sample_size == 32 and source in FASHION_MNIST_NAMES:
-        metrics.update(classifier_metrics(real, fake, get_classifier()[0]))
+        classifier = get_classifier()[0]
+        metrics.update(classifier_metrics(real, fake, classifier))
+        recog = recognisability(fake, classifier)
+        recog.pop("labels")
+        metrics.update({f"recognisable_{k}" if k != "class_shares" else k: v for k, v in recog.items()})
     if detector is not None:
         metrics["inception_fid"] = inception_fid(real, fake, detector)
     for k, v in metrics.items():
+        if isinstance(v, dict):
+            v = ", ".join(f"{n} {x:.2f}" for n, x in v.items())
         print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
     if a.out:
         write_json(a.out, metrics)
@@ -249,6 +281,7 @@ def _add_force_arg(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from vision.models import MODEL_NAMES, MODEL_SIZES
+    from vision.train import PRESETS
 
     p = ArgumentParser(prog="moh", description="MoH: Mamba diffusion with Mixture-of-Hierarchical experts")
     sub = p.add_subparsers(dest="command", required=True)
@@ -258,20 +291,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_force_arg(t)
     add_precision_arg(t)
     t.add_argument("--model", choices=MODEL_NAMES, default="moh")
-    t.add_argument("--model-size", choices=tuple(MODEL_SIZES), default="XS",
+    t.add_argument("--model-size", choices=tuple(MODEL_SIZES), default=None,
                    help="width, depth and patch of MoH (the baselines are matched to its parameters); "
                         "see the size table in vision/README.md (default XS)")
-    t.add_argument("--data", default="fashion-mnist",
+    t.add_argument("--data", default=None,
                    help="'fashion-mnist', 'sweethome3d' (furniture icons, seeded split by item) or an image folder")
-    t.add_argument("--size", type=positive_int, default=32, help="image size in pixels (default 32)")
+    t.add_argument("--size", type=positive_int, default=None, help="image size in pixels (default 32)")
     t.add_argument("--channels", type=int_in(1, 4), default=None,
                    help="1 (grayscale) or 3 (RGB); default 1 for Fashion-MNIST, 3 otherwise")
     t.add_argument("--patch-size", type=positive_int, default=None, help="default: the model size's")
-    t.add_argument("--steps", type=positive_int, default=300, help="at most 200000 without --force")
-    t.add_argument("--batch-size", type=positive_int, default=32)
-    t.add_argument("--lr", type=positive_float, default=2e-3)
-    t.add_argument("--limit", type=positive_int, default=20000, help="training images used")
-    t.add_argument("--checkpoint-every", type=nonneg_int, default=100)
+    t.add_argument("--steps", type=positive_int, default=None, help="default 300; at most 200000 without --force")
+    t.add_argument("--batch-size", type=positive_int, default=None, help="default 32")
+    t.add_argument("--lr", type=positive_float, default=None, help="default 2e-3")
+    t.add_argument("--ema-decay", type=float, default=None, help="default 0.995 (0: no EMA)")
+    t.add_argument("--limit", type=positive_int, default=None, help="training images used (default 20000)")
+    t.add_argument("--checkpoint-every", type=nonneg_int, default=None, help="default 100")
+    t.add_argument("--snapshot-every", type=nonneg_int, default=None,
+                   help="also keep the sampling weights every N steps in OUT/snapshots (default 0: none)")
+    t.add_argument("--preset", choices=tuple(PRESETS),
+                   help="a named recipe (data, size, steps, batch, learning rate, EMA, seed) behind a shipped model; "
+                        "options given explicitly override it")
+    t.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run in --out from its last full checkpoint (same options)")
     t.add_argument("--threads", type=int_in(1, MAX_THREADS), default=1)
     t.set_defaults(fn=cmd_train)
     s = sub.add_parser("sample", help="sample a grid of images")

@@ -20,26 +20,37 @@ SEED_MAX = 2**32 - 1
 log = logging.getLogger(__name__)
 
 CKPT_ENV = "MOH_DEMO_CKPT"
-DATASETS = ("fashion-mnist", "sweethome3d")
+BASELINE = "fashion-mnist, plain Mamba"
+DATASETS = ("fashion-mnist", BASELINE, "sweethome3d")
+SHIPPED = {"fashion-mnist": "moh-fmnist", BASELINE: "mamba-fmnist"}  # common.shipped names
 
 
 def default_checkpoint(dataset: str = "fashion-mnist") -> str:
-    """The demo model of ``dataset``: ``$MOH_DEMO_CKPT`` for Fashion-MNIST if set, else the model
-    that ``make demo`` (``vision.quick``) leaves in the cache (``demo_model`` /
-    ``demo_model_sweethome3d``). ``dataset`` is a name of ``DATASETS`` (InputError otherwise)."""
+    """The model the tab samples for a ``DATASETS`` choice (InputError for any other name):
+    ``$MOH_DEMO_CKPT`` for Fashion-MNIST if set; else the shipped model (``moh-fmnist``, or the
+    plain-Mamba baseline ``mamba-fmnist`` trained with the same recipe); else the model that
+    ``make demo`` (``vision.quick``) leaves in the cache (``demo_model`` /
+    ``demo_model_sweethome3d``)."""
+    from common.shipped import shipped_models
     from vision.quick import demo_model_dir
 
     if dataset not in DATASETS:
         raise InputError(f"dataset must be one of {', '.join(DATASETS)}, got {str(dataset)[:40]!r}")
-
     if dataset == "fashion-mnist" and os.environ.get(CKPT_ENV):
         return os.environ[CKPT_ENV]
+    if dataset in SHIPPED and (SHIPPED[dataset] in shipped_models() or dataset == BASELINE):
+        return SHIPPED[dataset]
     return str(demo_model_dir(dataset))
 
 
-def allowed_checkpoint(ckpt: str) -> Path:
-    """``ckpt`` resolved, if it lies inside the hub's allowed roots (``common.allowlist``) or the
-    operator's ``$MOH_DEMO_CKPT``; raises ``InputError`` otherwise, before anything is read."""
+def allowed_checkpoint(ckpt: str) -> Path | str:
+    """The name of a shipped model as it is (``common.shipped`` verifies it), else ``ckpt``
+    resolved, if it lies inside the hub's allowed roots (``common.allowlist``) or the operator's
+    ``$MOH_DEMO_CKPT``; raises ``InputError`` otherwise, before anything is read."""
+    from common.shipped import shipped_models
+
+    if ckpt in shipped_models():
+        return ckpt
     return check_allowed_path(ckpt, "checkpoint directory", extra_roots=[os.environ.get(CKPT_ENV, "")])
 
 
@@ -83,7 +94,8 @@ def run_sample(ckpt: str, n, steps, seed):
     (a string) saying what to do when the request cannot be served; never raw exception text."""
     try:
         if not isinstance(ckpt, str) or not ckpt.strip() or "\x00" in ckpt:
-            raise InputError("enter the directory of a trained checkpoint (moh train --out DIR, or make demo)")
+            raise InputError("enter a shipped model's name (moh-fmnist) or the directory of a trained checkpoint "
+                             "(moh train --out DIR, or make demo)")
         return sample_with_trace(str(allowed_checkpoint(ckpt)), n, steps, seed)
     except MoeAppsError as exc:
         return f"**error:** {exc}"
@@ -124,14 +136,17 @@ def build_tab() -> None:
     gr.Markdown(
         "### MoH: Mamba diffusion with Mixture-of-Hierarchical experts\n"
         "A timestep-conditioned router picks token-grid levels, a feature-transform expert and the "
-        "scan depth at every denoising step. Train a model with `moh train` or `make demo`; the dataset "
-        "choice picks the demo model trained on Fashion-MNIST or on the Sweet Home 3D furniture icons."
+        "scan depth at every denoising step. Fashion-MNIST samples come from the shipped model `moh-fmnist` "
+        "(20,000 steps); its plain-Mamba baseline `mamba-fmnist` was trained with the same recipe. The Sweet "
+        "Home 3D icon model is the one `make demo` trains; a checkpoint of your own (`moh train --out DIR`) "
+        "can be typed into the box."
     )
     with gr.Row():
         dataset = gr.Dropdown(list(DATASETS), value=DATASETS[0], label="dataset", elem_id="moh-dataset")
-        ckpt = gr.Textbox(value=default_checkpoint(), label="checkpoint directory", elem_id="moh-ckpt")
+        ckpt = gr.Textbox(value=default_checkpoint(), label="shipped model or checkpoint directory",
+                          elem_id="moh-ckpt")
         n = gr.Slider(1, 64, value=16, step=1, label="images")
-        steps = gr.Slider(2, 50, value=10, step=1, label="DDIM steps")
+        steps = gr.Slider(2, 50, value=25, step=1, label="DDIM steps")
         seed = gr.Number(value=0, precision=0, label="seed")
     run = gr.Button("Sample", variant="primary", elem_id="moh-sample")
     status = gr.Markdown(elem_id="moh-status")

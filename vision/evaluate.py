@@ -2,8 +2,8 @@
 
 * **FMNIST-classifier FID**: the Fréchet distance (Heusel et al. 2017)
   ``||μ_r - μ_g||² + Tr(Σ_r + Σ_g - 2 (Σ_r Σ_g)^{1/2})`` between Gaussian fits of real and
-  generated images in the 64-d penultimate feature space of a small CNN trained here on
-  Fashion-MNIST (``vision.classifier``, cached). It is *not* the Inception FID and its values are not comparable to
+  generated images in the 128-d penultimate feature space of a small CNN trained here on
+  Fashion-MNIST (``vision.classifier``, shipped as ``fmnist-classifier``). It is *not* the Inception FID and its values are not comparable to
   published FIDs; always report it under this name.
 * **EfficientNet-Lite0 FID** (``efficientnet_lite0_fid``): the same distance in the 1280-d pooled
   features of the ImageNet-pretrained EfficientNet-Lite0 (``common.image_encoder``, weights from a
@@ -17,6 +17,9 @@
   ``--inception-weights PATH`` or ``$MOH_INCEPTION_WEIGHTS``.
 * **Precision / recall** (Kynkäänniemi et al. 2019): fraction of generated features inside the
   real k-NN manifold, and of real features inside the generated one (k = 3).
+* **Recognisability** (``recognisability``): the share of samples that the same classifier
+  (92 % test accuracy) labels with confidence >= 0.8, and the share of those that each class
+  receives (a model that draws only trousers is recognisable but not diverse).
 """
 
 from __future__ import annotations
@@ -80,6 +83,28 @@ def precision_recall(real: np.ndarray, fake: np.ndarray, k: int = 3) -> tuple[fl
 def to_model_range(images01: np.ndarray) -> Tensor:
     """Pipeline output ``(b, H, W, c)`` in [0, 1] -> ``(b, c, H, W)`` in [-1, 1]."""
     return torch.as_tensor(images01, dtype=torch.float32).permute(0, 3, 1, 2) * 2 - 1
+
+
+FMNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                  "Ankle boot")
+
+
+@torch.no_grad()
+def recognisability(images: Tensor, classifier: FMNISTClassifier, threshold: float = 0.8) -> dict:
+    """How recognisable ``images (N, 1, 32, 32)`` in [-1, 1] are as Fashion-MNIST garments:
+    ``{"confident_share"`` (share with top softmax probability >= ``threshold``),
+    ``"class_shares"`` (class name -> share of all N images labelled that class, any confidence),
+    ``"min_class_share"``, ``"mean_confidence"``, ``"labels"`` (N,) ``}``."""
+    if images.dim() != 4 or images.shape[1:] != (1, 32, 32):
+        raise InputError(f"recognisability needs (N, 1, 32, 32) images, got {tuple(images.shape)}")
+    classifier.eval()
+    probs = torch.cat([classifier(images[i:i + 512]).softmax(-1) for i in range(0, len(images), 512)])
+    conf, labels = probs.max(-1)
+    counts = torch.bincount(labels, minlength=len(FMNIST_CLASSES)).double() / len(images)
+    return {"confident_share": float((conf >= threshold).double().mean()), "threshold": threshold,
+            "class_shares": {n: float(c) for n, c in zip(FMNIST_CLASSES, counts, strict=True)},
+            "min_class_share": float(counts.min()), "mean_confidence": float(conf.double().mean()),
+            "labels": labels.tolist()}
 
 
 def classifier_metrics(real: Tensor, fake: Tensor, classifier: FMNISTClassifier) -> dict:

@@ -72,8 +72,14 @@ def make_sampler(kind: str = "ddim", base: DDPMScheduler | None = None) -> DDPMS
 
 def checkpoint_dir(path: str | Path) -> Path:
     """The checkpoint directory of ``path``: ``path / CHECKPOINT`` for a training run's directory,
-    else ``path`` itself."""
+    the verified directory of a shipped model's name (``moh-fmnist``; ``common.shipped``), else
+    ``path`` itself."""
     p = Path(path)
+    if not p.exists():
+        from common.shipped import resolve_checkpoint, shipped_models
+
+        if str(path) in shipped_models():
+            return resolve_checkpoint(path)
     return p / CHECKPOINT if (p / CHECKPOINT).is_dir() else p
 
 
@@ -255,3 +261,10 @@ def save_grid(images: np.ndarray, path) -> None:
     img = Image.fromarray(g[..., 0] if g.shape[-1] == 1 else g)
     with atomic_write(path, "wb") as f:
         img.save(f, format="PNG")
+
+
+def smoke_sample(model) -> np.ndarray:
+    """Two 2-step DDIM samples of a backbone, ``(2, H, W, c)`` in [0, 1] (the shipped-weights test)."""
+    out = MoHPipeline(model.eval(), make_sampler("ddim"))(batch_size=2, num_inference_steps=2,
+                                                          generator=torch.Generator().manual_seed(0))
+    return out.images

@@ -41,11 +41,11 @@ from pathlib import Path
 import lightning.pytorch as L
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.callbacks import Callback, Checkpoint
+from lightning.pytorch.callbacks import Callback, Checkpoint, ModelCheckpoint
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
-from common.engine import ctrl_c_interrupts, make_trainer
+from common.engine import LAST, ctrl_c_interrupts, make_trainer
 from common.engine import fit as engine_fit
 from common.errors import InputError
 from common.io import write_json
@@ -74,6 +74,18 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 100  # 0: only at the end
     log_every: int = 25
+    snapshot_every: int = 0  # > 0: also keep the sampling weights of every such step (learning curves)
+
+
+# Named training recipes (``moh train --preset NAME``): the exact settings behind a shipped model;
+# the backbone (``--model``) is the caller's, so a baseline is trained with the same recipe.
+PRESETS: dict[str, dict] = {
+    "fmnist": {"data": "fashion-mnist", "size": 32, "model_size": "XS", "limit": 60000,
+               "steps": 20000, "batch_size": 32, "lr": 2e-3, "warmup": 200, "ema_decay": 0.999,
+               "checkpoint_every": 500, "snapshot_every": 2500},
+}
+SNAPSHOTS = "snapshots"  # out_dir/snapshots/step_<n>: sampling weights kept every snapshot_every steps
+RESUME_STATE = "checkpoints"  # out_dir/checkpoints/last.ckpt: Lightning's full state for --resume
 
 
 @dataclass
@@ -153,6 +165,10 @@ class _WarmupCosineLR(torch.optim.lr_scheduler.LRScheduler):
     def get_lr(self) -> list[float]:
         return [_lr_at(self.last_epoch, self.cfg) for _ in self.optimizer.param_groups]
 
+    def state_dict(self) -> dict:
+        """The schedule's position without the config object (checkpoints load with ``weights_only``)."""
+        return {k: v for k, v in super().state_dict().items() if k != "cfg"}
+
 
 @torch.no_grad()
 def _ema_update(ema, model, step: int, decay: float) -> None:
@@ -171,17 +187,23 @@ class _GlobalBatches(IterableDataset):
     from one ``torch.Generator`` seeded with ``seed``, and this rank keeps its slice
     ``[rank::world]`` (``b = batch_size / world``), so the ranks together see the one-process batch."""
 
-    def __init__(self, images: Tensor, batch_size: int, steps: int, seed: int, rank: int = 0, world: int = 1):
+    def __init__(self, images: Tensor, batch_size: int, steps: int, seed: int, rank: int = 0, world: int = 1,
+                 start: int = 0):
         self.images, self.batch_size, self.steps, self.seed = images, batch_size, steps, seed
-        self.rank, self.world = rank, world
+        self.rank, self.world, self.start = rank, world, start
 
     def __len__(self) -> int:
-        return self.steps
+        return self.steps - self.start
 
     def __iter__(self):
         gen = torch.Generator().manual_seed(self.seed)
-        for _ in range(self.steps):
+        shape = (self.batch_size, *self.images.shape[1:])
+        for step in range(self.steps):
             idx = torch.randint(0, self.images.shape[0], (self.batch_size,), generator=gen)
+            if step < self.start:  # a resumed run: draw (and drop) the batches already trained on
+                torch.randn(shape, generator=gen)
+                torch.randint(0, NUM_TRAIN_TIMESTEPS, (self.batch_size,), generator=gen)
+                continue
             x0 = self.images[idx]
             noise = torch.randn(x0.shape, generator=gen)
             t = torch.randint(0, NUM_TRAIN_TIMESTEPS, (self.batch_size,), generator=gen)
@@ -195,9 +217,9 @@ class DiffusionModule(L.LightningModule):
     steps), ``route_log`` (MoH routes of up to 8 samples per step), ``final_loss`` and the
     compute time of the steps ``compute_s``."""
 
-    def __init__(self, backbone, images: Tensor, cfg: TrainConfig) -> None:
+    def __init__(self, backbone, images: Tensor, cfg: TrainConfig, start_step: int = 0) -> None:
         super().__init__()
-        self.backbone, self.images, self.cfg = backbone, images, cfg
+        self.backbone, self.images, self.cfg, self.start_step = backbone, images, cfg, start_step
         self.ema = copy.deepcopy(backbone).requires_grad_(False).eval() if cfg.ema_decay > 0 else None
         self.sched = make_train_scheduler()
         # ᾱ_t (T,) as a buffer, so that it follows the module to its device
@@ -220,9 +242,16 @@ class DiffusionModule(L.LightningModule):
 
     def train_dataloader(self) -> DataLoader:
         batches = _GlobalBatches(self.images, self.cfg.batch_size, self.cfg.steps, self.cfg.seed,
-                                self.global_rank, self.trainer.world_size)
+                                self.global_rank, self.trainer.world_size, start=self.start_step)
         # a private generator: the loader's base seed must not consume the global RNG
         return DataLoader(batches, batch_size=None, generator=torch.Generator().manual_seed(self.cfg.seed))
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["moh_train_config"] = asdict(self.cfg)  # a resumed run must use the same settings
+        checkpoint["moh_compute_s"] = self.compute_s  # training time summed over the sittings
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.compute_s = float(checkpoint.get("moh_compute_s", 0.0))
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.backbone.parameters(), lr=self.cfg.lr, weight_decay=0.0)
@@ -271,7 +300,7 @@ class _SamplingCheckpoint(Checkpoint):
         self._saved_step = trainer.global_step
         if trainer.is_global_zero:
             state = {"step": trainer.global_step, "loss": module.final_loss, "config": asdict(self.cfg),
-                     "world_size": trainer.world_size}
+                     "world_size": trainer.world_size, "train_s": module.compute_s}
             if self.data is not None:
                 state["data"] = self.data
             self.last_model_path = str(_save_atomic(module.sampling_model, self.out_dir, state))
@@ -279,6 +308,14 @@ class _SamplingCheckpoint(Checkpoint):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.every and trainer.global_step % self.every == 0:
             self._save(trainer, pl_module)
+        snap = self.cfg.snapshot_every
+        if snap and trainer.global_step % snap == 0 and trainer.is_global_zero:
+            dest = self.out_dir / SNAPSHOTS / f"step_{trainer.global_step}"
+            with _signals_deferred():
+                shutil.rmtree(dest, ignore_errors=True)
+                save_checkpoint(pl_module.sampling_model, dest)
+                write_json(dest / STATE, {"step": trainer.global_step, "config": asdict(self.cfg),
+                                          **({"data": self.data} if self.data is not None else {})})
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self._saved_step != trainer.global_step:
@@ -296,9 +333,23 @@ class _StepCallback(Callback):
             self.fn(trainer.global_step, pl_module.backbone, pl_module.sampling_model)
 
 
+def _resume_step(path: Path, cfg: TrainConfig) -> int:
+    """The optimizer step saved in the resume state ``path`` (0 when there is none); a state
+    written under another training configuration is refused."""
+    if not path.is_file():
+        return 0
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    saved = state.get("hyper_parameters", {}).get("cfg") or state.get("moh_train_config")
+    if saved is not None and saved != asdict(cfg):
+        diff = sorted(k for k in asdict(cfg) if saved.get(k) != asdict(cfg)[k])
+        raise InputError(f"{path} was written by a run with other settings ({', '.join(diff)}); "
+                         "resume with the same options or start a new --out")
+    return int(state["global_step"])
+
+
 def fit(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = None,
         callback=None, progress: bool = False, data: dict | None = None, device: str = "auto",
-        precision: str = "32") -> TrainResult:
+        precision: str = "32", resume: bool = False) -> TrainResult:
     """Train ``model`` on ``images (N, c, H, W)`` in [-1, 1] for ``cfg.steps`` steps.
 
     ``callback(step, model, sampling_model)`` runs after every step (evaluation curves;
@@ -310,6 +361,13 @@ def fit(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = No
     evaluation defaults to it (``vision.sampling.checkpoint_data``). ``device``: ``auto`` (a CUDA GPU when
     present, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``; ``precision``: ``32``,
     ``bf16-mixed`` or ``16-mixed`` (CUDA only). ``model`` is back on the CPU on return.
+
+    ``resume`` (needs ``out_dir`` and ``checkpoint_every``): Lightning's full training state
+    (weights, EMA copy, optimizer, schedule, step) is also written to
+    ``out_dir/checkpoints/last.ckpt`` every ``checkpoint_every`` steps, and a run that finds one
+    continues from it, drawing the same remaining batches as an uninterrupted run (so the weights
+    match it); ``cfg`` must equal the interrupted run's. ``snapshot_every`` keeps the sampling
+    weights of every such step in ``out_dir/snapshots/step_<n>`` (learning curves).
     """
     mc = model.config
     check_images(images, mc.in_channels, mc.sample_size)
@@ -319,6 +377,14 @@ def fit(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = No
         raise InputError(f"ema_decay must be in [0, 1), got {cfg.ema_decay}")
     ckpt = _SamplingCheckpoint(out_dir, cfg.checkpoint_every, cfg, data) if out_dir is not None else None
     callbacks = [c for c in (_StepCallback(callback) if callback is not None else None, ckpt) if c is not None]
+    start_step = 0
+    if resume:
+        if out_dir is None or not cfg.checkpoint_every:
+            raise InputError("resuming needs an output directory and checkpoint_every > 0")
+        state_dir = Path(out_dir) / RESUME_STATE
+        callbacks.append(ModelCheckpoint(dirpath=state_dir, filename=LAST.removesuffix(".ckpt"), save_top_k=1,
+                                         every_n_train_steps=cfg.checkpoint_every, enable_version_counter=False))
+        start_step = _resume_step(state_dir / LAST, cfg)
     # MoH routes skip experts per sample, so some parameters get no gradient on a rank.
     trainer = make_trainer(out_dir, max_steps=cfg.steps, grad_clip=GRAD_CLIP, seed=cfg.seed, progress=progress,
                            checkpoint=False, callbacks=callbacks, find_unused_parameters=True,
@@ -327,12 +393,12 @@ def fit(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = No
     if cfg.batch_size % trainer.world_size:
         raise InputError(f"batch_size {cfg.batch_size} must be divisible by the number of processes "
                          f"({trainer.world_size})")
-    module = DiffusionModule(model, images, cfg)
+    module = DiffusionModule(model, images, cfg, start_step=start_step)
     with warnings.catch_warnings():  # the EMA copy is in eval mode on purpose; the batch stream is sized
         warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode.*")
         warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
         with ctrl_c_interrupts():
-            engine_fit(trainer, module, resume=False)
+            engine_fit(trainer, module, resume=resume)
     trainer.strategy.barrier()  # the final checkpoint exists before any rank returns
     model.cpu()
     if module.ema is not None:

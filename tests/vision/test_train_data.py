@@ -134,3 +134,31 @@ def test_grid_image_layout():
     g = grid_image(imgs, nrow=3)
     assert g.shape == (2 * 3 + 1, 3 * 4 + 1, 1)
     assert g[4:6, 5:8].min() == 255 and g[1:3, 1:4].max() == 0  # 5th image at row 1, col 1
+
+
+def test_resumed_run_matches_uninterrupted_run(tmp_path):
+    """Killed after step 4 of 6 (full state saved every 2 steps), a ``resume`` run trains steps 5-6
+    on the same batches, so its weights equal the uninterrupted run's; snapshots are kept."""
+    cfg = TrainConfig(steps=6, batch_size=8, checkpoint_every=2, snapshot_every=3, ema_decay=0.9)
+    torch.manual_seed(0)
+    whole = tiny_moh()
+    fit(whole, _images(), cfg, out_dir=tmp_path / "whole", resume=True)
+
+    def stop(step, m, _sampling_model):
+        if step == 5:
+            raise RuntimeError("killed")
+
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError, match="killed"):
+        fit(tiny_moh(), _images(), cfg, out_dir=tmp_path / "cut", resume=True, callback=stop)
+    torch.manual_seed(1)  # a different initialisation: everything must come from the saved state
+    resumed = tiny_moh()
+    res = fit(resumed, _images(), cfg, out_dir=tmp_path / "cut", resume=True)
+    assert res.steps == 6
+    for a, b in zip(whole.state_dict().values(), resumed.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert read_train_state(tmp_path / "cut" / CHECKPOINT)["step"] == 6
+    assert sorted(p.name for p in (tmp_path / "cut" / "snapshots").iterdir()) == ["step_3", "step_6"]
+    other = TrainConfig(steps=6, batch_size=4, checkpoint_every=2)
+    with pytest.raises(InputError, match="other settings .*batch_size"):
+        fit(tiny_moh(), _images(), other, out_dir=tmp_path / "cut", resume=True)
