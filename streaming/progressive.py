@@ -108,8 +108,9 @@ def evaluate_progressive(stream: RatingStream, methods: dict[str, dict[str, Fact
 
 def default_methods(seed: int = 0, items: int = 500, device: torch.device | None = None) -> dict[str, dict[str, Factory]]:
     """The compared online methods as grids chosen on the tuning part: the damped online user + item
-    means (damping), MoSAIC on their residuals (``MoSAICRecommender``: r, η0 and the fold-in ridge λ;
-    K = 2, the choice of a K in {2, 3} grid on the tuning part) and the pretrained
+    means (damping), MoSAIC on the residuals of its SGD biases (``MoSAICRecommender``: the biases'
+    learning rate, r, η0 and the fold-in ridge λ; K = 2, the choice of a K in {2, 3} grid on the
+    tuning part) and the pretrained
     k-GROUSE on the same residuals (the same recommender with MoSAIC's pretraining but plain routed
     GROUSE steps of a constant size: no schedule, change detection or completion cap; K, r, η), and
     river's reco models (``streaming.river_reco.river_methods``; needs the ``bench`` extra)."""
@@ -119,10 +120,10 @@ def default_methods(seed: int = 0, items: int = 500, device: torch.device | None
     def biases(d: float) -> Factory:
         return lambda pretrain_at: OnlineBiases(d)
 
-    def mosaic(K: int, r: int, eta0: float, lam: float) -> Factory:
+    def mosaic(K: int, r: int, eta0: float, lam: float, lr: float) -> Factory:
         return lambda pretrain_at: MoSAICRecommender(r, K, items=items, pretrain_at=pretrain_at, seed=seed,
                                                      eta0=eta0, eta_min=min(0.05, eta0), fold_ridge=lam,
-                                                     device=device)
+                                                     bias_lr=lr, device=device)
 
     def kgrouse(K: int, r: int, eta: float) -> Factory:
         return lambda pretrain_at: MoSAICRecommender(
@@ -132,8 +133,8 @@ def default_methods(seed: int = 0, items: int = 500, device: torch.device | None
     return {
         "user_item_means": {f"damping={d}": biases(d) for d in (1.0, 5.0, 25.0)},
         "kgrouse_pretrained": {f"K=2,r={r},eta={e}": kgrouse(2, r, e) for r in (1, 2) for e in (0.1, 0.5)},
-        "mosaic": {f"K=2,r={r},eta0={e},fold_ridge={lam}": mosaic(2, r, e, lam) for r in (1, 2) for e in (0.3, 1.0)
-                   for lam in (0.0, 0.5, 5.0)},
+        "mosaic": {f"K=2,r={r},eta0={e},fold_ridge={lam},bias_lr={lr}": mosaic(2, r, e, lam, lr)
+                   for r in (1, 2) for e in (0.3, 1.0) for lam in (0.5, 5.0) for lr in (0.025, 0.05)},
         **river_methods(seed),
     }
 

@@ -10,7 +10,8 @@ a river regressor for ``river.evaluate.progressive_val_score``.
   mean rating, ``b_i = Σ (y − μ) / (d + c_i)`` over item i's ``c_i`` earlier ratings and
   ``b_u = Σ (y − μ − b_i) / (d + c_u)`` over user u's ``c_u`` earlier ratings (each term with the
   values at the time of that rating), ``d = damping``.
-* ``MoSAICRecommender``: ``OnlineBiases`` plus MoSAIC on each user's residual vector
+* ``SGDBiases``: user + item biases learned by SGD (river ``reco.Baseline``'s rule, same values).
+* ``MoSAICRecommender``: ``SGDBiases`` plus MoSAIC on each user's residual vector
   ``e_u = y − μ − b_u − b_i`` over the ``items`` most-rated items (the coordinates, ``n = items``):
   the routed expert completes ``e_u`` from the user's rated coordinates (fold-in; optionally a ridge
   fold-in, ``fold_ridge``, and only the user's last ``window`` ratings) and its value at item i is
@@ -71,13 +72,49 @@ class OnlineBiases:
         self.count += 1
 
 
+class SGDBiases:
+    """Online user + item biases learned by SGD, river ``reco.Baseline``'s rule: on each rating the
+    running mean ``μ`` takes ``y`` first, then with ``g = 2 (μ + b_u + b_i − y)``
+    ``b_u ← b_u − lr (g + l2 b_u)`` and ``b_i ← b_i − lr (g + l2 b_i)`` (both from the same ``g``);
+    unseen users and items have bias 0."""
+
+    def __init__(self, lr: float = 0.025, l2: float = 0.1) -> None:
+        if not lr > 0 or not l2 >= 0:
+            raise ValueError(f"lr must be > 0 and l2 >= 0, got {lr}, {l2}")
+        self.lr, self.l2 = float(lr), float(l2)
+        self.total, self.count = 0.0, 0
+        self.u: dict[Hashable, float] = {}
+        self.i: dict[Hashable, float] = {}
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else 0.0
+
+    def item_bias(self, item: Hashable) -> float:
+        return self.i.get(item, 0.0)
+
+    def user_bias(self, user: Hashable) -> float:
+        return self.u.get(user, 0.0)
+
+    def predict_one(self, user: Hashable, item: Hashable, x: dict | None = None) -> float:
+        return self.mean + self.u.get(user, 0.0) + self.i.get(item, 0.0)
+
+    def learn_one(self, user: Hashable, item: Hashable, y: float, x: dict | None = None) -> None:
+        self.total += y
+        self.count += 1
+        b_u, b_i = self.u.get(user, 0.0), self.i.get(item, 0.0)
+        g = 2.0 * (self.mean + b_u + b_i - y)
+        self.u[user] = b_u - self.lr * (g + self.l2 * b_u)
+        self.i[item] = b_i - self.lr * (g + self.l2 * b_i)
+
+
 class MoSAICRecommender:
     """MoSAIC as an online recommender (see the module docstring).
 
     Args:
         r, K: MoSAIC's rank and number of experts; ``mosaic`` more of its hyper-parameters.
         items: number of coordinates (the most-rated items when the experts are pretrained).
-        damping: of the biases (``OnlineBiases``).
+        bias_lr, bias_l2: learning rate and L2 of the SGD biases (``SGDBiases``).
         min_ratings: rated coordinates a user needs before MoSAIC completes their vector.
         pretrain_at: pretrain the experts once this many ratings have been learned (0: never, the
             biases alone).
@@ -90,15 +127,16 @@ class MoSAICRecommender:
         device: where MoSAIC's routing runs (``MoSAIC.to``).
     """
 
-    def __init__(self, r: int = 1, K: int = 2, *, items: int = 500, damping: float = 5.0, min_ratings: int = 5,
-                 pretrain_at: int = 0, fold_ridge: float = 0.0, window: int | None = None, seed: int = 0, device: torch.device | None = None,
+    def __init__(self, r: int = 1, K: int = 2, *, items: int = 500, min_ratings: int = 5,
+                 pretrain_at: int = 0, fold_ridge: float = 0.0, window: int | None = None, seed: int = 0,
+                 device: torch.device | None = None, bias_lr: float = 0.05, bias_l2: float = 0.1,
                  **mosaic) -> None:
         if window is not None and window < 1:
             raise ValueError(f"window must be >= 1 or None, got {window}")
         if not fold_ridge >= 0:
             raise ValueError(f"fold_ridge must be >= 0, got {fold_ridge}")
         self.window, self.fold_ridge = window, float(fold_ridge)
-        self.biases = OnlineBiases(damping)
+        self.biases = SGDBiases(bias_lr, bias_l2)
         self.items, self.min_ratings, self.pretrain_at = items, min_ratings, pretrain_at
         self.mosaic = MoSAIC(r, K, seed=seed, **mosaic).to(device)
         self.fitted = False

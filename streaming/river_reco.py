@@ -46,8 +46,8 @@ def river_methods(seed: int = 0) -> dict[str, dict[str, Factory]]:
                                                initializer=_normal(seed), seed=seed)
 
     return {
-        "river_baseline": {f"lr={lr},l2={l2}": baseline(lr, l2) for lr in (0.005, 0.025) for l2 in (0.0, 0.1)},
-        "river_biased_mf": {f"lr={lr},l2={l2}": biased_mf(lr, l2) for lr in (0.005, 0.025) for l2 in (0.0, 0.1)},
+        "river_baseline": {f"lr={lr},l2={l2}": baseline(lr, l2) for lr in (0.005, 0.025, 0.05) for l2 in (0.0, 0.1)},
+        "river_biased_mf": {f"lr={lr},l2={l2}": biased_mf(lr, l2) for lr in (0.005, 0.025, 0.05) for l2 in (0.0, 0.1)},
         "river_funk_mf": {f"lr={lr},l2={l2}": funk_mf(lr, l2) for lr in (0.01, 0.05) for l2 in (0.0, 0.1)},
     }
 

@@ -6,7 +6,7 @@ import pytest
 
 from streaming.progressive import errors, predict_then_learn
 from streaming.ratings import from_events
-from streaming.recommend import MoSAICRecommender, OnlineBiases
+from streaming.recommend import MoSAICRecommender, SGDBiases
 
 river = pytest.importorskip("river")
 
@@ -106,7 +106,7 @@ def test_cold_user_gets_the_biases_until_min_ratings_then_mosaic():
     rec = MoSAICRecommender(1, 2, items=30, pretrain_at=len(s), pretrain_restarts=2, seed=0, min_ratings=3)
     predict_then_learn(s, rec)
     assert rec.fitted
-    ref = OnlineBiases(5.0)
+    ref = SGDBiases(0.05, 0.1)  # the recommender's own biases (its defaults)
     predict_then_learn(s, ref)
     new_user = "someone new"
     for k, item in enumerate([0, 1, 2, 3]):
@@ -115,6 +115,17 @@ def test_cold_user_gets_the_biases_until_min_ratings_then_mosaic():
         assert same == expect_biases, k
         rec.learn_one(new_user, item, 4.5)
         ref.learn_one(new_user, item, 4.5)
+
+
+def test_sgd_biases_equal_river_baseline():
+    """``SGDBiases`` is river ``reco.Baseline``'s rule: the same predictions, rating by rating."""
+    reco = pytest.importorskip("river.reco")
+    from river import optim
+
+    s, _ = _planted(users=30, per_user=12)
+    ours = predict_then_learn(s, SGDBiases(0.05, 0.1))
+    theirs = predict_then_learn(s, reco.Baseline(optimizer=optim.SGD(0.05), l2=0.1, seed=0))
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-12)
 
 
 def test_new_item_is_served_by_the_biases_and_its_bias_follows_its_ratings():
@@ -150,7 +161,7 @@ def test_returning_user_drift_is_followed_through_the_window():
     pred = predict_then_learn(s, windowed, clip=(1.0, 5.0))
     late_err = errors(pred[late], s.rating[late])["rmse"]
     assert late_err < 0.5 * errors(pred[early], s.rating[early])["rmse"]
-    assert late_err < 0.5 * rmse(OnlineBiases(5.0), late)
+    assert late_err < 0.75 * rmse(SGDBiases(0.05, 0.1), late)  # its own biases alone (which follow drift too)
     assert late_err < 0.5 * rmse(MoSAICRecommender(1, 2, items=60, pretrain_at=cut, pretrain_restarts=4, seed=0), late)
     with pytest.raises(ValueError, match="window"):
         MoSAICRecommender(window=0)
