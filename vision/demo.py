@@ -137,7 +137,7 @@ def build_tab() -> None:
         "### MoH: Mamba diffusion with Mixture-of-Hierarchical experts\n"
         "A timestep-conditioned router picks token-grid levels, a feature-transform expert and the "
         "scan depth at every denoising step. Fashion-MNIST samples come from the shipped model `moh-fmnist` "
-        "(20,000 steps); its plain-Mamba baseline `mamba-fmnist` was trained with the same recipe. The Sweet "
+        "(12,000 steps); its plain-Mamba baseline `mamba-fmnist` was trained with the same recipe. The Sweet "
         "Home 3D icon model is the one `make demo` trains; a checkpoint of your own (`moh train --out DIR`) "
         "can be typed into the box."
     )

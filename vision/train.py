@@ -81,8 +81,8 @@ class TrainConfig:
 # the backbone (``--model``) is the caller's, so a baseline is trained with the same recipe.
 PRESETS: dict[str, dict] = {
     "fmnist": {"data": "fashion-mnist", "size": 32, "model_size": "XS", "limit": 60000,
-               "steps": 20000, "batch_size": 32, "lr": 2e-3, "warmup": 200, "ema_decay": 0.999,
-               "checkpoint_every": 500, "snapshot_every": 2500},
+               "steps": 12000, "batch_size": 32, "lr": 2e-3, "warmup": 200, "ema_decay": 0.999,
+               "checkpoint_every": 500, "snapshot_every": 2000},
 }
 SNAPSHOTS = "snapshots"  # out_dir/snapshots/step_<n>: sampling weights kept every snapshot_every steps
 RESUME_STATE = "checkpoints"  # out_dir/checkpoints/last.ckpt: Lightning's full state for --resume

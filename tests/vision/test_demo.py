@@ -53,3 +53,19 @@ def test_demo_reports_bad_checkpoint(tmp_path):
 
     with pytest.raises(CheckpointError):
         sample_with_trace(str(tmp_path / "missing"), 2, 2, 0)
+
+
+def test_tab_samples_the_shipped_models_by_name(monkeypatch):
+    """Without an operator checkpoint the Fashion-MNIST choice is the shipped MoH and its plain-Mamba
+    baseline; both sample by name, with no path and no training."""
+    from common.shipped import shipped_models
+    from vision.demo import BASELINE, default_checkpoint, run_sample
+
+    monkeypatch.delenv("MOH_DEMO_CKPT", raising=False)
+    assert {"moh-fmnist", "mamba-fmnist"} <= set(shipped_models())
+    assert default_checkpoint() == "moh-fmnist" and default_checkpoint(BASELINE) == "mamba-fmnist"
+    for name in ("moh-fmnist", "mamba-fmnist"):
+        final, frames, rows, _fig = run_sample(name, 2, 2, 0)
+        assert final.shape == (34, 67, 1)  # two 32 px samples side by side, 1 px gaps
+        assert len(frames) == 2 and len(rows) == 2
+    assert run_sample("moh-fmnist-typo", 2, 2, 0).startswith("**error:**")
