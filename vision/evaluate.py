@@ -18,7 +18,7 @@
 * **Precision / recall** (Kynkäänniemi et al. 2019): fraction of generated features inside the
   real k-NN manifold, and of real features inside the generated one (k = 3).
 * **Recognisability** (``recognisability``): the share of samples that the same classifier
-  (92 % test accuracy) labels with confidence >= 0.8, and the share of those that each class
+  (91 % test accuracy) labels with confidence >= 0.8, and the share of those that each class
   receives (a model that draws only trousers is recognisable but not diverse).
 """
 
