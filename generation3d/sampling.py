@@ -135,13 +135,13 @@ class MoCAPipeline:
     def encoder(self):
         return self._encoder or default_encoder()
 
-    def save(self, path: str | Path, extra: dict | None = None) -> Path:
-        """Write ``path/ae`` and ``path/generator`` (each file atomic); a SIGINT/SIGTERM meanwhile
-        takes effect once both are written, so an interrupted save never pairs a new autoencoder
-        with an old generator."""
+    def save(self, path: str | Path, extra: dict | None = None, ae_extra: dict | None = None) -> Path:
+        """Write ``path/ae`` (with ``ae_extra``) and ``path/generator`` (with ``extra``; each file
+        atomic); a SIGINT/SIGTERM meanwhile takes effect once both are written, so an interrupted
+        save never pairs a new autoencoder with an old generator."""
         path = Path(path)
         with _signals_deferred():
-            save_autoencoder(self.ae, path / "ae")
+            save_autoencoder(self.ae, path / "ae", ae_extra)
             self.gen.save_pretrained(path / "generator", {
                 "stats": {k: v.tolist() for k, v in self.stats.items()}, "box_param": BOX_PARAM,
                 "descriptions": self.descriptions, "categories": self.categories, **(extra or {})})
