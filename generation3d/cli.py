@@ -346,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=None, choices=["demo", "furniture"],
                    help="Sweet Home 3D data, autoencoder and generator in one command (generation3d/preset.py): "
                         "demo: the README's 2400-step recipe (default --out: the hub's real-furniture model); "
-                        "furniture: the shipped moca-furniture recipe, 12000 steps (default --out: "
+                        "furniture: the shipped moca-furniture recipe, 20000 steps (default --out: "
                         "runs/furniture_<attention>); one sample per category")
     p.add_argument("--ae-steps", type=lim.bounded(lim.MAX_TRAIN_STEPS), default=None, help="--preset: autoencoder steps (default 600)")
     p.add_argument("--attention", default="moca", choices=["moca", "full", "topk", "local"])
@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--preset furniture 250; 0: never)")
     p.add_argument("--snapshot-every", type=lim.bounded(lim.MAX_TRAIN_STEPS, 0), default=None, metavar="N",
                    help="keep the pipeline every N steps in OUT/snapshots/step_<N> (default 0: none; "
-                        "--preset furniture 1500)")
+                        "--preset furniture 2500)")
     p.add_argument("--batch-size", type=lim.bounded(lim.MAX_BATCH), default=16)
     p.add_argument("--lr", type=positive_float, default=1e-3)
     p.add_argument("--max-parts", type=lim.bounded(lim.MAX_SCENE_PARTS), default=64)

@@ -12,8 +12,8 @@ training time, sample files).
   ``cache_dir("generation3d")/demo_real_model``, which the hub tab prefers to ``make demo``'s
   procedural model when no shipped model exists.
 * ``furniture``: the recipe of the shipped ``moca-furniture`` model (``scripts/
-  ship_generation3d.py``): the same data and autoencoder, 12000 generator steps, the full training
-  state every 250 steps (``--resume``) and a pipeline snapshot every 1500 steps (learning curves).
+  ship_generation3d.py``): the same data and autoencoder, 20000 generator steps, the full training
+  state every 250 steps (``--resume``) and a pipeline snapshot every 2500 steps (learning curves).
   ``--attention full|local`` trains the baselines with the same recipe and budget.
 
 With ``--resume`` the data and the autoencoder already in ``<out>`` are reused when they were made
@@ -31,12 +31,13 @@ from common.data_dir import cache_dir
 from common.errors import InputError
 
 DEMO_REAL_MODEL = "demo_real_model"
-# The furniture budget: fidelity rose from 0.41 (1200 steps) to 0.53 (2400) with the loss still
-# falling; 12000 steps are 1.0-2.0 h at the 0.3-0.6 s/step of size S on one thread (README).
+# The furniture budget: category fidelity rose from 0.41 (1200 steps) to 0.53 (2400) with the loss
+# still falling, about +0.12 per doubling: 20000 steps (about three doublings more) leave room for
+# 0.80. Size S on one thread takes 0.15-0.6 s/step by load, so 1-3 h per run.
 PRESETS = {
     "demo": {"source": "sweethome3d", "points": 128, "ae_steps": 600, "steps": 2400, "sample_steps": 25},
-    "furniture": {"source": "sweethome3d", "points": 128, "ae_steps": 600, "steps": 12000, "sample_steps": 25,
-                  "checkpoint_every": 250, "snapshot_every": 1500},
+    "furniture": {"source": "sweethome3d", "points": 128, "ae_steps": 600, "steps": 20000, "sample_steps": 25,
+                  "checkpoint_every": 250, "snapshot_every": 2500},
 }
 AE_RECIPE = "preset_ae"  # the autoencoder's extra: the recipe it was trained with, its test metrics and time
 
