@@ -86,6 +86,7 @@ def test_preset_with_missing_furniture_is_one_error(tmp_path, capsys, monkeypatc
 
 def test_hub_tab_defaults_to_the_real_furniture_model(preset_run, tmp_path, monkeypatch):
     gr = pytest.importorskip("gradio")
+    from common import shipped
     from generation3d.demo import build_tab, checkpoint_categories, default_checkpoint, generate
     from generation3d.preset import sample_previews
 
@@ -93,6 +94,7 @@ def test_hub_tab_defaults_to_the_real_furniture_model(preset_run, tmp_path, monk
     monkeypatch.setenv("MOE_APPS_CACHE", str(cache))
     monkeypatch.setenv("MOCA_RENDERER", "matplotlib")
     monkeypatch.delenv("MOCA_DEMO_CKPT", raising=False)
+    monkeypatch.setattr(shipped, "ROOT", tmp_path)  # no shipped moca-furniture: the cache's models come next
     assert default_checkpoint() == str(out)
     assert checkpoint_categories(str(out))[0] == "chair" and "scene" not in checkpoint_categories(str(out))
     assert [p for p, _ in sample_previews(out)] == sorted(str(p) for p in (out / "samples").glob("*.png"))

@@ -95,7 +95,31 @@ def pkg_root(tiny_runs, tmp_path, monkeypatch):
     return script, app, tmp_path / "results"
 
 
-def test_ship_evaluates_the_runs_and_ships_moca_by_name(tiny_runs, pkg_root, tmp_path, capsys):
+def _hub_tab_uses_the_shipped_model(tmp_path, monkeypatch) -> None:
+    """Once ``moca-furniture`` is shipped, the 3D tab defaults to it, takes its name in the
+    checkpoint box, samples from it and says what it is."""
+    gr = pytest.importorskip("gradio")
+    from generation3d import demo
+
+    monkeypatch.delenv("MOCA_DEMO_CKPT", raising=False)
+    monkeypatch.setenv("MOCA_RENDERER", "matplotlib")
+    assert demo.default_checkpoint() == "moca-furniture"
+    assert demo.allowed_checkpoint("moca-furniture") == "moca-furniture"
+    assert demo.checkpoint_categories("moca-furniture") == ["chair", "table"]
+    assert "the shipped MoCA pipeline" in demo.describe_model("moca-furniture")
+    glb, png, _, status, _ = demo.generate_for_page("moca-furniture", "table", 4, 1, 2, "")
+    assert glb.endswith("table_4parts_seed1.glb") and "generated 4 parts (moca attention" in status
+    with gr.Blocks() as blocks, gr.Tab("3D"):
+        demo.build_tab()
+    texts = [b.value for b in blocks.blocks.values() if getattr(b, "elem_id", None) == "moca-model"]
+    assert len(texts) == 1 and "`moca-furniture`: the shipped MoCA pipeline" in texts[0]
+    box = [b for b in blocks.blocks.values() if getattr(b, "elem_id", None) == "moca-ckpt"]
+    assert box[0].value == "moca-furniture"
+    monkeypatch.setenv("MOCA_DEMO_CKPT", str(tmp_path / "mine"))  # the operator's choice still wins
+    assert demo.default_checkpoint() == str(tmp_path / "mine")
+
+
+def test_ship_evaluates_the_runs_and_ships_moca_by_name(tiny_runs, pkg_root, tmp_path, capsys, monkeypatch):
     from generation3d.sampling import MoCAPipeline, PipelineCheckpoint, smoke_sample
 
     _, runs = tiny_runs
@@ -135,6 +159,7 @@ def test_ship_evaluates_the_runs_and_ships_moca_by_name(tiny_runs, pkg_root, tmp
     readme = (app / "README.md").read_text()
     assert "not yet trained" not in readme and "| moca (`moca_furniture`) |" in readme and readme.endswith("rest\n")
     assert f"{report['models']['moca']['fidelity']:.3f}" in readme
+    _hub_tab_uses_the_shipped_model(tmp_path, monkeypatch)
     # an altered file is refused by name; a second ship needs --overwrite
     weights = path / "model.safetensors"
     data = bytearray(weights.read_bytes())
