@@ -122,13 +122,12 @@ def readme_section(report: dict, results_dir: str = "../docs/results/generation3
         f"`moca train --preset furniture`; float16 weights): {p['n_shapes']} held-out test shapes, "
         f"{p['sampling_steps']} Euler steps, guidance 1, eval seed 0, on the weights as shipped; the classifier "
         f"labels {p['classifier_test_acc']:.0%} of the real test shapes right. Fidelity target "
-        f"{target:.2f}: {verdict}. The same recipe and budget with full attention and with the local window:",
+        f"{target:.2f}: {verdict}. The same recipe and budget with full attention and with the local window "
+        f"(training time on {p.get('trained_on', 'the training machine')}, autoencoder excluded):",
         "",
         results_table(report),
         "",
-        f"Fidelity by training step ({shipped['attention']}): {curve}.",
-        "",
-        grids,
+        f"Fidelity by training step ({shipped['attention']}): {curve}. One grid per category: {grids}",
     ])
 
 

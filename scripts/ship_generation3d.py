@@ -87,7 +87,7 @@ def ship_furniture(runs: Path, n: int, steps: int, samples: int, results: Path, 
                            "classifier_test_acc": classifier[1].get("test_accuracy"),
                            "fidelity_target": FIDELITY_TARGET, "recipe": preset_recipe(PRESET),
                            "data": {k: meta[k] for k in ("n_shapes", "n_train", "n_val", "n_test")},
-                           "grid_samples": samples},
+                           "grid_samples": samples, "trained_on": _machine()},
               "models": {}, "curves": {}, "grids": {}}
     pipes = {}
     for att, run in RUNS.items():

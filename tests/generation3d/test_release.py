@@ -19,7 +19,7 @@ from common.errors import CheckpointError, InputError
 from common.pretrained import load_pretrained
 from generation3d import preset
 from generation3d.cli import main as moca_main
-from generation3d.release import README_END, README_START
+from generation3d.release import README_END, README_START, readme_section, update_readme
 from tests.generation3d.test_sources import _box, _obj
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,6 +159,9 @@ def test_ship_evaluates_the_runs_and_ships_moca_by_name(tiny_runs, pkg_root, tmp
     readme = (app / "README.md").read_text()
     assert "not yet trained" not in readme and "| moca (`moca_furniture`) |" in readme and readme.endswith("rest\n")
     assert f"{report['models']['moca']['fidelity']:.3f}" in readme
+    real = tmp_path / "README.md"  # the real README with the section filled stays within 250 lines
+    real.write_text((ROOT / "generation3d" / "README.md").read_text())
+    assert update_readme(real, readme_section(report)) and len(real.read_text().splitlines()) <= 250
     _hub_tab_uses_the_shipped_model(tmp_path, monkeypatch)
     # an altered file is refused by name; a second ship needs --overwrite
     weights = path / "model.safetensors"
