@@ -14,7 +14,8 @@ the training loss goes to ``run_dir/logs``.
 A generator run can be interrupted and continued (``fit(..., resume=True)``): Lightning's full
 state (weights, optimizer, schedule, step; the dense warm-up phase follows from the step) goes to
 ``run_dir/checkpoints/last.ckpt`` every ``checkpoint_every`` steps with the run's settings, its
-history and its training time summed over sittings; a resumed run draws (and drops) the batches
+history, its training time summed over sittings and the global RNG states (the distillation
+target's query subsample draws from them); a resumed run draws (and drops) the batches
 already trained on, so its weights equal an uninterrupted run's bit for bit, and a state written
 with other settings is refused. ``snapshot_every`` keeps the pipeline of every such step in
 ``run_dir/snapshots/step_<n>`` (learning curves; each loads with ``MoCAPipeline.load``).
@@ -84,6 +85,7 @@ def _loader(batches: IterableDataset, seed: int, device: torch.device) -> DataLo
 def _fit(trainer: L.Trainer, module: L.LightningModule, resume: bool = False) -> None:
     with ctrl_c_interrupts(), warnings.catch_warnings():  # the batch stream is sized on purpose
         warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
+        warnings.filterwarnings("ignore", message=r".*Total length of `\w+` across ranks is zero.*")  # a finished run
         engine_fit(trainer, module, resume=resume)
 
 
@@ -228,6 +230,7 @@ class GeneratorModule(L.LightningModule):
         self.distill, self.n_dense = cfg.router_distill > 0, int(round(cfg.dense_warmup * steps))
         self.history: list[dict] = []
         self.t0, self.earlier_s = time.perf_counter(), 0.0
+        self.saved_rng: dict | None = None  # the global RNG states of the resume state, set on load
 
     @property
     def train_s(self) -> float:
@@ -235,11 +238,17 @@ class GeneratorModule(L.LightningModule):
         return self.earlier_s + time.perf_counter() - self.t0
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint[STATE_KEY] = {"settings": self.settings, "history": self.history, "train_s": self.train_s}
+        # the global RNG too: the distillation target's query subsample (attention.py) draws from it
+        rng = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        checkpoint[STATE_KEY] = {"settings": self.settings, "history": self.history, "train_s": self.train_s,
+                                 "rng": rng}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         saved = checkpoint.get(STATE_KEY, {})
         self.history, self.earlier_s = list(saved.get("history", [])), float(saved.get("train_s", 0.0))
+        self.saved_rng = saved.get("rng")
 
     def train_dataloader(self) -> DataLoader:
         return _loader(self.batches, self.seed, self.device)
@@ -250,6 +259,10 @@ class GeneratorModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         _announce(self.trainer, f"training the {self.model.config.attention} generator for {self.steps} steps")
+        if self.saved_rng is not None:  # a resumed run: the global RNG where the interrupted run left it
+            torch.set_rng_state(self.saved_rng["cpu"])
+            if "cuda" in self.saved_rng and self.device.type == "cuda":
+                torch.cuda.set_rng_state(self.saved_rng["cuda"], self.device)
         self.t0 = time.perf_counter()
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:

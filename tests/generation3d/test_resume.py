@@ -32,12 +32,20 @@ class _KillAt(Callback):
 
 
 @pytest.fixture(scope="module")
-def setup(tiny_data):
+def setup(tmp_path_factory):
+    """Procedural shapes and a scene of more than ``DISTILL_QUERIES`` parts (whose distillation
+    target draws its query parts from the global RNG), a tiny autoencoder and a MoCA config with
+    a dense warm-up over the first third (the cut at step 4 falls after the phase change)."""
+    from generation3d.attention import DISTILL_QUERIES
+    from generation3d.shapes import build_dataset
+
     torch.set_num_threads(1)
-    ds = PartDataset.load(tiny_data)
-    ae, _ = pretrain(ds, AEConfig(n_latents=4, d_latent=4, d_model=32, n_out=64), steps=2, batch_size=8)
-    # MoCA with a dense warm-up over the first third: the cut at step 4 falls after the phase change
-    cfg = GenConfig(n_latents=4, d_latent=4, max_parts=40, d_model=32, n_layers=1, dense_warmup=1 / 3)
+    data = tmp_path_factory.mktemp("resume_data")
+    build_dataset(data, n_per_category=1, n_scenes=6, n_points=32, seed=0, min_scene_parts=DISTILL_QUERIES + 4)
+    ds = PartDataset.load(data)
+    assert max(ds.n_parts(int(i)) for i in ds.shape_ids("train")) > DISTILL_QUERIES
+    ae, _ = pretrain(ds, AEConfig(n_latents=4, d_latent=4, d_model=32, n_out=32), steps=2, batch_size=8)
+    cfg = GenConfig(n_latents=4, d_latent=4, max_parts=64, d_model=32, n_layers=1, dense_warmup=1 / 3)
     return ds, ae, cfg
 
 
@@ -80,3 +88,27 @@ def test_a_state_of_other_settings_is_refused(setup, tmp_path):
     ds, ae, cfg = setup
     with pytest.raises(InputError, match="checkpoint_every"):
         fit(ds, ae, cfg, steps=2, run_dir=tmp_path / "x", resume=True)
+
+
+def test_cli_resume_without_a_preset(tiny_data, tiny_pipeline, tmp_path, capsys):
+    """``moca train --resume`` with ``--data-dir`` and ``--ae``: the same command starts and
+    continues a run; ``--overwrite`` or ``--checkpoint-every 0`` with it are one-line errors."""
+    from generation3d.cli import main as moca_main
+
+    out = tmp_path / "run"
+    args = ["train", "--data-dir", str(tiny_data), "--ae", str(tiny_pipeline / "ae"), "--out", str(out), "--resume",
+            "--steps", "3", "--checkpoint-every", "1", "--d-model", "32", "--layers", "1", "--max-parts", "40",
+            "--threads", "1"]
+    assert moca_main(args) == 0
+    assert resume_state(out)["step"] == 3
+    first = MoCAPipeline.load(out).gen.state_dict()
+    assert moca_main(args) == 0  # continued: nothing left to train, the same generator saved again
+    for a, b in zip(first.values(), MoCAPipeline.load(out).gen.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    capsys.readouterr()
+    for extra, message in ((["--overwrite"], "choose one"), (["--checkpoint-every", "0"], "--checkpoint-every > 0")):
+        assert moca_main([*args, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error:") and message in err and len(err.strip().splitlines()) == 1
+    assert moca_main([a for a in args if a != "--resume"]) == 2  # without --resume a used --out is refused
+    assert "not empty" in capsys.readouterr().err
