@@ -156,6 +156,9 @@ def cmd_train(a) -> int:
     snapshot_every = a.snapshot_every if a.snapshot_every is not None else (recipe or {}).get("snapshot_every", 0)
     if a.resume and not every:
         raise InputError("--resume needs --checkpoint-every > 0 (the full state is saved that often)")
+    if a.resume and (out / "generator").is_dir() and not (out / "checkpoints" / "last.ckpt").is_file():
+        raise InputError(f"{out} holds a trained generator but no training state to resume; "
+                         "choose a new --out (or --overwrite without --resume to replace it)")
     lim.check_steps(steps, a.force)
     if a.ae_steps is not None:
         lim.check_steps(a.ae_steps, a.force, "--ae-steps")

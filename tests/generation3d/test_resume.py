@@ -112,3 +112,8 @@ def test_cli_resume_without_a_preset(tiny_data, tiny_pipeline, tmp_path, capsys)
         assert err.startswith("error:") and message in err and len(err.strip().splitlines()) == 1
     assert moca_main([a for a in args if a != "--resume"]) == 2  # without --resume a used --out is refused
     assert "not empty" in capsys.readouterr().err
+    (out / "checkpoints" / "last.ckpt").unlink()  # a finished run without a state is never retrained over
+    before = (out / "generator" / "model.safetensors").read_bytes()
+    assert moca_main(args) == 2
+    assert "no training state to resume" in capsys.readouterr().err
+    assert (out / "generator" / "model.safetensors").read_bytes() == before
