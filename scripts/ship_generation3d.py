@@ -12,10 +12,10 @@ evaluates each on the held-out test shapes (``generation3d.release``: the README
 weights as shipped), evaluates every snapshot the runs kept (learning curves), renders one grid per
 category and model (``docs/results/generation3d/shipped_<attention>_<category>.png``), writes
 ``docs/results/generation3d/shipped.json``, ships the MoCA pipeline as ``generation3d/weights/
-moca-furniture`` (float16, with the training items' ``ATTRIBUTION.csv``) and rewrites the README's
-shipped-model section from the JSON. Existing results and weights are kept unless ``--overwrite``.
-With the defaults (all 46 test shapes, 20 Euler steps, 8 snapshots per run) that is 27 evaluations
-of about 1-2 min each on 2 threads, so plan for about an hour.
+moca-furniture`` (float16, with the training items' creators and licences in ``ATTRIBUTION.json``)
+and rewrites the README's shipped-model section from the JSON. Existing results and weights are
+kept unless ``--overwrite``. With the defaults (all 46 test shapes, 20 Euler steps, 8 snapshots per
+run) that is 27 evaluations of about 1-2 min each on 2 threads: plan for about an hour.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import argparse
 import os
 import platform
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -37,8 +38,22 @@ PRESET = "furniture"
 NAME = "moca-furniture"
 RUNS = {"moca": "moca_furniture", "full": "full_furniture", "local": "local_furniture"}  # attention -> run
 FIDELITY_TARGET = 0.80
+ATTRIBUTION = "ATTRIBUTION.json"
 DATA = ("Sweet Home 3D furniture (Debian sweethome3d-furniture, CC-BY 3.0 / CC0 items listed in "
-        "ATTRIBUTION.csv), `moca build-data --source sweethome3d --points 128`")
+        "ATTRIBUTION.json), `moca build-data --source sweethome3d --points 128`")
+
+
+def attribution_json(csv_path: Path, out: Path) -> Path:
+    """The training items' creators and licences (``ATTRIBUTION.csv`` of the dataset, required
+    by CC-BY 3.0 beside anything made from them) as a JSON list of rows: the packaged weights
+    carry ``*.json`` and ``*.safetensors`` files only (``pyproject.toml``)."""
+    import csv
+
+    from common.io import write_json
+
+    with open(csv_path, encoding="utf-8", newline="") as f:
+        write_json(out, list(csv.DictReader(f)))
+    return out
 
 
 def train_command(attention: str, run: str) -> str:
@@ -110,13 +125,14 @@ def ship_furniture(runs: Path, n: int, steps: int, samples: int, results: Path, 
     write_json(report_path, report)
     keep = ("cd", "fscore", "part_cd", "part_fscore", "coverage", "mmd", "1nna", "part_count_acc", "fidelity",
             "fidelity_real", "classifier_test_acc", "fidelity_by_category", "n_shapes", "steps", "split")
-    path = ship(pipes["moca"].checkpoint(), NAME, APP_DIR, command=train_command("moca", RUNS["moca"]), data=DATA,
-                split=f"train {meta['n_train']} / val {meta['n_val']} / test {meta['n_test']} shapes "
-                      f"(build-data seed {meta.get('seed', 0)}); metrics on {moca['n_shapes']} test shapes",
-                steps=int(extra["steps"]), seed=int(extra["seed"]), metrics={k: moca[k] for k in keep},
-                trained_on=_machine(), wall_s=round(extra["train_s"] + extra["ae_train_s"], 1),
-                smoke="generation3d.sampling:smoke_sample", overwrite=overwrite,
-                extra_files={"ATTRIBUTION.csv": data / "ATTRIBUTION.csv"})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = ship(pipes["moca"].checkpoint(), NAME, APP_DIR, command=train_command("moca", RUNS["moca"]), data=DATA,
+                    split=f"train {meta['n_train']} / val {meta['n_val']} / test {meta['n_test']} shapes "
+                          f"(build-data seed {meta.get('seed', 0)}); metrics on {moca['n_shapes']} test shapes",
+                    steps=int(extra["steps"]), seed=int(extra["seed"]), metrics={k: moca[k] for k in keep},
+                    trained_on=_machine(), wall_s=round(extra["train_s"] + extra["ae_train_s"], 1),
+                    smoke="generation3d.sampling:smoke_sample", overwrite=overwrite,
+                    extra_files={ATTRIBUTION: attribution_json(data / "ATTRIBUTION.csv", Path(tmp) / ATTRIBUTION)})
     update_readme(README, readme_section(report))
     print(f"shipped {path}; wrote {report_path} and the grids; updated {README}")
     return path

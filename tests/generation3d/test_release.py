@@ -142,7 +142,8 @@ def test_ship_evaluates_the_runs_and_ships_moca_by_name(tiny_runs, pkg_root, tmp
     assert meta["command"].startswith("moca train --preset furniture --attention moca")
     assert meta["metrics"]["fidelity"] == report["models"]["moca"]["fidelity"]
     assert meta["wall_s"] == pytest.approx(report["models"]["moca"]["train_s"] + report["models"]["moca"]["ae_train_s"], abs=0.1)
-    assert "ATTRIBUTION.csv" in meta["files"]
+    rows = json.loads((path / "ATTRIBUTION.json").read_text())  # packaged: weights/*/*.json
+    assert "ATTRIBUTION.json" in meta["files"] and {r.get("creator") for r in rows} == {"Alice"}
     pipe = MoCAPipeline.load("moca-furniture")
     run = MoCAPipeline.load(runs / "moca_furniture")
     for a, b in zip(run.gen.state_dict().values(), pipe.gen.state_dict().values(), strict=True):
