@@ -8,10 +8,10 @@ Sampling integrates the learned velocity field with diffusers' ``FlowMatchEulerD
 category and null text), then decodes each part's latents to points in its box frame and maps
 them into the generated box (the generator's box channels are centre and log size).
 
-Shipping: ``PipelineCheckpoint`` holds the autoencoder, the generator, the latent statistics, the
-training descriptions and the categories in one registered checkpoint, the form a pipeline ships
-in (``common.shipped``: ``MoCAPipeline.load("moca-furniture")`` verifies the shipped files by
-sha256 and loads them); ``smoke_sample`` is the shipped-weights test's sampler.
+Shipping: ``model.PipelineCheckpoint`` holds the autoencoder, the generator, the latent
+statistics, the training descriptions and the categories in one registered checkpoint, the form a
+pipeline ships in (``common.shipped``: ``MoCAPipeline.load("moca-furniture")`` verifies the
+shipped files by sha256 and loads them); ``smoke_sample`` is the shipped-weights test's sampler.
 
 Text: ``sample(text=...)`` embeds the text with MiniLM (``text.default_encoder``) and conditions
 on it; ``category='none'`` with a text is text-only conditioning. An empty text is an
@@ -31,15 +31,14 @@ from pathlib import Path
 import numpy as np
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
-from torch import nn
 
 from common.device import resolve_device
 from common.errors import CheckpointError, InputError
-from common.pretrained import PretrainedMixin, checkpoint_info, register_model
+from common.pretrained import checkpoint_info
 from generation3d.data import CATEGORIES, check_category
 from generation3d.geometry import box_to_param, from_canonical, param_to_box
 from generation3d.limits import MAX_BATCH, MAX_SAMPLING_STEPS
-from generation3d.model import AEConfig, GenConfig, PartAutoencoder, PartFlowTransformer
+from generation3d.model import PartAutoencoder, PartFlowTransformer, PipelineCheckpoint
 from generation3d.text import check_text, default_encoder
 
 
@@ -172,13 +171,17 @@ class MoCAPipeline:
 
     @classmethod
     def from_checkpoint(cls, ckpt: PipelineCheckpoint) -> MoCAPipeline:
-        """The pipeline of a ``PipelineCheckpoint`` (sharing its modules)."""
+        """The pipeline of a ``PipelineCheckpoint`` (sharing its modules); CheckpointError for one
+        of another box parameterisation."""
+        if ckpt.box_param != BOX_PARAM:
+            raise CheckpointError(f"a pipeline checkpoint with boxes as {ckpt.box_param!r}, not {BOX_PARAM!r}; "
+                                  "retrain it with `moca train`")
         return cls(ckpt.ae, ckpt.gen, ckpt.stats, ckpt.descriptions, categories=ckpt.categories)
 
     def checkpoint(self) -> PipelineCheckpoint:
         """This pipeline as one ``PipelineCheckpoint`` (copies of the weights), e.g. to ship it."""
         ckpt = PipelineCheckpoint(self.ae.config, self.gen.config, {k: v.tolist() for k, v in self.stats.items()},
-                                  self.descriptions, self.categories)
+                                  self.descriptions, self.categories, BOX_PARAM)
         ckpt.ae.load_state_dict(self.ae.state_dict())
         ckpt.gen.load_state_dict(self.gen.state_dict())
         return ckpt.eval()
@@ -259,40 +262,6 @@ class MoCAPipeline:
         world = from_canonical(pts.clamp(-1.0, 1.0), box).detach().cpu()
         box = box.detach().cpu()
         return [GeneratedShape(world[i].numpy(), box[i].numpy(), category, n_parts, seed, text) for i in range(batch)]
-
-
-@register_model("moca_pipeline")
-class PipelineCheckpoint(PretrainedMixin, nn.Module):
-    """A whole MoCA pipeline in one checkpoint: ``ae`` (``PartAutoencoder(ae_config)``), ``gen``
-    (``PartFlowTransformer(gen_config)``), the latent ``stats`` (``z_mean``, ``z_std``,
-    ``box_mean``, ``box_std`` as lists), the training ``descriptions`` and the trained
-    ``categories``: the form a pipeline ships in (``common.shipped.ship`` takes one model).
-    ``MoCAPipeline.from_checkpoint`` samples from it."""
-
-    def __init__(self, ae_config: AEConfig, gen_config: GenConfig, stats: dict, descriptions: list[str],
-                 categories: list[str]):
-        super().__init__()
-        self.ae, self.gen = PartAutoencoder(ae_config), PartFlowTransformer(gen_config)
-        self.stats, self.descriptions, self.categories = stats, list(descriptions), list(categories)
-
-    def example_forward(self, n_parts: int):
-        """Points ``(n_parts, M, 3)`` of one 2-step sample of the first category (seed 0)."""
-        g = MoCAPipeline.from_checkpoint(self).sample(self.categories[0], n_parts, seed=0, steps=2)[0]
-        return torch.from_numpy(g.points)
-
-    @classmethod
-    def tiny_example(cls):
-        torch.manual_seed(0)
-        ae = AEConfig(n_latents=2, d_latent=3, d_model=8, n_heads=2, n_out=16, n_freq=2)
-        gen = GenConfig(n_latents=2, d_latent=3, max_parts=4, d_model=16, n_heads=2, n_layers=1, top_k=2,
-                        n_compressed=1, d_text=6)
-        stats = {"z_mean": [0.1, 0.0, -0.1], "z_std": [1.0, 0.5, 2.0], "box_mean": [0.0] * 3 + [-1.0] * 3,
-                 "box_std": [0.5] * 6}
-        model = cls(ae, gen, stats, ["a chair with 3 parts"], ["chair", "table"])
-        with torch.no_grad():  # the generator's heads start at zero: perturb them so samples move
-            for p in model.gen.parameters():
-                p.add_(0.05 * torch.randn(p.shape))
-        return model, (3,)
 
 
 def smoke_sample(model: PipelineCheckpoint) -> np.ndarray:
