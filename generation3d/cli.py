@@ -5,6 +5,7 @@ subcommand in generation3d/README.md.
     moca train-ae --data-dir data/parts --out runs/ae --steps 1500
     moca train --data-dir data/parts --ae runs/ae --attention moca --out runs/moca --steps 2000
     moca train --preset demo          # real furniture end to end, the model the hub's 3D tab shows
+    moca train --preset furniture --attention moca --out runs/ship/moca --resume   # the shipped recipe
     moca sample --ckpt runs/moca --category chair --parts 12 --out chair.glb
     moca eval --ckpt runs/moca --data-dir data/parts --n 32 --out runs/moca/eval.json   # + category fidelity
     moca train --data-dir data/parts --ae runs/ae --model-size S --device cuda --precision bf16-mixed --out runs/s
@@ -130,6 +131,8 @@ def cmd_train(a) -> int:
 
     if a.model_size and (a.d_model or a.layers):
         raise InputError("--model-size sets the width and depth; omit --d-model and --layers")
+    if a.resume and a.overwrite:
+        raise InputError("--resume continues the run in --out; --overwrite would replace it (choose one)")
     size = model_size(a.model_size or DEFAULT_SIZE)
     recipe = None
     if a.preset:
@@ -138,16 +141,24 @@ def cmd_train(a) -> int:
         recipe = preset_recipe(a.preset)
         if a.ae or a.data_dir:
             raise InputError(f"--preset {a.preset} builds its own data and autoencoder; omit --ae and --data-dir")
-        out = Path(a.out) if a.out else demo_real_model_dir()
-        check_outputs(dirs=[out], overwrite=a.overwrite)
+        out = Path(a.out) if a.out else demo_real_model_dir() if a.preset == "demo" else Path(
+            f"runs/{a.preset}_{a.attention}")
+        check_outputs(dirs=[out], overwrite=a.overwrite or a.resume)
     else:
         if not a.ae:
             raise InputError("--ae is required (a `moca train-ae` directory), or train everything with --preset demo")
         if a.ae_steps is not None:
             raise InputError("--ae-steps applies to --preset only (otherwise train the autoencoder with `moca train-ae`)")
         out = Path(a.out or f"runs/{a.attention}")
-        check_outputs(dirs=[out], inputs=[_data_dir(a), a.ae], overwrite=a.overwrite)
+        check_outputs(dirs=[out], inputs=[_data_dir(a), a.ae], overwrite=a.overwrite or a.resume)
     steps = a.steps or (recipe["steps"] if recipe else 2000)
+    every = a.checkpoint_every if a.checkpoint_every is not None else (recipe or {}).get("checkpoint_every", 100)
+    snapshot_every = a.snapshot_every if a.snapshot_every is not None else (recipe or {}).get("snapshot_every", 0)
+    if a.resume and not every:
+        raise InputError("--resume needs --checkpoint-every > 0 (the full state is saved that often)")
+    if a.resume and (out / "generator").is_dir() and not (out / "checkpoints" / "last.ckpt").is_file():
+        raise InputError(f"{out} holds a trained generator but no training state to resume; "
+                         "choose a new --out (or --overwrite without --resume to replace it)")
     lim.check_steps(steps, a.force)
     if a.ae_steps is not None:
         lim.check_steps(a.ae_steps, a.force, "--ae-steps")
@@ -161,7 +172,7 @@ def cmd_train(a) -> int:
 
         ds, ae, info = preset_data_and_autoencoder(a.preset, out, seed=a.seed, max_parts=a.max_parts,
                                                    ae_steps=a.ae_steps, tokens_per_part=size.tokens_per_part,
-                                                   device=a.device, precision=a.precision)
+                                                   device=a.device, precision=a.precision, reuse=a.resume)
         print(f"autoencoder: test part CD (squared) {info['ae_test']['ae_cd']:.5f}, "
               f"F@{info['ae_test']['tau']} {info['ae_test']['ae_fscore']:.3f}")
     else:
@@ -177,17 +188,28 @@ def cmd_train(a) -> int:
                     attention=a.attention, top_k=a.top_k, n_compressed=a.compressed,
                     router_distill=a.router_distill, dense_warmup=a.dense_warmup)
     gen, stats, hist = fit(ds, ae, cfg, steps=steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed, progress=True,
-                           run_dir=out, device=a.device, precision=a.precision)
+                           run_dir=out, device=a.device, precision=a.precision, resume=a.resume,
+                           checkpoint_every=every, snapshot_every=snapshot_every)
+    train_s = hist[-1]["time_s"]
     pipe = MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"), categories=trained_categories(ds, a.max_parts))
-    pipe.save(out, {"history": hist, "seed": a.seed, "steps": steps, **({"preset": a.preset} if recipe else {})})
-    print(f"trained {a.attention} generator for {steps} steps: final loss {hist[-1]['loss']:.4f}; saved {out}")
+    ae_extra = None
+    if recipe:
+        from common.pretrained import checkpoint_info
+
+        ae_extra = checkpoint_info(out / "ae").extra  # the recipe the autoencoder was trained with
+    pipe.save(out, {"history": hist, "seed": a.seed, "steps": steps, "train_s": train_s,
+                    **({"preset": a.preset, "ae_train_s": info["ae_train_s"]} if recipe else {})}, ae_extra=ae_extra)
+    print(f"trained {a.attention} generator for {steps} steps: final loss {hist[-1]['loss']:.4f}, "
+          f"{train_s:.0f} s of training; saved {out}")
     if recipe:
         from generation3d.preset import write_preset_samples
 
         samples = write_preset_samples(a.preset, pipe, ds, out, {
-            **info, "steps": steps, "attention": a.attention, "seed": a.seed, "final_loss": hist[-1]["loss"]})
+            **info, "steps": steps, "attention": a.attention, "seed": a.seed, "final_loss": hist[-1]["loss"],
+            "train_s": train_s})
         listed = ", ".join(f"{r['category']} {r['parts']} parts" for r in samples)
-        print(f"wrote {len(samples)} samples to {out / 'samples'} ({listed}); the hub's 3D tab shows this model")
+        where = "the hub's 3D tab shows this model" if a.preset == "demo" else "ship it with scripts/ship_generation3d.py"
+        print(f"wrote {len(samples)} samples to {out / 'samples'} ({listed}); {where}")
     return 0
 
 
@@ -324,12 +346,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train the flow-matching part transformer")
     add_common_args(p)
     p.add_argument("--ae", default=None, help="autoencoder checkpoint directory (required without --preset)")
-    p.add_argument("--preset", default=None, choices=["demo"],
-                   help="demo: Sweet Home 3D data, autoencoder and generator with the README's recipe into --out "
-                        "(default: the hub's real-furniture model), with one sample per category")
+    p.add_argument("--preset", default=None, choices=["demo", "furniture"],
+                   help="Sweet Home 3D data, autoencoder and generator in one command (generation3d/preset.py): "
+                        "demo: the README's 2400-step recipe (default --out: the hub's real-furniture model); "
+                        "furniture: the shipped moca-furniture recipe, 20000 steps (default --out: "
+                        "runs/furniture_<attention>); one sample per category")
     p.add_argument("--ae-steps", type=lim.bounded(lim.MAX_TRAIN_STEPS), default=None, help="--preset: autoencoder steps (default 600)")
     p.add_argument("--attention", default="moca", choices=["moca", "full", "topk", "local"])
-    p.add_argument("--steps", type=lim.bounded(lim.MAX_TRAIN_STEPS), default=None, help="default 2000 (2400 with --preset demo)")
+    p.add_argument("--steps", type=lim.bounded(lim.MAX_TRAIN_STEPS), default=None,
+                   help="default 2000 (--preset: the recipe's)")
+    p.add_argument("--resume", action="store_true",
+                   help="start, or continue an interrupted run in --out from its last full state (same options; "
+                        "--preset: its data and autoencoder are reused)")
+    p.add_argument("--checkpoint-every", type=lim.bounded(lim.MAX_TRAIN_STEPS, 0), default=None, metavar="N",
+                   help="full training state to OUT/checkpoints/last.ckpt every N steps (default 100; "
+                        "--preset furniture 250; 0: never)")
+    p.add_argument("--snapshot-every", type=lim.bounded(lim.MAX_TRAIN_STEPS, 0), default=None, metavar="N",
+                   help="keep the pipeline every N steps in OUT/snapshots/step_<N> (default 0: none; "
+                        "--preset furniture 2500)")
     p.add_argument("--batch-size", type=lim.bounded(lim.MAX_BATCH), default=16)
     p.add_argument("--lr", type=positive_float, default=1e-3)
     p.add_argument("--max-parts", type=lim.bounded(lim.MAX_SCENE_PARTS), default=64)

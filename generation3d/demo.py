@@ -19,14 +19,24 @@ from generation3d.limits import MAX_SAMPLING_STEPS, MAX_SCENE_PARTS
 log = logging.getLogger(__name__)
 
 CKPT_ENV = "MOCA_DEMO_CKPT"
+SHIPPED = "moca-furniture"  # common.shipped name of the real-furniture pipeline
+
+
+def _is_shipped(ckpt: str) -> bool:
+    from common.shipped import shipped_models
+
+    return ckpt in shipped_models()
 
 
 def default_checkpoint() -> str:
-    """``$MOCA_DEMO_CKPT``; else the real-furniture model of ``moca train --preset demo``
+    """``$MOCA_DEMO_CKPT``; else the shipped real-furniture pipeline ``moca-furniture``
+    (``common.shipped``) when it is shipped; else the model of ``moca train --preset demo``
     (``preset.demo_real_model_dir``) when it has been trained; else the procedural pipeline left by
     ``make demo`` (``generation3d.quick``)."""
     if os.environ.get(CKPT_ENV):
         return os.environ[CKPT_ENV]
+    if _is_shipped(SHIPPED):
+        return SHIPPED
     from common.data_dir import cache_dir
     from generation3d.preset import demo_real_model_dir
 
@@ -37,15 +47,45 @@ def default_checkpoint() -> str:
 
 
 def checkpoint_categories(ckpt: str) -> list[str]:
-    """The categories a checkpoint was trained on, read from its generator config without loading
-    weights; all of ``data.CATEGORIES`` when it cannot be read (the tab then reports the error)."""
+    """The categories a checkpoint (a pipeline directory or a shipped name) was trained on, read
+    from its config without loading weights; all of ``data.CATEGORIES`` when it cannot be read
+    (the tab then reports the error)."""
     from common.pretrained import checkpoint_info
     from generation3d.data import CATEGORIES
 
     try:
+        if _is_shipped(ckpt):
+            return list(checkpoint_info(ckpt).config.get("categories") or CATEGORIES)
         return list(checkpoint_info(Path(ckpt) / "generator").extra.get("categories") or CATEGORIES)
     except (MoeAppsError, OSError):
         return list(CATEGORIES)
+
+
+def describe_model(ckpt: str) -> str:
+    """One markdown sentence saying what the model ``ckpt`` is (the tab's default, or any)."""
+    from common.data_dir import cache_dir
+    from generation3d.preset import demo_real_model_dir
+
+    if _is_shipped(ckpt):
+        from common.shipped import read_manifest, shipped_models
+
+        try:
+            meta = read_manifest(shipped_models()[ckpt])
+        except MoeAppsError as exc:
+            return f"Model `{ckpt}`: {exc}"
+        m = meta["metrics"]
+        fidelity = (f"; category fidelity {m['fidelity']:.2f} on {m.get('n_shapes', '?')} held-out shapes"
+                    if isinstance(m.get("fidelity"), (int, float)) else "")
+        return (f"Model `{ckpt}`: the shipped MoCA pipeline, trained by `{meta['command']}` for {meta['steps']} "
+                f"steps on {meta['data'].split(' (')[0]}{fidelity} (`generation3d/weights/{ckpt}/manifest.json`).")
+    path = Path(ckpt)
+    if path == demo_real_model_dir():
+        return (f"Model `{ckpt}`: real furniture, the 2400-step `moca train --preset demo` recipe "
+                "(not the shipped model).")
+    if path == cache_dir("generation3d") / "demo_model":
+        return (f"Model `{ckpt}`: the procedural chairs, tables, shelves and lamps of `make demo` (a small quick "
+                "model); `moca train --preset demo` trains one on real furniture in about 15 min.")
+    return f"Model `{ckpt}`: a checkpoint directory."
 
 
 MAX_PIPELINES = 2
@@ -60,9 +100,12 @@ def _load_pipeline(ckpt: str):
     return MoCAPipeline.load(ckpt), threading.Lock()
 
 
-def allowed_checkpoint(ckpt: str) -> Path:
-    """``ckpt`` resolved, if it lies inside the hub's allowed roots (``common.allowlist``) or the
+def allowed_checkpoint(ckpt: str) -> Path | str:
+    """The name of a shipped model as it is (``common.shipped`` verifies it when it loads), else
+    ``ckpt`` resolved, if it lies inside the hub's allowed roots (``common.allowlist``) or the
     operator's ``$MOCA_DEMO_CKPT``; raises ``InputError`` otherwise, before anything is read."""
+    if isinstance(ckpt, str) and _is_shipped(ckpt):
+        return ckpt
     return check_allowed_path(ckpt, "checkpoint directory", extra_roots=[os.environ.get(CKPT_ENV, "")])
 
 
@@ -88,7 +131,8 @@ def generate(ckpt: str, category: str, n_parts: int, seed: int, steps: int, out_
     steps = _whole(steps, "sampling steps", 1, MAX_SAMPLING_STEPS)
     if not isinstance(category, str) or not isinstance(text or "", str):
         raise InputError("category and text must be text")
-    pipe, lock = _PIPELINES.get(str(Path(ckpt).resolve()), lambda: _load_pipeline(ckpt))
+    key = ckpt if _is_shipped(ckpt) else str(Path(ckpt).resolve())
+    pipe, lock = _PIPELINES.get(key, lambda: _load_pipeline(ckpt))
     text = (text or "").strip() or None
     with lock:
         g = pipe.sample(category, int(n_parts), seed=int(seed), steps=int(steps), text=text)[0]
@@ -134,15 +178,15 @@ def build_tab() -> None:
 
     from generation3d.preset import sample_previews
 
+    default = default_checkpoint()
     gr.Markdown(
         "### MoCA: compositional 3D generation with component-level sparse attention\n"
         "Each part attends at full resolution to its router-selected top-k parts and to a few compressed "
-        "tokens of every other part. Real furniture: `moca train --preset demo` once (Sweet Home 3D, "
-        "about 15 min on 2 cores); otherwise the tab uses the procedural model of `make demo`."
+        f"tokens of every other part. {describe_model(default)} Enter another shipped model's name or a "
+        "checkpoint directory below.", elem_id="moca-model"
     )
-    default = default_checkpoint()
     with gr.Row():
-        ckpt = gr.Textbox(value=default, label="checkpoint directory", elem_id="moca-ckpt")
+        ckpt = gr.Textbox(value=default, label="shipped model or checkpoint directory", elem_id="moca-ckpt")
         category = gr.Dropdown(checkpoint_categories(default) + ["none"], value="chair", label="category",
                                elem_id="moca-category")
         n_parts = gr.Slider(2, 96, value=12, step=1, label="number of parts", elem_id="moca-parts")

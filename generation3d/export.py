@@ -124,3 +124,38 @@ def preview_png(meshes: list[trimesh.Trimesh], path: str | Path | None = None, t
         with atomic_write(path, "wb") as f:
             f.write(png)
     return png
+
+
+def preview_grid(shapes: list[list[trimesh.Trimesh]], path: str | Path, titles: list[str] | None = None,
+                 ncols: int = 4, elev: float = 20, azim: float = -60) -> Path:
+    """One matplotlib PNG of several shapes side by side (``ncols`` per row), each a list of
+    coloured part meshes (z up) in its own cube of view with its ``titles`` entry; written
+    atomically to ``path``."""
+    from matplotlib.figure import Figure
+    from mpl_toolkits.mplot3d.art3d import Poly3DCollection
+
+    if not shapes:
+        raise InputError("nothing to render: no shapes")
+    ncols = min(ncols, len(shapes))
+    nrows = -(-len(shapes) // ncols)
+    fig = Figure(figsize=(3 * ncols, 3 * nrows))
+    for k, meshes in enumerate(shapes):
+        ax = fig.add_subplot(nrows, ncols, k + 1, projection="3d")
+        allv = np.concatenate([m.vertices for m in meshes])
+        for i, m in enumerate(meshes):
+            ax.add_collection3d(Poly3DCollection(m.vertices[m.faces], facecolor=face_colour(m, i),
+                                                 edgecolor=(0, 0, 0, 0.15), linewidths=0.2))
+        c, r = (allv.max(0) + allv.min(0)) / 2, max((allv.max(0) - allv.min(0)).max() / 2, 1e-3)
+        ax.set_xlim(c[0] - r, c[0] + r)
+        ax.set_ylim(c[1] - r, c[1] + r)
+        ax.set_zlim(c[2] - r, c[2] + r)
+        ax.view_init(elev=elev, azim=azim)
+        ax.set_axis_off()
+        if titles:
+            ax.set_title(titles[k], fontsize=9)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    path = Path(path)
+    with atomic_write(path, "wb") as f:
+        f.write(buf.getvalue())
+    return path

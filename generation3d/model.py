@@ -313,5 +313,43 @@ class PartFlowTransformer(PretrainedMixin, nn.Module):
         return model, inputs
 
 
+@register_model("moca_pipeline")
+class PipelineCheckpoint(PretrainedMixin, nn.Module):
+    """A whole MoCA pipeline in one checkpoint, the form it ships in (``common.shipped.ship``
+    takes one model): ``ae`` (``PartAutoencoder(ae_config)``), ``gen``
+    (``PartFlowTransformer(gen_config)``), the latent ``stats`` (``z_mean``, ``z_std``,
+    ``box_mean``, ``box_std`` as lists), the training ``descriptions``, the trained
+    ``categories`` and the generator's box parameterisation ``box_param``.
+    ``sampling.MoCAPipeline.from_checkpoint`` samples from it."""
+
+    def __init__(self, ae_config: AEConfig, gen_config: GenConfig, stats: dict, descriptions: list[str],
+                 categories: list[str], box_param: str):
+        super().__init__()
+        self.ae, self.gen = PartAutoencoder(ae_config), PartFlowTransformer(gen_config)
+        self.stats, self.descriptions, self.categories = stats, list(descriptions), list(categories)
+        self.box_param = box_param
+
+    def example_forward(self, z: Tensor, box: Tensor, t: Tensor, category: Tensor, n_parts: Tensor):
+        """The generator's velocities ``(v_z, v_box)`` and the autoencoder's decoding of ``z[0]``."""
+        v_z, v_box = self.gen(z, box, t, category, n_parts)
+        return v_z, v_box, self.ae.decode(z[0])
+
+    @classmethod
+    def tiny_example(cls):
+        torch.manual_seed(0)
+        ae = AEConfig(n_latents=2, d_latent=3, d_model=8, n_heads=2, n_out=16, n_freq=2)
+        gen = GenConfig(n_latents=2, d_latent=3, max_parts=4, d_model=16, n_heads=2, n_layers=1, top_k=2,
+                        n_compressed=1, d_text=6)
+        stats = {"z_mean": [0.1, 0.0, -0.1], "z_std": [1.0, 0.5, 2.0], "box_mean": [0.0] * 3 + [-1.0] * 3,
+                 "box_std": [0.5] * 6}
+        model = cls(ae, gen, stats, ["a chair with 3 parts"], ["chair", "table"], "centre+log_size")
+        with torch.no_grad():  # the generator's heads start at zero: perturb them so outputs move
+            for p in model.gen.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        g = torch.Generator().manual_seed(0)
+        return model, (torch.randn(1, 3, 2, 3, generator=g), torch.randn(1, 3, 6, generator=g), torch.tensor([500.0]),
+                       torch.tensor([0]), torch.tensor([3]))
+
+
 def config_dict(cfg) -> dict:
     return asdict(cfg)

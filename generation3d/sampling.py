@@ -8,6 +8,11 @@ Sampling integrates the learned velocity field with diffusers' ``FlowMatchEulerD
 category and null text), then decodes each part's latents to points in its box frame and maps
 them into the generated box (the generator's box channels are centre and log size).
 
+Shipping: ``model.PipelineCheckpoint`` holds the autoencoder, the generator, the latent
+statistics, the training descriptions and the categories in one registered checkpoint, the form a
+pipeline ships in (``common.shipped``: ``MoCAPipeline.load("moca-furniture")`` verifies the
+shipped files by sha256 and loads them); ``smoke_sample`` is the shipped-weights test's sampler.
+
 Text: ``sample(text=...)`` embeds the text with MiniLM (``text.default_encoder``) and conditions
 on it; ``category='none'`` with a text is text-only conditioning. An empty text is an
 InputError (omit it for text-unconditional sampling); any other text is accepted (MiniLM embeds
@@ -33,7 +38,7 @@ from common.pretrained import checkpoint_info
 from generation3d.data import CATEGORIES, check_category
 from generation3d.geometry import box_to_param, from_canonical, param_to_box
 from generation3d.limits import MAX_BATCH, MAX_SAMPLING_STEPS
-from generation3d.model import PartAutoencoder, PartFlowTransformer
+from generation3d.model import PartAutoencoder, PartFlowTransformer, PipelineCheckpoint
 from generation3d.text import check_text, default_encoder
 
 
@@ -135,13 +140,13 @@ class MoCAPipeline:
     def encoder(self):
         return self._encoder or default_encoder()
 
-    def save(self, path: str | Path, extra: dict | None = None) -> Path:
-        """Write ``path/ae`` and ``path/generator`` (each file atomic); a SIGINT/SIGTERM meanwhile
-        takes effect once both are written, so an interrupted save never pairs a new autoencoder
-        with an old generator."""
+    def save(self, path: str | Path, extra: dict | None = None, ae_extra: dict | None = None) -> Path:
+        """Write ``path/ae`` (with ``ae_extra``) and ``path/generator`` (with ``extra``; each file
+        atomic); a SIGINT/SIGTERM meanwhile takes effect once both are written, so an interrupted
+        save never pairs a new autoencoder with an old generator."""
         path = Path(path)
         with _signals_deferred():
-            save_autoencoder(self.ae, path / "ae")
+            save_autoencoder(self.ae, path / "ae", ae_extra)
             self.gen.save_pretrained(path / "generator", {
                 "stats": {k: v.tolist() for k, v in self.stats.items()}, "box_param": BOX_PARAM,
                 "descriptions": self.descriptions, "categories": self.categories, **(extra or {})})
@@ -149,7 +154,11 @@ class MoCAPipeline:
 
     @classmethod
     def load(cls, path: str | Path) -> MoCAPipeline:
+        """The pipeline saved in ``path`` (``ae/`` + ``generator/``, as ``save`` writes it), or a
+        ``PipelineCheckpoint``: a directory or the name of a shipped one (verified by sha256)."""
         path = Path(path)
+        if not (path / "generator").is_dir() and not (path / "ae").is_dir():
+            return cls.from_checkpoint(PipelineCheckpoint.from_pretrained(path))
         ae = load_autoencoder(path / "ae")
         extra = checkpoint_info(path / "generator").extra
         if "stats" not in extra:
@@ -159,6 +168,23 @@ class MoCAPipeline:
         gen = PartFlowTransformer.from_pretrained(path / "generator")
         _check_extra(path / "generator", extra, gen.config.d_latent)
         return cls(ae, gen, extra["stats"], extra.get("descriptions"), categories=extra.get("categories"))
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: PipelineCheckpoint) -> MoCAPipeline:
+        """The pipeline of a ``PipelineCheckpoint`` (sharing its modules); CheckpointError for one
+        of another box parameterisation."""
+        if ckpt.box_param != BOX_PARAM:
+            raise CheckpointError(f"a pipeline checkpoint with boxes as {ckpt.box_param!r}, not {BOX_PARAM!r}; "
+                                  "retrain it with `moca train`")
+        return cls(ckpt.ae, ckpt.gen, ckpt.stats, ckpt.descriptions, categories=ckpt.categories)
+
+    def checkpoint(self) -> PipelineCheckpoint:
+        """This pipeline as one ``PipelineCheckpoint`` (copies of the weights), e.g. to ship it."""
+        ckpt = PipelineCheckpoint(self.ae.config, self.gen.config, {k: v.tolist() for k, v in self.stats.items()},
+                                  self.descriptions, self.categories, BOX_PARAM)
+        ckpt.ae.load_state_dict(self.ae.state_dict())
+        ckpt.gen.load_state_dict(self.gen.state_dict())
+        return ckpt.eval()
 
     def embed_text(self, text: str) -> torch.Tensor:
         """MiniLM embedding ``(1, 384)`` of a non-empty text (InputError for an empty one)."""
@@ -236,3 +262,9 @@ class MoCAPipeline:
         world = from_canonical(pts.clamp(-1.0, 1.0), box).detach().cpu()
         box = box.detach().cpu()
         return [GeneratedShape(world[i].numpy(), box[i].numpy(), category, n_parts, seed, text) for i in range(batch)]
+
+
+def smoke_sample(model: PipelineCheckpoint) -> np.ndarray:
+    """Points ``(P, M, 3)`` of one 4-step sample of a shipped pipeline's first category at 4
+    parts (the shipped-weights test)."""
+    return MoCAPipeline.from_checkpoint(model).sample(model.categories[0], 4, seed=0, steps=4)[0].points

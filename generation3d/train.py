@@ -11,6 +11,15 @@ for bit. Checkpoints are written by the callers with the pipeline's save functio
 (``sampling.save_autoencoder``, ``MoCAPipeline.save``); with ``run_dir`` Lightning's CSV log of
 the training loss goes to ``run_dir/logs``.
 
+A generator run can be interrupted and continued (``fit(..., resume=True)``): Lightning's full
+state (weights, optimizer, schedule, step; the dense warm-up phase follows from the step) goes to
+``run_dir/checkpoints/last.ckpt`` every ``checkpoint_every`` steps with the run's settings, its
+history, its training time summed over sittings and the global RNG states (the distillation
+target's query subsample draws from them); a resumed run draws (and drops) the batches
+already trained on, so its weights equal an uninterrupted run's bit for bit, and a state written
+with other settings is refused. ``snapshot_every`` keeps the pipeline of every such step in
+``run_dir/snapshots/step_<n>`` (learning curves; each loads with ``MoCAPipeline.load``).
+
 * Autoencoder: batches of ``batch_size`` training parts drawn with replacement; loss = squared
   Chamfer distance between the reconstruction and the part's points in its box frame.
 * Generator: batches of training shapes with similar part counts (``_shape_batches``: sorted
@@ -26,15 +35,17 @@ import math
 import sys
 import time
 import warnings
+from dataclasses import asdict
 from pathlib import Path
 
 import lightning.pytorch as L
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
-from common.engine import ctrl_c_interrupts, make_trainer
+from common.engine import CHECKPOINT_DIR, LAST, ctrl_c_interrupts, make_trainer
 from common.engine import fit as engine_fit
 from common.errors import InputError
 from generation3d.data import PartDataset
@@ -52,6 +63,9 @@ from generation3d.text import default_encoder, shape_descriptions
 
 GRAD_CLIP = 1.0  # max global gradient norm
 LOG_EVERY = 50  # history entries every this many steps (and the last)
+SNAPSHOTS = "snapshots"  # run_dir/snapshots/step_<n>: the pipeline kept every snapshot_every steps
+SNAPSHOT_PREFIX = "step_"
+STATE_KEY = "moca_run"  # in checkpoints/last.ckpt: {"settings", "history", "train_s"}
 
 
 def _warmup_cosine(opt: torch.optim.Optimizer, steps: int, warmup_frac: float = 0.05):
@@ -68,18 +82,20 @@ def _loader(batches: IterableDataset, seed: int, device: torch.device) -> DataLo
                       pin_memory=device.type == "cuda")
 
 
-def _fit(trainer: L.Trainer, module: L.LightningModule) -> None:
+def _fit(trainer: L.Trainer, module: L.LightningModule, resume: bool = False) -> None:
     with ctrl_c_interrupts(), warnings.catch_warnings():  # the batch stream is sized on purpose
         warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
-        engine_fit(trainer, module, resume=False)
+        warnings.filterwarnings("ignore", message=r".*Total length of `\w+` across ranks is zero.*")  # a finished run
+        engine_fit(trainer, module, resume=resume)
 
 
-def _trainer(run_dir, steps: int, seed: int, progress: bool, device: str = "auto", precision: str = "32") -> L.Trainer:
+def _trainer(run_dir, steps: int, seed: int, progress: bool, device: str = "auto", precision: str = "32",
+             callbacks: list[Callback] | None = None) -> L.Trainer:
     if steps < 1:
         raise InputError(f"steps must be >= 1, got {steps}")
     return make_trainer(run_dir, max_steps=steps, grad_clip=GRAD_CLIP, seed=seed, progress=progress,
                         checkpoint=False, use_distributed_sampler=False, log_every_n_steps=LOG_EVERY,
-                        device=device, precision=precision)
+                        device=device, precision=precision, callbacks=callbacks or [])
 
 
 def _announce(trainer: L.Trainer, message: str) -> None:
@@ -173,15 +189,17 @@ def _shape_batches(ds: PartDataset, ids: np.ndarray, batch_size: int, rng: np.ra
 class ShapeBatches(IterableDataset):
     """``steps`` flow-matching batches: ``collate`` of the ``_shape_batches`` of ``ids`` (order
     from ``np.random.default_rng(seed)``, reshuffled every pass over the shapes) plus
-    ``"noise"``, the step's ``draw_flow_noise`` from one ``torch.Generator`` seeded with ``seed``."""
+    ``"noise"``, the step's ``draw_flow_noise`` from one ``torch.Generator`` seeded with ``seed``.
+    ``start``: a resumed run's first step; the batches before it are drawn and dropped, so the
+    rest are those of an uninterrupted run."""
 
     def __init__(self, ds: PartDataset, ids: np.ndarray, latents: Tensor, stats: dict, text: Tensor | None,
-                 batch_size: int, max_tokens: int | None, steps: int, seed: int) -> None:
+                 batch_size: int, max_tokens: int | None, steps: int, seed: int, start: int = 0) -> None:
         self.ds, self.ids, self.latents, self.stats, self.text = ds, ids, latents, stats, text
-        self.batch_size, self.max_tokens, self.steps, self.seed = batch_size, max_tokens, steps, seed
+        self.batch_size, self.max_tokens, self.steps, self.seed, self.start = batch_size, max_tokens, steps, seed, start
 
     def __len__(self) -> int:
-        return self.steps
+        return self.steps - self.start
 
     def __iter__(self):
         rng, gen = np.random.default_rng(self.seed), torch.Generator().manual_seed(self.seed)
@@ -192,7 +210,8 @@ class ShapeBatches(IterableDataset):
                     break
                 batch = collate(self.ds, self.latents, ids_b, self.stats, self.text)
                 batch["noise"] = draw_flow_noise(batch, gen)
-                yield batch
+                if step >= self.start:
+                    yield batch
                 step += 1
 
 
@@ -202,13 +221,34 @@ class GeneratorModule(L.LightningModule):
     ``history``: ``{"step", "loss", "time_s"[, "router_distill"]}`` every ``LOG_EVERY`` steps and
     at the last (``loss`` without the distillation term)."""
 
-    def __init__(self, model: PartFlowTransformer, batches: ShapeBatches, steps: int, lr: float, seed: int):
+    def __init__(self, model: PartFlowTransformer, batches: ShapeBatches, steps: int, lr: float, seed: int,
+                 settings: dict | None = None):
         super().__init__()
         self.model, self.batches, self.steps, self.lr, self.seed = model, batches, steps, lr, seed
+        self.settings = settings or {}
         cfg = model.config
         self.distill, self.n_dense = cfg.router_distill > 0, int(round(cfg.dense_warmup * steps))
         self.history: list[dict] = []
-        self.t0 = time.perf_counter()
+        self.t0, self.earlier_s = time.perf_counter(), 0.0
+        self.saved_rng: dict | None = None  # the global RNG states of the resume state, set on load
+
+    @property
+    def train_s(self) -> float:
+        """Training time so far, summed over the sittings of a resumed run."""
+        return self.earlier_s + time.perf_counter() - self.t0
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # the global RNG too: the distillation target's query subsample (attention.py) draws from it
+        rng = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        checkpoint[STATE_KEY] = {"settings": self.settings, "history": self.history, "train_s": self.train_s,
+                                 "rng": rng}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        saved = checkpoint.get(STATE_KEY, {})
+        self.history, self.earlier_s = list(saved.get("history", [])), float(saved.get("train_s", 0.0))
+        self.saved_rng = saved.get("rng")
 
     def train_dataloader(self) -> DataLoader:
         return _loader(self.batches, self.seed, self.device)
@@ -219,6 +259,10 @@ class GeneratorModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         _announce(self.trainer, f"training the {self.model.config.attention} generator for {self.steps} steps")
+        if self.saved_rng is not None:  # a resumed run: the global RNG where the interrupted run left it
+            torch.set_rng_state(self.saved_rng["cpu"])
+            if "cuda" in self.saved_rng and self.device.type == "cuda":
+                torch.cuda.set_rng_state(self.saved_rng["cuda"], self.device)
         self.t0 = time.perf_counter()
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
@@ -230,7 +274,7 @@ class GeneratorModule(L.LightningModule):
         aux = self.model.router_distill_loss() if self.distill else None
         self.log("train_loss", loss.detach())
         if step % LOG_EVERY == 0 or step == self.steps - 1:
-            self.history.append({"step": step, "loss": float(loss.detach()), "time_s": time.perf_counter() - self.t0,
+            self.history.append({"step": step, "loss": float(loss.detach()), "time_s": self.train_s,
                                  **({} if aux is None else {"router_distill": float(aux.detach())})})
         return loss if aux is None else loss + self.model.config.router_distill * aux
 
@@ -239,11 +283,72 @@ class GeneratorModule(L.LightningModule):
             self.model.set_sparse_training(False, False)
 
 
+class PipelineSnapshots(Callback):
+    """Every ``every`` steps, the pipeline (``ae`` + the generator being trained + ``stats``,
+    ``descriptions``, ``categories``) saved with ``MoCAPipeline.save`` into
+    ``out_dir/snapshots/step_<n>`` (its generator's extra holds ``step``)."""
+
+    def __init__(self, out_dir: str | Path, every: int, ae: PartAutoencoder, stats: dict, descriptions: list[str],
+                 categories: list[str]) -> None:
+        self.out_dir, self.every = Path(out_dir) / SNAPSHOTS, every
+        self.ae, self.stats, self.descriptions, self.categories = ae, stats, descriptions, categories
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step % self.every or not trainer.is_global_zero:
+            return
+        from generation3d.sampling import MoCAPipeline
+
+        gen = pl_module.model
+        was_training = gen.training
+        pipe = MoCAPipeline(self.ae, gen, self.stats, self.descriptions, categories=self.categories)
+        pipe.save(self.out_dir / f"{SNAPSHOT_PREFIX}{step}", {"step": step, "seed": pl_module.seed})
+        gen.train(was_training)  # the pipeline puts its models in eval mode
+
+
+def snapshot_steps(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """``(step, directory)`` of the snapshots a run kept, by step."""
+    base = Path(run_dir) / SNAPSHOTS
+    found = [(int(p.name.removeprefix(SNAPSHOT_PREFIX)), p) for p in base.glob(f"{SNAPSHOT_PREFIX}*")
+             if p.name.removeprefix(SNAPSHOT_PREFIX).isdigit()] if base.is_dir() else []
+    return sorted(found)
+
+
+def resume_state(run_dir: str | Path) -> dict | None:
+    """``{"step", "settings", "history", "train_s"}`` of the resume state in ``run_dir``
+    (None when there is none)."""
+    path = Path(run_dir) / CHECKPOINT_DIR / LAST
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a truncated or foreign file: say which, never a traceback
+        raise InputError(f"{path} is not a readable training state ({str(exc).splitlines()[0][:120]}); "
+                         "delete it to start the run again") from None
+    return {"step": int(state.get("global_step", 0)), **state.get(STATE_KEY, {})}
+
+
+def check_resumable(run_dir: str | Path, settings: dict) -> int:
+    """The step the resume state in ``run_dir`` was saved at (0 when there is none); InputError
+    when it was written by a run with other ``settings``."""
+    state = resume_state(run_dir)
+    if state is None:
+        return 0
+    saved = state.get("settings")
+    if saved != settings:
+        saved = saved or {}
+        diff = sorted(k for k in settings.keys() | saved.keys() if saved.get(k) != settings.get(k))
+        raise InputError(f"{Path(run_dir) / CHECKPOINT_DIR / LAST} was written by a run with other settings "
+                         f"({', '.join(diff)}); resume with the same options or start a new --out")
+    return state["step"]
+
+
 def fit(
     ds: PartDataset, ae: PartAutoencoder, config: GenConfig | None = None, steps: int = 300, batch_size: int = 16,
     lr: float = 1e-3, seed: int = 0, progress: bool = False, max_tokens: int = 512, text_encoder=None,
     run_dir: str | Path | None = None, device: str = "auto", precision: str = "32",
-    init: PartFlowTransformer | None = None, stats: dict | None = None,
+    init: PartFlowTransformer | None = None, stats: dict | None = None, resume: bool = False,
+    checkpoint_every: int = 0, snapshot_every: int = 0,
 ) -> tuple[PartFlowTransformer, dict, list[dict]]:
     """Train the generator on training shapes with at most ``config.max_parts`` parts,
     conditioned on category, part count and the MiniLM embedding of each shape's description
@@ -251,17 +356,40 @@ def fit(
     ``device`` in ``precision`` (``common.device``). ``init``: continue from this model (its
     config is used) instead of a new one; ``stats``: latent statistics to standardise with
     (default: those of ``ds``). ``run_dir``: where Lightning's CSV log goes (None: no files).
-    Returns (model on the CPU in eval mode, latent stats as lists, history)."""
+
+    ``checkpoint_every`` (> 0, needs ``run_dir``): Lightning's full state to
+    ``run_dir/checkpoints/last.ckpt`` every so many steps; ``resume``: continue from it when it
+    exists (module docstring; InputError for a state of other settings). ``snapshot_every`` (> 0,
+    needs ``run_dir``): ``PipelineSnapshots``. Returns (model on the CPU in eval mode, latent stats
+    as lists, history); the history's ``time_s`` is the training time summed over sittings."""
+    from generation3d.data import trained_categories
+
     config = init.config if init is not None else config or GenConfig()
     ids = ds.shape_ids("train", max_parts=config.max_parts)
     if len(ids) == 0:
         raise InputError(f"no training shapes with at most {config.max_parts} parts (raise --max-parts)")
-    trainer = _trainer(run_dir, steps, seed, progress, device, precision)
+    if (resume or checkpoint_every or snapshot_every) and run_dir is None:
+        raise InputError("checkpoints, snapshots and resuming need a run directory")
+    if resume and not checkpoint_every:
+        raise InputError("resuming needs checkpoint_every > 0 (the full state is saved that often)")
     latents = encode_parts(ae, ds)
     stats = latent_stats(ds, latents) if stats is None else {k: torch.as_tensor(v) for k, v in stats.items()}
+    settings = {"config": asdict(config), "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
+                "max_tokens": max_tokens, "precision": precision, "train_shapes": [int(i) for i in ids],
+                "init": init is not None}
+    start = check_resumable(run_dir, settings) if resume else 0
+    callbacks: list[Callback] = []
+    if snapshot_every:
+        callbacks.append(PipelineSnapshots(run_dir, snapshot_every, ae, {k: v.tolist() for k, v in stats.items()},
+                                           shape_descriptions(ds, "train"), trained_categories(ds, config.max_parts)))
+    if checkpoint_every:
+        callbacks.append(ModelCheckpoint(dirpath=Path(run_dir) / CHECKPOINT_DIR, filename=LAST.removesuffix(".ckpt"),
+                                         save_top_k=1, every_n_train_steps=checkpoint_every,
+                                         enable_version_counter=False))
+    trainer = _trainer(run_dir, steps, seed, progress, device, precision, callbacks)
     text = torch.from_numpy((text_encoder or default_encoder()).encode(shape_descriptions(ds)))
     model = (init if init is not None else PartFlowTransformer(config)).train()  # new: initialised after the seeding
-    batches = ShapeBatches(ds, ids, latents, stats, text, batch_size, max_tokens, steps, seed)
-    module = GeneratorModule(model, batches, steps, lr, seed)
-    _fit(trainer, module)
+    batches = ShapeBatches(ds, ids, latents, stats, text, batch_size, max_tokens, steps, seed, start=start)
+    module = GeneratorModule(model, batches, steps, lr, seed, settings)
+    _fit(trainer, module, resume=resume)
     return model.cpu().eval(), {k: v.tolist() for k, v in stats.items()}, module.history

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from generation3d.cli import main as moca_main
 from tests.generation3d.test_sources import _box, _chair_obj, _obj, write_archive
@@ -85,6 +86,7 @@ def test_preset_with_missing_furniture_is_one_error(tmp_path, capsys, monkeypatc
 
 def test_hub_tab_defaults_to_the_real_furniture_model(preset_run, tmp_path, monkeypatch):
     gr = pytest.importorskip("gradio")
+    from common import shipped
     from generation3d.demo import build_tab, checkpoint_categories, default_checkpoint, generate
     from generation3d.preset import sample_previews
 
@@ -92,6 +94,7 @@ def test_hub_tab_defaults_to_the_real_furniture_model(preset_run, tmp_path, monk
     monkeypatch.setenv("MOE_APPS_CACHE", str(cache))
     monkeypatch.setenv("MOCA_RENDERER", "matplotlib")
     monkeypatch.delenv("MOCA_DEMO_CKPT", raising=False)
+    monkeypatch.setattr(shipped, "ROOT", tmp_path)  # no shipped moca-furniture: the cache's models come next
     assert default_checkpoint() == str(out)
     assert checkpoint_categories(str(out))[0] == "chair" and "scene" not in checkpoint_categories(str(out))
     assert [p for p, _ in sample_previews(out)] == sorted(str(p) for p in (out / "samples").glob("*.png"))
@@ -118,3 +121,44 @@ def test_evaluate_on_the_validation_split(tiny_pipeline, tiny_data):
     res = evaluate_generator(MoCAPipeline.load(tiny_pipeline), ds, n_shapes=10, steps=2, fidelity=False, split="val")
     assert res["split"] == "val" and res["n_shapes"] == 2
     assert np.isfinite(res["cd"])
+
+
+def test_furniture_preset_resumes_reusing_its_data_and_autoencoder(preset_run, tmp_path, capsys, monkeypatch):
+    """``--preset furniture --resume`` starts a run and, run again, continues it: the data and the
+    finished autoencoder in ``--out`` are loaded (not rebuilt), the generator goes on from its last
+    full state to the new end; other settings are refused with one line."""
+    from common.pretrained import checkpoint_info
+    from generation3d.sampling import load_autoencoder
+    from generation3d.train import resume_state, snapshot_steps
+
+    cache, _, _ = preset_run
+    monkeypatch.setenv("MOE_APPS_SWEETHOME3D", str(cache.parent / "furniture"))
+    monkeypatch.setenv("MOCA_RENDERER", "matplotlib")
+    out = tmp_path / "run"
+    args = ["train", "--preset", "furniture", "--out", str(out), "--resume", "--checkpoint-every", "1",
+            "--snapshot-every", "2", *TINY]
+    assert moca_main(args) == 0
+    std = capsys.readouterr()
+    assert "reusing" not in std.out and "training the autoencoder" in std.err
+    ae_before = load_autoencoder(out / "ae").state_dict()
+    data_stamp = (out / "data" / "parts.npz").stat().st_mtime_ns
+    recipe = checkpoint_info(out / "ae").extra["preset_ae"]
+    assert recipe["ae_steps"] == 2 and recipe["source"] == "sweethome3d" and recipe["ae_train_s"] > 0
+    assert resume_state(out)["step"] == 2 and [s for s, _ in snapshot_steps(out)] == [2]
+    assert moca_main([*args, "--steps", "4"]) == 2  # --steps is part of the settings
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "other settings (steps)" in err and len(err.strip().splitlines()) == 1
+    assert moca_main(args) == 0  # a finished run: nothing left to train, the same pipeline again
+    std = capsys.readouterr()
+    assert "reusing the dataset" in std.out and "reusing the autoencoder" in std.out
+    assert "training the autoencoder" not in std.err
+    for a, b in zip(ae_before.values(), load_autoencoder(out / "ae").state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    assert (out / "data" / "parts.npz").stat().st_mtime_ns == data_stamp
+    assert checkpoint_info(out / "ae").extra["preset_ae"] == recipe  # the final save keeps the recipe
+    assert json.loads((out / "preset.json").read_text())["preset"] == "furniture"
+    assert moca_main([*args, "--ae-steps", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "other settings (ae_steps)" in err and len(err.strip().splitlines()) == 1
+    assert moca_main([*args, "--overwrite"]) == 2
+    assert "choose one" in capsys.readouterr().err
