@@ -347,12 +347,10 @@ def checkpoint_info(path_dir: str | os.PathLike) -> CheckpointInfo:
     than this code reads."""
     path = Path(path_dir)
     if not path.exists():  # a shipped model's name (common.shipped): its verified directory
-        from common.shipped import shipped_models, verify
+        from common.shipped import resolve_checkpoint, shipped_models
 
-        shipped = shipped_models().get(str(path_dir))
-        if shipped is not None:
-            verify(shipped)
-            path = shipped
+        if str(path_dir) in shipped_models():
+            path = resolve_checkpoint(path_dir)
     if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
         raise CheckpointError(f"no checkpoint at {path} (needs {WEIGHTS} and {CONFIG})")
     try:

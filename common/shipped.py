@@ -108,7 +108,10 @@ def resolve_checkpoint(path_or_name: str | os.PathLike) -> Path:
     text = str(path_or_name)
     shipped = shipped_models()
     if text in shipped:
-        verify(shipped[text])
+        meta = verify(shipped[text])
+        # the smoke function's module is the app's own use of the model: importing it registers the
+        # model type, so a name loads in a process that has imported nothing of the app yet
+        importlib.import_module(meta["smoke"].partition(":")[0])
         return shipped[text]
     known = ", ".join(sorted(shipped)) or "none"
     raise CheckpointError(f"no checkpoint at {text} and no shipped model of that name (shipped: {known})")

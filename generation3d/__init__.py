@@ -6,9 +6,4 @@ Modules: ``data`` (dataset format), ``shapes`` (procedural shapes), ``meshes`` (
 flow transformer, sizes), ``train`` (``pretrain``, ``fit``), ``sampling`` (``MoCAPipeline``),
 ``evaluate`` (metrics), ``classifier``, ``export`` / ``render``, ``bench``, ``cli`` (``moca``),
 ``quick`` (``make demo``), ``demo`` (Gradio tab), ``release`` (shipped models' report).
-
-Importing the package registers its shipped model types (``model``), so ``common.shipped`` and
-``common.pretrained.load_pretrained`` load ``moca-furniture`` by name after ``import generation3d``.
 """
-
-import generation3d.model  # noqa: F401  (registers PartAutoencoder, PartFlowTransformer, PipelineCheckpoint)
