@@ -69,7 +69,15 @@ def ship_moh(runs: Path, n: int, steps: int, n_real: int, overwrite: bool) -> No
     from vision.data import fashion_mnist_images
     from vision.evaluate import feature_encoder
     from vision.models import load_backbone
-    from vision.release import floors, grid_png, learning_curve, quality, sample, train_seconds
+    from vision.release import (
+        floors,
+        grid_png,
+        learning_curve,
+        quality,
+        sample,
+        steps_to_reach,
+        train_seconds,
+    )
     from vision.sampling import SCHEDULER_FILE, read_train_state
     from vision.train import PRESETS
 
@@ -99,7 +107,10 @@ def ship_moh(runs: Path, n: int, steps: int, n_real: int, overwrite: bool) -> No
                         "final_loss": state.get("loss")})
         wall = train_seconds(run)
         report["models"][name] = {"backbone": backbone, "train_s": wall, **metrics}
-        report["curves"][name] = learning_curve(run, real, classifier, n=n, steps=steps)
+        curve = learning_curve(run, real, classifier, n=n, steps=steps)
+        report["curves"][name] = curve
+        report["models"][name]["extrapolation"] = {
+            "confident_share_0.75": steps_to_reach(curve, "confident_share", 0.75)}
         grid_png(fake[:128], RESULTS / f"shipped_{name}.png")
         shipped[name] = (model, state, wall, metrics)
         print(f"{name}: confident {metrics['confident_share']:.3f}, min class {metrics['min_class_share']:.3f}, "

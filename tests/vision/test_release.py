@@ -1,0 +1,48 @@
+"""``vision.release``: the report behind the shipped models (learning curves, extrapolation, floors)."""
+
+import pytest
+import torch
+
+from tests.vision.conftest import tiny_moh
+from vision.classifier import get_classifier
+from vision.release import grid_png, learning_curve, quality, snapshots, steps_to_reach
+from vision.train import TrainConfig, fit
+
+
+def test_steps_to_reach_extrapolates_per_doubling():
+    curve = [{"step": s, "share": 0.1 * k} for k, s in enumerate((1000, 2000, 4000, 8000), start=1)]
+    out = steps_to_reach(curve, "share", 0.6)
+    assert out["slope_per_doubling"] == pytest.approx(0.1)
+    assert out["predicted_step"] == 32000  # two more doublings
+    flat = steps_to_reach([{"step": 1000, "share": 0.3}, {"step": 2000, "share": 0.3}], "share", 0.6)
+    assert flat["predicted_step"] is None
+    assert steps_to_reach(curve[:1], "share", 0.6)["predicted_step"] is None
+
+
+def test_learning_curve_reads_every_snapshot(tmp_path):
+    torch.manual_seed(0)
+    model = tiny_moh(sample_size=32)
+    images = torch.rand(16, 1, 32, 32) * 2 - 1
+    fit(model, images, TrainConfig(steps=4, batch_size=4, snapshot_every=2, checkpoint_every=2), out_dir=tmp_path)
+    assert [s for s, _ in snapshots(tmp_path)] == [2, 4]
+    classifier, _ = get_classifier()
+    curve = learning_curve(tmp_path, images, classifier, n=4, steps=2)
+    assert [r["step"] for r in curve] == [2, 4]
+    assert all(0 <= r["confident_share"] <= 1 and r["fmnist_classifier_fid"] >= 0 for r in curve)
+
+
+def test_quality_of_real_images_beats_noise_and_grid_is_written(tmp_path):
+    from vision.data import fashion_mnist_images
+
+    classifier, _ = get_classifier()
+    real, _ = fashion_mnist_images("test", limit=64, seed=0)
+    train, _ = fashion_mnist_images("train", limit=64, seed=1)
+    noise = torch.rand(64, 1, 32, 32) * 2 - 1
+    good, bad = quality(train, real, classifier), quality(noise, real, classifier)
+    assert good["confident_share"] > 0.7 > bad["confident_share"]
+    assert good["fmnist_classifier_fid"] < 0.2 * bad["fmnist_classifier_fid"]
+    assert sum(good["class_shares"].values()) == pytest.approx(1.0)
+    path = grid_png(train[:8], tmp_path / "g.png", nrow=4)
+    from PIL import Image
+
+    assert Image.open(path).size == (2 * (4 * 33 + 1), 2 * (2 * 33 + 1))
