@@ -2,6 +2,7 @@
 
     python scripts/ship_vision.py classifier             # train + ship fmnist-classifier (a few minutes)
     python scripts/ship_vision.py moh --runs runs/ship   # evaluate + ship moh-fmnist and mamba-fmnist
+    python scripts/ship_vision.py moh --only moh-fmnist  # one of them, keeping the other's report rows
 
 ``moh`` expects two finished runs of the same recipe in ``--runs``:
 
@@ -60,7 +61,8 @@ def ship_classifier(overwrite: bool) -> None:
     print(f"shipped {path}")
 
 
-def ship_moh(runs: Path, n: int, steps: int, n_real: int, overwrite: bool) -> None:
+def ship_moh(runs: Path, n: int, steps: int, n_real: int, overwrite: bool, only: list[str] | None = None,
+             commit: str | None = None) -> None:
     import torch
 
     from common.io import write_json
@@ -92,8 +94,17 @@ def ship_moh(runs: Path, n: int, steps: int, n_real: int, overwrite: bool) -> No
                            "classifier_test_accuracy": cinfo.get("test_accuracy"),
                            "recipe": PRESETS["fmnist"]},
               "floor": floors(train, real, classifier, encoder), "models": {}, "curves": {}}
+    report_path = RESULTS / "shipped.json"
+    if only and report_path.is_file():  # keep the other models' rows (same protocol, same floor)
+        from common.io import read_json
+
+        before = read_json(report_path)
+        report["models"].update({k: v for k, v in before.get("models", {}).items() if k not in only})
+        report["curves"].update({k: v for k, v in before.get("curves", {}).items() if k not in only})
     shipped = {}
     for name, (backbone, run_name) in MODELS.items():
+        if only and name not in only:
+            continue
         run = runs / run_name
         ckpt = run / "checkpoint"
         state = read_train_state(ckpt)
@@ -116,7 +127,7 @@ def ship_moh(runs: Path, n: int, steps: int, n_real: int, overwrite: bool) -> No
         print(f"{name}: confident {metrics['confident_share']:.3f}, min class {metrics['min_class_share']:.3f}, "
               f"classifier FID {metrics['fmnist_classifier_fid']:.2f}, EfficientNet FID "
               f"{metrics['efficientnet_lite0_fid']:.1f}")
-    write_json(RESULTS / "shipped.json", report)
+    write_json(report_path, report)
     for name, (model, state, wall, metrics) in shipped.items():
         backbone, run_name = MODELS[name]
         keep = {k: v for k, v in metrics.items() if k != "class_shares"}
@@ -124,7 +135,7 @@ def ship_moh(runs: Path, n: int, steps: int, n_real: int, overwrite: bool) -> No
                     command=f"moh train --preset fmnist --model {backbone} --out runs/ship/{run_name} --resume",
                     data=DATA, split="train 60,000 (all) / metrics on the test split", steps=int(state["step"]),
                     seed=int(state["config"]["seed"]), metrics=keep, trained_on=_machine().replace("2 torch", "1 torch"),
-                    wall_s=round(wall, 1), smoke="vision.sampling:smoke_sample", overwrite=overwrite,
+                    wall_s=round(wall, 1), smoke="vision.sampling:smoke_sample", overwrite=overwrite, commit=commit,
                     extra_files={SCHEDULER_FILE: runs / run_name / "checkpoint" / SCHEDULER_FILE})
         print(f"shipped {path}")
     print(f"wrote {RESULTS / 'shipped.json'}")
@@ -141,11 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--steps", type=int, default=25)
     m.add_argument("--n-real", type=int, default=1000)
     m.add_argument("--overwrite", action="store_true")
+    m.add_argument("--only", nargs="+", choices=tuple(MODELS), help="evaluate and ship these models only, keeping "
+                   "the other rows of an existing shipped.json")
+    m.add_argument("--trained-at", default=None, help="the commit the runs were trained at (default: HEAD)")
     a = p.parse_args(argv)
     if a.what == "classifier":
         ship_classifier(a.overwrite)
     else:
-        ship_moh(a.runs, a.n, a.steps, a.n_real, a.overwrite)
+        ship_moh(a.runs, a.n, a.steps, a.n_real, a.overwrite, a.only, a.trained_at)
     return 0
 
 
