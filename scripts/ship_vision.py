@@ -3,6 +3,7 @@
     python scripts/ship_vision.py classifier             # train + ship fmnist-classifier (a few minutes)
     python scripts/ship_vision.py moh --runs runs/ship   # evaluate + ship moh-fmnist and mamba-fmnist
     python scripts/ship_vision.py moh --only moh-fmnist  # one of them, keeping the other's report rows
+    python scripts/ship_vision.py table                  # the README's results table from shipped.json
 
 ``moh`` expects two finished runs of the same recipe in ``--runs``:
 
@@ -83,7 +84,7 @@ def ship_moh(runs: Path, n: int, steps: int, n_real: int, overwrite: bool, only:
     from vision.sampling import SCHEDULER_FILE, read_train_state
     from vision.train import PRESETS
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     classifier, cinfo = get_classifier()
     encoder = feature_encoder()
     real, _ = fashion_mnist_images("test", limit=n_real, seed=0)
@@ -141,6 +142,30 @@ def ship_moh(runs: Path, n: int, steps: int, n_real: int, overwrite: bool, only:
     print(f"wrote {RESULTS / 'shipped.json'}")
 
 
+def table() -> str:
+    """The README's results table (markdown) from ``docs/results/vision/shipped.json``."""
+    from common.io import read_json
+
+    rep = read_json(RESULTS / "shipped.json")
+    head = ("| model | params | training (1 CPU thread) | confident >= 0.8 | smallest class share | FMNIST-classifier "
+            "FID | precision / recall | EfficientNet-Lite0 FID | precision / recall |\n|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    for name, label in (("moh-fmnist", "MoH `moh-fmnist`"), ("mamba-fmnist", "plain Mamba `mamba-fmnist`")):
+        m = rep["models"].get(name)
+        if m is None:
+            continue
+        rows.append(f"| {label} | {m['params']:,} | {m['train_s'] / 60:.0f} min | {m['confident_share']:.1%} | "
+                    f"{m['min_class_share']:.1%} | {m['fmnist_classifier_fid']:.2f} | {m['precision']:.2f} / "
+                    f"{m['recall']:.2f} | {m['efficientnet_lite0_fid']:.1f} | {m['efficientnet_lite0_precision']:.2f} / "
+                    f"{m['efficientnet_lite0_recall']:.2f} |")
+    f = rep["floor"]
+    rows.append(f"| real training images (floor) | - | - | {f['confident_share']:.1%} | {f['min_class_share']:.1%} | "
+                f"{f['fmnist_classifier_fid']:.2f} | {f['precision']:.2f} / {f['recall']:.2f} | "
+                f"{f['efficientnet_lite0_fid']:.1f} | {f['efficientnet_lite0_precision']:.2f} / "
+                f"{f['efficientnet_lite0_recall']:.2f} |")
+    return "\n".join([head, *rows])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ship_vision", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -154,10 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--overwrite", action="store_true")
     m.add_argument("--only", nargs="+", choices=tuple(MODELS), help="evaluate and ship these models only, keeping "
                    "the other rows of an existing shipped.json")
+    sub.add_parser("table", help="print the README's results table from shipped.json")
     m.add_argument("--trained-at", default=None, help="the commit the runs were trained at (default: HEAD)")
     a = p.parse_args(argv)
     if a.what == "classifier":
         ship_classifier(a.overwrite)
+    elif a.what == "table":
+        print(table())
     else:
         ship_moh(a.runs, a.n, a.steps, a.n_real, a.overwrite, a.only, a.trained_at)
     return 0
