@@ -7,8 +7,10 @@ import csv
 import json
 import math
 import os
+import signal
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -53,6 +55,29 @@ def sweep_stale_temps(path: str | os.PathLike) -> list[Path]:
 
 
 _ACTIVE: set[Path] = set()  # temp files this process is writing right now
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM arriving inside the block are held and delivered when it ends (to the
+    handlers in force before it), so a short critical write (a checkpoint swap) is never cut in
+    half. Main thread only (Python runs signal handlers there); elsewhere a plain block. An ignored
+    signal stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: h for s, h in previous.items() if h not in (None, signal.SIG_IGN)}
+    for s in previous:
+        signal.signal(s, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def _umask() -> int:

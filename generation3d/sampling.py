@@ -22,9 +22,6 @@ free text), and ``nearest_description`` reports how close it is to the training 
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +31,7 @@ from diffusers import FlowMatchEulerDiscreteScheduler
 
 from common.device import resolve_device
 from common.errors import CheckpointError, InputError
+from common.io import signals_deferred
 from common.pretrained import checkpoint_info
 from generation3d.data import CATEGORIES, check_category
 from generation3d.geometry import box_to_param, from_canonical, param_to_box
@@ -60,27 +58,6 @@ def load_autoencoder(path: str | Path) -> PartAutoencoder:
 
 def save_autoencoder(model: PartAutoencoder, path: str | Path, extra: dict | None = None) -> Path:
     return model.save_pretrained(path, extra)
-
-
-@contextlib.contextmanager
-def _signals_deferred():
-    """SIGINT / SIGTERM arriving inside the block are delivered when it ends (main thread only;
-    an ignored signal stays ignored)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    previous = {s: h for s, h in previous.items() if h not in (None, signal.SIG_IGN)}
-    for s in previous:
-        signal.signal(s, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-        if held:
-            signal.raise_signal(held[0])
 
 
 BOX_PARAM = "centre+log_size"
@@ -145,7 +122,7 @@ class MoCAPipeline:
         atomic); a SIGINT/SIGTERM meanwhile takes effect once both are written, so an interrupted
         save never pairs a new autoencoder with an old generator."""
         path = Path(path)
-        with _signals_deferred():
+        with signals_deferred():
             save_autoencoder(self.ae, path / "ae", ae_extra)
             self.gen.save_pretrained(path / "generator", {
                 "stats": {k: v.tolist() for k, v in self.stats.items()}, "box_param": BOX_PARAM,

@@ -26,13 +26,10 @@ and runs the callback.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import os
 import shutil
-import signal
-import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -48,7 +45,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from common.engine import LAST, ctrl_c_interrupts, make_trainer
 from common.engine import fit as engine_fit
 from common.errors import InputError
-from common.io import write_json
+from common.io import signals_deferred, write_json
 from vision.data import check_images
 from vision.sampling import (
     CHECKPOINT,
@@ -99,26 +96,6 @@ class TrainResult:
     ema_model: object | None = None  # the EMA copy sampled from (None without EMA)
 
 
-@contextlib.contextmanager
-def _signals_deferred():
-    """SIGINT and SIGTERM arriving inside the block are held and delivered when it ends (to the
-    handlers in force before it), so a short critical write is never cut in half. Only in the main
-    thread (Python runs signal handlers there); elsewhere a plain block."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: list[int] = []
-    signums = (signal.SIGINT, signal.SIGTERM)
-    previous = {s: signal.signal(s, lambda signum, frame: pending.append(signum)) for s in signums}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, signal.SIG_DFL if handler is None else handler)
-        if pending:
-            signal.raise_signal(pending[0])
-
-
 def _save_atomic(model, out_dir: Path, state: dict) -> Path:
     """``save_pretrained`` into a temporary directory, then swap it in, so ``out_dir /
     checkpoint`` is always either the previous complete checkpoint or the new one. SIGINT / SIGTERM
@@ -127,7 +104,7 @@ def _save_atomic(model, out_dir: Path, state: dict) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     final, tmp, old = out_dir / CHECKPOINT, out_dir / f".{CHECKPOINT}.tmp", out_dir / f".{CHECKPOINT}.old"
-    with _signals_deferred():
+    with signals_deferred():
         if old.exists() and not final.exists():  # a killed earlier swap: the old one is the last complete
             os.replace(old, final)
         for p in (tmp, old):
@@ -311,7 +288,7 @@ class _SamplingCheckpoint(Checkpoint):
         snap = self.cfg.snapshot_every
         if snap and trainer.global_step % snap == 0 and trainer.is_global_zero:
             dest = self.out_dir / SNAPSHOTS / f"step_{trainer.global_step}"
-            with _signals_deferred():
+            with signals_deferred():
                 shutil.rmtree(dest, ignore_errors=True)
                 save_checkpoint(pl_module.sampling_model, dest)
                 write_json(dest / STATE, {"step": trainer.global_step, "config": asdict(self.cfg),

@@ -60,7 +60,7 @@ def test_classifier_features_shape_and_validation():
     torch.manual_seed(0)
     clf = FMNISTClassifier()
     f = classifier_features(clf, torch.zeros(3, 1, 32, 32))
-    assert f.shape == (3, 64)
+    assert f.shape == (3, 128)  # the last conv stage
     with pytest.raises(InputError):
         classifier_features(clf, torch.zeros(3, 1, 28, 28))
 

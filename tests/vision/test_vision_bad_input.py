@@ -316,7 +316,7 @@ def tab_ckpt(ckpt, monkeypatch):
     ("{ck}", 4, 3, float("nan"), "seed must be a whole number"),
     ("{ck}", 10**9, 3, 0, "images must be a whole number from 1 to 64"),
     ("{ck}", 4, 2.5, 0, "DDIM steps must be a whole number"),
-    ("/tmp/x\x00y", 4, 3, 0, "enter the directory of a trained checkpoint"),
+    ("/tmp/x\x00y", 4, 3, 0, "or the directory of a trained checkpoint"),
     ("/etc", 4, 3, 0, "outside the directories this server allows"),
     ("{missing}", 4, 3, 0, "error:"),
 ])
