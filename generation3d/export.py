@@ -98,23 +98,29 @@ def face_colour(mesh: trimesh.Trimesh, i: int) -> tuple:
     return tuple(part_colours(i + 1)[i, :3] / 255.0)
 
 
-def preview_png(meshes: list[trimesh.Trimesh], path: str | Path | None = None, title: str = "", elev: float = 20, azim: float = -60) -> bytes:
-    """Matplotlib render of coloured part meshes (z up); returns PNG bytes, writes ``path`` if given."""
-    from matplotlib.figure import Figure
+def _draw_parts(ax, meshes: list[trimesh.Trimesh], elev: float, azim: float) -> None:
+    """Coloured part meshes on a matplotlib 3D axis, in a cube of view around them, no axes."""
     from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
-    fig = Figure(figsize=(5, 5))  # no pyplot: its global figure state is shared by the hub's concurrent requests
-    ax = fig.add_subplot(111, projection="3d")
     allv = np.concatenate([m.vertices for m in meshes])
     for i, m in enumerate(meshes):
-        col = face_colour(m, i)
-        ax.add_collection3d(Poly3DCollection(m.vertices[m.faces], facecolor=col, edgecolor=(0, 0, 0, 0.15), linewidths=0.2))
+        ax.add_collection3d(Poly3DCollection(m.vertices[m.faces], facecolor=face_colour(m, i),
+                                             edgecolor=(0, 0, 0, 0.15), linewidths=0.2))
     c, r = (allv.max(0) + allv.min(0)) / 2, max((allv.max(0) - allv.min(0)).max() / 2, 1e-3)
     ax.set_xlim(c[0] - r, c[0] + r)
     ax.set_ylim(c[1] - r, c[1] + r)
     ax.set_zlim(c[2] - r, c[2] + r)
     ax.view_init(elev=elev, azim=azim)
     ax.set_axis_off()
+
+
+def preview_png(meshes: list[trimesh.Trimesh], path: str | Path | None = None, title: str = "", elev: float = 20, azim: float = -60) -> bytes:
+    """Matplotlib render of coloured part meshes (z up); returns PNG bytes, writes ``path`` if given."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5, 5))  # no pyplot: its global figure state is shared by the hub's concurrent requests
+    ax = fig.add_subplot(111, projection="3d")
+    _draw_parts(ax, meshes, elev, azim)
     if title:
         ax.set_title(title)
     buf = io.BytesIO()
@@ -132,7 +138,6 @@ def preview_grid(shapes: list[list[trimesh.Trimesh]], path: str | Path, titles: 
     coloured part meshes (z up) in its own cube of view with its ``titles`` entry; written
     atomically to ``path``."""
     from matplotlib.figure import Figure
-    from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
     if not shapes:
         raise InputError("nothing to render: no shapes")
@@ -141,16 +146,7 @@ def preview_grid(shapes: list[list[trimesh.Trimesh]], path: str | Path, titles: 
     fig = Figure(figsize=(3 * ncols, 3 * nrows))
     for k, meshes in enumerate(shapes):
         ax = fig.add_subplot(nrows, ncols, k + 1, projection="3d")
-        allv = np.concatenate([m.vertices for m in meshes])
-        for i, m in enumerate(meshes):
-            ax.add_collection3d(Poly3DCollection(m.vertices[m.faces], facecolor=face_colour(m, i),
-                                                 edgecolor=(0, 0, 0, 0.15), linewidths=0.2))
-        c, r = (allv.max(0) + allv.min(0)) / 2, max((allv.max(0) - allv.min(0)).max() / 2, 1e-3)
-        ax.set_xlim(c[0] - r, c[0] + r)
-        ax.set_ylim(c[1] - r, c[1] + r)
-        ax.set_zlim(c[2] - r, c[2] + r)
-        ax.view_init(elev=elev, azim=azim)
-        ax.set_axis_off()
+        _draw_parts(ax, meshes, elev, azim)
         if titles:
             ax.set_title(titles[k], fontsize=9)
     buf = io.BytesIO()
