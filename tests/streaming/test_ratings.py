@@ -15,7 +15,7 @@ from streaming.progressive import (
     progressive_metrics,
 )
 from streaming.ratings import from_events, load_ratings, read_ratings_csv, save_ratings
-from streaming.recommend import MoSAICRecommender, OnlineBiases
+from streaming.recommend import MoSAICRecommender, OnlineBiases, SGDBiases
 
 
 def _csv(path, rows):
@@ -77,7 +77,7 @@ def test_predictions_come_before_learning_and_cold_users_and_new_items_get_the_b
     s = _planted()
     cut = len(s) // 2
     rec = MoSAICRecommender(1, 2, items=20, pretrain_at=cut, pretrain_restarts=2, seed=0)
-    ref = OnlineBiases(5.0)
+    ref = SGDBiases(0.05, 0.1)  # the recommender's own biases (its defaults)
     preds = predict_then_learn(s, rec, stop=cut)
     np.testing.assert_array_equal(preds, predict_then_learn(s, ref, stop=cut))  # before pretraining: biases
     assert rec.fitted and len(rec.column) == 20
@@ -98,7 +98,7 @@ def test_mosaic_recommender_beats_the_biases_on_planted_taste_groups():
     clip = (float(s.rating.min()), float(s.rating.max()))
     rec = predict_then_learn(s, MoSAICRecommender(1, 2, items=30, pretrain_at=cut, pretrain_restarts=4, seed=0),
                              clip=clip)
-    base = predict_then_learn(s, OnlineBiases(5.0), clip=clip)
+    base = predict_then_learn(s, SGDBiases(0.05, 0.1), clip=clip)  # its own biases alone
     late = slice(2 * len(s) // 3, None)  # users are warm there
     assert errors(rec[late], s.rating[late])["rmse"] < 0.8 * errors(base[late], s.rating[late])["rmse"]
 
