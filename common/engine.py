@@ -49,7 +49,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from common.device import check_precision, resolve_device, trainer_kwargs
-from common.errors import MoeAppsError
+from common.errors import InputError, MoeAppsError
 
 LOG_DIR = "logs"
 CHECKPOINT_DIR = "checkpoints"
@@ -228,6 +228,65 @@ def shuffled_loader(dataset: Dataset, batch_size: int, seed: int, rank: int = 0,
     ``use_distributed_sampler=False`` to ``make_trainer`` (the sampler already shards)."""
     return DataLoader(dataset, sampler=ShuffledBatches(len(dataset), batch_size, seed, rank, world),
                       batch_size=None, generator=torch.Generator().manual_seed(seed))
+
+
+# Resumable runs: an app's LightningModule keeps its own settings (and anything else to carry over,
+# such as the training time of earlier sittings) under RUN_STATE in last.ckpt (``on_save_checkpoint``),
+# so that a resumed run with other settings is refused before it trains.
+RUN_STATE = "run_state"
+SNAPSHOTS = "snapshots"  # run_dir/snapshots/step_<n>: what a run keeps for learning curves
+SNAPSHOT_PREFIX = "step_"
+
+
+def resume_checkpoint(run_dir: str | os.PathLike, every: int) -> ModelCheckpoint:
+    """The callback that writes Lightning's full state (weights, optimizer, schedule, loop, the
+    module's ``RUN_STATE``) to ``run_dir/checkpoints/last.ckpt`` every ``every`` optimizer steps,
+    which :func:`fit` resumes from (for apps that write their own model checkpoints and pass
+    ``checkpoint=False`` to :func:`make_trainer`)."""
+    return ModelCheckpoint(dirpath=Path(run_dir) / CHECKPOINT_DIR, filename=LAST.removesuffix(".ckpt"), save_top_k=1,
+                           every_n_train_steps=every, enable_version_counter=False)
+
+
+def resume_state(run_dir: str | os.PathLike) -> dict | None:
+    """``{"step", **RUN_STATE}`` of the resume state in ``run_dir`` (None when there is none);
+    InputError naming the file when it cannot be read."""
+    path = Path(run_dir) / CHECKPOINT_DIR / LAST
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a truncated or foreign file: say which, never a traceback
+        raise InputError(f"{path} is not a readable training state ({str(exc).splitlines()[0][:120]}); "
+                         "delete it to start the run again") from None
+    return {"step": int(state.get("global_step", 0)), **state.get(RUN_STATE, {})}
+
+
+def check_resumable(run_dir: str | os.PathLike, settings: dict) -> int:
+    """The step the resume state in ``run_dir`` was saved at (0 when there is none); InputError
+    when it was written by a run with other ``settings`` (its ``RUN_STATE["settings"]``)."""
+    state = resume_state(run_dir)
+    if state is None:
+        return 0
+    saved = state.get("settings")
+    if saved != settings:
+        saved = saved or {}
+        diff = sorted(k for k in settings.keys() | saved.keys() if saved.get(k) != settings.get(k))
+        raise InputError(f"{Path(run_dir) / CHECKPOINT_DIR / LAST} was written by a run with other settings "
+                         f"({', '.join(diff)}); resume with the same options or start a new --out")
+    return state["step"]
+
+
+def snapshot_dir(run_dir: str | os.PathLike, step: int) -> Path:
+    """Where a run keeps its snapshot of optimizer step ``step``."""
+    return Path(run_dir) / SNAPSHOTS / f"{SNAPSHOT_PREFIX}{step}"
+
+
+def snapshots(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """``(step, directory)`` of the snapshots a run kept, by step."""
+    base = Path(run_dir) / SNAPSHOTS
+    found = [(int(p.name.removeprefix(SNAPSHOT_PREFIX)), p) for p in base.glob(f"{SNAPSHOT_PREFIX}*")
+             if p.name.removeprefix(SNAPSHOT_PREFIX).isdigit()] if base.is_dir() else []
+    return sorted(found)
 
 
 def last_checkpoint(trainer: L.Trainer) -> Path | None:

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import torch
 
+from common.engine import snapshots
 from common.errors import CheckpointError, InputError
 from common.pretrained import checkpoint_info
 from generation3d.evaluate import evaluate_generator
 from generation3d.export import preview_grid, shape_meshes
 from generation3d.preset import preset_recipe, typical_part_counts
 from generation3d.sampling import MoCAPipeline
-from generation3d.train import snapshot_steps
 
 CURVE_KEYS = ("fidelity", "cd", "fscore", "coverage", "mmd", "part_count_acc")
 TABLE_KEYS = (("cd", "CD ↓", 3), ("fscore", "F@0.05 ↑", 3), ("part_fscore", "part F ↑", 3), ("coverage", "COV ↑", 3),
@@ -76,7 +76,7 @@ def evaluate(pipe: MoCAPipeline, ds, n: int, steps: int, classifier) -> dict:
 def learning_curve(run_dir: str | Path, ds, n: int, steps: int, classifier) -> list[dict]:
     """``{"step", *CURVE_KEYS}`` of every snapshot of ``run_dir`` (``evaluate``; float32 weights)."""
     rows = []
-    for step, path in snapshot_steps(run_dir):
+    for step, path in snapshots(run_dir):
         res = evaluate(MoCAPipeline.load(path), ds, n, steps, classifier)
         rows.append({"step": step, **{k: res[k] for k in CURVE_KEYS}})
     return rows

@@ -41,11 +41,18 @@ from pathlib import Path
 import lightning.pytorch as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
-from common.engine import CHECKPOINT_DIR, LAST, ctrl_c_interrupts, make_trainer
+from common.engine import (
+    RUN_STATE,
+    check_resumable,
+    ctrl_c_interrupts,
+    make_trainer,
+    resume_checkpoint,
+    snapshot_dir,
+)
 from common.engine import fit as engine_fit
 from common.errors import InputError
 from generation3d.data import PartDataset
@@ -63,9 +70,6 @@ from generation3d.text import default_encoder, shape_descriptions
 
 GRAD_CLIP = 1.0  # max global gradient norm
 LOG_EVERY = 50  # history entries every this many steps (and the last)
-SNAPSHOTS = "snapshots"  # run_dir/snapshots/step_<n>: the pipeline kept every snapshot_every steps
-SNAPSHOT_PREFIX = "step_"
-STATE_KEY = "moca_run"  # in checkpoints/last.ckpt: {"settings", "history", "train_s"}
 
 
 def _warmup_cosine(opt: torch.optim.Optimizer, steps: int, warmup_frac: float = 0.05):
@@ -242,11 +246,11 @@ class GeneratorModule(L.LightningModule):
         rng = {"cpu": torch.get_rng_state()}
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        checkpoint[STATE_KEY] = {"settings": self.settings, "history": self.history, "train_s": self.train_s,
+        checkpoint[RUN_STATE] = {"settings": self.settings, "history": self.history, "train_s": self.train_s,
                                  "rng": rng}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        saved = checkpoint.get(STATE_KEY, {})
+        saved = checkpoint.get(RUN_STATE, {})
         self.history, self.earlier_s = list(saved.get("history", [])), float(saved.get("train_s", 0.0))
         self.saved_rng = saved.get("rng")
 
@@ -290,7 +294,7 @@ class PipelineSnapshots(Callback):
 
     def __init__(self, out_dir: str | Path, every: int, ae: PartAutoencoder, stats: dict, descriptions: list[str],
                  categories: list[str]) -> None:
-        self.out_dir, self.every = Path(out_dir) / SNAPSHOTS, every
+        self.out_dir, self.every = Path(out_dir), every
         self.ae, self.stats, self.descriptions, self.categories = ae, stats, descriptions, categories
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -302,45 +306,8 @@ class PipelineSnapshots(Callback):
         gen = pl_module.model
         was_training = gen.training
         pipe = MoCAPipeline(self.ae, gen, self.stats, self.descriptions, categories=self.categories)
-        pipe.save(self.out_dir / f"{SNAPSHOT_PREFIX}{step}", {"step": step, "seed": pl_module.seed})
+        pipe.save(snapshot_dir(self.out_dir, step), {"step": step, "seed": pl_module.seed})
         gen.train(was_training)  # the pipeline puts its models in eval mode
-
-
-def snapshot_steps(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """``(step, directory)`` of the snapshots a run kept, by step."""
-    base = Path(run_dir) / SNAPSHOTS
-    found = [(int(p.name.removeprefix(SNAPSHOT_PREFIX)), p) for p in base.glob(f"{SNAPSHOT_PREFIX}*")
-             if p.name.removeprefix(SNAPSHOT_PREFIX).isdigit()] if base.is_dir() else []
-    return sorted(found)
-
-
-def resume_state(run_dir: str | Path) -> dict | None:
-    """``{"step", "settings", "history", "train_s"}`` of the resume state in ``run_dir``
-    (None when there is none)."""
-    path = Path(run_dir) / CHECKPOINT_DIR / LAST
-    if not path.is_file():
-        return None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a truncated or foreign file: say which, never a traceback
-        raise InputError(f"{path} is not a readable training state ({str(exc).splitlines()[0][:120]}); "
-                         "delete it to start the run again") from None
-    return {"step": int(state.get("global_step", 0)), **state.get(STATE_KEY, {})}
-
-
-def check_resumable(run_dir: str | Path, settings: dict) -> int:
-    """The step the resume state in ``run_dir`` was saved at (0 when there is none); InputError
-    when it was written by a run with other ``settings``."""
-    state = resume_state(run_dir)
-    if state is None:
-        return 0
-    saved = state.get("settings")
-    if saved != settings:
-        saved = saved or {}
-        diff = sorted(k for k in settings.keys() | saved.keys() if saved.get(k) != settings.get(k))
-        raise InputError(f"{Path(run_dir) / CHECKPOINT_DIR / LAST} was written by a run with other settings "
-                         f"({', '.join(diff)}); resume with the same options or start a new --out")
-    return state["step"]
 
 
 def fit(
@@ -383,9 +350,7 @@ def fit(
         callbacks.append(PipelineSnapshots(run_dir, snapshot_every, ae, {k: v.tolist() for k, v in stats.items()},
                                            shape_descriptions(ds, "train"), trained_categories(ds, config.max_parts)))
     if checkpoint_every:
-        callbacks.append(ModelCheckpoint(dirpath=Path(run_dir) / CHECKPOINT_DIR, filename=LAST.removesuffix(".ckpt"),
-                                         save_top_k=1, every_n_train_steps=checkpoint_every,
-                                         enable_version_counter=False))
+        callbacks.append(resume_checkpoint(run_dir, checkpoint_every))
     trainer = _trainer(run_dir, steps, seed, progress, device, precision, callbacks)
     text = torch.from_numpy((text_encoder or default_encoder()).encode(shape_descriptions(ds)))
     model = (init if init is not None else PartFlowTransformer(config)).train()  # new: initialised after the seeding

@@ -21,11 +21,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from common.engine import snapshots
 from vision.evaluate import classifier_metrics, feature_metrics, recognisability, to_model_range
 from vision.models import load_backbone
 from vision.sampling import MoHPipeline, load_sampler, read_train_state
-
-SNAPSHOT_PREFIX = "step_"
 
 
 def sample(ckpt: str | Path, n: int, steps: int, seed: int = 0, batch: int = 256) -> tuple[Tensor, float]:
@@ -56,14 +55,6 @@ def floors(train: Tensor, test: Tensor, classifier, encoder=None) -> dict:
     """``quality`` of real training images (as many as the samples scored) against the test
     images: the best value each metric can reach with these sample sizes."""
     return quality(train, test, classifier, encoder)
-
-
-def snapshots(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """``(step, directory)`` of the snapshots a run kept, by step."""
-    base = Path(run_dir) / "snapshots"
-    found = [(int(p.name.removeprefix(SNAPSHOT_PREFIX)), p) for p in base.glob(f"{SNAPSHOT_PREFIX}*")
-             if p.name.removeprefix(SNAPSHOT_PREFIX).isdigit()] if base.is_dir() else []
-    return sorted(found)
 
 
 def learning_curve(run_dir: str | Path, real: Tensor, classifier, n: int = 256, steps: int = 25,

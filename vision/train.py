@@ -38,11 +38,18 @@ from pathlib import Path
 import lightning.pytorch as L
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.callbacks import Callback, Checkpoint, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, Checkpoint
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
-from common.engine import LAST, ctrl_c_interrupts, make_trainer
+from common.engine import (
+    RUN_STATE,
+    check_resumable,
+    ctrl_c_interrupts,
+    make_trainer,
+    resume_checkpoint,
+    snapshot_dir,
+)
 from common.engine import fit as engine_fit
 from common.errors import InputError
 from common.io import signals_deferred, write_json
@@ -81,8 +88,6 @@ PRESETS: dict[str, dict] = {
                "steps": 12000, "batch_size": 32, "lr": 2e-3, "warmup": 200, "ema_decay": 0.999,
                "checkpoint_every": 500, "snapshot_every": 2000},
 }
-SNAPSHOTS = "snapshots"  # out_dir/snapshots/step_<n>: sampling weights kept every snapshot_every steps
-RESUME_STATE = "checkpoints"  # out_dir/checkpoints/last.ckpt: Lightning's full state for --resume
 
 
 @dataclass
@@ -224,11 +229,11 @@ class DiffusionModule(L.LightningModule):
         return DataLoader(batches, batch_size=None, generator=torch.Generator().manual_seed(self.cfg.seed))
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["moh_train_config"] = asdict(self.cfg)  # a resumed run must use the same settings
-        checkpoint["moh_compute_s"] = self.compute_s  # training time summed over the sittings
+        # the settings a resumed run must repeat, and the training time summed over the sittings
+        checkpoint[RUN_STATE] = {"settings": asdict(self.cfg), "train_s": self.compute_s}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self.compute_s = float(checkpoint.get("moh_compute_s", 0.0))
+        self.compute_s = float(checkpoint.get(RUN_STATE, {}).get("train_s", 0.0))
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.backbone.parameters(), lr=self.cfg.lr, weight_decay=0.0)
@@ -287,7 +292,7 @@ class _SamplingCheckpoint(Checkpoint):
             self._save(trainer, pl_module)
         snap = self.cfg.snapshot_every
         if snap and trainer.global_step % snap == 0 and trainer.is_global_zero:
-            dest = self.out_dir / SNAPSHOTS / f"step_{trainer.global_step}"
+            dest = snapshot_dir(self.out_dir, trainer.global_step)
             with signals_deferred():
                 shutil.rmtree(dest, ignore_errors=True)
                 save_checkpoint(pl_module.sampling_model, dest)
@@ -308,20 +313,6 @@ class _StepCallback(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.is_global_zero:
             self.fn(trainer.global_step, pl_module.backbone, pl_module.sampling_model)
-
-
-def _resume_step(path: Path, cfg: TrainConfig) -> int:
-    """The optimizer step saved in the resume state ``path`` (0 when there is none); a state
-    written under another training configuration is refused."""
-    if not path.is_file():
-        return 0
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    saved = state.get("hyper_parameters", {}).get("cfg") or state.get("moh_train_config")
-    if saved is not None and saved != asdict(cfg):
-        diff = sorted(k for k in asdict(cfg) if saved.get(k) != asdict(cfg)[k])
-        raise InputError(f"{path} was written by a run with other settings ({', '.join(diff)}); "
-                         "resume with the same options or start a new --out")
-    return int(state["global_step"])
 
 
 def fit(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = None,
@@ -358,10 +349,8 @@ def fit(model, images: Tensor, cfg: TrainConfig, out_dir: str | Path | None = No
     if resume:
         if out_dir is None or not cfg.checkpoint_every:
             raise InputError("resuming needs an output directory and checkpoint_every > 0")
-        state_dir = Path(out_dir) / RESUME_STATE
-        callbacks.append(ModelCheckpoint(dirpath=state_dir, filename=LAST.removesuffix(".ckpt"), save_top_k=1,
-                                         every_n_train_steps=cfg.checkpoint_every, enable_version_counter=False))
-        start_step = _resume_step(state_dir / LAST, cfg)
+        callbacks.append(resume_checkpoint(out_dir, cfg.checkpoint_every))
+        start_step = check_resumable(out_dir, asdict(cfg))
     # MoH routes skip experts per sample, so some parameters get no gradient on a rank.
     trainer = make_trainer(out_dir, max_steps=cfg.steps, grad_clip=GRAD_CLIP, seed=cfg.seed, progress=progress,
                            checkpoint=False, callbacks=callbacks, find_unused_parameters=True,

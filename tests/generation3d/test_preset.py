@@ -127,9 +127,9 @@ def test_furniture_preset_resumes_reusing_its_data_and_autoencoder(preset_run, t
     """``--preset furniture --resume`` starts a run and, run again, continues it: the data and the
     finished autoencoder in ``--out`` are loaded (not rebuilt), the generator goes on from its last
     full state to the new end; other settings are refused with one line."""
+    from common.engine import resume_state, snapshots
     from common.pretrained import checkpoint_info
     from generation3d.sampling import load_autoencoder
-    from generation3d.train import resume_state, snapshot_steps
 
     cache, _, _ = preset_run
     monkeypatch.setenv("MOE_APPS_SWEETHOME3D", str(cache.parent / "furniture"))
@@ -144,7 +144,7 @@ def test_furniture_preset_resumes_reusing_its_data_and_autoencoder(preset_run, t
     data_stamp = (out / "data" / "parts.npz").stat().st_mtime_ns
     recipe = checkpoint_info(out / "ae").extra["preset_ae"]
     assert recipe["ae_steps"] == 2 and recipe["source"] == "sweethome3d" and recipe["ae_train_s"] > 0
-    assert resume_state(out)["step"] == 2 and [s for s, _ in snapshot_steps(out)] == [2]
+    assert resume_state(out)["step"] == 2 and [s for s, _ in snapshots(out)] == [2]
     assert moca_main([*args, "--steps", "4"]) == 2  # --steps is part of the settings
     err = capsys.readouterr().err
     assert err.startswith("error:") and "other settings (steps)" in err and len(err.strip().splitlines()) == 1

@@ -7,11 +7,12 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 import generation3d.train as train_module
+from common.engine import resume_state, snapshots
 from common.errors import InputError
 from generation3d.data import PartDataset
 from generation3d.model import AEConfig, GenConfig
 from generation3d.sampling import MoCAPipeline
-from generation3d.train import fit, pretrain, resume_state, snapshot_steps
+from generation3d.train import fit, pretrain
 
 STEPS = 6
 
@@ -75,7 +76,7 @@ def test_resumed_run_matches_uninterrupted_run(setup, tmp_path):
         torch.testing.assert_close(b, a, rtol=0, atol=0, msg=name)
     assert [h["loss"] for h in hist] == [h["loss"] for h in hist_whole]  # the history spans both sittings
     assert resume_state(tmp_path / "cut")["step"] == STEPS
-    assert [s for s, _ in snapshot_steps(tmp_path / "cut")] == [3, 6]
+    assert [s for s, _ in snapshots(tmp_path / "cut")] == [3, 6]
     snap = MoCAPipeline.load(tmp_path / "cut" / "snapshots" / "step_6")
     for a, b in zip(whole.state_dict().values(), snap.gen.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, rtol=0, atol=0)

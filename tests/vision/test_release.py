@@ -3,9 +3,10 @@
 import pytest
 import torch
 
+from common.engine import snapshots
 from tests.vision.conftest import tiny_moh
 from vision.classifier import get_classifier
-from vision.release import grid_png, learning_curve, quality, snapshots, steps_to_reach
+from vision.release import grid_png, learning_curve, quality, steps_to_reach
 from vision.train import TrainConfig, fit
 
 
