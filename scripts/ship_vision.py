@@ -135,7 +135,7 @@ def ship_moh(runs: Path, n: int, steps: int, n_real: int, overwrite: bool, only:
         path = ship(model, name, ROOT / "vision",
                     command=f"moh train --preset fmnist --model {backbone} --out runs/ship/{run_name} --resume",
                     data=DATA, split="train 60,000 (all) / metrics on the test split", steps=int(state["step"]),
-                    seed=int(state["config"]["seed"]), metrics=keep, trained_on=_machine().replace("2 torch", "1 torch"),
+                    seed=int(state["config"]["seed"]), metrics=keep, trained_on=_machine(),
                     wall_s=round(wall, 1), smoke="vision.sampling:smoke_sample", overwrite=overwrite, commit=commit,
                     extra_files={SCHEDULER_FILE: runs / run_name / "checkpoint" / SCHEDULER_FILE})
         print(f"shipped {path}")

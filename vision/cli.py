@@ -309,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--snapshot-every", type=nonneg_int, default=None,
                    help="also keep the sampling weights every N steps in OUT/snapshots (default 0: none)")
     t.add_argument("--preset", choices=tuple(PRESETS),
-                   help="a named recipe (data, size, steps, batch, learning rate, EMA, seed) behind a shipped model; "
+                   help="a named recipe (data, size, steps, batch, learning rate, EMA, snapshots) behind a shipped model; "
                         "options given explicitly override it")
     t.add_argument("--resume", action="store_true",
                    help="continue an interrupted run in --out from its last full checkpoint (same options)")

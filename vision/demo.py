@@ -38,7 +38,7 @@ def default_checkpoint(dataset: str = "fashion-mnist") -> str:
         raise InputError(f"dataset must be one of {', '.join(DATASETS)}, got {str(dataset)[:40]!r}")
     if dataset == "fashion-mnist" and os.environ.get(CKPT_ENV):
         return os.environ[CKPT_ENV]
-    if dataset in SHIPPED and (SHIPPED[dataset] in shipped_models() or dataset == BASELINE):
+    if dataset == BASELINE or SHIPPED.get(dataset) in shipped_models():  # the baseline exists only shipped
         return SHIPPED[dataset]
     return str(demo_model_dir(dataset))
 

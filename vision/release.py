@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from common.engine import snapshots
+from common.errors import CheckpointError
 from vision.evaluate import classifier_metrics, feature_metrics, recognisability, to_model_range
 from vision.models import load_backbone
 from vision.sampling import MoHPipeline, load_sampler, read_train_state
@@ -89,16 +90,11 @@ def steps_to_reach(curve: list[dict], key: str, target: float, last: int = 4) ->
 
 
 def train_seconds(run_dir: str | Path) -> float:
-    """Training time of a run: ``train_s`` of its final checkpoint (summed over resumed sittings),
-    else the span from its first log to its final checkpoint (a run trained in one sitting)."""
-    ckpt = Path(run_dir) / "checkpoint"
-    state = read_train_state(ckpt)
-    if "train_s" in state:
-        return float(state["train_s"])
-    logs = sorted((Path(run_dir) / "logs").glob("version_*"))
-    start = min(p.stat().st_mtime for p in logs[0].iterdir()) if logs else ckpt.stat().st_mtime
-    start = min(start, logs[0].stat().st_mtime) if logs else start
-    return float((ckpt / "train_state.json").stat().st_mtime - start)
+    """Training time of a run: ``train_s`` of its final checkpoint (summed over resumed sittings)."""
+    state = read_train_state(Path(run_dir) / "checkpoint")
+    if "train_s" not in state:
+        raise CheckpointError(f"{run_dir} records no training time (train it with this version's moh train)")
+    return float(state["train_s"])
 
 
 def grid_png(images: Tensor, path: str | Path, nrow: int = 16) -> Path:
