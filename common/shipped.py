@@ -18,6 +18,7 @@ given a name that is not a path) verifies the files against the manifest's sha25
 the directory; a missing or altered file is a one-line ``CheckpointError``. :func:`ship` writes such
 a directory from a trained model (half-precision storage, at most 10 MB). ``tests/common/
 test_shipped.py`` loads every shipped model, checks its hashes and that its smoke function samples.
+:func:`steps_to_reach` says where a shipped model's learning curve is heading when a target is unmet.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from common.errors import CheckpointError
@@ -178,3 +180,20 @@ def smoke_function(meta: dict[str, Any]):
     """The manifest's ``smoke`` callable (``module:function``: model -> samples)."""
     module, _, func = meta["smoke"].partition(":")
     return getattr(importlib.import_module(module), func)
+
+
+def steps_to_reach(curve: list[dict], key: str, target: float, last: int = 4) -> dict:
+    """Where a learning curve is heading: a least-squares line of ``key`` against ``log2(step)``
+    over the ``last`` points of ``curve`` (rows with ``"step"``), and the step at which that line
+    reaches ``target`` (``None`` when it never rises: more steps are not predicted to help).
+    Returns ``{"slope_per_doubling", "predicted_step", "points"}``."""
+    rows = [r for r in curve if r.get(key) is not None][-last:]
+    if len(rows) < 2:
+        return {"slope_per_doubling": None, "predicted_step": None, "points": len(rows)}
+    x = np.log2([r["step"] for r in rows])
+    y = np.array([r[key] for r in rows], dtype=float)
+    slope, intercept = np.polyfit(x, y, 1)
+    step = None
+    if slope > 0:
+        step = int(round(2 ** ((target - intercept) / slope)))
+    return {"slope_per_doubling": float(slope), "predicted_step": step, "points": len(rows)}

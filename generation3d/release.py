@@ -25,7 +25,9 @@ import torch
 
 from common.engine import snapshots
 from common.errors import CheckpointError, InputError
+from common.io import read_json, write_json
 from common.pretrained import checkpoint_info
+from common.shipped import sha256_file
 from generation3d.evaluate import evaluate_generator
 from generation3d.export import preview_grid, shape_meshes
 from generation3d.preset import preset_recipe, typical_part_counts
@@ -73,13 +75,40 @@ def evaluate(pipe: MoCAPipeline, ds, n: int, steps: int, classifier) -> dict:
                               classifier=classifier, split="test")
 
 
-def learning_curve(run_dir: str | Path, ds, n: int, steps: int, classifier) -> list[dict]:
-    """``{"step", *CURVE_KEYS}`` of every snapshot of ``run_dir`` (``evaluate``; float32 weights)."""
+def learning_curve(run_dir: str | Path, ds, n: int, steps: int, classifier, every: int = 0,
+                   partial: bool = False) -> list[dict]:
+    """``{"step", *CURVE_KEYS}`` of the snapshots of ``run_dir`` (``evaluate``; float32 weights);
+    ``every`` (> 0) keeps those whose step is a multiple of it. Each result is cached beside its
+    snapshot (``eval_test_n<n>_steps<steps>.json``, with the sha256 of the weights it measured), so
+    a report run again, or run while the training still writes snapshots, evaluates only what is
+    new; ``partial`` skips a snapshot that is not completely written yet instead of failing."""
     rows = []
     for step, path in snapshots(run_dir):
-        res = evaluate(MoCAPipeline.load(path), ds, n, steps, classifier)
+        if every and step % every:
+            continue
+        try:
+            res = _cached_evaluation(path, ds, n, steps, classifier)
+        except CheckpointError:
+            if partial:
+                continue
+            raise
         rows.append({"step": step, **{k: res[k] for k in CURVE_KEYS}})
     return rows
+
+
+def _cached_evaluation(path: Path, ds, n: int, steps: int, classifier) -> dict:
+    weights = sorted(path.glob("*/*.safetensors"))
+    if len(weights) < 2:  # ae/ and generator/
+        raise CheckpointError(f"{path} holds no complete pipeline")
+    digest = {str(w.relative_to(path)): sha256_file(w) for w in weights}
+    cache = path / f"eval_test_n{n}_steps{steps}.json"
+    if cache.is_file():
+        saved = read_json(cache)
+        if saved.get("weights") == digest:
+            return saved["result"]
+    res = evaluate(MoCAPipeline.load(path), ds, n, steps, classifier)
+    write_json(cache, {"weights": digest, "result": res})
+    return res
 
 
 def category_grids(pipe: MoCAPipeline, ds, prefix: str | Path, samples: int = 4, steps: int = 25) -> list[dict]:
@@ -116,6 +145,13 @@ def readme_section(report: dict, results_dir: str = "../docs/results/generation3
     target = p["fidelity_target"]
     verdict = "met" if moca["fidelity"] >= target else "**not met**"
     curve = ", ".join(f"{r['step']}: {r['fidelity']:.2f}" for r in report["curves"].get(shipped["attention"], []))
+    ahead = moca.get("extrapolation", {}).get(f"fidelity_{target:.2f}") or {}
+    if moca["fidelity"] < target and ahead.get("slope_per_doubling") is not None:
+        step = ahead["predicted_step"]
+        reach = (f"so about {step:,} steps would reach {target:.2f}" if step
+                 else "so more steps are not predicted to reach it")
+        curve += (f" ({target - moca['fidelity']:.2f} short; a line through the last {ahead['points']} points "
+                  f"gains {ahead['slope_per_doubling']:+.3f} per doubling of the steps, {reach})")
     grids = " ".join(f"![{g['category']}]({results_dir}/{g['png']})" for g in report["grids"][shipped["attention"]])
     return "\n".join([
         f"`{shipped['name']}` ({shipped['attention']} attention, {p['recipe']['steps']} steps of "

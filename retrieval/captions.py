@@ -189,9 +189,13 @@ def modification_text(ref: Attributes, tgt: Attributes, groups: list[str], rng: 
 
 def split_clauses(text: str) -> list[str]:
     """Split a modification text into clauses (the model's text tokens, the router's input) at
-    ",", " and " and before " with " ("make it blue with stripes" -> "make it blue", "with
-    stripes", as the built benchmark writes it). Never empty."""
-    parts = [p.strip() for p in text.replace(" and ", ",").replace(" with ", ", with ").split(",")]
+    ",", " and " and before " with ", " instead of " and " rather than " ("make it blue with
+    stripes" -> "make it blue", "with stripes"; "red instead of teal" -> "red", "instead of teal":
+    the value asked for and the value replaced become separate tokens, where one sentence
+    embedding of both could not tell which colour is wanted). Never empty."""
+    for word in (" with ", " instead of ", " rather than "):
+        text = text.replace(word, f",{word}")
+    parts = [p.strip() for p in text.replace(" and ", ",").split(",")]
     parts = [p for p in parts if p]
     return parts or [text.strip()]
 

@@ -14,8 +14,14 @@ category and model (``docs/results/generation3d/shipped_<attention>_<category>.p
 ``docs/results/generation3d/shipped.json``, ships the MoCA pipeline as ``generation3d/weights/
 moca-furniture`` (float16, with the training items' creators and licences in ``ATTRIBUTION.json``)
 and rewrites the README's shipped-model section from the JSON. Existing results and weights are
-kept unless ``--overwrite``. With the defaults (all 46 test shapes, 20 Euler steps, 8 snapshots per
-run) that is 27 evaluations of about 1-2 min each on 2 threads: plan for about an hour.
+kept unless ``--overwrite``. With the defaults (all 46 test shapes, 20 Euler steps, the snapshots
+of every 5,000th step) that is 15 evaluations of about 1-3 min each. Every snapshot evaluation is
+cached beside the snapshot, so
+
+    python scripts/ship_generation3d.py --runs runs/ship --curves-only
+
+run while the three trainings go on evaluates the snapshots written so far, and the final call
+only evaluates the finished models.
 """
 
 from __future__ import annotations
@@ -64,12 +70,34 @@ def _machine() -> str:
     return f"CPU ({platform.processor() or platform.machine()}), 1 torch thread"
 
 
-def ship_furniture(runs: Path, n: int, steps: int, samples: int, results: Path, overwrite: bool) -> Path:
+def curves_only(runs: Path, n: int, steps: int, every: int) -> int:
+    """Evaluate (and cache) the snapshots the runs in ``runs`` have written so far; the number evaluated."""
+    import torch
+
+    from generation3d.classifier import get_classifier
+    from generation3d.data import PartDataset
+    from generation3d.release import learning_curve
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    done = 0
+    for att, run in RUNS.items():
+        if not (runs / run / "data" / "parts.npz").is_file():
+            continue
+        ds = PartDataset.load(runs / run / "data")
+        rows = learning_curve(runs / run, ds, n, steps, get_classifier(ds), every=every, partial=True)
+        done += len(rows)
+        for row in rows:
+            print(f"{att} step {row['step']}: fidelity {row['fidelity']:.3f}, CD {row['cd']:.3f}, F {row['fscore']:.3f}")
+    return done
+
+
+def ship_furniture(runs: Path, n: int, steps: int, samples: int, results: Path, overwrite: bool,
+                   every: int) -> Path:
     import torch
 
     from common.errors import InputError
     from common.io import write_json
-    from common.shipped import sha256_file, ship
+    from common.shipped import sha256_file, ship, steps_to_reach
     from generation3d.classifier import get_classifier
     from generation3d.data import PartDataset, read_meta
     from generation3d.preset import preset_recipe
@@ -100,7 +128,7 @@ def ship_furniture(runs: Path, n: int, steps: int, samples: int, results: Path, 
     classifier = get_classifier(ds)
     meta = read_meta(data)
     report = {"protocol": {"n_shapes": min(n, int(meta["n_test"])), "sampling_steps": steps, "guidance": 1.0,
-                           "eval_seed": 0, "split": "test", "weights": "float16 as shipped (curves: float32 snapshots)",
+                           "eval_seed": 0, "split": "test", "weights": "float16 as shipped (curves: float32 snapshots)", "curve_every": every,
                            "classifier_test_acc": classifier[1].get("test_accuracy"),
                            "fidelity_target": FIDELITY_TARGET, "recipe": preset_recipe(PRESET),
                            "data": {k: meta[k] for k in ("n_shapes", "n_train", "n_val", "n_test")},
@@ -114,7 +142,9 @@ def ship_furniture(runs: Path, n: int, steps: int, samples: int, results: Path, 
         report["models"][att] = {"run": run, "command": train_command(att, run), "train_s": extra["train_s"],
                                  "ae_train_s": extra["ae_train_s"], "final_loss": extra["history"][-1]["loss"],
                                  "params": sum(p.numel() for p in pipe.gen.parameters()), **res}
-        report["curves"][att] = learning_curve(runs / run, ds, n, steps, classifier)
+        report["curves"][att] = learning_curve(runs / run, ds, n, steps, classifier, every=every)
+        report["models"][att]["extrapolation"] = {
+            f"fidelity_{FIDELITY_TARGET:.2f}": steps_to_reach(report["curves"][att], "fidelity", FIDELITY_TARGET)}
         report["grids"][att] = category_grids(pipe, ds, results / f"shipped_{att}", samples=samples,
                                               steps=preset_recipe(PRESET)["sample_steps"])
         pipes[att] = pipe
@@ -144,13 +174,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=46, help="test shapes evaluated (46: all of them)")
     p.add_argument("--steps", type=int, default=20, help="Euler steps per evaluated sample")
     p.add_argument("--samples", type=int, default=4, help="samples per category in each grid")
+    p.add_argument("--curve-every", type=int, default=5000,
+                   help="evaluate the snapshots of every N-th step for the learning curves (0: all kept)")
+    p.add_argument("--curves-only", action="store_true",
+                   help="only evaluate (and cache) the snapshots written so far, e.g. while the runs train")
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--overwrite", action="store_true")
     a = p.parse_args(argv)
     from common.errors import MoeAppsError
 
     try:
-        ship_furniture(a.runs, a.n, a.steps, a.samples, a.results, a.overwrite)
+        if a.curves_only:
+            print(f"{curves_only(a.runs, a.n, a.steps, a.curve_every)} snapshot evaluations (cached beside the snapshots)")
+        else:
+            ship_furniture(a.runs, a.n, a.steps, a.samples, a.results, a.overwrite, a.curve_every)
     except MoeAppsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -67,7 +67,7 @@ def ship_moh(runs: Path, n: int, steps: int, n_real: int, overwrite: bool, only:
     import torch
 
     from common.io import write_json
-    from common.shipped import ship
+    from common.shipped import ship, steps_to_reach
     from vision.classifier import get_classifier
     from vision.data import fashion_mnist_images
     from vision.evaluate import feature_encoder
@@ -78,7 +78,6 @@ def ship_moh(runs: Path, n: int, steps: int, n_real: int, overwrite: bool, only:
         learning_curve,
         quality,
         sample,
-        steps_to_reach,
         train_seconds,
     )
     from vision.sampling import SCHEDULER_FILE, read_train_state

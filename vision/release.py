@@ -9,7 +9,8 @@ real garments get with the same sample sizes:
 * ``quality(fake, real, classifier, encoder)``: FMNIST-classifier FID / precision / recall,
   EfficientNet-Lite0 FID / precision / recall and recognisability (``vision.evaluate``);
 * ``learning_curve(run_dir, ...)``: recognisability and classifier FID of the snapshots a run
-  kept (``TrainConfig.snapshot_every``), to say what more steps would buy.
+  kept (``TrainConfig.snapshot_every``), to say what more steps would buy (``common.shipped.
+  steps_to_reach`` extrapolates it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -70,23 +70,6 @@ def learning_curve(run_dir: str | Path, real: Tensor, classifier, n: int = 256, 
                      "min_class_share": recog["min_class_share"],
                      "fmnist_classifier_fid": classifier_metrics(real, fake, classifier)["fmnist_classifier_fid"]})
     return rows
-
-
-def steps_to_reach(curve: list[dict], key: str, target: float, last: int = 4) -> dict:
-    """Where a learning curve is heading: a least-squares line of ``key`` against ``log2(step)``
-    over the ``last`` points of ``curve`` (rows with ``"step"``), and the step at which that line
-    reaches ``target`` (``None`` when it never rises: more steps are not predicted to help).
-    Returns ``{"slope_per_doubling", "predicted_step", "points"}``."""
-    rows = [r for r in curve if r.get(key) is not None][-last:]
-    if len(rows) < 2:
-        return {"slope_per_doubling": None, "predicted_step": None, "points": len(rows)}
-    x = np.log2([r["step"] for r in rows])
-    y = np.array([r[key] for r in rows], dtype=float)
-    slope, intercept = np.polyfit(x, y, 1)
-    step = None
-    if slope > 0:
-        step = int(round(2 ** ((target - intercept) / slope)))
-    return {"slope_per_doubling": float(slope), "predicted_step": step, "points": len(rows)}
 
 
 def train_seconds(run_dir: str | Path) -> float:

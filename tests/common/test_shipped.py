@@ -118,3 +118,13 @@ def test_every_shipped_model_verifies_loads_and_samples(name):
 def test_shipped_weights_stay_small():
     total = sum(f.stat().st_size for d in SHIPPED.values() for f in d.iterdir())
     assert total <= MAX_TOTAL_BYTES, f"shipped weights take {total / 2**20:.1f} MiB (limit 40 MiB)"
+
+
+def test_steps_to_reach_extrapolates_per_doubling():
+    curve = [{"step": s, "share": 0.1 * k} for k, s in enumerate((1000, 2000, 4000, 8000), start=1)]
+    out = shipped.steps_to_reach(curve, "share", 0.6)
+    assert out["slope_per_doubling"] == pytest.approx(0.1)
+    assert out["predicted_step"] == 32000  # two more doublings
+    flat = shipped.steps_to_reach([{"step": 1000, "share": 0.3}, {"step": 2000, "share": 0.3}], "share", 0.6)
+    assert flat["predicted_step"] is None
+    assert shipped.steps_to_reach(curve[:1], "share", 0.6)["predicted_step"] is None

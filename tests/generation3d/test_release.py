@@ -124,14 +124,22 @@ def test_ship_evaluates_the_runs_and_ships_moca_by_name(tiny_runs, pkg_root, tmp
 
     _, runs = tiny_runs
     script, app, results = pkg_root
-    assert script.main(["--runs", str(runs), "--n", "4", "--steps", "2", "--samples", "2",
+    # while runs train: the snapshots written so far are evaluated once and cached beside them
+    cache = runs / "moca_furniture" / "snapshots" / "step_4" / "eval_test_n4_steps2.json"
+    assert script.main(["--runs", str(runs), "--n", "4", "--steps", "2", "--curves-only", "--curve-every", "4"]) == 0
+    assert "3 snapshot evaluations" in capsys.readouterr().out and cache.is_file()
+    assert not (runs / "moca_furniture" / "snapshots" / "step_2" / "eval_test_n4_steps2.json").exists()
+    stamp = cache.stat().st_mtime_ns
+    assert script.main(["--runs", str(runs), "--n", "4", "--steps", "2", "--samples", "2", "--curve-every", "0",
                         "--results", str(results)]) == 0
+    assert cache.stat().st_mtime_ns == stamp  # not evaluated again
     report = json.loads((results / "shipped.json").read_text())
     assert list(report["models"]) == ["moca", "full", "local"]
     for att, m in report["models"].items():
         assert m["attention"] == att and m["n_shapes"] == report["protocol"]["n_shapes"] >= 2
         assert 0 <= m["fidelity"] <= 1 and m["train_s"] > 0 and m["ae_train_s"] > 0
         assert [r["step"] for r in report["curves"][att]] == [2, 4]  # every snapshot of the run
+        assert m["extrapolation"]["fidelity_0.80"]["points"] == 2
         assert {g["category"] for g in report["grids"][att]} == {"chair", "table"}
         for g in report["grids"][att]:
             assert (results / g["png"]).read_bytes().startswith(b"\x89PNG")
@@ -189,3 +197,50 @@ def test_ship_refuses_an_unfinished_run(tiny_runs, pkg_root, tmp_path, monkeypat
         from generation3d.release import finished_run
 
         finished_run(tmp_path, "furniture", "moca")
+
+
+def test_learning_curve_skips_a_snapshot_being_written(tiny_runs, tmp_path, monkeypatch):
+    """A snapshot whose generator is not written yet is skipped with ``partial`` and refused
+    without; a cached result whose weights changed is measured again."""
+    import shutil
+
+    from generation3d.classifier import get_classifier
+    from generation3d.data import PartDataset
+    from generation3d.release import learning_curve
+
+    root, runs = tiny_runs
+    monkeypatch.setenv("MOE_APPS_CACHE", str(root / "cache"))
+    run = tmp_path / "run"
+    shutil.copytree(runs / "full_furniture", run)
+    shutil.rmtree(run / "snapshots" / "step_4" / "generator")
+    ds = PartDataset.load(run / "data")
+    classifier = get_classifier(ds)
+    assert [r["step"] for r in learning_curve(run, ds, 4, 2, classifier, partial=True)] == [2]
+    with pytest.raises(CheckpointError, match="no complete pipeline"):
+        learning_curve(run, ds, 4, 2, classifier)
+    cache = run / "snapshots" / "step_2" / "eval_test_n4_steps2.json"
+    saved = json.loads(cache.read_text())
+    cache.write_text(json.dumps({**saved, "result": {**saved["result"], "fidelity": -1.0}}))
+    assert learning_curve(run, ds, 4, 2, classifier, partial=True)[0]["fidelity"] == -1.0  # same weights: cached
+    shutil.rmtree(run / "snapshots" / "step_2" / "generator")  # another complete generator in its place
+    shutil.copytree(runs / "full_furniture" / "snapshots" / "step_4" / "generator", run / "snapshots" / "step_2" / "generator")
+    assert learning_curve(run, ds, 4, 2, classifier, partial=True)[0]["fidelity"] >= 0  # new weights: measured
+
+
+def test_readme_section_says_how_far_an_unmet_target_is():
+    """Below the target the section gives the gap and the step the curve's line reaches it at."""
+    from common.shipped import steps_to_reach
+
+    curve = [{"step": s, "fidelity": f} for s, f in ((5000, 0.60), (10000, 0.65), (20000, 0.70))]
+    metrics = {k: 0.5 for k in ("cd", "fscore", "part_fscore", "coverage", "mmd", "1nna", "part_count_acc")}
+    moca = {"run": "moca_furniture", "train_s": 3600.0, **metrics, "fidelity": 0.70,
+            "extrapolation": {"fidelity_0.80": steps_to_reach(curve, "fidelity", 0.80)}}
+    report = {"protocol": {"fidelity_target": 0.80, "recipe": {"steps": 20000}, "n_shapes": 46, "sampling_steps": 20,
+                           "classifier_test_acc": 0.89},
+              "shipped": {"name": "moca-furniture", "attention": "moca"}, "models": {"moca": moca},
+              "curves": {"moca": curve}, "grids": {"moca": []}}
+    text = readme_section(report)
+    assert "**not met**" in text and "0.10 short" in text and "+0.050 per doubling" in text
+    assert "about 80,000 steps would reach 0.80" in text  # 0.70 + 2 doublings x 0.05
+    moca["fidelity"] = 0.85
+    assert "short" not in readme_section(report) and "0.80: met" in readme_section(report)

@@ -58,3 +58,13 @@ def test_clauses_split_before_with_so_the_router_sees_each_change():
     # the built benchmark's own captions split as before
     assert split_clauses("make it red, with bold stripes and glossy") == ["make it red", "with bold stripes", "glossy"]
     assert split_clauses("  ") == [""] and split_clauses("with dots") == ["with dots"]
+
+
+def test_the_value_asked_for_and_the_value_replaced_are_separate_clauses():
+    """One sentence embedding of "red instead of teal" cannot say which colour is wanted (the
+    model returned teal items for it); split, the replaced value is a clause of its own."""
+    from retrieval.captions import split_clauses
+
+    assert split_clauses("red instead of teal, make it shirt") == ["red", "instead of teal", "make it shirt"]
+    assert split_clauses("is blue rather than red and has dots") == ["is blue", "rather than red", "has dots"]
+    assert split_clauses("has stripes instead of dots") == ["has stripes", "instead of dots"]

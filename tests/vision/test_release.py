@@ -1,4 +1,4 @@
-"""``vision.release``: the report behind the shipped models (learning curves, extrapolation, floors)."""
+"""``vision.release``: the report behind the shipped models (learning curves, floors)."""
 
 import pytest
 import torch
@@ -6,18 +6,8 @@ import torch
 from common.engine import snapshots
 from tests.vision.conftest import tiny_moh
 from vision.classifier import get_classifier
-from vision.release import grid_png, learning_curve, quality, steps_to_reach
+from vision.release import grid_png, learning_curve, quality
 from vision.train import TrainConfig, fit
-
-
-def test_steps_to_reach_extrapolates_per_doubling():
-    curve = [{"step": s, "share": 0.1 * k} for k, s in enumerate((1000, 2000, 4000, 8000), start=1)]
-    out = steps_to_reach(curve, "share", 0.6)
-    assert out["slope_per_doubling"] == pytest.approx(0.1)
-    assert out["predicted_step"] == 32000  # two more doublings
-    flat = steps_to_reach([{"step": 1000, "share": 0.3}, {"step": 2000, "share": 0.3}], "share", 0.6)
-    assert flat["predicted_step"] is None
-    assert steps_to_reach(curve[:1], "share", 0.6)["predicted_step"] is None
 
 
 def test_learning_curve_reads_every_snapshot(tmp_path):
