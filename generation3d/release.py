@@ -147,11 +147,16 @@ def readme_section(report: dict, results_dir: str = "../docs/results/generation3
     curve = ", ".join(f"{r['step']}: {r['fidelity']:.2f}" for r in report["curves"].get(shipped["attention"], []))
     ahead = moca.get("extrapolation", {}).get(f"fidelity_{target:.2f}") or {}
     if moca["fidelity"] < target and ahead.get("slope_per_doubling") is not None:
-        step = ahead["predicted_step"]
-        reach = (f"so about {step:,} steps would reach {target:.2f}" if step
-                 else "so more steps are not predicted to reach it")
+        step, budget = ahead["predicted_step"], p["recipe"]["steps"]
+        if step and step <= 10 * budget:
+            reach = f"so about {step:,} steps would reach {target:.2f}"
+        elif step:
+            reach = f"so it would take about {step / budget:,.0f}x the budget: more steps alone will not reach it"
+        else:
+            reach = "so more steps are not predicted to reach it"
         curve += (f" ({target - moca['fidelity']:.2f} short; a line through the last {ahead['points']} points "
                   f"gains {ahead['slope_per_doubling']:+.3f} per doubling of the steps, {reach})")
+    sd = (moca["fidelity"] * (1 - moca["fidelity"]) / p["n_shapes"]) ** 0.5
     grids = " ".join(f"![{g['category']}]({results_dir}/{g['png']})" for g in report["grids"][shipped["attention"]])
     return "\n".join([
         f"`{shipped['name']}` ({shipped['attention']} attention, {p['recipe']['steps']} steps of "
@@ -163,7 +168,9 @@ def readme_section(report: dict, results_dir: str = "../docs/results/generation3
         "",
         results_table(report),
         "",
-        f"Fidelity by training step ({shipped['attention']}): {curve}. One grid per category: {grids}",
+        f"Fidelity by training step ({shipped['attention']}): {curve}. With {p['n_shapes']} test shapes one shape "
+        f"moves fidelity by {1 / p['n_shapes']:.3f} (binomial sd {sd:.2f} at {moca['fidelity']:.2f}), so rows closer "
+        f"than that are not told apart. One grid per category: {grids}",
     ])
 
 

@@ -21,7 +21,8 @@ cached beside the snapshot, so
     python scripts/ship_generation3d.py --runs runs/ship --curves-only
 
 run while the three trainings go on evaluates the snapshots written so far, and the final call
-only evaluates the finished models.
+only evaluates the finished models. ``--readme-only`` rewrites the README section from the
+committed ``shipped.json`` without evaluating anything.
 """
 
 from __future__ import annotations
@@ -178,13 +179,23 @@ def main(argv: list[str] | None = None) -> int:
                    help="evaluate the snapshots of every N-th step for the learning curves (0: all kept)")
     p.add_argument("--curves-only", action="store_true",
                    help="only evaluate (and cache) the snapshots written so far, e.g. while the runs train")
+    p.add_argument("--readme-only", action="store_true",
+                   help="only rewrite the README's shipped-model section from the committed shipped.json")
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--overwrite", action="store_true")
     a = p.parse_args(argv)
-    from common.errors import MoeAppsError
+    from common.errors import InputError, MoeAppsError
 
     try:
-        if a.curves_only:
+        if a.readme_only:
+            from common.io import read_json
+            from generation3d.release import readme_section, update_readme
+
+            if not (a.results / "shipped.json").is_file():
+                raise InputError(f"{a.results / 'shipped.json'} does not exist; run this script without --readme-only first")
+            update_readme(README, readme_section(read_json(a.results / "shipped.json")))
+            print(f"updated {README}")
+        elif a.curves_only:
             print(f"{curves_only(a.runs, a.n, a.steps, a.curve_every)} snapshot evaluations (cached beside the snapshots)")
         else:
             ship_furniture(a.runs, a.n, a.steps, a.samples, a.results, a.overwrite, a.curve_every)

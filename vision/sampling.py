@@ -28,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from common.errors import CheckpointError, InputError
 from common.io import read_json
+from vision import models as _registered  # noqa: F401  (registers the backbones: a shipped name loads in a fresh process)
 
 NUM_TRAIN_TIMESTEPS = 1000
 CHECKPOINT = "checkpoint"  # a training run's checkpoint subdirectory

@@ -115,6 +115,19 @@ def test_every_shipped_model_verifies_loads_and_samples(name):
     assert torch.isfinite(torch.as_tensor(out)).all()
 
 
+def test_every_shipped_name_loads_in_a_fresh_process():
+    """A user's first call imports nothing of the app: the name alone must register the model."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom common.pretrained import load_pretrained\n"
+            "for name in sys.argv[1:]:\n    print(name, type(load_pretrained(name)).model_type)")
+    out = subprocess.run([sys.executable, "-c", code, *sorted(SHIPPED)], capture_output=True, text=True,
+                         cwd=shipped.ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(out.stdout.splitlines()) == len(SHIPPED)
+
+
 def test_shipped_weights_stay_small():
     total = sum(f.stat().st_size for d in SHIPPED.values() for f in d.iterdir())
     assert total <= MAX_TOTAL_BYTES, f"shipped weights take {total / 2**20:.1f} MiB (limit 40 MiB)"

@@ -172,6 +172,9 @@ def test_ship_evaluates_the_runs_and_ships_moca_by_name(tiny_runs, pkg_root, tmp
     real.write_text((ROOT / "generation3d" / "README.md").read_text())
     assert update_readme(real, readme_section(report)) and len(real.read_text().splitlines()) <= 250
     _hub_tab_uses_the_shipped_model(tmp_path, monkeypatch)
+    (app / "README.md").write_text(f"# x\n\n{README_START}\nstale\n{README_END}\n")  # rewritten from the JSON alone
+    assert script.main(["--readme-only", "--results", str(results)]) == 0
+    assert "stale" not in (app / "README.md").read_text() and "| moca (`moca_furniture`) |" in (app / "README.md").read_text()
     # an altered file is refused by name; a second ship needs --overwrite
     weights = path / "model.safetensors"
     data = bytearray(weights.read_bytes())
@@ -242,5 +245,9 @@ def test_readme_section_says_how_far_an_unmet_target_is():
     text = readme_section(report)
     assert "**not met**" in text and "0.10 short" in text and "+0.050 per doubling" in text
     assert "about 80,000 steps would reach 0.80" in text  # 0.70 + 2 doublings x 0.05
+    assert "one shape moves fidelity by 0.022 (binomial sd 0.07 at 0.70)" in text
+    flat = [{**r, "fidelity": 0.70 + 0.001 * k} for k, r in enumerate(curve)]  # 0.1 short at ~0.0007 per doubling
+    moca["extrapolation"]["fidelity_0.80"] = steps_to_reach(flat, "fidelity", 0.80)
+    assert "x the budget: more steps alone will not reach it" in readme_section(report)
     moca["fidelity"] = 0.85
     assert "short" not in readme_section(report) and "0.80: met" in readme_section(report)
