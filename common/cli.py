@@ -62,6 +62,18 @@ def _parse_number(text: str, kind: type) -> int | float:
     return value
 
 
+def whole_number(value, name: str, lo: int, hi: int) -> int:
+    """A number a page sent (a slider or number box: int, float or numeric string) as an int in
+    ``[lo, hi]``; InputError saying what to enter for anything else (a fraction, NaN, a bool)."""
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if not math.isfinite(number) or number != int(number) or not lo <= number <= hi:
+        raise InputError(f"{name} must be a whole number from {lo} to {hi}, got {value!r}")
+    return int(number)
+
+
 def int_in(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
     """argparse type: an integer in ``[lo, hi]`` (a ``None`` bound is open-ended)."""
 

@@ -4,7 +4,6 @@ view and download the GLB. A blank text box means no text conditioning."""
 from __future__ import annotations
 
 import logging
-import math
 import os
 import tempfile
 import threading
@@ -12,7 +11,7 @@ from pathlib import Path
 
 from common.allowlist import check_allowed_path
 from common.cache import LoaderCache
-from common.cli import SEED_MAX
+from common.cli import SEED_MAX, whole_number
 from common.errors import InputError, MoeAppsError
 from generation3d.limits import MAX_SAMPLING_STEPS, MAX_SCENE_PARTS
 
@@ -109,14 +108,6 @@ def allowed_checkpoint(ckpt: str) -> Path | str:
     return check_allowed_path(ckpt, "checkpoint directory", extra_roots=[os.environ.get(CKPT_ENV, "")])
 
 
-def _whole(value, name: str, lo: int, hi: int) -> int:
-    """``value`` (a number from the page) as an integer in ``[lo, hi]``; InputError otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value != int(value) or not lo <= int(value) <= hi:
-        raise InputError(f"{name} must be a whole number from {lo} to {hi}, got {value!r}")
-    return int(value)
-
-
 def generate(ckpt: str, category: str, n_parts: int, seed: int, steps: int, out_dir: str | None = None,
              text: str = ""):
     """Returns ``(glb path, preview png path, status markdown, routing table rows)``; a blank
@@ -126,9 +117,9 @@ def generate(ckpt: str, category: str, n_parts: int, seed: int, steps: int, out_
     from generation3d.render import render_preview
     from generation3d.sampling import FAR_TEXT_COSINE
 
-    n_parts = _whole(n_parts, "number of parts", 1, MAX_SCENE_PARTS)
-    seed = _whole(seed, "seed", 0, SEED_MAX)
-    steps = _whole(steps, "sampling steps", 1, MAX_SAMPLING_STEPS)
+    n_parts = whole_number(n_parts, "number of parts", 1, MAX_SCENE_PARTS)
+    seed = whole_number(seed, "seed", 0, SEED_MAX)
+    steps = whole_number(steps, "sampling steps", 1, MAX_SAMPLING_STEPS)
     if not isinstance(category, str) or not isinstance(text or "", str):
         raise InputError("category and text must be text")
     key = ckpt if _is_shipped(ckpt) else str(Path(ckpt).resolve())

@@ -4,13 +4,13 @@ representation levels, transform expert and scan depth the router chose at each 
 from __future__ import annotations
 
 import logging
-import math
 import os
 from pathlib import Path
 
 import numpy as np
 
 from common.allowlist import check_allowed_path
+from common.cli import whole_number
 from common.errors import InputError, MoeAppsError
 from common.images import served_png
 
@@ -54,18 +54,6 @@ def allowed_checkpoint(ckpt: str) -> Path | str:
     return check_allowed_path(ckpt, "checkpoint directory", extra_roots=[os.environ.get(CKPT_ENV, "")])
 
 
-def _whole(value, name: str, lo: int, hi: int) -> int:
-    """``value`` (a slider or number box: int, float or numeric string) as an int in ``[lo, hi]``;
-    InputError saying what to enter otherwise."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a whole number from {lo} to {hi}") from None
-    if not math.isfinite(number) or number != int(number) or not lo <= number <= hi:
-        raise InputError(f"{name} must be a whole number from {lo} to {hi}, got {value}")
-    return int(number)
-
-
 def sample_with_trace(ckpt: str, n: int, steps: int, seed: int):
     """Returns ``(final grid uint8, per-step grids list, trace rows, depth plot figure)``.
     Safe to call from several threads at once: each call loads its own model and draws on its
@@ -75,8 +63,8 @@ def sample_with_trace(ckpt: str, n: int, steps: int, seed: int):
     from vision.models import load_backbone
     from vision.sampling import MoHPipeline, checkpoint_dir, grid_image, load_sampler
 
-    n, steps = _whole(n, "images", 1, MAX_IMAGES), _whole(steps, "DDIM steps", 1, MAX_STEPS)
-    seed = _whole(seed, "seed", 0, SEED_MAX)
+    n, steps = whole_number(n, "images", 1, MAX_IMAGES), whole_number(steps, "DDIM steps", 1, MAX_STEPS)
+    seed = whole_number(seed, "seed", 0, SEED_MAX)
     ckpt_dir = checkpoint_dir(ckpt)
     model = load_backbone(ckpt_dir)
     out = MoHPipeline(model, load_sampler(ckpt_dir, "ddim"))(batch_size=n, num_inference_steps=steps,

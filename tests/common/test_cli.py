@@ -1,6 +1,8 @@
 import argparse
 
-from common.cli import add_common_args, cli_main
+import pytest
+
+from common.cli import add_common_args, cli_main, whole_number
 from common.errors import InputError
 
 
@@ -108,3 +110,14 @@ def test_sigterm_kills_a_process_forked_inside_a_cli_outright():
 
     assert run() == 0
     assert os.WIFSIGNALED(seen["status"]) and os.WTERMSIG(seen["status"]) == signal.SIGTERM
+
+
+@pytest.mark.parametrize("value, expected", [(3, 3), (3.0, 3), ("7", 7), (" 0 ", 0), (10, 10)])
+def test_whole_number_takes_what_a_page_sends(value, expected):
+    assert whole_number(value, "seed", 0, 10) == expected
+
+
+@pytest.mark.parametrize("value", [2.5, float("nan"), float("inf"), 1e30, -1, 11, True, None, "three", "", [3]])
+def test_whole_number_refuses_with_what_to_enter(value):
+    with pytest.raises(InputError, match=r"^seed must be a whole number from 0 to 10, got "):
+        whole_number(value, "seed", 0, 10)
