@@ -92,6 +92,18 @@ def curves_only(runs: Path, n: int, steps: int, every: int) -> int:
     return done
 
 
+def readme_only(results: Path) -> None:
+    """Rewrite the README's shipped-model section from ``results/shipped.json`` alone."""
+    from common.errors import InputError
+    from common.io import read_json
+    from generation3d.release import readme_section, update_readme
+
+    if not (results / "shipped.json").is_file():
+        raise InputError(f"{results / 'shipped.json'} does not exist; run this script without --readme-only first")
+    update_readme(README, readme_section(read_json(results / "shipped.json")))
+    print(f"updated {README}")
+
+
 def ship_furniture(runs: Path, n: int, steps: int, samples: int, results: Path, overwrite: bool,
                    every: int) -> Path:
     import torch
@@ -129,7 +141,8 @@ def ship_furniture(runs: Path, n: int, steps: int, samples: int, results: Path, 
     classifier = get_classifier(ds)
     meta = read_meta(data)
     report = {"protocol": {"n_shapes": min(n, int(meta["n_test"])), "sampling_steps": steps, "guidance": 1.0,
-                           "eval_seed": 0, "split": "test", "weights": "float16 as shipped (curves: float32 snapshots)", "curve_every": every,
+                           "eval_seed": 0, "split": "test", "weights": "float16 as shipped (curves: float32 snapshots)",
+                           "curve_every": every,
                            "classifier_test_acc": classifier[1].get("test_accuracy"),
                            "fidelity_target": FIDELITY_TARGET, "recipe": preset_recipe(PRESET),
                            "data": {k: meta[k] for k in ("n_shapes", "n_train", "n_val", "n_test")},
@@ -184,17 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--overwrite", action="store_true")
     a = p.parse_args(argv)
-    from common.errors import InputError, MoeAppsError
+    from common.errors import MoeAppsError
 
     try:
         if a.readme_only:
-            from common.io import read_json
-            from generation3d.release import readme_section, update_readme
-
-            if not (a.results / "shipped.json").is_file():
-                raise InputError(f"{a.results / 'shipped.json'} does not exist; run this script without --readme-only first")
-            update_readme(README, readme_section(read_json(a.results / "shipped.json")))
-            print(f"updated {README}")
+            readme_only(a.results)
         elif a.curves_only:
             print(f"{curves_only(a.runs, a.n, a.steps, a.curve_every)} snapshot evaluations (cached beside the snapshots)")
         else:
