@@ -29,7 +29,7 @@ from common.seed import seed_everything
 from vision.classifier import get_classifier
 from vision.data import fashion_mnist_images
 from vision.evaluate import classifier_metrics, to_model_range
-from vision.models import MODEL_NAMES, build_backbone
+from vision.models import MODEL_NAMES, MODEL_SIZES, build_backbone
 from vision.models.layers import count_parameters
 from vision.plots import plot_fid_curve, plot_routing
 from vision.sampling import sample_ddim, save_checkpoint, save_grid
@@ -262,9 +262,9 @@ class SizesConfig:
     (``train_sizes``: ``steps`` training steps at ``batch_size``; the others: one forward pass at
     ``forward_batch_size``)."""
 
-    sizes: tuple[str, ...] = ("XS", "S", "B", "L")
+    sizes: tuple[str, ...] = tuple(MODEL_SIZES)
     models: tuple[str, ...] = ("moh",)
-    train_sizes: tuple[str, ...] = ("XS", "S")
+    train_sizes: tuple[str, ...] = ("XS", "Ti", "S")
     steps: int = 2
     batch_size: int = 2
     forward_batch_size: int = 1

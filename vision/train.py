@@ -84,9 +84,9 @@ class TrainConfig:
 # Named training recipes (``moh train --preset NAME``): the exact settings behind a shipped model;
 # the backbone (``--model``) is the caller's, so a baseline is trained with the same recipe.
 PRESETS: dict[str, dict] = {
-    "fmnist": {"data": "fashion-mnist", "size": 32, "model_size": "XS", "limit": 60000,
-               "steps": 12000, "batch_size": 32, "lr": 2e-3, "warmup": 200, "ema_decay": 0.999,
-               "checkpoint_every": 500, "snapshot_every": 2000},
+    "fmnist": {"data": "fashion-mnist", "size": 32, "model_size": "Ti", "limit": 60000,
+               "steps": 8000, "batch_size": 32, "lr": 2e-3, "warmup": 200, "ema_decay": 0.999,
+               "checkpoint_every": 500, "snapshot_every": 1000},
 }
 
 

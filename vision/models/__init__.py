@@ -65,13 +65,16 @@ class ModelSize:
 
 
 _WIDE_UNETS = tuple(range(64, 1025, 16))
-# XS is the CPU model of the committed results. S, B and L follow DiT-S/2, -B/2 and -L/2 (width 384 /
+# XS is the CPU model of the benches, Ti (3x wider, SSM state 4) the CPU model that ships trained
+# (`vision.train.PRESETS["fmnist"]`). S, B and L follow DiT-S/2, -B/2 and -L/2 (width 384 /
 # 768 / 1024, patch 2: 256 tokens at 32 px); a Mamba block holds about half a DiT block's
 # parameters, so MoH's deepest scan is 1.5x DiT's depth, which with the coarse levels gives
 # 30M / 118M / 405M parameters against DiT's 33M / 130M / 457M.
 MODEL_SIZES = {
     "XS": ModelSize("XS", patch_size=4, d_model=32, d_state=4, depth_choices=(2, 4, 6), level_layers=1, dit_heads=4,
                     max_baseline_depth=16, unet_widths=(8, 12, 16, 20, 24, 32, 40), sequential_search=True),
+    "Ti": ModelSize("Ti", patch_size=4, d_model=96, d_state=4, depth_choices=(2, 4, 6), level_layers=1, dit_heads=6,
+                    max_baseline_depth=24, unet_widths=tuple(range(16, 161, 8)), sequential_search=True),
     "S": ModelSize("S", patch_size=2, d_model=384, d_state=16, depth_choices=(6, 12, 18), level_layers=1,
                    dit_heads=6, max_baseline_depth=48, unet_widths=_WIDE_UNETS, checkpoint_scan=True),
     "B": ModelSize("B", patch_size=2, d_model=768, d_state=16, depth_choices=(6, 12, 18), level_layers=1,
