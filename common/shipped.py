@@ -197,3 +197,25 @@ def steps_to_reach(curve: list[dict], key: str, target: float, last: int = 4) ->
     if slope > 0:
         step = int(round(2 ** ((target - intercept) / slope)))
     return {"slope_per_doubling": float(slope), "predicted_step": step, "points": len(rows)}
+
+
+def cached_snapshot_result(snapshot: str | os.PathLike, name: str, weights: list[Path],
+                           compute) -> dict:
+    """``compute()`` (a JSON-able dict) of the snapshot directory ``snapshot``, cached in
+    ``snapshot / name`` with the sha256 of each of ``weights`` (the files it measured): a report
+    run again, or while the training still writes snapshots, computes only what is new or
+    changed. CheckpointError when ``weights`` is empty (a snapshot not completely written)."""
+    from common.io import read_json, write_json
+
+    snapshot = Path(snapshot)
+    if not weights:
+        raise CheckpointError(f"{snapshot} holds no weights yet")
+    digest = {str(Path(w).relative_to(snapshot)): sha256_file(w) for w in sorted(weights)}
+    cache = snapshot / name
+    if cache.is_file():
+        saved = read_json(cache)
+        if saved.get("weights") == digest:
+            return saved["result"]
+    result = compute()
+    write_json(cache, {"weights": digest, "result": result})
+    return result

@@ -25,9 +25,8 @@ import torch
 
 from common.engine import snapshots
 from common.errors import CheckpointError, InputError
-from common.io import read_json, write_json
 from common.pretrained import checkpoint_info
-from common.shipped import sha256_file
+from common.shipped import cached_snapshot_result
 from generation3d.evaluate import evaluate_generator
 from generation3d.export import preview_grid, shape_meshes
 from generation3d.preset import preset_recipe, typical_part_counts
@@ -100,15 +99,8 @@ def _cached_evaluation(path: Path, ds, n: int, steps: int, classifier) -> dict:
     weights = sorted(path.glob("*/*.safetensors"))
     if len(weights) < 2:  # ae/ and generator/
         raise CheckpointError(f"{path} holds no complete pipeline")
-    digest = {str(w.relative_to(path)): sha256_file(w) for w in weights}
-    cache = path / f"eval_test_n{n}_steps{steps}.json"
-    if cache.is_file():
-        saved = read_json(cache)
-        if saved.get("weights") == digest:
-            return saved["result"]
-    res = evaluate(MoCAPipeline.load(path), ds, n, steps, classifier)
-    write_json(cache, {"weights": digest, "result": res})
-    return res
+    return cached_snapshot_result(path, f"eval_test_n{n}_steps{steps}.json", weights,
+                                  lambda: evaluate(MoCAPipeline.load(path), ds, n, steps, classifier))
 
 
 def category_grids(pipe: MoCAPipeline, ds, prefix: str | Path, samples: int = 4, steps: int = 25) -> list[dict]:

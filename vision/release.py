@@ -9,8 +9,8 @@ real garments get with the same sample sizes:
 * ``quality(fake, real, classifier, encoder)``: FMNIST-classifier FID / precision / recall,
   EfficientNet-Lite0 FID / precision / recall and recognisability (``vision.evaluate``);
 * ``learning_curve(run_dir, ...)``: recognisability and classifier FID of the snapshots a run
-  kept (``TrainConfig.snapshot_every``), to say what more steps would buy (``common.shipped.
-  steps_to_reach`` extrapolates it).
+  kept (``TrainConfig.snapshot_every``), cached beside each snapshot, to say what more steps would
+  buy (``common.shipped.steps_to_reach`` extrapolates it).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from torch import Tensor
 
 from common.engine import snapshots
 from common.errors import CheckpointError
+from common.shipped import cached_snapshot_result
 from vision.evaluate import classifier_metrics, feature_metrics, recognisability, to_model_range
 from vision.models import load_backbone
 from vision.sampling import MoHPipeline, load_sampler, read_train_state
@@ -61,14 +62,19 @@ def floors(train: Tensor, test: Tensor, classifier, encoder=None) -> dict:
 def learning_curve(run_dir: str | Path, real: Tensor, classifier, n: int = 256, steps: int = 25,
                    seed: int = 0) -> list[dict]:
     """Recognisability and FMNIST-classifier FID of every snapshot of ``run_dir`` (``n`` samples
-    each, same seeds as the final model's)."""
+    each, same seeds as the final model's). Each row is cached beside its snapshot
+    (``eval_test_n<n>_real<len(real)>_steps<steps>_seed<seed>.json``, with the weights' sha256),
+    so a report run again, or while the training still writes snapshots, samples only what is new."""
     rows = []
     for step, path in snapshots(run_dir):
-        fake, _ = sample(path, n, steps, seed)
-        recog = recognisability(fake, classifier)
-        rows.append({"step": step, "confident_share": recog["confident_share"],
-                     "min_class_share": recog["min_class_share"],
-                     "fmnist_classifier_fid": classifier_metrics(real, fake, classifier)["fmnist_classifier_fid"]})
+        def measure(path=path) -> dict:
+            fake, _ = sample(path, n, steps, seed)
+            recog = recognisability(fake, classifier)
+            return {"confident_share": recog["confident_share"], "min_class_share": recog["min_class_share"],
+                    "fmnist_classifier_fid": classifier_metrics(real, fake, classifier)["fmnist_classifier_fid"]}
+
+        name = f"eval_test_n{n}_real{len(real)}_steps{steps}_seed{seed}.json"
+        rows.append({"step": step, **cached_snapshot_result(path, name, sorted(path.glob("*.safetensors")), measure)})
     return rows
 
 

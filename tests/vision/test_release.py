@@ -10,7 +10,7 @@ from vision.release import grid_png, learning_curve, quality
 from vision.train import TrainConfig, fit
 
 
-def test_learning_curve_reads_every_snapshot(tmp_path):
+def test_learning_curve_reads_every_snapshot_once(tmp_path, monkeypatch):
     torch.manual_seed(0)
     model = tiny_moh(sample_size=32)
     images = torch.rand(16, 1, 32, 32) * 2 - 1
@@ -20,6 +20,18 @@ def test_learning_curve_reads_every_snapshot(tmp_path):
     curve = learning_curve(tmp_path, images, classifier, n=4, steps=2)
     assert [r["step"] for r in curve] == [2, 4]
     assert all(0 <= r["confident_share"] <= 1 and r["fmnist_classifier_fid"] >= 0 for r in curve)
+    # measured once per snapshot weights: a second report reads the cache beside each snapshot
+    import vision.release as release
+
+    monkeypatch.setattr(release, "sample", lambda *a, **k: pytest.fail("sampled a cached snapshot"))
+    assert learning_curve(tmp_path, images, classifier, n=4, steps=2) == curve
+    monkeypatch.undo()
+    for f in ("model.safetensors", "config.json"):  # new weights at step 4 (step 2's): measured again
+        (tmp_path / "snapshots" / "step_4" / f).write_bytes((tmp_path / "snapshots" / "step_2" / f).read_bytes())
+    again = learning_curve(tmp_path, images, classifier, n=4, steps=2)
+    assert again[1] == {**again[0], "step": 4}
+    learning_curve(tmp_path, images, classifier, n=4, steps=1)  # another protocol: a cache of its own
+    assert len(list((tmp_path / "snapshots" / "step_2").glob("eval_test_n4_real16_steps*_seed0.json"))) == 2
 
 
 def test_quality_of_real_images_beats_noise_and_grid_is_written(tmp_path):
