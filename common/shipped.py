@@ -119,12 +119,17 @@ def resolve_checkpoint(path_or_name: str | os.PathLike) -> Path:
     raise CheckpointError(f"no checkpoint at {text} and no shipped model of that name (shipped: {known})")
 
 
-def _git_commit() -> str:
+def _git_commit(rev: str = "HEAD") -> str:
+    """The full hash of ``rev`` in this checkout ("unknown" outside git); a revision git does not
+    know is kept as given."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
+        return "unknown" if rev == "HEAD" else rev
+    if out.returncode == 0:
+        return out.stdout.strip()
+    return "unknown" if rev == "HEAD" else rev
 
 
 def ship(model, name: str, app_dir: str | os.PathLike, *, command: str, data: str, split: str, steps: int,
@@ -168,7 +173,7 @@ def ship(model, name: str, app_dir: str | os.PathLike, *, command: str, data: st
         raise CheckpointError(f"shipped model {name} is {size / 2**20:.1f} MiB, over the {MAX_BYTES / 2**20:.0f} MiB "
                               "limit: use a smaller model or half-precision storage")
     manifest = {"name": name, "app": type(model).app, "model_type": type(model).model_type, "command": command,
-                "data": data, "split": split, "steps": steps, "seed": seed, "commit": commit or _git_commit(),
+                "data": data, "split": split, "steps": steps, "seed": seed, "commit": _git_commit(commit or "HEAD"),
                 "trained_on": trained_on, "wall_s": wall_s, "metrics": metrics, "smoke": smoke, "dtype": dtype,
                 "size_bytes": size, "files": files}
     with atomic_write(out / MANIFEST, "w", encoding="utf-8") as f:

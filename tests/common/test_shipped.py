@@ -141,3 +141,18 @@ def test_steps_to_reach_extrapolates_per_doubling():
     flat = shipped.steps_to_reach([{"step": 1000, "share": 0.3}, {"step": 2000, "share": 0.3}], "share", 0.6)
     assert flat["predicted_step"] is None
     assert shipped.steps_to_reach(curve[:1], "share", 0.6)["predicted_step"] is None
+
+
+def test_the_commit_is_recorded_in_full(pkg_root):
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(pkg_root), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "trained here")
+    full, short = git("rev-parse", "HEAD"), git("rev-parse", "--short", "HEAD")
+    _, path = _ship(pkg_root, commit=short)
+    assert json.loads((path / shipped.MANIFEST).read_text())["commit"] == full
+    _, path = _ship(pkg_root, name="toy-b", commit=None)  # default: the checkout's HEAD
+    assert json.loads((path / shipped.MANIFEST).read_text())["commit"] == full

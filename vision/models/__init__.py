@@ -74,7 +74,7 @@ MODEL_SIZES = {
     "XS": ModelSize("XS", patch_size=4, d_model=32, d_state=4, depth_choices=(2, 4, 6), level_layers=1, dit_heads=4,
                     max_baseline_depth=16, unet_widths=(8, 12, 16, 20, 24, 32, 40), sequential_search=True),
     "Ti": ModelSize("Ti", patch_size=4, d_model=96, d_state=4, depth_choices=(2, 4, 6), level_layers=1, dit_heads=6,
-                    max_baseline_depth=24, unet_widths=tuple(range(16, 161, 8)), sequential_search=True),
+                    max_baseline_depth=24, unet_widths=tuple(range(16, 161, 4)), sequential_search=True),
     "S": ModelSize("S", patch_size=2, d_model=384, d_state=16, depth_choices=(6, 12, 18), level_layers=1,
                    dit_heads=6, max_baseline_depth=48, unet_widths=_WIDE_UNETS, checkpoint_scan=True),
     "B": ModelSize("B", patch_size=2, d_model=768, d_state=16, depth_choices=(6, 12, 18), level_layers=1,
