@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from common.errors import CheckpointError
-from common.io import atomic_write, dumps_json
+from common.io import atomic_write, dumps_json, read_json, write_json
 
 MANIFEST = "manifest.json"
 WEIGHTS_DIR = "weights"
@@ -122,14 +122,13 @@ def resolve_checkpoint(path_or_name: str | os.PathLike) -> Path:
 def _git_commit(rev: str = "HEAD") -> str:
     """The full hash of ``rev`` in this checkout ("unknown" outside git); a revision git does not
     know is kept as given."""
+    fallback = "unknown" if rev == "HEAD" else rev
     try:
         out = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=ROOT,
                              capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
-        return "unknown" if rev == "HEAD" else rev
-    if out.returncode == 0:
-        return out.stdout.strip()
-    return "unknown" if rev == "HEAD" else rev
+        return fallback
+    return out.stdout.strip() if out.returncode == 0 else fallback
 
 
 def ship(model, name: str, app_dir: str | os.PathLike, *, command: str, data: str, split: str, steps: int,
@@ -210,8 +209,6 @@ def cached_snapshot_result(snapshot: str | os.PathLike, name: str, weights: list
     ``snapshot / name`` with the sha256 of each of ``weights`` (the files it measured): a report
     run again, or while the training still writes snapshots, computes only what is new or
     changed. CheckpointError when ``weights`` is empty (a snapshot not completely written)."""
-    from common.io import read_json, write_json
-
     snapshot = Path(snapshot)
     if not weights:
         raise CheckpointError(f"{snapshot} holds no weights yet")

@@ -74,7 +74,7 @@ def learning_curve(run_dir: str | Path, real: Tensor, classifier, n: int = 256, 
                     "fmnist_classifier_fid": classifier_metrics(real, fake, classifier)["fmnist_classifier_fid"]}
 
         name = f"eval_test_n{n}_real{len(real)}_steps{steps}_seed{seed}.json"
-        rows.append({"step": step, **cached_snapshot_result(path, name, sorted(path.glob("*.safetensors")), measure)})
+        rows.append({"step": step, **cached_snapshot_result(path, name, list(path.glob("*.safetensors")), measure)})
     return rows
 
 
