@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import math
 import os
 import re
 import shutil
@@ -47,6 +48,10 @@ REQUIRED = ("name", "app", "model_type", "command", "data", "split", "steps", "s
             "wall_s", "metrics", "smoke", "dtype", "files")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 ROOT = Path(__file__).resolve().parents[1]  # the directory holding the suite's packages
+#: a relative change below this is rounding, not a trend (steps_to_reach)
+EPS = 1e-9
+#: steps_to_reach predicts no step beyond this (a curve that far from its target is flat)
+MAX_PREDICTED_STEP = 10**12
 
 
 def sha256_file(path: str | os.PathLike) -> str:
@@ -134,10 +139,13 @@ def _git_commit(rev: str = "HEAD") -> str:
 def ship(model, name: str, app_dir: str | os.PathLike, *, command: str, data: str, split: str, steps: int,
          seed: int, metrics: dict[str, Any], trained_on: str, wall_s: float, smoke: str,
          dtype: str = "float16", commit: str | None = None, overwrite: bool = False,
-         extra_files: dict[str, str | os.PathLike] | None = None) -> Path:
+         extra_files: dict[str, str | os.PathLike] | None = None, exact: tuple[str, ...] = (),
+         max_bytes: int | None = None) -> Path:
     """Write ``model`` (a registered ``PretrainedMixin``) as the shipped model ``name`` under
     ``app_dir/weights/name`` with floating tensors stored in ``dtype`` and a manifest; refuses a
-    directory over :data:`MAX_BYTES`, a malformed name and, without ``overwrite``, an existing one.
+    directory over ``max_bytes`` (:data:`MAX_BYTES` unless the caller says why more), a malformed
+    name and, without ``overwrite``, an existing one. Tensors whose names start with one of
+    ``exact`` keep their saved dtype (a tree's thresholds, say, which half precision would move).
     ``extra_files`` (file name -> source path) are copied in beside the weights and hashed with them
     (a sampler's schedule, say)."""
     from safetensors import safe_open
@@ -164,17 +172,19 @@ def ship(model, name: str, app_dir: str | os.PathLike, *, command: str, data: st
     with safe_open(str(weights), framework="pt") as f:
         meta = f.metadata() or {}
         tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
-    tensors = {k: v.to(DTYPES[dtype]) if v.is_floating_point() else v for k, v in tensors.items()}
+    tensors = {k: v.to(DTYPES[dtype]) if v.is_floating_point() and not k.startswith(exact) else v
+               for k, v in tensors.items()}
     save_file(tensors, str(weights), metadata=meta)
     files = {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.name != MANIFEST}
     size = sum((out / n).stat().st_size for n in files)
-    if size > MAX_BYTES:
-        raise CheckpointError(f"shipped model {name} is {size / 2**20:.1f} MiB, over the {MAX_BYTES / 2**20:.0f} MiB "
+    limit = MAX_BYTES if max_bytes is None else max_bytes
+    if size > limit:
+        raise CheckpointError(f"shipped model {name} is {size / 2**20:.1f} MiB, over the {limit / 2**20:.0f} MiB "
                               "limit: use a smaller model or half-precision storage")
     manifest = {"name": name, "app": type(model).app, "model_type": type(model).model_type, "command": command,
                 "data": data, "split": split, "steps": steps, "seed": seed, "commit": _git_commit(commit or "HEAD"),
                 "trained_on": trained_on, "wall_s": wall_s, "metrics": metrics, "smoke": smoke, "dtype": dtype,
-                "size_bytes": size, "files": files}
+                "size_bytes": size, **({} if max_bytes is None else {"max_bytes": limit}), "files": files}
     with atomic_write(out / MANIFEST, "w", encoding="utf-8") as f:
         f.write(dumps_json(manifest, indent=2) + "\n")
     return out
@@ -189,18 +199,29 @@ def smoke_function(meta: dict[str, Any]):
 def steps_to_reach(curve: list[dict], key: str, target: float, last: int = 4) -> dict:
     """Where a learning curve is heading: a least-squares line of ``key`` against ``log2(step)``
     over the ``last`` points of ``curve`` (rows with ``"step"``), and the step at which that line
-    reaches ``target`` (``None`` when it never rises: more steps are not predicted to help).
+    reaches ``target``. ``predicted_step`` is the first measured step when a point already reached
+    it, and ``None`` when the line does not rise (flat within rounding, or falling: more steps are
+    not predicted to help) or reaches it only beyond ``MAX_PREDICTED_STEP`` steps.
     Returns ``{"slope_per_doubling", "predicted_step", "points"}``."""
     rows = [r for r in curve if r.get(key) is not None][-last:]
     if len(rows) < 2:
         return {"slope_per_doubling": None, "predicted_step": None, "points": len(rows)}
-    x = np.log2([r["step"] for r in rows])
+    x = np.log2(np.array([r["step"] for r in rows], dtype=float))
     y = np.array([r[key] for r in rows], dtype=float)
-    slope, intercept = np.polyfit(x, y, 1)
+    # the closed-form fit (not np.polyfit's BLAS least squares): a flat curve gives slope 0 exactly
+    # on every CPU instead of +-1e-17, whose extrapolation overflowed
+    xc, yc = x - x.mean(), y - y.mean()
+    slope = float(xc @ yc / (xc @ xc)) if xc @ xc > 0 else 0.0
+    intercept = float(y.mean() - slope * x.mean())
+    reached = [r["step"] for r in rows if r[key] >= target]
     step = None
-    if slope > 0:
-        step = int(round(2 ** ((target - intercept) / slope)))
-    return {"slope_per_doubling": float(slope), "predicted_step": step, "points": len(rows)}
+    if reached:
+        step = int(reached[0])
+    elif slope > EPS * max(1.0, float(np.abs(y).max())):
+        doublings = (target - intercept) / slope
+        if doublings <= math.log2(MAX_PREDICTED_STEP):
+            step = int(round(2.0**doublings))
+    return {"slope_per_doubling": slope, "predicted_step": step, "points": len(rows)}
 
 
 def cached_snapshot_result(snapshot: str | os.PathLike, name: str, weights: list[Path],

@@ -18,6 +18,7 @@ from common.data_dir import resolve_data_dir
 from common.device import add_device_arg, add_precision_arg
 from common.errors import CheckpointError, InputError
 from common.io import write_csv, write_json
+from common.shipped import resolve_checkpoint
 
 from .limits import MAX_FOLDS, MAX_NPROC, MAX_WHITE_N, add_force_arg, check_soft_limits
 
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--encoder", default=None, help="pretrained encoder directory (default: cache dir/encoder)")
         s.add_argument("--epochs", type=positive_int, default=60, help="distance network epochs (at most)")
         s.add_argument("--label-epochs", type=positive_int, default=40, help="label network epochs (at most)")
+        s.add_argument("--trees", type=positive_int, default=300, help="trees of the set regressors")
         s.add_argument("--minimol", action="store_true",
                        help="MiniMol v1 embeddings beside the pretrained GNN as the network's molecule input")
         s.add_argument("--label-features", default="minimol", choices=("morgan", "minimol", "morgan+minimol"),
@@ -76,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("predict", help="distance between two mixtures, or a DREAM-format CSV")
     add_common_args(s)
     add_device_args(s)
-    s.add_argument("--model", required=True, help="directory written by `mixscent train --out`")
+    s.add_argument("--model", required=True, help="directory written by `mixscent train --out`, or the shipped mixscent-dream")
     s.add_argument("--mix1", help="';'-separated SMILES")
     s.add_argument("--mix2", help="';'-separated SMILES")
     s.add_argument("--dataset", default=None, help="experiment of --mix1/--mix2 (e.g. 'Snitz 1'; see `labels`)")
@@ -89,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("labels", help="top odour labels of a mixture")
     add_common_args(s)
     add_device_args(s)
-    s.add_argument("--model", required=True)
+    s.add_argument("--model", required=True, help="saved predictor directory, or the shipped mixscent-dream")
     s.add_argument("--mix", help="';'-separated SMILES")
     s.add_argument("--file", help="mixtures text: one ';'-separated SMILES mixture per line (CSV to --out or stdout)")
     s.add_argument("--top", type=positive_int, default=5)
@@ -98,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("white", help="olfactory white: predicted distance vs number of components")
     add_common_args(s, out_default="runs/olfaction_white")
     add_device_args(s)
-    s.add_argument("--model", required=True)
+    s.add_argument("--model", required=True, help="saved predictor directory, or the shipped mixscent-dream")
     s.add_argument("--max-n", type=int_in(1, MAX_WHITE_N), default=40,
                    help=f"largest number of components (at most {MAX_WHITE_N} and half the molecule pool)")
     s.add_argument("--samples", type=positive_int, default=30, help="pairs per n (at most 10000 without --force)")
@@ -190,12 +192,13 @@ def _fit_or_load(args: argparse.Namespace, train: bool) -> int:
     pairs = load_pairs(data_dir)
     split = _split(data_dir, args.split, len(pairs))
     if not train and args.model:
-        predictor = load_torch_predictor(Path(args.model), args.device)
+        predictor = load_torch_predictor(args.model, args.device)
     else:
         predictor = MixturePredictor(
             MixScentConfig(),
             DistanceTrainConfig(epochs=args.epochs, seed=args.seed),
             LabelNetConfig(epochs=args.label_epochs, features=args.label_features),
+            n_estimators=args.trees,
             seed=args.seed,
             minimol=args.minimol,
         )
@@ -221,8 +224,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return _fit_or_load(args, train=False)
 
 
-def load_torch_predictor(model: Path, device: str = "auto"):
-    """The saved :class:`~olfaction.predictor.MixturePredictor` ``model`` on ``device``."""
+def load_torch_predictor(model: str | Path, device: str = "auto"):
+    """The saved :class:`~olfaction.predictor.MixturePredictor` ``model`` (a directory, or the
+    shipped ``mixscent-dream``) on ``device``."""
     from common.device import resolve_device
 
     from .predictor import MixturePredictor
@@ -240,7 +244,7 @@ def cmd_labels(args: argparse.Namespace) -> int:
         from .batch_predict import check_mixtures_text, predict_labels_file, write_to
 
         total = check_mixtures_text(Path(args.file))
-        predictor = load_torch_predictor(Path(args.model), args.device)
+        predictor = load_torch_predictor(args.model, args.device)
         if not predictor.label_names:
             raise InputError("this model has no label network (train with GS-LF labels)")
         write_to(args.out, lambda fh: predict_labels_file(predictor, Path(args.file), fh, args.top, total, total > 1))
@@ -248,7 +252,7 @@ def cmd_labels(args: argparse.Namespace) -> int:
     from .data import parse_mixture_text
 
     mixture = parse_mixture_text(args.mix)  # before the model loads
-    predictor = load_torch_predictor(Path(args.model), args.device)
+    predictor = load_torch_predictor(args.model, args.device)
     for name, prob in predictor.top_labels(mixture, k=args.top):
         print(f"{name}\t{prob:.3f}")
     return 0
@@ -263,7 +267,7 @@ def cmd_white(args: argparse.Namespace) -> int:
     pool = sorted(load_pairs(resolve_data_dir(args.data_dir)).molecules())
     sizes = range(1, args.max_n + 1)
     check_white_sizes(sizes, len(pool))  # before the model loads
-    predictor = load_torch_predictor(Path(args.model), args.device)
+    predictor = load_torch_predictor(args.model, args.device)
     _check_dataset(predictor, args.dataset)
     rows = olfactory_white(predictor, pool, sizes, args.samples, args.seed, args.dataset, progress=True)
     trend = white_trend(rows)
@@ -328,6 +332,7 @@ def load_for_predict(model: Path, backend: str = "auto", device: str = "auto"):
     stderr when the export is missing)."""
     from .inference import OnnxPredictor, onnx_problem
 
+    model = resolve_checkpoint(model)  # a shipped name (mixscent-dream) is its verified directory
     gpu = device not in LIGHT_DEVICES
     if backend == "onnx" and gpu:
         raise InputError(f"--backend onnx runs on the CPU; use --backend torch for --device {device}")
@@ -356,7 +361,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from .data import parse_mixture_text
 
     a, b = parse_mixture_text(args.mix1, "mixture 1"), parse_mixture_text(args.mix2, "mixture 2")
-    predictor = load_for_predict(Path(args.model), args.backend, args.device)
+    predictor = load_for_predict(args.model, args.backend, args.device)
     _check_dataset(predictor, args.dataset)
     parts = predictor.predict_components([a], [b], [args.dataset])
     print(f"{parts['combined'][0]:.4f}")
@@ -381,7 +386,7 @@ def _predict_csv(args: argparse.Namespace) -> int:
     path = Path(args.csv)
     mixtures = load_mixtures(resolve_data_dir(args.data_dir))
     total, datasets = check_pairs_csv(path, mixtures)
-    predictor = load_for_predict(Path(args.model), args.backend, args.device)
+    predictor = load_for_predict(args.model, args.backend, args.device)
     check_datasets(path, datasets, predictor.datasets)
     write_to(args.out, lambda fh: predict_pairs_csv(predictor, path, mixtures, fh, total=total, progress=total > 1))
     return 0

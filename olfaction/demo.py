@@ -1,9 +1,9 @@
 """Gradio tab: two mixtures in -> perceptual distance, top odour labels, RDKit drawings of the
 components and per-component attention.
 
-The model, a :class:`~olfaction.predictor.MixturePredictor`, is read from ``$MIXSCENT_MODEL`` or
-``<cache dir>/mixture_predictor`` (written by ``make demo`` / ``mixscent quick`` when empty, or
-``mixscent train --out``). Its label network is trained on all of GS-LF.
+The model, a :class:`~olfaction.predictor.MixturePredictor`, is the shipped ``mixscent-dream``
+(``common.shipped``; the predictor the README's numbers describe), or the directory
+``$MIXSCENT_MODEL`` names (``mixscent train --out``). Its label network is trained on all of GS-LF.
 
 Safe under concurrent requests: the drawings reach gradio as PNG files written once, atomically,
 under a content-hash name in a per-process temp folder (:func:`common.images.served_png`; gradio copies a file into its cache atomically, while
@@ -22,7 +22,6 @@ from common.errors import MoeAppsError
 from common.images import served_png
 
 from .data import DATASETS, parse_mixture_text
-from .features import cache_dir
 
 EXAMPLES = {
     "citrus-like (limonene, citral, linalool)": "CC1=CCC(CC1)C(=C)C;CC(C)=CCCC(C)=CC=O;CC(C)=CCCC(C)(O)C=C",
@@ -33,10 +32,21 @@ EXAMPLES = {
 
 
 DEFAULT_DATASET = "Snitz 1"
+SHIPPED_MODEL = "mixscent-dream"
+MODEL_ENV = "MIXSCENT_MODEL"
 
 
 def model_dir() -> Path:
-    return Path(os.environ.get("MIXSCENT_MODEL", cache_dir() / "mixture_predictor"))
+    """The tab's predictor: ``$MIXSCENT_MODEL`` when set, else the shipped one (verified); a
+    one-line CheckpointError that says which command makes one otherwise."""
+    from common.errors import CheckpointError
+    from common.shipped import resolve_checkpoint
+
+    chosen = os.environ.get(MODEL_ENV)
+    if chosen and not (Path(chosen) / "config.json").is_file():
+        raise CheckpointError(f"no predictor at {chosen} (${MODEL_ENV}): make one with `mixscent train --split "
+                              f"random_cv0 --out {chosen}`, or unset {MODEL_ENV} for the shipped {SHIPPED_MODEL}")
+    return Path(chosen) if chosen else resolve_checkpoint(SHIPPED_MODEL)
 
 
 _PREDICTOR = LoaderCache(2)

@@ -363,3 +363,12 @@ class MixturePredictor(PretrainedMixin, MixtureAPI, nn.Module):
     def example_forward(self, mix_a, mix_b, datasets):
         return (torch.as_tensor(self.predict_distance(mix_a, mix_b, datasets)),
                 torch.as_tensor(self.predict_labels(mix_a)))
+
+
+def smoke_predict(model: MixturePredictor) -> np.ndarray:
+    """Distances of two example pairs and the label probabilities of one mixture, ``(2 + L,)``
+    (the shipped-weights test; ``common.shipped``)."""
+    citrus, vanilla = ["CC1=CCC(CC1)C(=C)C", "CC(C)=CCCC(C)=CC=O"], ["COc1cc(C=O)ccc1O"]
+    distances = model.predict_distance([citrus, citrus], [vanilla, citrus], ["Snitz 1", "Bushdid"])
+    labels = model.predict_labels([citrus])[0] if model.label_net is not None else np.zeros(0)
+    return np.concatenate([np.asarray(distances, np.float64), np.asarray(labels, np.float64)])

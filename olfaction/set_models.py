@@ -196,7 +196,7 @@ def forest_arrays(forest) -> dict[str, np.ndarray]:
         offset += t.node_count
     out = {k: np.concatenate(v) for k, v in parts.items()}
     for k in ("left", "right", "feature", "roots"):
-        out[k] = out[k].astype(np.int64)
+        out[k] = out[k].astype(np.int32)  # node and feature indices: int32 halves the checkpoint's trees
     for k in ("threshold", "value"):
         out[k] = out[k].astype(np.float64)
     return out

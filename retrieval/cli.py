@@ -119,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"self-reflective augmentation proposals (synthetic), at most {MAX_AUGMENT}")
     t.add_argument("--no-descriptions", action="store_true")
     t.add_argument(
+        "--request-emphasis", type=float_in(0.0, 50.0), default=0.0,
+        help="MoA3CIR, at search time: attribute group g of the query weighs 1 + E * (its routing weight) in "
+        "the match, so the groups a request names outweigh what the reference keeps (0 = every group equal, "
+        "the default; training is the same either way; the shipped moa3cir-fmnist uses 5: "
+        "docs/results/retrieval/shipped.json)",
+    )
+    t.add_argument(
         "--image-encoder", choices=IMAGE_ENCODERS, default=DEFAULT_IMAGE_ENCODER,
         help=f"image towers: a small CNN trained from scratch, or the offline ImageNet EfficientNet-Lite0 "
         f"(frozen, token grid cached per image) (default {DEFAULT_IMAGE_ENCODER})",
@@ -266,6 +273,13 @@ def cmd_train(args) -> int:
     if args.fine_tune_blocks and args.image_encoder == "scratch":
         raise InputError("--fine-tune-blocks needs --image-encoder efficientnet-lite0")
     over = {"use_descriptions": False} if args.no_descriptions else {}
+    if args.request_emphasis:
+        if args.model != "moa3cir":
+            raise InputError("--request-emphasis weighs MoA3CIR's attribute groups; it needs --model moa3cir")
+        over["request_emphasis"] = args.request_emphasis
+    import torch
+
+    torch.manual_seed(args.seed)  # the initial weights too: a run is repeatable under --seed
     try:
         model = build_model(args.model, args.model_size, image_encoder=args.image_encoder,
                             trainable_blocks=args.fine_tune_blocks, **over)

@@ -2,11 +2,12 @@
 attribute-group routing weights of MoA³CIR; optionally over a shop's catalogue index
 (``moa3cir index --catalog``) inside the directories the server allows (``common.allowlist``).
 
-Model and gallery: ``$MOE_APPS_RETRIEVAL_MODEL`` (a checkpoint directory) /
-``$MOE_APPS_RETRIEVAL_DATA`` (a ``moa3cir build-data`` root) when set, else the ``make demo`` quick
-run's outputs (``results/demo/...``); when neither exists, the "prepare" button builds a small
-benchmark and trains a small model (about two minutes on 2 cores). ``build_demo_assets(dir)``
-makes a tiny model + gallery for tests in well under a minute and returns the two env vars.
+Model and gallery: the shipped ``moa3cir-fmnist`` (``common.shipped``) and its demo gallery (the
+built benchmark's controlled test split, ``retrieval.gallery``), loaded when the page opens, with
+no build step and no training. ``$MOE_APPS_RETRIEVAL_MODEL`` (a checkpoint directory or shipped
+name) and ``$MOE_APPS_RETRIEVAL_DATA`` (a ``moa3cir build-data`` root: its controlled test split)
+replace them. ``build_demo_assets(dir)`` makes a tiny model + gallery for tests in well under a
+minute and returns the two env vars.
 """
 
 from __future__ import annotations
@@ -24,48 +25,40 @@ from common.errors import InputError, MoeAppsError
 from common.images import served_png
 
 from .render import GROUPS
-from .towers import DEFAULT_IMAGE_ENCODER
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = Path(f"results/demo/retrieval_bench/models/controlled/{DEFAULT_IMAGE_ENCODER}/MoA3CIR")
-DEFAULT_DATA = Path("results/demo/retrieval_data")
+SHIPPED_MODEL = "moa3cir-fmnist"
 MODEL_ENV, DATA_ENV = "MOE_APPS_RETRIEVAL_MODEL", "MOE_APPS_RETRIEVAL_DATA"
+DEFAULT_REQUEST = "make it blue with stripes"
 # what each hub error tells the user to do
-NO_MODEL = ("no products loaded yet: press 'Prepare demo model / load products' (or load a catalogue index) "
-            "first, then pick or upload a reference product")
 NO_IMAGE = "pick or upload a reference product first (click a product above or drop an image)"
 NO_TEXT = "type the change you want first, e.g. 'make it blue with stripes'"
+PICKS = 24  # products offered to pick from
 
-# test-sized assets (build_demo_assets default) and the larger "prepare" fallback
+# test-sized assets (build_demo_assets default)
 TINY_BUILD = {
     "garments": {"train": 60, "val": 10, "test": 30},
     "triplets": {"train": 240, "val": 20, "test": 40},
 }
 TINY_TRAIN = {"phase1_epochs": 1, "phase2_epochs": 4, "batch_size": 32, "hard_negatives": False}
-PREPARE_BUILD = {
-    "garments": {"train": 150, "val": 20, "test": 60},
-    "triplets": {"train": 600, "val": 40, "test": 100},
-}
-PREPARE_TRAIN = {"phase1_epochs": 1, "phase2_epochs": 3}
 
 
 class DemoEngine:
-    """Loaded model + indexed test gallery of the synthetic benchmark."""
+    """A loaded model and its indexed gallery (a ``CIRSplit`` with descriptions)."""
 
-    def __init__(self, model_dir: Path, data_root: Path, variant: str = "controlled"):
-        from .data import load_synthetic
+    def __init__(self, model_dir: str | Path, gallery):
         from .embed import embed_gallery
         from .features import prepare_features
         from .index import GalleryIndex
         from .registry import load_model
 
         self.model, _ = load_model(model_dir)
-        self.split = load_synthetic(data_root, "test", variant)
+        self.split = gallery
         emb = embed_gallery(self.model, prepare_features(self.split))
         self.index = GalleryIndex(emb.shape[1], "flat")
         self.index.add(emb, self.split.ids)
-        self.picks = self.split.ids[:: max(1, len(self.split.ids) // 24)][:24]
+        self.picks = self.split.ids[:: max(1, len(self.split.ids) // PICKS)][:PICKS]
 
     def query(self, image: np.ndarray, text: str, description: str | None, k: int = 10):
         from .data import image_from_array
@@ -77,7 +70,7 @@ class DemoEngine:
             (self.split.images[self.split.index[i]], f"{s:.3f} | {self.split.descriptions[i]}")
             for i, s in zip(ids[0], scores[0], strict=False)
         ]
-        routing = {} if weights is None else {g: float(w) for g, w in zip(GROUPS, weights, strict=False)}
+        routing = {} if weights is None else {g: round(float(w), 3) for g, w in zip(GROUPS, weights, strict=False)}
         return items, routing
 
 
@@ -120,31 +113,32 @@ class CatalogEngine:
 
 _CATALOG: CatalogEngine | None = None
 _ENGINE: DemoEngine | None = None
-# one engine per process: concurrent first requests (or "prepare" clicks) build and load it once
+# one engine per process: concurrent first requests load it once
 _ENGINE_LOCK = threading.Lock()
 
 
-def _paths() -> tuple[Path, Path]:
-    return Path(os.environ.get(MODEL_ENV, DEFAULT_MODEL)), Path(os.environ.get(DATA_ENV, DEFAULT_DATA))
+def _sources() -> tuple[Path, object]:
+    """``(model directory, gallery)`` of the tab: the environment's, else the shipped model and its gallery."""
+    from common.shipped import resolve_checkpoint
+
+    from .data import load_synthetic
+    from .gallery import GALLERY_FILE, load_gallery
+
+    model_dir = resolve_checkpoint(os.environ.get(MODEL_ENV) or SHIPPED_MODEL)
+    data = os.environ.get(DATA_ENV)
+    if data:
+        return model_dir, load_synthetic(Path(data), "test", "controlled")
+    shipped_dir = resolve_checkpoint(SHIPPED_MODEL)
+    return model_dir, load_gallery(shipped_dir / GALLERY_FILE, SHIPPED_MODEL)
 
 
-def get_engine(prepare: bool = False) -> DemoEngine:
-    with _ENGINE_LOCK:
-        return _ENGINE if _ENGINE is not None else _load_engine(prepare)
-
-
-def _load_engine(prepare: bool) -> DemoEngine:
+def get_engine() -> DemoEngine:
+    """The tab's engine, loaded once per process (concurrent first requests load it once)."""
     global _ENGINE
-    model_dir, data_root = _paths()
-    if not (model_dir / "config.json").is_file():
-        if not prepare:
-            raise gr.Error(NO_MODEL)
-        from .text import cache_dir
-
-        env = build_demo_assets(cache_dir() / "demo", PREPARE_BUILD, PREPARE_TRAIN)
-        model_dir, data_root = Path(env[MODEL_ENV]), Path(env[DATA_ENV])
-    _ENGINE = DemoEngine(model_dir, data_root)
-    return _ENGINE
+    with _ENGINE_LOCK:
+        if _ENGINE is None:
+            _ENGINE = DemoEngine(*_sources())
+        return _ENGINE
 
 
 def build_demo_assets(
@@ -159,7 +153,7 @@ def build_demo_assets(
     MOE_APPS_RETRIEVAL_DATA: ...}`` to put in the tab's environment.
 
     ``build`` / ``train``: ``BuildConfig`` / ``TrainConfig`` fields (default ``TINY_BUILD`` /
-    ``TINY_TRAIN``: about 20 s on 2 busy cores). The texts of the test gallery are embedded here
+    ``TINY_TRAIN``: about 20 s on 2 busy cores; tests only, the tab itself never trains). The texts of the test gallery are embedded here
     (text cache ``$MOE_APPS_CACHE``), so the tab only embeds the typed query. Existing assets in
     ``out_dir`` are reused."""
     from .data import load_synthetic
@@ -201,15 +195,32 @@ def _gallery(items: list) -> list:
     return [(served_png(np.asarray(img)) if not isinstance(img, str) else img, cap) for img, cap in items]
 
 
-def _prepare():
+def _products():
+    """The demo gallery's products to pick from and a status line (the tab's demo gallery again
+    after a catalogue index)."""
     global _CATALOG
     try:
-        eng = get_engine(prepare=True)
+        eng = get_engine()
     except Exception as exc:  # noqa: BLE001 - every failure reaches the user as a message
-        raise _friendly(exc, "preparing the demo model") from exc
+        raise _friendly(exc, "loading the demo model") from exc
     _CATALOG = None
     return _gallery([(eng.split.images[eng.split.index[i]], i) for i in eng.picks]), \
-        f"ready: {len(eng.split.ids)} products of the built benchmark"
+        f"ready: {len(eng.split.ids)} products of {eng.split.name}"
+
+
+def _initial_picks() -> list:
+    """The picks when the page opens (empty, with the reason in the status line, when loading fails)."""
+    try:
+        return _products()[0]
+    except gr.Error:
+        return []
+
+
+def _initial_status() -> str:
+    try:
+        return _products()[1]
+    except gr.Error as exc:
+        return f"**error:** {exc.message}"
 
 
 def _load_catalog(path: str):
@@ -246,27 +257,28 @@ def _search(image, text, description):
 
 
 def build_tab() -> None:
-    """Components of the retrieval tab (called inside an open ``gr.Tab``)."""
+    """Components of the retrieval tab (called inside an open ``gr.Tab``): the shipped model's
+    products are on the page when it opens."""
     gr.Markdown(
         "**MoA³CIR**: composed image retrieval with item descriptions. Pick a product (or upload "
         "an image), describe the change, and get the top-10 products; the bars show how the "
         "`moe/` router weights the attribute head groups for your text."
     )
     with gr.Row():
-        prepare = gr.Button("Prepare demo model / load products")
+        products = gr.Button("Demo products")
         catalog = gr.Textbox(label="or a catalogue index (moa3cir index --catalog ... --out DIR)", scale=2)
         load = gr.Button("Load catalogue")
-        status = gr.Markdown("")
-    picks = gr.Gallery(label="Pick a reference product", columns=8, height=220, allow_preview=False)
+        status = gr.Markdown(_initial_status, elem_id="retrieval-status")
+    picks = gr.Gallery(_initial_picks, label="Pick a reference product", columns=8, height=220, allow_preview=False)
     with gr.Row():
         ref = gr.Image(label="Reference image (or upload)", type="numpy", height=200)
         with gr.Column():
             desc = gr.Textbox(label="Reference description (optional)", lines=2)
-            text = gr.Textbox(label="Modification", value="make it blue with stripes")
+            text = gr.Textbox(label="Modification", value=DEFAULT_REQUEST)
             go = gr.Button("Search", variant="primary")
     routing = gr.Label(label="Attribute-group routing weights", num_top_classes=len(GROUPS))
     results = gr.Gallery(label="Top-10 products", columns=5, height=360)
-    prepare.click(_prepare, outputs=[picks, status], api_name="retrieval_prepare")
+    products.click(_products, outputs=[picks, status], api_name="retrieval_products")
     load.click(_load_catalog, inputs=[catalog], outputs=[picks, status])
     picks.select(_on_pick, outputs=[ref, desc])
     go.click(_search, inputs=[ref, text, desc], outputs=[results, routing], api_name="retrieval_search")

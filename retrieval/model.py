@@ -68,6 +68,9 @@ class MoA3Config:
     use_descriptions: bool = True
     attr_weight: float = 0.5
     router_weight: float = 2.0
+    # at search time (eval mode) query slot g weighs 1 + request_emphasis * a_g in the match, so the
+    # groups a request names outweigh what the reference keeps; training always matches all groups equally
+    request_emphasis: float = 0.0
     init_temperature: float = 0.07
     image_encoder: str = DEFAULT_IMAGE_ENCODER  # IMAGE_ENCODERS
     encoder_resolution: int = 64  # pretrained encoder: input side after resizing
@@ -138,6 +141,14 @@ def slots_to_embedding(slots: torch.Tensor) -> torch.Tensor:
     """(b, G, d_s) -> (b, G*d_s) with unit-norm slots scaled so the embedding has norm 1."""
     g = slots.shape[1]
     return rearrange(F.normalize(slots, dim=-1) / math.sqrt(g), "b g d -> b (g d)")
+
+
+def emphasised_embedding(slots: torch.Tensor, group_scale: torch.Tensor) -> torch.Tensor:
+    """(b, G, d_s) slots and (b, G) positive group weights -> (b, G*d_s) unit-norm embedding whose
+    dot product with a gallery embedding (``slots_to_embedding``) is the weighted mean of the
+    per-group cosines: the groups a request names count more in the match."""
+    w = group_scale / group_scale.norm(dim=-1, keepdim=True)
+    return rearrange(F.normalize(slots, dim=-1) * w[..., None], "b g d -> b (g d)")
 
 
 class AttributeHeads(nn.Module):
@@ -222,7 +233,9 @@ class MoA3CIR(CIRTowers):
         info.update(
             group_weights=weights, ref_slots=ref_slots, text_slots=text_slots, composed_slots=composed
         )
-        return slots_to_embedding(composed), info
+        if self.training or not c.request_emphasis:
+            return slots_to_embedding(composed), info
+        return emphasised_embedding(composed, 1 + c.request_emphasis * weights), info
 
     def gallery_slots(self, batch: dict) -> torch.Tensor:
         tok, mask = self._tokens(

@@ -83,3 +83,16 @@ def load_model(path: Path) -> tuple[torch.nn.Module, dict]:
     if not isinstance(model, (MoA3CIR, CombinerCIR)):
         raise CheckpointError(f"{path} holds a {model.app} model '{model.model_type}', not a retrieval model")
     return model, info.extra
+
+
+@torch.no_grad()
+def smoke_query(model: torch.nn.Module) -> torch.Tensor:
+    """``(2, E)`` query embeddings of two random reference images with a typed change (the
+    shipped-weights test; ``common.shipped``)."""
+    from .embed import encode_single_query
+
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (2, 32, 32, 3), generator=g, dtype=torch.uint8).numpy()
+    rows = [encode_single_query(model, im, "make it blue with stripes", "A red checked coat.", device="cpu")[0]
+            for im in images]
+    return torch.cat([torch.from_numpy(r) for r in rows])

@@ -117,15 +117,22 @@ def _warn_low_observed(values: np.ndarray, r: int, what: str) -> None:
 
 
 def _fit_quietly(model, source: np.ndarray) -> None:
-    """``model.fit(source)`` without its LowObservationWarning: the CLI has printed the one-line
-    ``warning:`` already (``_warn_low_observed``)."""
+    """``model.fit(source)`` without its LowObservationWarning (the CLI has printed the one-line
+    ``warning:`` already, ``_warn_low_observed``); a source too small to identify the experts
+    (``streaming.observed.check_source``) is one ``warning:`` line too."""
     import warnings
 
-    from streaming.observed import LowObservationWarning
+    from streaming.observed import LowObservationWarning, UnderdeterminedSourceWarning
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("ignore", LowObservationWarning)
+        warnings.simplefilter("always", UnderdeterminedSourceWarning)
         model.fit(source)
+    for w in caught:
+        if issubclass(w.category, UnderdeterminedSourceWarning):
+            print(f"warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def cmd_pretrain(a: argparse.Namespace) -> int:

@@ -49,6 +49,7 @@ def run_demo(n: int, r: int, K: int, obs_frac: float, noise: float, drift: str, 
     import torch
     from threadpoolctl import threadpool_limits
 
+    from common.report import significant
     from streaming.baselines import Grouse, KGrousePretrained, Petrels, k_grouse
     from streaming.data import StreamConfig, generate_stream
     from streaming.evaluate import per_sample_nrmse
@@ -81,7 +82,8 @@ def run_demo(n: int, r: int, K: int, obs_frac: float, noise: float, drift: str, 
                         idx = np.flatnonzero(M[t])
                         comp[j], _ = model.step(idx, stream.values[t, idx], int(stream.epoch[t]))
                 errs[name].extend(per_sample_nrmse(comp, stream.full[sl], stream.values[sl]).tolist())
-            rows = [[name, float(np.sqrt(np.nanmean(np.square(e)))), float(np.nanmean(e[-chunk:]))] for name, e in errs.items()]
+            rows = [[name, significant(float(np.sqrt(np.nanmean(np.square(e))))), significant(float(np.nanmean(e[-chunk:])))]
+                    for name, e in errs.items()]
             yield tracking_figure(errs, stream.drift_points(), T), rows
 
 

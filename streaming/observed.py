@@ -5,6 +5,8 @@ the unobserved entries (or an explicit boolean ``mask``, True = observed). A ran
 identified by a sample only through ``m > r`` observed entries (with ``m <= r`` any subspace fits
 it exactly): ``check_observed`` warns (``LowObservationWarning``) when most samples are at
 ``m <= r`` and refuses (``InputError``) when all are, since nothing can be learnt.
+``check_source`` does the same count for ``K`` experts learnt together: pretraining identifies them
+only when the source's observations outnumber their degrees of freedom.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ class InvalidSamples(InputError, ValueError, TypeError):
 
 class LowObservationWarning(UserWarning):
     """Most samples have too few observed entries (``m <= r``) to identify a rank-``r`` subspace."""
+
+
+class UnderdeterminedSourceWarning(UserWarning):
+    """The source holds too few observations to identify ``K`` rank-``r`` experts: every partition
+    of it fits exactly, so the pretrained experts are arbitrary (rounding picks one)."""
 
 
 def as_observed(x: np.ndarray, mask: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -101,4 +108,30 @@ def check_observed(M: np.ndarray, r: int, what: str = "samples", warn: bool = Tr
            f"unreliable (lower r or observe more)")
     if warn:
         warnings.warn(msg, LowObservationWarning, stacklevel=2)
+    return msg
+
+
+def check_source(M: np.ndarray, K: int, r: int, warn: bool = True) -> str | None:
+    """Identifiability of ``K`` rank-``r`` experts pretrained on the source ``M (S, n)`` bool.
+
+    Each sample with ``m`` observed entries gives ``m - r`` constraints beyond its own ``r``
+    coefficients; the experts have ``K (n - r) r`` degrees of freedom (a rank-``r`` subspace of
+    ``R^n`` each). With fewer constraints than that, k-subspaces fits *every* partition of the
+    source exactly, so which experts come out is decided by floating-point rounding (it differs
+    between BLAS kernels and CPUs) and the pretraining carries no information. Returns a one-line
+    message (issued as an ``UnderdeterminedSourceWarning`` when ``warn``) in that case, else None."""
+    M = np.asarray(M, dtype=bool)
+    S, n = M.shape
+    m = M.sum(1)
+    constraints = int(np.clip(m - r, 0, None).sum())
+    dof = K * (n - r) * r
+    if constraints >= dof:
+        return None
+    per_sample = max(float(np.mean(np.clip(m - r, 0, None))), 1e-12)
+    needed = int(np.ceil(dof / per_sample))
+    msg = (f"the source's {S} samples give {constraints} observed constraints, fewer than the {dof} degrees of "
+           f"freedom of K={K} rank-{r} experts in R^{n}: every partition fits exactly, so the pretrained experts "
+           f"are arbitrary (about {needed} samples with this many observed entries identify them)")
+    if warn:
+        warnings.warn(msg, UnderdeterminedSourceWarning, stacklevel=3)
     return msg

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from streaming.kss import KSSResult, k_subspaces_missing, map_ridge
+from streaming.observed import check_source
 
 
 def fit(X0: np.ndarray, M: np.ndarray, K: int, r: int, *, device: torch.device | None = None,
@@ -14,6 +15,9 @@ def fit(X0: np.ndarray, M: np.ndarray, K: int, r: int, *, device: torch.device |
     and their mask): k-subspaces with missing data (``streaming.kss.k_subspaces_missing``; ``kss``
     are its keyword arguments, the routing runs on ``device``), then the MAP ridge of the fitted
     experts (``streaming.kss.map_ridge``). Shared by ``MoSAIC.fit`` and the pretrained k-GROUSE
-    baseline. Returns ``(result, ridge)``, ``result.bases (K, n, r)``."""
+    baseline. Returns ``(result, ridge)``, ``result.bases (K, n, r)``. A source too small to
+    identify the experts (``streaming.observed.check_source``) gives an
+    ``UnderdeterminedSourceWarning``: the experts it returns are then an arbitrary exact fit."""
+    check_source(M, K, r)
     result = k_subspaces_missing(X0, M, K, r, device=device, **kss)
     return result, map_ridge(result.bases, X0, M, result.labels)

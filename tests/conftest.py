@@ -87,14 +87,9 @@ def _tiny_demo_models(root: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="session")
-def hub_url(tmp_path_factory):
-    """Start ``moe-demo`` on 127.0.0.1 in a subprocess, its tabs pointed at tiny demo models;
-    yields its URL."""
+def _serve_hub(env: dict[str, str], log: Path):
+    """Start ``moe-demo`` on a free loopback port with ``env``; yields its URL, stops it after."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("hub") / "hub.log"
-    models = _tiny_demo_models(tmp_path_factory.mktemp("demo_models"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **models}
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "apps.hub", "--port", str(port)],
@@ -122,6 +117,30 @@ def hub_url(tmp_path_factory):
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@pytest.fixture(scope="session")
+def hub_url(tmp_path_factory):
+    """Start ``moe-demo`` on 127.0.0.1 in a subprocess, its tabs pointed at tiny demo models;
+    yields its URL."""
+    log = tmp_path_factory.mktemp("hub") / "hub.log"
+    models = _tiny_demo_models(tmp_path_factory.mktemp("demo_models"))
+    yield from _serve_hub({**os.environ, "PYTHONPATH": str(ROOT), **models}, log)
+
+
+#: the environment variables that point hub tabs at other models than the shipped ones
+TAB_MODEL_VARS = ("MIXSCENT_MODEL", "MOE_APPS_RETRIEVAL_MODEL", "MOE_APPS_RETRIEVAL_DATA", "MOH_DEMO_CKPT",
+                  "MOCA_DEMO_CKPT")
+
+
+@pytest.fixture(scope="session")
+def fresh_hub_url(tmp_path_factory):
+    """``moe-demo`` as a fresh clone starts it: an empty cache directory, no model variables, so
+    every tab runs on what ships with the project; yields its URL."""
+    root = tmp_path_factory.mktemp("fresh_hub")
+    env = {k: v for k, v in os.environ.items() if k not in TAB_MODEL_VARS}
+    env.update(PYTHONPATH=str(ROOT), MOE_APPS_CACHE=str(root / "empty_cache"))
+    yield from _serve_hub(env, root / "hub.log")
 
 
 @pytest.fixture(scope="session")

@@ -160,7 +160,7 @@ def test_every_tab_answers_concurrent_requests(every_tab_hub, tmp_path):
 
     url, models = every_tab_hub
     client = Client(url, verbose=False)
-    client.predict(api_name="/retrieval_prepare")
+    client.predict(api_name="/retrieval_products")
     ref = tmp_path / "ref.png"
     Image.new("RGB", (64, 64), (200, 30, 30)).save(ref)
     mixtures = list(EXAMPLES.values())

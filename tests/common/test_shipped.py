@@ -108,7 +108,7 @@ SHIPPED = shipped.shipped_models()
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_every_shipped_model_verifies_loads_and_samples(name):
     meta = shipped.verify(SHIPPED[name])
-    assert meta["name"] == name and meta["size_bytes"] <= shipped.MAX_BYTES
+    assert meta["name"] == name and meta["size_bytes"] <= meta.get("max_bytes", shipped.MAX_BYTES) <= 2 * shipped.MAX_BYTES
     model = load_pretrained(name)  # by name alone: resolving it imports the app's smoke module
     assert type(model).model_type == meta["model_type"]
     out = shipped.smoke_function(meta)(model)
@@ -138,9 +138,25 @@ def test_steps_to_reach_extrapolates_per_doubling():
     out = shipped.steps_to_reach(curve, "share", 0.6)
     assert out["slope_per_doubling"] == pytest.approx(0.1)
     assert out["predicted_step"] == 32000  # two more doublings
-    flat = shipped.steps_to_reach([{"step": 1000, "share": 0.3}, {"step": 2000, "share": 0.3}], "share", 0.6)
-    assert flat["predicted_step"] is None
     assert shipped.steps_to_reach(curve[:1], "share", 0.6)["predicted_step"] is None
+
+
+@pytest.mark.parametrize("values", [(0.3, 0.3), (0.3, 0.3, 0.3, 0.3), (0.717, 0.717, 0.717, 0.717),
+                                    (1e-300, 1e-300, 1e-300), (0.5, 0.4, 0.3), (0.2, 0.2 + 1e-15, 0.2, 0.2 + 1e-15)])
+def test_steps_to_reach_says_none_for_flat_and_falling_curves(values):
+    """Flat (also within rounding) and falling curves predict no step, never an overflow, whatever
+    the BLAS kernel: the fit is closed-form."""
+    curve = [{"step": 1000 * 2**i, "share": v} for i, v in enumerate(values)]
+    out = shipped.steps_to_reach(curve, "share", 0.75)
+    assert out["predicted_step"] is None
+    assert out["slope_per_doubling"] <= 1e-12
+
+
+def test_steps_to_reach_caps_hopeless_extrapolations_and_reports_a_reached_target():
+    slow = [{"step": 1000 * 2**i, "fid": 0.5 + 1e-6 * i} for i in range(4)]  # 0.25 needs ~250k doublings
+    assert shipped.steps_to_reach(slow, "fid", 0.75)["predicted_step"] is None
+    reached = [{"step": 1000, "share": 0.7}, {"step": 2000, "share": 0.8}, {"step": 4000, "share": 0.79}]
+    assert shipped.steps_to_reach(reached, "share", 0.75)["predicted_step"] == 2000
 
 
 def test_the_commit_is_recorded_in_full(pkg_root):

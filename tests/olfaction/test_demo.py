@@ -32,6 +32,20 @@ def test_analyse(tiny_model):
         demo.analyse("CCO;xx", "CCO")
 
 
+def test_the_tab_uses_the_shipped_predictor_and_says_how_to_make_a_missing_one(tmp_path, monkeypatch):
+    from common.errors import CheckpointError
+    from common.shipped import shipped_models
+
+    monkeypatch.delenv("MIXSCENT_MODEL", raising=False)
+    assert demo.model_dir() == shipped_models()[demo.SHIPPED_MODEL]
+    monkeypatch.setenv("MIXSCENT_MODEL", str(tmp_path / "none"))
+    with pytest.raises(CheckpointError, match="mixscent train --split random_cv0 --out") as info:
+        demo.model_dir()
+    assert "\n" not in str(info.value)
+    text, a, b = demo.compare("CCO", "CCC")
+    assert text.startswith("**error:** no predictor at") and a is b is None
+
+
 def test_build_tab(tiny_model):
     gr = pytest.importorskip("gradio")
     with gr.Blocks() as blocks:

@@ -1,10 +1,9 @@
 """The retrieval tab's user path in a browser page, shared by the app's own browser test and the
-hub's: prepare the demo model, pick the first product, search, and check the results and the
-attribute-group routing weights are on the page."""
+hub's: the products are there when the page opens; pick the first product, search with the default
+request, and check the results and the attribute-group routing weights are on the page."""
 
 
 def search_first_product(page) -> None:
-    page.get_by_role("button", name="Prepare demo model / load products").click()
     page.get_by_text("ready:").wait_for()
     page.locator(".thumbnail-item").first.click()
     page.get_by_role("button", name="Search").click()

@@ -56,15 +56,16 @@ def test_search_errors(demo_model):
         demo._search(np.zeros((32, 32, 3), np.uint8), "   ", "")
 
 
-def test_search_before_prepare_says_what_to_do(tmp_path, monkeypatch):
+def test_search_with_a_missing_model_says_what_to_do(tmp_path, monkeypatch):
     import gradio as gr
 
     monkeypatch.setenv("MOE_APPS_RETRIEVAL_MODEL", str(tmp_path / "none"))
     monkeypatch.setattr(demo, "_ENGINE", None)
     monkeypatch.setattr(demo, "_CATALOG", None)
-    with pytest.raises(gr.Error, match="press 'Prepare demo model / load products'") as e:
+    with pytest.raises(gr.Error, match="no checkpoint at .*none and no shipped model of that name") as e:
         demo._search(np.zeros((32, 32, 3), np.uint8), "make it blue with stripes", "")
-    assert e.value.message != "Error"
+    assert e.value.message != "Error" and "\n" not in e.value.message
+    assert demo._initial_picks() == [] and demo._initial_status().startswith("**error:** no checkpoint")
     # an unexpected failure still reaches the user as a sentence naming it
     monkeypatch.setattr(demo, "get_engine", lambda: (_ for _ in ()).throw(RuntimeError("disk full")))
     with pytest.raises(gr.Error, match="the search failed on the server .the server log has the details."):

@@ -27,11 +27,12 @@ def test_build_demo_assets_points_the_tab_at_a_model(demo_assets):
 
     model, extra = load_model(demo_assets[demo.MODEL_ENV])
     assert extra == {"demo": True} and model.config.attention == "moa3"
-    assert (demo._paths()[0]).as_posix() == demo_assets[demo.MODEL_ENV]
+    model_dir, gallery = demo._sources()
+    assert model_dir.as_posix() == demo_assets[demo.MODEL_ENV] and len(gallery.ids) == 30
     # reused, not rebuilt, on a second call
-    weights = (demo._paths()[0] / "model.safetensors").stat().st_mtime_ns
-    demo.build_demo_assets(demo._paths()[0].parent)
-    assert (demo._paths()[0] / "model.safetensors").stat().st_mtime_ns == weights
+    weights = (model_dir / "model.safetensors").stat().st_mtime_ns
+    demo.build_demo_assets(model_dir.parent)
+    assert (model_dir / "model.safetensors").stat().st_mtime_ns == weights
 
 
 def test_tab_in_browser(demo_assets, browser):

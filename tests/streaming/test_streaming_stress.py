@@ -14,6 +14,7 @@ from streaming.data import StreamConfig, generate_stream, load_stream, save_stre
 from streaming.evaluate import nrmse_unobserved
 from streaming.harness import run_online
 from streaming.model import MoSAIC
+from streaming.observed import UnderdeterminedSourceWarning, check_source
 from streaming.stress import compare, select_cells, summarize
 
 N, R, K, SPE, EPOCHS = 24, 2, 3, 150, 3
@@ -147,14 +148,17 @@ def test_pretrained_kgrouse_shares_mosaics_pretraining():
     assert np.allclose(KGrousePretrained.from_mosaic(m).bases, m.bases)
 
 
-def test_pretrained_kgrouse_converges_below_the_noise_bound_on_a_stationary_stream():
-    """A poorly pretrained model (6 source samples per class) on a stationary stream: the error of
-    the last epoch is below twice the floor that the noise sets, σ sqrt(1 + r/(m - r - 1)) (the
-    unobserved entry's own noise plus the least-squares coefficient error with the true subspace)."""
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_pretrained_kgrouse_converges_below_the_noise_bound_on_a_stationary_stream(seed):
+    """A poorly pretrained model (8 source samples per class: the fewest that identify the experts,
+    ``check_source``) on a stationary stream, for several streams: the error of the last epoch is
+    below twice the floor that the noise sets, σ sqrt(1 + r/(m - r - 1)) (the unobserved entry's own
+    noise plus the least-squares coefficient error with the true subspace)."""
     n, r, sigma = 40, 3, 0.05
     cfg = StreamConfig(n=n, r=r, K=3, obs_frac=0.5, noise_std=sigma, drift="none", epochs=3, samples_per_epoch=600,
-                       source_per_class=6, seed=1)
+                       source_per_class=8, seed=seed)
     s = generate_stream(cfg)
+    assert check_source(~np.isnan(s.source_values), 3, r, warn=False) is None
     kg = KGrousePretrained(n, r, 3, eta=0.5, pretrain_restarts=2).fit(s.source_values)
     run = run_online(kg, s.values, None)
     per_epoch = [nrmse_unobserved(run.completed[s.epoch == e], s.full[s.epoch == e], s.values[s.epoch == e])
@@ -165,6 +169,22 @@ def test_pretrained_kgrouse_converges_below_the_noise_bound_on_a_stationary_stre
     assert oracle == pytest.approx(floor, rel=0.15)  # the floor is what the true subspaces give
     assert per_epoch[0] > 2 * floor  # it started far from the subspaces ...
     assert per_epoch[-1] < 2 * floor  # ... and converged
+
+
+def test_a_source_too_small_to_identify_the_experts_is_flagged():
+    """With 6 samples per class (20 of 40 entries seen) every partition of the source fits K=3
+    rank-3 experts exactly: the pretraining warns instead of returning arbitrary experts silently
+    (before, which experts came out, and whether k-GROUSE then converged, depended on the BLAS
+    kernel). 7 per class is the first count that identifies them."""
+    def source(per_class):
+        cfg = StreamConfig(n=40, r=3, K=3, obs_frac=0.5, noise_std=0.05, drift="none", epochs=1,
+                           samples_per_epoch=30, source_per_class=per_class, seed=1)
+        return generate_stream(cfg).source_values
+
+    assert "every partition fits exactly" in check_source(~np.isnan(source(6)), 3, 3, warn=False)
+    assert check_source(~np.isnan(source(7)), 3, 3, warn=False) is None
+    with pytest.warns(UnderdeterminedSourceWarning, match="degrees of freedom"):
+        KGrousePretrained(40, 3, 3, pretrain_restarts=1).fit(source(6))
 
 
 def test_select_cells_filters_and_rejects_what_matches_nothing():
