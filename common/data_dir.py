@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
 from pathlib import Path
 
 import numpy as np
 
 from common.errors import DataError
+from common.io import sha256_file
 
 DATA_ENV = "MOE_APPS_DATA"
 FASHION_MNIST_ENV = "MOE_APPS_FASHION_MNIST"
@@ -47,21 +47,13 @@ def resolve_data_dir(cli_value: str | os.PathLike | None = None) -> Path:
     )
 
 
-def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def require_file(data_dir: Path, relpath: str, sha256: str | None = None) -> Path:
     """``data_dir / relpath``, checked to exist and, when given, to match ``sha256``."""
     path = Path(data_dir) / relpath
     if not path.is_file():
         raise DataError(f"missing data file {relpath} in {data_dir}")
     if sha256 is not None:
-        actual = sha256_of(path)
+        actual = sha256_file(path)
         if actual != sha256:
             raise DataError(
                 f"checksum mismatch for {path}: expected sha256 {sha256[:12]}…, got {actual[:12]}…"

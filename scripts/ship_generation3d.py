@@ -109,8 +109,8 @@ def ship_furniture(runs: Path, n: int, steps: int, samples: int, results: Path, 
     import torch
 
     from common.errors import InputError
-    from common.io import write_json
-    from common.shipped import sha256_file, ship, steps_to_reach
+    from common.io import sha256_file, write_json
+    from common.shipped import ship, steps_to_reach
     from generation3d.classifier import get_classifier
     from generation3d.data import PartDataset, read_meta
     from generation3d.preset import preset_recipe

@@ -17,6 +17,7 @@ import numpy as np
 
 from streaming.experts import cap_completion
 from streaming.linalg import (
+    TINY,
     als_subspace,
     batch_fit,
     fit_observed,
@@ -26,8 +27,6 @@ from streaming.linalg import (
     soft_impute,
 )
 from streaming.state import StateComponent
-
-_TINY = 1e-300
 
 #: a sample is novel when its best score exceeds ``NOVELTY · (1 - r/m)`` and ``SPIKE_FACTOR`` × its
 #: expert's level (constants chosen on tuning seeds)
@@ -136,7 +135,7 @@ class ProvisionalFit(StateComponent):
         U = self.basis
         q = U.shape[1]
         w, res = fit_observed(U[None], idx, xo, ridge)
-        rel = float(res[0]) / max(float(xo @ xo), _TINY) / max(1.0 - q / m, _TINY)
+        rel = float(res[0]) / max(float(xo @ xo), TINY) / max(1.0 - q / m, TINY)
         if self.loadings is not None:
             completion = posterior_mean(self.loadings, self.noise, idx, xo)
         elif rel >= PROVISIONAL_ACCEPT:
@@ -197,7 +196,7 @@ class ProvisionalFit(StateComponent):
         energy = float((X0 * X0).sum()) / obs
         # a fit to few samples also fits their noise: never trust an unexplained variance below
         # what the other experts leave on their samples
-        floor = float(np.median(levels)) * energy / max(1.0 - r / mean_m, _TINY)
+        floor = float(np.median(levels)) * energy / max(1.0 - r / mean_m, TINY)
         warm_ppca = q_id >= r and self.loadings is not None and self.loadings.shape[1] == r
         if warm_ppca:
             # warm start from the previous span, at the scale of the current buffer's energy
@@ -232,7 +231,7 @@ def reseed_fit(X0: np.ndarray, M: np.ndarray, r: int, warm: np.ndarray | None):
     while < 90 % of the buffer are inliers, then refit on all inliers. Returns the basis, each
     sample's normalised residual ``(B,)`` and the inlier mask (residual < half the novelty
     threshold)."""
-    energy = np.maximum((X0 * X0).sum(1), _TINY)
+    energy = np.maximum((X0 * X0).sum(1), TINY)
     base = 1.0 - r / M.sum(1)
     U = als_subspace(X0, M, r, U0=warm, iters=15 if warm is None else WARM_ITERS, shrink=FIT_SHRINK)
 

@@ -30,6 +30,7 @@ from common.cli import (
 from common.device import add_device_arg, resolve_device
 from common.errors import DataError, InputError
 from common.io import atomic_write, dumps_json, read_npz, write_json
+from common.limits import add_force_arg, gib
 from streaming.harness import announce, limit_threads
 
 #: ``simulate`` refuses (without ``--force``) a stream whose arrays would take more than this
@@ -66,8 +67,8 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     need = simulate_bytes(cfg)
     if need > SIMULATE_MAX_BYTES and not a.force:
         raise InputError(f"--epochs {a.epochs} x --samples-per-epoch {a.samples_per_epoch} x n {n} (with "
-                         f"{K * cfg.n_source():,} source samples and the bases) needs about {need / 2**30:,.1f} GiB "
-                         f"(at most {SIMULATE_MAX_BYTES / 2**30:.0f} GiB without --force)")
+                         f"{K * cfg.n_source():,} source samples and the bases) needs about {gib(need)} "
+                         f"(at most {gib(SIMULATE_MAX_BYTES)} without --force)")
     announce(f"mosaic simulate: drawing {a.epochs * a.samples_per_epoch:,} samples of n={n}")
     stream = generate_stream(cfg)
     save_stream(a.out, stream)
@@ -395,8 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--source-per-class", type=nonneg_int, default=0, help="pretraining samples per class (0 = auto)")
     s.add_argument("--seed", type=seed_int, default=0)
     s.add_argument("--out", required=True, help="output .npz")
-    s.add_argument("--force", action="store_true",
-                   help=f"generate a stream over {SIMULATE_MAX_BYTES // 2**30} GiB (refused without it)")
+    add_force_arg(s, f"generate a stream over {gib(SIMULATE_MAX_BYTES)}")
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_simulate)
 

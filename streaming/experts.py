@@ -13,10 +13,8 @@ import numpy as np
 import torch
 
 from moe.routing import route_by_score
-from streaming.linalg import RIDGE, batch_fit, residual_scores
+from streaming.linalg import RIDGE, TINY, batch_fit, residual_scores
 from streaming.state import StateComponent
-
-_TINY = 1e-300
 
 
 def route_scores(score: np.ndarray, device: torch.device | None = None) -> np.ndarray:
@@ -63,7 +61,7 @@ class ExpertBank(StateComponent):
         """Coefficients ``W (B, K, r)`` and the expert of each sample ``(B,)`` (``route_scores`` on
         ``device``) of validated samples ``X0, M (B, n)``; no update."""
         W, res = batch_fit(self.bases, X0, M, ridge=self.ridge)
-        score = res / np.maximum((X0 * X0).sum(1), _TINY)[:, None]
+        score = res / np.maximum((X0 * X0).sum(1), TINY)[:, None]
         return W, route_scores(score, device)
 
 

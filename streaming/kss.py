@@ -15,6 +15,7 @@ import torch
 from streaming.experts import route_scores
 from streaming.linalg import (
     RIDGE,
+    TINY,
     als_subspace,
     batch_fit,
     fit_observed,
@@ -23,8 +24,6 @@ from streaming.linalg import (
     orthonormalize,
     random_bases,
 )
-
-_TINY = 1e-300
 
 
 @dataclass
@@ -64,7 +63,7 @@ def online_seed(
                 continue
             xo = X0[j, idx]
             w, res = fit_observed(U, idx, xo)
-            k = int(route_scores((res / max(float(xo @ xo), _TINY))[None], device)[0])
+            k = int(route_scores((res / max(float(xo @ xo), TINY))[None], device)[0])
             grouse_step(U[k], idx, xo, w[k], 1.0 / np.sqrt(1.0 + counts[k] / (2 * r)))
             counts[k] += 1
     return orthonormalize(U)
@@ -118,9 +117,9 @@ def spectral_seed(
     X, Mf = X0[pick], M[pick].astype(float)
     G = X @ X.T
     norms = (X * X) @ Mf.T  # norms[i, j] = ||x_i restricted to Ω_i ∩ Ω_j||²
-    A = G**2 / np.maximum(norms * norms.T, _TINY) * (Mf @ Mf.T)
+    A = G**2 / np.maximum(norms * norms.T, TINY) * (Mf @ Mf.T)
     np.fill_diagonal(A, 0.0)
-    d = np.maximum(A.sum(1), _TINY)
+    d = np.maximum(A.sum(1), TINY)
     with np.errstate(invalid="ignore", under="ignore"):
         L = A / np.sqrt(d[:, None] * d[None, :])
     L[np.isnan(L)] = 0.0  # a sample with no energy (all observed values 0): no affinity (0/0)
@@ -132,7 +131,7 @@ def spectral_seed(
             _, V = eigsh(L, k=K, which="LA", v0=v0)
         except ArpackError:  # no Arnoldi factorization (tiny or degenerate affinities): the dense solver
             V = np.linalg.eigh(L)[1][:, -K:]
-        V /= np.maximum(np.linalg.norm(V, axis=1, keepdims=True), _TINY)
+        V /= np.maximum(np.linalg.norm(V, axis=1, keepdims=True), TINY)
         labels = kmeans(V, K, rng)
     U = np.empty((K, X0.shape[1], r))
     for k in range(K):
@@ -266,7 +265,7 @@ def k_subspaces_missing(
     """
     S, n = X0.shape
     rng = np.random.default_rng(seed)
-    energy = np.maximum((X0 * X0).sum(1), _TINY)
+    energy = np.maximum((X0 * X0).sum(1), TINY)
     base = np.maximum(1.0 - r / np.maximum(M.sum(1), 1), 0.0)  # residual left by a random subspace
     best: KSSResult | None = None
     costs = []
@@ -322,4 +321,4 @@ def map_ridge(bases: np.ndarray, X0: np.ndarray, M: np.ndarray, labels: np.ndarr
         return RIDGE
     noise_var = float(np.median(res[rows, labels][ok] / (m[ok] - r)))
     w_var = float(np.mean(W[rows, labels][ok] ** 2))
-    return max(RIDGE, noise_var / max(w_var, _TINY))
+    return max(RIDGE, noise_var / max(w_var, TINY))

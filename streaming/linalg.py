@@ -25,7 +25,8 @@ except ImportError:  # pragma: no cover - other NumPy layouts
     def _eigh(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.linalg.eigh(A)
 
-_TINY_F = 1e-300
+#: the floor of a denominator that may be zero (an all-zero sample's energy): far below any real value
+TINY = 1e-300
 RIDGE = 1e-10  # keeps the normal equations solvable when |Ω| <= r; negligible otherwise
 _EYE: dict[int, np.ndarray] = {}
 
@@ -91,7 +92,7 @@ def residual_scores(
     if xx is None:
         xx = float(x_obs @ x_obs)
     w, res = fit_observed(U, idx, x_obs, ridge, xx)
-    return w, res / max(xx, _TINY_F)
+    return w, res / max(xx, TINY)
 
 
 def posterior_mean(L: np.ndarray, v: float, idx: np.ndarray, x_obs: np.ndarray) -> np.ndarray:
@@ -204,7 +205,7 @@ def soft_impute(
     iteration is one ``singular_value_threshold``. Stops when an iterate moves by < ``tol·||X0||``.
     """
     Z = np.zeros_like(X0) if Z0 is None else np.array(Z0, dtype=X0.dtype)
-    norm_x = max(float(np.linalg.norm(X0)), _TINY_F)
+    norm_x = max(float(np.linalg.norm(X0)), TINY)
     V, sv = np.zeros((X0.shape[1], 0)), np.zeros(0)
     Y, t, last = Z, 1.0, None
     for _ in range(iters):
@@ -307,7 +308,7 @@ def mppca_missing(
             L[k] = np.linalg.solve(A, (Xw.T @ mu[:, k])[..., None])[..., 0]
             quad_k = Sig[:, k].reshape(N, q * q) @ np.einsum("ia,ib->abi", L[k], L[k]).reshape(q * q, n)
             resid = np.where(M, (X0 - mu[:, k] @ L[k].T) ** 2 + quad_k, 0.0).sum(1)
-            v[k] = max(float(R[:, k] @ resid) / max(float(R[:, k] @ m), _TINY_F), floor)
+            v[k] = max(float(R[:, k] @ resid) / max(float(R[:, k] @ m), TINY), floor)
     return L, v, R
 
 

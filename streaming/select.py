@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from common.errors import InputError
+from streaming.linalg import TINY
 from streaming.observed import as_observed, check_observed
 
 #: defaults of the grid bounds, the held-out share, the restarts per fit, the K patience
@@ -176,7 +177,7 @@ def estimate_K_r(
             U = res.bases
             ridge = map_ridge(U, Xv, visible, res.labels)
             W, rv = batch_fit(U, Xv, visible, ridge=ridge)
-            route = np.argmin(rv / np.maximum((Xv * Xv).sum(1), 1e-300)[:, None], axis=1)
+            route = np.argmin(rv / np.maximum((Xv * Xv).sum(1), TINY)[:, None], axis=1)
             pred = np.einsum("sir,sr->si", U[route], W[np.arange(S), route])
             cache[(k, q)] = (np.where(hidden, pred - X0, 0.0) ** 2).sum(1) / unit
         return cache[(k, q)]

@@ -156,11 +156,22 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser, hub_url, tmp_path):
+def _open_page(browser, url: str, timeout_ms: int):
+    """A new browser page on ``url`` (its own context); closed after the test."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     pg = context.new_page()
-    pg.set_default_timeout(120_000)
-    pg.goto(hub_url)
+    pg.set_default_timeout(timeout_ms)
+    pg.goto(url)
     yield pg
     context.close()
+
+
+@pytest.fixture
+def page(browser, hub_url):
+    yield from _open_page(browser, hub_url, 120_000)
+
+
+@pytest.fixture
+def fresh_page(browser, fresh_hub_url):
+    """A page on the hub as a fresh clone serves it (``fresh_hub_url``)."""
+    yield from _open_page(browser, fresh_hub_url, 240_000)

@@ -32,6 +32,7 @@ from common.cli import (  # noqa: E402
 )
 from common.device import add_device_arg, add_precision_arg, check_precision, resolve_device  # noqa: E402
 from common.errors import InputError  # noqa: E402
+from common.limits import add_force_arg  # noqa: E402
 from vision.limits import MAX_IMAGES, MAX_SAMPLES, MAX_THREADS, check_max, check_sampling, check_training  # noqa: E402
 
 SUITES = ("quick", "full", "scaling", "sizes")
@@ -273,10 +274,7 @@ def _bench_sizes(a, json_path: Path | None) -> int:
     return 0
 
 
-def _add_force_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--force", action="store_true",
-                        help="allow counts and sizes over their documented maxima (vision/limits.py); "
-                             "the memory check still applies")
+FORCE_HELP = "allow counts and sizes over their documented maxima (vision/limits.py; the memory check still applies)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -288,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a backbone")
     add_common_args(t)
     add_device_arg(t)
-    _add_force_arg(t)
+    add_force_arg(t, FORCE_HELP)
     add_precision_arg(t)
     t.add_argument("--model", choices=MODEL_NAMES, default="moh")
     t.add_argument("--model-size", choices=tuple(MODEL_SIZES), default=None,
@@ -318,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sample", help="sample a grid of images")
     add_common_args(s, out_default="grid.png")
     add_device_arg(s)
-    _add_force_arg(s)
+    add_force_arg(s, FORCE_HELP)
     s.add_argument("--ckpt", required=True)
     s.add_argument("--n", type=positive_int, default=64, help="samples, one batch (at most 4096 without --force)")
     s.add_argument("--steps", type=positive_int, default=25, help="denoising steps (at most 1000)")
@@ -328,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(Inception FID with local weights)")
     add_common_args(e)
     add_device_arg(e)
-    _add_force_arg(e)
+    add_force_arg(e, FORCE_HELP)
     e.add_argument("--ckpt", required=True)
     e.add_argument("--data", default=None,
                    help="real images to compare with: default the checkpoint's training data (its test split)")
@@ -341,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark suites: quick / full same-budget table, scaling trend, model sizes")
     add_common_args(b)
     add_device_arg(b)
-    _add_force_arg(b)
+    add_force_arg(b, FORCE_HELP)
     add_precision_arg(b)
     b.add_argument("--suite", choices=SUITES, default="full",
                    help="quick: 120 steps, MoH / plain Mamba / DiT (minutes); full: 500 steps, all four models; "

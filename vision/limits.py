@@ -20,9 +20,8 @@ sampling --steps       1,000      the training schedule has 1,000 timesteps (har
 
 from __future__ import annotations
 
-import os
-
 from common.errors import InputError
+from common.limits import gib, physical_memory_bytes
 
 MAX_TRAIN_STEPS = 200_000
 MAX_BATCH_SIZE = 4096
@@ -48,24 +47,12 @@ def check_hard_max(flag: str, value: int | None, maximum: int, why: str) -> None
         raise InputError(f"{flag} {value:,} is over the maximum of {maximum:,} ({why})")
 
 
-def physical_memory_bytes() -> int | None:
-    """The machine's RAM in bytes (None where the OS does not say)."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def _gib(n_bytes: float) -> str:
-    return f"{n_bytes / 2**30:,.1f} GiB"
-
-
 def check_memory(what: str, n_bytes: float) -> None:
     """InputError when ``n_bytes`` (a lower bound of what a command holds) exceeds the RAM."""
     ram = physical_memory_bytes()
     if ram is not None and n_bytes > ram:
-        raise InputError(f"{what} needs at least {_gib(n_bytes)} of memory, more than this machine's "
-                         f"{_gib(ram)}; use a smaller count or size")
+        raise InputError(f"{what} needs at least {gib(n_bytes)} of memory, more than this machine's "
+                         f"{gib(ram)}; use a smaller count or size")
 
 
 def images_bytes(n: int, channels: int, size: int, copies: int = 1) -> int:

@@ -17,16 +17,6 @@ def overlong(text: str) -> list[str]:
     return [n for n in NUMBER.findall(text) if len(n.replace(".", "").lstrip("0")) > 5]
 
 
-@pytest.fixture
-def fresh_page(browser, fresh_hub_url):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = context.new_page()
-    pg.set_default_timeout(240_000)
-    pg.goto(fresh_hub_url)
-    yield pg
-    context.close()
-
-
 def _panel_text(page) -> str:
     return page.get_by_role("tabpanel").inner_text()
 

@@ -3,8 +3,9 @@ import gzip
 import numpy as np
 import pytest
 
-from common.data_dir import load_fashion_mnist, require_file, resolve_data_dir, sha256_of
+from common.data_dir import load_fashion_mnist, require_file, resolve_data_dir
 from common.errors import DataError
+from common.io import sha256_file
 
 
 def test_resolution_order(tmp_path, monkeypatch):
@@ -24,7 +25,7 @@ def test_resolution_order(tmp_path, monkeypatch):
 def test_require_file_checks_presence_and_checksum(tmp_path):
     f = tmp_path / "x.csv"
     f.write_text("a,b\n1,2\n")
-    good = sha256_of(f)
+    good = sha256_file(f)
     assert require_file(tmp_path, "x.csv", good) == f
     with pytest.raises(DataError, match="missing data file y.csv"):
         require_file(tmp_path, "y.csv")
