@@ -57,7 +57,6 @@ above is documented here once. Split over modules, one sample's path would cross
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -83,7 +82,7 @@ from streaming.config import MoSAICConfig
 from streaming.experts import ExpertBank, ExpertStats, StreamStats, cap_completion, route_scores
 from streaming.linalg import RIDGE, grouse_step, orthonormalize, random_bases, residual_scores
 from streaming.observed import check_observed, check_samples
-from streaming.schedule import DRIFT_FACTOR, EpochReset, StepSchedule
+from streaming.schedule import DRIFT_FACTOR, LEVEL_RATE, SLOW_LEVEL_RATE, EpochReset, StepSchedule
 from streaming.state import StateComponent
 
 #: the components of a MoSAIC model: attribute name -> class (``streaming.state.StateComponent``); the
@@ -448,13 +447,7 @@ class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
             return self._buffer_novel(idx, xo, m, prov)
         if self.epochs_.pending[k]:
             self.epochs_.check(k, s, stats.level_slow[k], steps)
-        if c.schedule == "constant":
-            eta = c.eta0
-        else:  # the schedule's step_size, inline
-            eta = max(c.eta_min, c.eta0 / math.sqrt(1.0 + float(steps.t[k]) / (2.0 * r)))
-            ref = float(steps.level_ref[k])
-            if c.drift_floor and level > ref > 0.0:
-                eta = max(eta, min(c.eta0, c.drift_floor * math.sqrt(level / ref - 1.0)))
+        eta = steps.step_size(k, c.schedule, c.eta0, c.eta_min, r, c.drift_floor, level)
         grouse_step(U, idx, xo, wk, eta, p=p)
         t = steps.t[k] + 1.0
         steps.t[k] = t
@@ -462,10 +455,10 @@ class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
         stats.n_updates[k] = n_updates
         stats.long_counts[k] += 1.0
         stats.last_update[k] = stream.n_seen
-        level += 0.05 * (s - level)
+        level += LEVEL_RATE * (s - level)
         stats.level[k] = level
         slow = float(stats.level_slow[k])
-        slow += 0.005 * (s - slow)
+        slow += SLOW_LEVEL_RATE * (s - slow)
         stats.level_slow[k] = slow
         if c.detect and level > DRIFT_FACTOR * slow and t > steps.tau(r):
             steps.t[k] = 0.0  # residuals jumped: restart the step-size schedule

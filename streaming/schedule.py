@@ -24,6 +24,9 @@ from streaming.state import StateComponent
 #: at an epoch start, ``epoch_reset="detect"`` restarts it when the mean residual of its first
 #: ``RESET_CHECK`` samples exceeds ``RESET_FACTOR`` × its slow level
 DRIFT_FACTOR = 4.0
+#: exponential-average rates of an expert's fast and slow residual levels (per routed sample)
+LEVEL_RATE = 0.05
+SLOW_LEVEL_RATE = 0.005
 RESET_CHECK = 5
 RESET_FACTOR = 2.0
 
