@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from common.errors import CheckpointError
 from common.io import atomic_write, dumps_json, read_json, sha256_file, write_json
@@ -42,15 +41,15 @@ from common.io import atomic_write, dumps_json, read_json, sha256_file, write_js
 MANIFEST = "manifest.json"
 WEIGHTS_DIR = "weights"
 MAX_BYTES = 10 * 2**20
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = ("float32", "float16", "bfloat16")  # storage dtypes: torch's names
 REQUIRED = ("name", "app", "model_type", "command", "data", "split", "steps", "seed", "commit", "trained_on",
             "wall_s", "metrics", "smoke", "dtype", "files")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 ROOT = Path(__file__).resolve().parents[1]  # the directory holding the suite's packages
 #: a relative change below this is rounding, not a trend (steps_to_reach)
 EPS = 1e-9
-#: steps_to_reach predicts no step beyond this (a curve that far from its target is flat)
-MAX_PREDICTED_STEP = 10**12
+#: steps_to_reach predicts no step beyond 2 ** this many doublings (past a float's range: the curve is flat)
+MAX_DOUBLINGS = 1000
 
 
 def shipped_models(root: Path | None = None) -> dict[str, Path]:
@@ -96,9 +95,10 @@ def verify(path_dir: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def resolve_checkpoint(path_or_name: str | os.PathLike) -> Path:
+def resolve_checkpoint(path_or_name: str | os.PathLike, register: bool = True) -> Path:
     """``path_or_name`` when it is an existing path, else the verified directory of the shipped
-    model of that name; CheckpointError naming both possibilities otherwise."""
+    model of that name; CheckpointError naming both possibilities otherwise. ``register=False``
+    skips importing the app's model module (a reader that needs no torch model)."""
     path = Path(path_or_name)
     if path.exists():
         return path
@@ -106,6 +106,8 @@ def resolve_checkpoint(path_or_name: str | os.PathLike) -> Path:
     shipped = shipped_models()
     if text in shipped:
         meta = verify(shipped[text])
+        if not register:
+            return shipped[text]
         # the smoke function's module is the app's own use of the model: importing it registers the
         # model type, so a name loads in a process that has imported nothing of the app yet
         importlib.import_module(meta["smoke"].partition(":")[0])
@@ -138,6 +140,7 @@ def ship(model, name: str, app_dir: str | os.PathLike, *, command: str, data: st
     ``exact`` keep their saved dtype (a tree's thresholds, say, which half precision would move).
     ``extra_files`` (file name -> source path) are copied in beside the weights and hashed with them
     (a sampler's schedule, say)."""
+    import torch
     from safetensors import safe_open
     from safetensors.torch import save_file
 
@@ -162,7 +165,7 @@ def ship(model, name: str, app_dir: str | os.PathLike, *, command: str, data: st
     with safe_open(str(weights), framework="pt") as f:
         meta = f.metadata() or {}
         tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
-    tensors = {k: v.to(DTYPES[dtype]) if v.is_floating_point() and not k.startswith(exact) else v
+    tensors = {k: v.to(getattr(torch, dtype)) if v.is_floating_point() and not k.startswith(exact) else v
                for k, v in tensors.items()}
     save_file(tensors, str(weights), metadata=meta)
     files = {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.name != MANIFEST}
@@ -191,25 +194,26 @@ def steps_to_reach(curve: list[dict], key: str, target: float, last: int = 4) ->
     over the ``last`` points of ``curve`` (rows with ``"step"``), and the step at which that line
     reaches ``target``. ``predicted_step`` is the first measured step when a point already reached
     it, and ``None`` when the line does not rise (flat within rounding, or falling: more steps are
-    not predicted to help) or reaches it only beyond ``MAX_PREDICTED_STEP`` steps.
+    not predicted to help) or reaches it only after more than ``MAX_DOUBLINGS`` doublings.
     Returns ``{"slope_per_doubling", "predicted_step", "points"}``."""
     rows = [r for r in curve if r.get(key) is not None][-last:]
     if len(rows) < 2:
         return {"slope_per_doubling": None, "predicted_step": None, "points": len(rows)}
     x = np.log2(np.array([r["step"] for r in rows], dtype=float))
     y = np.array([r[key] for r in rows], dtype=float)
-    # the closed-form fit (not np.polyfit's BLAS least squares): a flat curve gives slope 0 exactly
-    # on every CPU instead of +-1e-17, whose extrapolation overflowed
-    xc, yc = x - x.mean(), y - y.mean()
-    slope = float(xc @ yc / (xc @ xc)) if xc @ xc > 0 else 0.0
-    intercept = float(y.mean() - slope * x.mean())
+    # the closed-form fit with exactly rounded sums (not np.polyfit's BLAS least squares, whose
+    # +-1e-17 slope of a flat curve depended on the CPU and overflowed the extrapolation)
+    xc, yc = x - math.fsum(x) / len(x), y - math.fsum(y) / len(y)
+    sxx = math.fsum(xc * xc)
+    slope = math.fsum(xc * yc) / sxx if sxx > 0 else 0.0
+    intercept = math.fsum(y) / len(y) - slope * math.fsum(x) / len(x)
     reached = [r["step"] for r in rows if r[key] >= target]
     step = None
     if reached:
         step = int(reached[0])
     elif slope > EPS * max(1.0, float(np.abs(y).max())):
         doublings = (target - intercept) / slope
-        if doublings <= math.log2(MAX_PREDICTED_STEP):
+        if doublings <= MAX_DOUBLINGS:
             step = int(round(2.0**doublings))
     return {"slope_per_doubling": slope, "predicted_step": step, "points": len(rows)}
 

@@ -333,10 +333,10 @@ def load_for_predict(model: Path, backend: str = "auto", device: str = "auto"):
     stderr when the export is missing)."""
     from .inference import OnnxPredictor, onnx_problem
 
-    model = resolve_checkpoint(model)  # a shipped name (mixscent-dream) is its verified directory
     gpu = device not in LIGHT_DEVICES
     if backend == "onnx" and gpu:
         raise InputError(f"--backend onnx runs on the CPU; use --backend torch for --device {device}")
+    model = resolve_checkpoint(model, register=False)  # a shipped name (mixscent-dream): its verified directory
     problem = None
     if backend == "onnx" or (backend == "auto" and not gpu):
         problem = onnx_problem(model)

@@ -218,8 +218,10 @@ def test_batched_process_equals_per_sample_step_through_route_by_score():
         c2[t], r2[t] = b.step(idx, s.values[t, idx], int(s.epoch[t]))
     assert a.reseeds and a.reseeds == b.reseeds  # the change-detection path is exercised too
     np.testing.assert_array_equal(r1, r2)
-    np.testing.assert_array_equal(c1, c2)
-    np.testing.assert_array_equal(a.bases, b.bases)
+    # equal up to rounding: the batched fits and the per-sample ones are different BLAS calls, whose
+    # last bit depends on the kernel (OpenBLAS Prescott differs by one ulp)
+    np.testing.assert_allclose(c1, c2, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(a.bases, b.bases, rtol=1e-10, atol=1e-12)
     # the inline argmin is route_by_score's rule, ties to the lower index included
     tied = np.array([[0.3, 0.1, 0.1, 0.5]])
     assert int(route_by_score(torch.from_numpy(tied)).indices[0, 0]) == int(tied.argmin()) == 1
