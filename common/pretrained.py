@@ -26,8 +26,8 @@ Usage::
     model = load_pretrained("moh-fmnist-s")        # a shipped model by name (common.shipped)
     checkpoint_info(path).extra                    # {"fid": 12.3}
 
-Config capture: ``PretrainedMixin.__init_subclass__`` wraps every ``__init__`` so the arguments
-of the outermost constructor call are recorded (defaults included, ``**kwargs`` flattened, a
+Config capture: a model's ``__init__`` is decorated with :func:`register_to_config` (as diffusers'
+models are), so the arguments of the outermost constructor call are recorded (defaults included, ``**kwargs`` flattened, a
 dataclass-typed argument left ``None`` as that dataclass's defaults), so a new constructor
 argument cannot be forgotten by the save code. Arguments must be JSON values or dataclasses of
 JSON values (else a TypeError at construction).
@@ -145,8 +145,11 @@ def _init_hints(init) -> dict[str, Any]:
         return {}
 
 
-def _capture(init):
-    """Wrap ``__init__`` so the outermost call records its bound arguments as the config."""
+def register_to_config(init):
+    """Decorate a ``PretrainedMixin`` model's ``__init__`` so the outermost constructor call records
+    its bound arguments as the model's config (``pretrained_config``; the module docstring). A
+    subclass with its own ``__init__`` decorates it too; a model that builds its config otherwise
+    (an estimator validated at fit) overrides ``pretrained_config`` instead."""
     sig = inspect.signature(init)
     params = list(sig.parameters.values())[1:]
     if any(p.kind is p.VAR_POSITIONAL for p in params):
@@ -197,11 +200,6 @@ class PretrainedMixin:
     # config fills, for models built from one config dataclass; None: no such checkpoints exist
     legacy_config_arg: ClassVar[str | None] = None
 
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        if "__init__" in vars(cls):
-            cls.__init__ = _capture(vars(cls)["__init__"])
-
     # -- config
     @property
     def pretrained_config(self) -> dict[str, Any]:
@@ -210,7 +208,7 @@ class PretrainedMixin:
         try:
             return json.loads(json.dumps(self.__dict__["_pretrained_config"]))
         except KeyError:
-            raise TypeError(f"{type(self).__name__}.__init__ did not run through PretrainedMixin") from None
+            raise TypeError(f"{type(self).__name__}.__init__ is not decorated with @register_to_config") from None
 
     @classmethod
     def upgrade_config(cls, config: dict[str, Any], from_version: int) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from torch.utils.data import TensorDataset
 from common.data_dir import cache_dir
 from common.engine import BEST, CHECKPOINT_DIR, ctrl_c_interrupts, fit, make_trainer, shuffled_loader
 from common.errors import CheckpointError, DataError
-from common.pretrained import PretrainedMixin, checkpoint_info, register_model
+from common.pretrained import PretrainedMixin, checkpoint_info, register_model, register_to_config
 from generation3d.data import CATEGORIES, PartDataset
 
 CLASSIFIER_VERSION = 1  # bump when the model or its training changes (new cache key)
@@ -50,6 +50,7 @@ PATIENCE = 40
 class ShapeClassifier(PretrainedMixin, nn.Module):
     """PointNet (no T-nets): ``points (B, N, 3) -> logits (B, n_classes)``."""
 
+    @register_to_config
     def __init__(self, n_classes: int = len(CATEGORIES), width: int = 64):
         super().__init__()
         w = width

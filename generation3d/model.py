@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from common.errors import CheckpointError, InputError
-from common.pretrained import PretrainedMixin, register_model
+from common.pretrained import PretrainedMixin, register_model, register_to_config
 from generation3d.attention import ATTENTION_KINDS, MoCAAttention, build_attention
 from generation3d.data import CATEGORIES
 from generation3d.text import TEXT_DIM
@@ -55,6 +55,7 @@ class PartAutoencoder(PretrainedMixin, nn.Module):
 
     legacy_config_arg = "config"  # common.checkpoint wrote the AEConfig fields flat
 
+    @register_to_config
     def __init__(self, config: AEConfig | None = None):
         super().__init__()
         self.config = c = config or AEConfig()
@@ -224,6 +225,7 @@ class PartFlowTransformer(PretrainedMixin, nn.Module):
 
     config_version = 2
 
+    @register_to_config
     def __init__(self, config: GenConfig | None = None):
         super().__init__()
         self.config = c = config or GenConfig()
@@ -322,6 +324,7 @@ class PipelineCheckpoint(PretrainedMixin, nn.Module):
     ``categories`` and the generator's box parameterisation ``box_param``.
     ``sampling.MoCAPipeline.from_checkpoint`` samples from it."""
 
+    @register_to_config
     def __init__(self, ae_config: AEConfig, gen_config: GenConfig, stats: dict, descriptions: list[str],
                  categories: list[str], box_param: str):
         super().__init__()

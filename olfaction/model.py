@@ -19,7 +19,7 @@ from torch_geometric.nn import GATConv, GATv2Conv, GINEConv, global_mean_pool
 from torch_geometric.utils import scatter
 from torch_geometric.utils import softmax as segment_softmax
 
-from common.pretrained import PretrainedMixin, register_model
+from common.pretrained import PretrainedMixin, register_model, register_to_config
 from moe import MoE, TopKRouter
 
 from .features import ATOM_DIM, BOND_DIM, mol_graph
@@ -76,6 +76,7 @@ class MolEncoder(PretrainedMixin, nn.Module):
 
     legacy_config_arg = "cfg"  # common.checkpoint wrote the config fields flat
 
+    @register_to_config
     def __init__(self, cfg: MolEncoderConfig):
         super().__init__()
         self.cfg = cfg
@@ -115,6 +116,7 @@ class DescriptorPretrainer(PretrainedMixin, nn.Module):
     """Self-supervised pretraining model: ``MolEncoder`` + linear head predicting the cleaned
     Mordred vector ``(n_mols, n_desc)``."""
 
+    @register_to_config
     def __init__(self, cfg: MolEncoderConfig, n_desc: int):
         super().__init__()
         self.encoder = MolEncoder(cfg)
@@ -268,6 +270,7 @@ class MixScentNet(PretrainedMixin, nn.Module):
 
     legacy_config_arg = "cfg"  # common.checkpoint wrote the config fields flat
 
+    @register_to_config
     def __init__(self, cfg: MixScentConfig):
         super().__init__()
         self.cfg = cfg

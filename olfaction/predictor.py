@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from common.errors import CheckpointError
-from common.pretrained import PretrainedMixin, register_model
+from common.pretrained import PretrainedMixin, register_model, register_to_config
 
 from .data import LabelData, PairData, Split, dataset_onehot, validate_mixture
 from .inference import (  # noqa: F401  (LABEL_BITS, LABEL_FEATURES: part of this module's API)
@@ -128,6 +128,7 @@ class MixturePredictor(PretrainedMixin, MixtureAPI, nn.Module):
     # the label network's file only with a label network)
     extra_files = (DISTANCE_FILE, LABEL_FILE, MANIFEST)
 
+    @register_to_config
     def __init__(
         self,
         network: MixScentConfig | None = None,

@@ -32,7 +32,7 @@ from torch import nn
 from common.engine import fit as engine_fit
 from common.engine import make_trainer, shuffled_loader
 from common.errors import CheckpointError
-from common.pretrained import PretrainedMixin, register_model
+from common.pretrained import PretrainedMixin, register_model, register_to_config
 
 from .captions import SYNONYMS, describe, modification_text
 from .data import CIRSplit, Triplet
@@ -162,6 +162,7 @@ class RenderEditor:
 class AttributeClassifier(PretrainedMixin, nn.Module):
     """CNN attribute classifier: (b, 3, 32, 32) -> list of (b, n_values_g) logits, one per group."""
 
+    @register_to_config
     def __init__(self, d: int = 48):
         super().__init__()
         self.d = d

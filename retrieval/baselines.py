@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.pretrained import register_model
+from common.pretrained import register_model, register_to_config
 
 from .model import GroupedAttentionPool
 from .render import NUM_VALUES
@@ -79,6 +79,7 @@ class CombinerCIR(CIRTowers):
     ``encode_query(batch) -> (q (b, E), info)``, ``encode_gallery(batch) -> (b, E)``. Phase-1
     features are global vectors (b, E) (``CIRTowers.alignment_terms``)."""
 
+    @register_to_config
     def __init__(self, config: CombinerConfig | None = None):
         super().__init__()
         self.config = c = config or CombinerConfig()

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from common.pretrained import register_model
+from common.pretrained import register_model, register_to_config
 from moe import Routing, route_topk
 
 from .render import GROUPS, NUM_VALUES
@@ -180,6 +180,7 @@ class MoA3CIR(CIRTowers):
 
     describes_attributes = True
 
+    @register_to_config
     def __init__(self, config: MoA3Config | None = None):
         super().__init__()
         self.config = c = config or MoA3Config()

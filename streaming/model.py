@@ -647,8 +647,3 @@ class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
         """Continue the stream: ``process`` returns ``(completed (B, n), routes (B,))``."""
         return self.process(x, mask, epoch)
 
-
-# scikit-learn builds estimators with any parameter value and validates at fit, and the checkpoint
-# config is ``pretrained_config`` (the parameters): the constructor is not wrapped by common.pretrained,
-# whose wrapper encodes every argument as JSON when the object is built
-MoSAIC.__init__ = MoSAIC.__init__.__wrapped__

@@ -19,7 +19,7 @@ from torch.utils.data import TensorDataset
 from common.data_dir import cache_dir
 from common.engine import make_trainer, shuffled_loader
 from common.errors import CheckpointError, InputError
-from common.pretrained import PretrainedMixin, checkpoint_info, register_model
+from common.pretrained import PretrainedMixin, checkpoint_info, register_model, register_to_config
 
 CLASSIFIER_VERSION = "fmnist_classifier_v4"
 SHIPPED_NAME = "fmnist-classifier"
@@ -32,6 +32,7 @@ class FMNISTClassifier(PretrainedMixin, nn.Module):
     default 32/64/128, 2x2 pooling) and global average pooling give ``features (b, channels[-1])``;
     dropout and a linear head give ``logits (b, 10)``."""
 
+    @register_to_config
     def __init__(self, channels: tuple[int, ...] = (32, 64, 128), dropout: float = 0.2) -> None:
         super().__init__()
         layers, c_in = [], 1

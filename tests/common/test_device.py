@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from apps.hub import main as hub_main
 from common import device as dev
 from common.engine import make_trainer
-from common.pretrained import PretrainedMixin, load_pretrained, register_model
+from common.pretrained import PretrainedMixin, load_pretrained, register_model, register_to_config
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
 
@@ -96,6 +96,7 @@ def test_trainer_and_loader_settings(monkeypatch):
 class _Probe(PretrainedMixin, nn.Module):
     """A two-layer MLP: ``x: (b, 4) -> (b, 1)``."""
 
+    @register_to_config
     def __init__(self, hidden: int = 8):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(4, hidden), nn.ReLU(), nn.Linear(hidden, 1))

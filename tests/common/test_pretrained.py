@@ -25,6 +25,7 @@ from common.pretrained import (
     PretrainedMixin,
     checkpoint_info,
     load_pretrained,
+    register_to_config,
 )
 
 APP_PACKAGES = ("olfaction", "retrieval", "generation3d", "vision", "streaming", "apps")
@@ -347,8 +348,9 @@ class _Cfg:
     tags: tuple = ("a",)
 
 
-def test_constructor_arguments_are_captured_automatically():
+def test_register_to_config_captures_the_constructor_arguments():
     class Probe(PretrainedMixin, nn.Module):
+        @register_to_config
         def __init__(self, depth: int, cfg: _Cfg | None = None, scale: float = 0.5, **options):
             super().__init__()
             self.lin = nn.Linear(depth, depth)
@@ -357,16 +359,25 @@ def test_constructor_arguments_are_captured_automatically():
     assert p.pretrained_config == {"depth": 3, "cfg": {"width": 4, "tags": ["a"]}, "scale": 2.0, "act": "relu"}
 
     class Sub(Probe):  # the outermost constructor's arguments are the config
+        @register_to_config
         def __init__(self, n: int = 2):
             super().__init__(n + 1, _Cfg(width=n))
 
     assert Sub(5).pretrained_config == {"n": 5}
     with pytest.raises(TypeError, match="JSON values or dataclasses"):
         Probe(2, extra_tensor=torch.zeros(1))
+
+    class Undecorated(PretrainedMixin, nn.Module):  # no capture without the decorator
+        def __init__(self, depth: int = 2):
+            super().__init__()
+
+    with pytest.raises(TypeError, match="not decorated with @register_to_config"):
+        Undecorated().pretrained_config
     with pytest.raises(TypeError, match="not registered"):
         p.save_pretrained("unused")
     with pytest.raises(TypeError, match=r"\*args"):
 
         class Bad(PretrainedMixin, nn.Module):
+            @register_to_config
             def __init__(self, *sizes):
                 super().__init__()

@@ -11,7 +11,13 @@ from torch import nn
 
 from common import shipped
 from common.errors import CheckpointError
-from common.pretrained import PretrainedMixin, checkpoint_info, load_pretrained, register_model
+from common.pretrained import (
+    PretrainedMixin,
+    checkpoint_info,
+    load_pretrained,
+    register_model,
+    register_to_config,
+)
 
 MAX_TOTAL_BYTES = 40 * 2**20  # all shipped weights together
 
@@ -20,6 +26,7 @@ MAX_TOTAL_BYTES = 40 * 2**20  # all shipped weights together
 class _Probe(PretrainedMixin, nn.Module):
     """``x: (b, 4) -> (b, 2)``."""
 
+    @register_to_config
     def __init__(self, hidden: int = 16):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(4, hidden), nn.Tanh(), nn.Linear(hidden, 2))

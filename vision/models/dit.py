@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from common.pretrained import register_model
+from common.pretrained import register_model, register_to_config
 from vision.models.layers import (
     DiffusionBackbone,
     FinalLayer,
@@ -52,6 +52,7 @@ class DiTBlock(nn.Module):
 class DiTBackbone(DiffusionBackbone):
     """Small DiT baseline."""
 
+    @register_to_config
     def __init__(
         self,
         sample_size: int = 32,

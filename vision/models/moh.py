@@ -29,7 +29,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from common.errors import InputError
-from common.pretrained import register_model
+from common.pretrained import register_model, register_to_config
 from moe import TopKRouter, dispatch_combine, topk_select
 from vision.models.layers import (
     AdaLNMambaBlock,
@@ -100,6 +100,7 @@ class MoHBackbone(DiffusionBackbone):
             (``MambaMixer``; same results, less activation memory for the large sizes).
     """
 
+    @register_to_config
     def __init__(
         self,
         sample_size: int = 32,

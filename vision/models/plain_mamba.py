@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from common.pretrained import register_model
+from common.pretrained import register_model, register_to_config
 from vision.models.layers import (
     AdaLNMambaBlock,
     DiffusionBackbone,
@@ -26,6 +26,7 @@ class PlainMambaBackbone(DiffusionBackbone):
     """Fixed-depth Mamba backbone; the baseline MoH is compared to at matched parameters
     (``checkpoint_scan`` as in ``MoHBackbone``)."""
 
+    @register_to_config
     def __init__(
         self,
         sample_size: int = 32,

@@ -12,7 +12,7 @@ import torch
 from diffusers import UNet2DModel
 from torch import Tensor
 
-from common.pretrained import register_model
+from common.pretrained import register_model, register_to_config
 from vision.models.layers import DiffusionBackbone
 
 
@@ -21,6 +21,7 @@ class UNetBaseline(DiffusionBackbone):
     """``unet_config``: the ``UNet2DModel`` constructor arguments (its ``config`` without the
     ``_``-prefixed bookkeeping keys)."""
 
+    @register_to_config
     def __init__(self, unet_config: dict) -> None:
         super().__init__()
         self.unet = UNet2DModel.from_config(unet_config)
