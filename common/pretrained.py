@@ -27,8 +27,8 @@ Usage::
     checkpoint_info(path).extra                    # {"fid": 12.3}
 
 Config capture: a model's ``__init__`` is decorated with :func:`register_to_config` (as diffusers'
-models are), so the arguments of the outermost constructor call are recorded (defaults included, ``**kwargs`` flattened, a
-dataclass-typed argument left ``None`` as that dataclass's defaults), so a new constructor
+models are), so the arguments of the outermost constructor call are recorded (defaults included,
+``**kwargs`` flattened, a dataclass-typed argument left ``None`` as that dataclass's defaults), so a new constructor
 argument cannot be forgotten by the save code. Arguments must be JSON values or dataclasses of
 JSON values (else a TypeError at construction).
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 
 def significant(value: float, digits: int = 4) -> float:
     """``value`` rounded to ``digits`` significant digits (what a number on a page means: 0.1094,
     not 0.10938815522327412); NaN and inf unchanged."""
-    import math
-
     if not math.isfinite(value) or value == 0:
         return value
     return round(value, digits - 1 - math.floor(math.log10(abs(value))))

@@ -116,6 +116,15 @@ def resolve_checkpoint(path_or_name: str | os.PathLike, register: bool = True) -
     raise CheckpointError(f"no checkpoint at {text} and no shipped model of that name (shipped: {known})")
 
 
+def machine_description() -> str:
+    """This machine as a manifest's ``trained_on`` says it: ``CPU (<processor>), N torch thread(s)``."""
+    import platform
+
+    import torch
+
+    return f"CPU ({platform.processor() or platform.machine()}), {torch.get_num_threads()} torch thread(s)"
+
+
 def _git_commit(rev: str = "HEAD") -> str:
     """The full hash of ``rev`` in this checkout ("unknown" outside git); a revision git does not
     know is kept as given."""

@@ -91,6 +91,7 @@ class CatalogEngine:
             raise InputError(f"the model {model_dir} changed since {index_dir} was built; rebuild the index")
         self.picks = [it.id for it in self.index.items[:: max(1, len(self.index) // 24)][:24]]
         self.by_id = {it.id: it for it in self.index.items}
+        self.source = str(index_dir)
 
     def image(self, item_id: str) -> np.ndarray:
         """The product's image, or a grey square when its file is gone."""
@@ -124,12 +125,12 @@ def _sources() -> tuple[Path, object]:
     from .data import load_synthetic
     from .gallery import GALLERY_FILE, load_gallery
 
-    model_dir = resolve_checkpoint(os.environ.get(MODEL_ENV) or SHIPPED_MODEL)
-    data = os.environ.get(DATA_ENV)
+    chosen, data = os.environ.get(MODEL_ENV), os.environ.get(DATA_ENV)
+    shipped = None if chosen and data else resolve_checkpoint(SHIPPED_MODEL)  # verified once
+    model_dir = resolve_checkpoint(chosen) if chosen else shipped
     if data:
         return model_dir, load_synthetic(Path(data), "test", "controlled")
-    shipped_dir = resolve_checkpoint(SHIPPED_MODEL)
-    return model_dir, load_gallery(shipped_dir / GALLERY_FILE, SHIPPED_MODEL)
+    return model_dir, load_gallery(shipped / GALLERY_FILE, SHIPPED_MODEL)
 
 
 def get_engine() -> DemoEngine:
@@ -195,30 +196,48 @@ def _gallery(items: list) -> list:
     return [(served_png(np.asarray(img)) if not isinstance(img, str) else img, cap) for img, cap in items]
 
 
-def _products():
-    """The demo gallery's products to pick from and a status line (the tab's demo gallery again
-    after a catalogue index)."""
-    global _CATALOG
+def _demo_engine() -> DemoEngine:
     try:
-        eng = get_engine()
+        return get_engine()
     except Exception as exc:  # noqa: BLE001 - every failure reaches the user as a message
         raise _friendly(exc, "loading the demo model") from exc
+
+
+def _demo_picks(eng: DemoEngine) -> list:
+    return _gallery([(eng.split.images[eng.split.index[i]], i) for i in eng.picks])
+
+
+def _demo_status(eng: DemoEngine) -> str:
+    return f"ready: {len(eng.split.ids)} products of {eng.split.name}"
+
+
+def _products():
+    """The "Demo products" button: the demo gallery's products to pick from and a status line (the
+    tab's demo gallery again after a catalogue index)."""
+    global _CATALOG
+    eng = _demo_engine()
     _CATALOG = None
-    return _gallery([(eng.split.images[eng.split.index[i]], i) for i in eng.picks]), \
-        f"ready: {len(eng.split.ids)} products of {eng.split.name}"
+    return _demo_picks(eng), _demo_status(eng)
 
 
 def _initial_picks() -> list:
-    """The picks when the page opens (empty, with the reason in the status line, when loading fails)."""
+    """The picks when a page opens: those of the catalogue index the tab serves, else of the demo
+    gallery (empty, with the reason in the status line, when it cannot load)."""
+    cat = _CATALOG
+    if cat is not None:
+        return _catalog_picks(cat)
     try:
-        return _products()[0]
+        return _demo_picks(_demo_engine())
     except gr.Error:
         return []
 
 
 def _initial_status() -> str:
+    cat = _CATALOG
+    if cat is not None:
+        return _catalog_status(cat)
     try:
-        return _products()[1]
+        return _demo_status(_demo_engine())
     except gr.Error as exc:
         return f"**error:** {exc.message}"
 
@@ -231,7 +250,15 @@ def _load_catalog(path: str):
     except Exception as exc:  # noqa: BLE001
         raise _friendly(exc, "loading the catalogue index") from exc
     _CATALOG = cat
-    return _gallery([(cat.image(i), i) for i in cat.picks]), f"ready: {len(cat.index)} products of {path}"
+    return _catalog_picks(cat), _catalog_status(cat)
+
+
+def _catalog_picks(cat: CatalogEngine) -> list:
+    return _gallery([(cat.image(i), i) for i in cat.picks])
+
+
+def _catalog_status(cat: CatalogEngine) -> str:
+    return f"ready: {len(cat.index)} products of {cat.source}"
 
 
 def _on_pick(evt: gr.SelectData):

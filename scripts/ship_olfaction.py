@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 from pathlib import Path
 
@@ -46,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from common.data_dir import resolve_data_dir
     from common.io import write_json
-    from common.shipped import ship
+    from common.shipped import machine_description, ship
     from olfaction.data import load_pairs, load_split, split_path
     from olfaction.evaluate import evaluate_predictor
     from olfaction.inference import OnnxPredictor
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                data="DREAM mixture pairs (Bushdid, Snitz 1-3, Ravia 1/2/4) and GS-LF, from ../shared/data/olfaction",
                split="random_cv0: distances fitted on its training rows (network share on its validation rows), "
                      "metrics on its test rows; labels on all of GS-LF",
-               steps=40, seed=0, metrics=metrics, trained_on=f"CPU ({platform.machine()}), 1 torch thread",
+               steps=40, seed=0, metrics=metrics, trained_on=machine_description(),
                wall_s=args.wall_s, smoke="olfaction.predictor:smoke_predict", overwrite=args.overwrite,
                exact=("set/",), max_bytes=MAX_BYTES)
     shipped = MixturePredictor.from_pretrained(NAME)
@@ -73,13 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     onnx = {k: round(v, 4) for k, v in evaluate_predictor(light, pairs, split).items() if isinstance(v, float)}
     assert check["all_pearson"] == metrics["all_pearson"], (check["all_pearson"], metrics["all_pearson"])
     assert abs(onnx["all_pearson"] - metrics["all_pearson"]) < 1e-3, (onnx["all_pearson"], metrics["all_pearson"])
+    size = sum(f.stat().st_size for f in out.iterdir())
     write_json(RESULTS, {"command": "python scripts/ship_olfaction.py --model runs/olf_ship", "model": NAME,
                          "train_command": COMMAND, "split": "random_cv0", "test": metrics,
                          "test_onnx_path": onnx, "weights": dict(zip(("network", "trees", "ridge"),
                                                                      shipped.weights.tolist(), strict=True)),
-                         "size_bytes": sum(f.stat().st_size for f in out.iterdir())})
-    print(f"shipped {out}: test r {metrics['all_pearson']:.3f}, RMSE {metrics['all_rmse']:.3f} "
-          f"({sum(f.stat().st_size for f in out.iterdir()) / 2**20:.1f} MiB)")
+                         "size_bytes": size})
+    print(f"shipped {out}: test r {metrics['all_pearson']:.3f}, RMSE {metrics['all_rmse']:.3f} ({size / 2**20:.1f} MiB)")
     return 0
 
 

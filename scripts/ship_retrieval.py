@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -35,12 +34,6 @@ RESULTS = ROOT / "docs" / "results" / "retrieval" / "shipped.json"
 COMMAND = ("moa3cir build-data --out runs/cir && moa3cir train --root runs/cir --out runs/cir_model_e5 "
            "--phase1-epochs 1 --phase2-epochs 3 --augment 800 --request-emphasis 5 --seed 0")
 TARGET = 0.90  # top-1 obeys the colour / the stripes (issue: first contact)
-
-
-def _machine() -> str:
-    import torch
-
-    return f"CPU ({platform.processor() or platform.machine()}), {torch.get_num_threads()} torch thread(s)"
 
 
 def hub_default(model, gallery) -> dict:
@@ -76,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from common.io import write_json
-    from common.shipped import ship
+    from common.shipped import machine_description, ship
     from retrieval.data import load_synthetic
     from retrieval.embed import embed_gallery, embed_queries
     from retrieval.evaluate import evaluate_split
@@ -102,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "command": "python scripts/ship_retrieval.py --root runs/cir --model runs/cir_model_e5",
         "request_emphasis": model.config.request_emphasis,
-        "model": NAME, "train_command": COMMAND, "machine": _machine(),
+        "model": NAME, "train_command": COMMAND, "machine": machine_description(),
         "test_recall": {k: round(v, 2) for k, v in recall.items()},
         "obedience": obey,
         "targets": {"top1_colour": TARGET, "top1_striped": TARGET,
@@ -122,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                    split="train 3,958 items / 2,500 triplets (+800 augmentation proposals); demo gallery = the "
                          "test split (1,394 items, garments disjoint from training)",
                    steps=int(sum(t.get("stopped", 0) for t in extra.get("training", []))),
-                   seed=0, metrics=metrics, trained_on=_machine(), wall_s=args.wall_s,
+                   seed=0, metrics=metrics, trained_on=machine_description(), wall_s=args.wall_s,
                    smoke="retrieval.registry:smoke_query", overwrite=args.overwrite,
                    extra_files={GALLERY_FILE: save_gallery(test, Path(tmp) / GALLERY_FILE)})
     shipped, _ = load_model(NAME)  # by name, as users get it

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -33,16 +32,10 @@ DATA = "Fashion-MNIST (Debian dataset-fashion-mnist), 28x28 zero-padded to 32x32
 MODELS = {"moh-fmnist": ("moh", "moh_fmnist"), "mamba-fmnist": ("mamba", "mamba_fmnist")}
 
 
-def _machine() -> str:
-    import torch
-
-    return f"CPU ({platform.processor() or platform.machine()}), {torch.get_num_threads()} torch thread(s)"
-
-
 def ship_classifier(overwrite: bool) -> None:
     import torch
 
-    from common.shipped import ship
+    from common.shipped import machine_description, ship
     from vision.classifier import EPOCHS, accuracy, train_classifier
     from vision.data import fashion_mnist_images
 
@@ -57,7 +50,7 @@ def ship_classifier(overwrite: bool) -> None:
     path = ship(model, "fmnist-classifier", ROOT / "vision", command="python scripts/ship_vision.py classifier",
                 data=DATA, split="train 60,000 / test 10,000 (the dataset's own split)", steps=EPOCHS * len(x) // 128,
                 seed=0, metrics={"test_accuracy": acc, "train_images": int(len(x)), "epochs": EPOCHS},
-                trained_on=_machine(), wall_s=round(wall, 1), smoke="vision.classifier:smoke_classify",
+                trained_on=machine_description(), wall_s=round(wall, 1), smoke="vision.classifier:smoke_classify",
                 overwrite=overwrite)
     print(f"shipped {path}")
 
@@ -67,7 +60,7 @@ def ship_moh(runs: Path, n: int, steps: int, n_real: int, overwrite: bool, only:
     import torch
 
     from common.io import write_json
-    from common.shipped import ship, steps_to_reach
+    from common.shipped import machine_description, ship, steps_to_reach
     from vision.classifier import get_classifier
     from vision.data import fashion_mnist_images
     from vision.evaluate import feature_encoder
@@ -134,7 +127,7 @@ def ship_moh(runs: Path, n: int, steps: int, n_real: int, overwrite: bool, only:
         path = ship(model, name, ROOT / "vision",
                     command=f"moh train --preset fmnist --model {backbone} --out runs/ship/{run_name} --resume",
                     data=DATA, split="train 60,000 (all) / metrics on the test split", steps=int(state["step"]),
-                    seed=int(state["config"]["seed"]), metrics=keep, trained_on=_machine(),
+                    seed=int(state["config"]["seed"]), metrics=keep, trained_on=machine_description(),
                     wall_s=round(wall, 1), smoke="vision.sampling:smoke_sample", overwrite=overwrite, commit=commit,
                     extra_files={SCHEDULER_FILE: runs / run_name / "checkpoint" / SCHEDULER_FILE})
         print(f"shipped {path}")

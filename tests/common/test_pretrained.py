@@ -372,7 +372,7 @@ def test_register_to_config_captures_the_constructor_arguments():
             super().__init__()
 
     with pytest.raises(TypeError, match="not decorated with @register_to_config"):
-        Undecorated().pretrained_config
+        _ = Undecorated().pretrained_config
     with pytest.raises(TypeError, match="not registered"):
         p.save_pretrained("unused")
     with pytest.raises(TypeError, match=r"\*args"):
