@@ -4,36 +4,60 @@
   steps with a constant step ``η``.
 * ``Petrels``: one rank-``d`` subspace, PETRELS (Chi, Eldar & Calderbank, 2013): per-row
   recursive least squares with forgetting factor ``λ``.
-* ``k_grouse``: ``K`` random experts, routed by residual and updated by GROUSE with constant step,
-  no pretraining, no change detection.
-* ``KGrousePretrained`` (``kgrouse_pretrained``): MoSAIC's pretraining (``train.fit``),
-  then routing by residual (``linalg.residual_scores``) and a plain GROUSE step of constant size
-  ``KGROUSE_ETA`` on the routed expert: the baseline that isolates MoSAIC's online mechanisms.
-* ``mosaic_no_pretrain``: MoSAIC's online phase (schedule + change detection) from random bases.
+* ``KGrouse``: ``K`` experts routed by residual and updated by GROUSE steps of constant size; fitted,
+  with MoSAIC's pretraining and ``KGROUSE_ETA`` (the pretrained k-GROUSE, the baseline that isolates
+  MoSAIC's online mechanisms); unfitted, from random experts (k-GROUSE). MoSAIC without pretraining
+  is an unfitted ``MoSAIC``.
 * ``offline_kss``: batch k-subspaces on the whole stream (sees the future), a reference.
 * ``oracle_completion``: true subspace and label of every sample, a lower bound.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import torch
+import copy
 
-from streaming import train
+import numpy as np
+
 from streaming.config import MoSAICConfig
 from streaming.kss import k_subspaces_missing
-from streaming.linalg import batch_fit, fit_observed, grouse_step, orthonormalize, residual_scores
+from streaming.linalg import batch_fit, fit_observed, grouse_step, orthonormalize
 from streaming.model import MoSAIC
-from streaming.observed import as_observed
 
 #: constant GROUSE step of the pretrained k-GROUSE, chosen from ``KGROUSE_ETA_GRID`` on the stress
-#: suite's tuning seeds (``mosaic bench --suite stress --tune``; ``streaming.stress.TUNING_SEEDS``)
+#: suite's tuning seeds (``python -m experiments.streaming.stress_tuning --eta-grid``; ``streaming.bench.TUNING_SEEDS``)
 KGROUSE_ETA = 0.5
 KGROUSE_ETA_GRID = (0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 
 
-class Grouse:
-    """GROUSE on one rank-``d`` subspace ``U (n, d)``; ``route`` is always −1."""
+class SingleSubspace:
+    """A method tracking one subspace ``U (n, d)``, streamed as MoSAIC is: ``process`` completes and
+    updates on each sample in order (the subclass's ``step`` on its observed part) and returns the
+    completions ``(B, n)`` and routes ``(B,)`` (always −1); ``bases_`` is ``(1, n, d)``."""
+
+    U: np.ndarray
+
+    def step(self, idx: np.ndarray, xo: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def process(self, x: np.ndarray, mask: np.ndarray | None = None, epoch=None) -> tuple[np.ndarray, np.ndarray]:
+        x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+        M = ~np.isnan(x) if mask is None else np.asarray(mask, bool)
+        completed = np.empty_like(x)
+        for j in range(x.shape[0]):
+            idx = np.flatnonzero(M[j])
+            completed[j] = self.step(idx, x[j, idx])
+        return completed, np.full(x.shape[0], -1, np.int64)
+
+    @property
+    def bases_(self) -> np.ndarray:
+        return self.U[None]
+
+    def memory_bytes(self) -> int:
+        return int(sum(v.nbytes for v in vars(self).values() if isinstance(v, np.ndarray)))
+
+
+class Grouse(SingleSubspace):
+    """GROUSE on one rank-``d`` subspace ``U (n, d)`` with a constant step ``eta``."""
 
     def __init__(self, n: int, d: int, eta: float = 0.3, seed: int = 0) -> None:
         rng = np.random.default_rng(seed)
@@ -41,22 +65,16 @@ class Grouse:
         self.U = orthonormalize(rng.standard_normal((n, self.d)))
         self.eta = eta
 
-    def step(self, idx, xo, epoch=None):
+    def step(self, idx: np.ndarray, xo: np.ndarray) -> np.ndarray:
         w, _ = fit_observed(self.U[None], idx, xo)
         completion = self.U @ w[0]
         completion[idx] = xo
         if idx.size > self.d:
             grouse_step(self.U, idx, xo, w[0], self.eta)
-        return completion, -1
-
-    def subspaces(self):
-        return self.U[None].copy()
-
-    def memory_bytes(self) -> int:
-        return int(self.U.nbytes)
+        return completion
 
 
-class Petrels:
+class Petrels(SingleSubspace):
     """PETRELS on one rank-``d`` subspace ``U (n, d)`` with per-row inverse covariances
     ``R⁻¹ (n, d, d)``. For each observed row i: ``R_i ← λ R_i + w wᵀ`` (Sherman–Morrison on the
     inverse) and ``U_i ← U_i + (x_i − U_i w) R_i⁻¹ w``, with ``w`` the least-squares coefficient."""
@@ -68,7 +86,7 @@ class Petrels:
         self.Rinv = np.tile(np.eye(self.d) / delta, (n, 1, 1))
         self.lam = lam
 
-    def step(self, idx, xo, epoch=None):
+    def step(self, idx: np.ndarray, xo: np.ndarray) -> np.ndarray:
         Uo = self.U[idx]
         G = Uo.T @ Uo + 1e-8 * np.eye(self.d)
         w = np.linalg.solve(G, Uo.T @ xo)
@@ -81,88 +99,46 @@ class Petrels:
         self.Rinv[idx] = Ri
         err = xo - Uo @ w
         self.U[idx] += err[:, None] * (Ri @ w)
-        return completion, -1
+        return completion
 
-    def subspaces(self):
+    @property
+    def bases_(self) -> np.ndarray:
         return orthonormalize(self.U)[None]
 
-    def memory_bytes(self) -> int:
-        return int(self.U.nbytes + self.Rinv.nbytes)
 
+class KGrouse(MoSAIC):
+    """k-GROUSE (Balzano et al.): ``K`` experts, each sample routed to the one with the least residual
+    (``linalg.residual_scores``, ridge ``λ``), completed by its fit, and one GROUSE step of constant
+    size ``eta`` on that expert. Nothing else: no step-size schedule, epoch handling, change detection
+    or completion cap. ``fit`` pretrains the experts exactly as MoSAIC's (the pretrained k-GROUSE, the
+    baseline that isolates MoSAIC's online mechanisms); unfitted, the experts start from random bases
+    drawn from ``seed`` (the classic k-GROUSE). Epochs passed to it change nothing."""
 
-def k_grouse(r: int, K: int, eta: float = 0.3, seed: int = 0) -> MoSAIC:
-    """k-GROUSE: MoSAIC's routing with constant-step GROUSE updates, no pretraining or detection
-    (``n`` is learned from the first samples streamed)."""
-    return MoSAIC(r, K, schedule="constant", eta0=eta, eta_min=eta, detect=False, seed=seed)
+    schedule = "constant"
+    detect = False
+    completion_cap = 0.0
 
-
-class KGrousePretrained:
-    """Pretrained k-GROUSE: ``K`` experts ``bases (K, n, r)`` pretrained exactly as MoSAIC's
-    (``fit``), then per sample: route to ``k = argmin_k residual_scores`` (ridge ``λ`` from
-    pretraining), complete with expert ``k``'s fit, one GROUSE step of constant size ``eta`` on
-    expert ``k``. Nothing else: no schedule, no epoch handling, no change detection. The routing of
-    the pretraining runs on ``device`` (None: the CPU)."""
-
-    def __init__(self, n: int, r: int, K: int, eta: float = KGROUSE_ETA, seed: int = 0,
-                 pretrain_restarts: int = MoSAICConfig.pretrain_restarts, device: torch.device | None = None) -> None:
-        MoSAICConfig(n=n, r=r, K=K, eta0=eta, eta_min=eta, seed=seed).validate()
-        self.n, self.r, self.K, self.eta, self.seed = n, r, K, eta, seed
+    def __init__(self, r: int, K: int, *, eta: float = KGROUSE_ETA,
+                 pretrain_restarts: int = MoSAICConfig.pretrain_restarts, seed: int = MoSAICConfig.seed) -> None:
+        self.r = r
+        self.K = K
+        self.eta = eta
         self.pretrain_restarts = pretrain_restarts
-        self.device = device
-        self.bases = orthonormalize(np.random.default_rng(seed).standard_normal((K, n, r)))
-        self.ridge = 1e-10
-        self.n_updates = np.zeros(K, np.int64)
+        self.seed = seed
 
-    def fit(self, source: np.ndarray, mask: np.ndarray | None = None) -> KGrousePretrained:
-        """Pretrain on ``source (S, n)`` (NaN = unobserved): MoSAIC's defaults of ``MoSAICConfig``."""
-        X0, M = as_observed(source, mask, self.n)
-        c = MoSAICConfig(n=self.n, r=self.r, K=self.K, seed=self.seed, pretrain_restarts=self.pretrain_restarts)
-        result, self.ridge = train.fit(
-            X0, M, self.K, self.r, restarts=c.pretrain_restarts, seed=c.seed, repair_rounds=c.pretrain_repair,
-            device=self.device)
-        self.bases = result.bases.copy()
-        return self
+    @property
+    def eta0(self) -> float:
+        return self.eta
 
     @classmethod
-    def from_mosaic(cls, model: MoSAIC, eta: float = KGROUSE_ETA) -> KGrousePretrained:
-        """The same pretrained experts and ridge as a freshly ``fit`` MoSAIC (what ``fit`` with the
-        same seed and restarts gives, without pretraining twice)."""
-        kg = cls(model.n, model.r, model.K, eta=eta, seed=model.seed,
-                 pretrain_restarts=model.pretrain_restarts)
-        kg.bases, kg.ridge = model.bases.copy(), model.ridge
+    def from_mosaic(cls, model: MoSAIC, eta: float = KGROUSE_ETA) -> KGrouse:
+        """The pretrained k-GROUSE on a fitted MoSAIC's experts and ridge: what ``fit`` with the same
+        source, seed and restarts gives, without pretraining twice."""
+        kg = cls(model.r, model.K, eta=eta, pretrain_restarts=model.pretrain_restarts, seed=model.seed)
+        kg.n_features_in_ = model.n_features_in_
+        for name, comp in copy.deepcopy(model.components()).items():
+            setattr(kg, name + "_", comp)
         return kg
-
-    def step(self, idx: np.ndarray, xo: np.ndarray, epoch: int | None = None) -> tuple[np.ndarray, int]:
-        """One sample ``idx (m,)``, ``xo (m,)`` -> ``(completion (n,), routed expert)`` (before the update)."""
-        w, score = residual_scores(self.bases, idx, xo, self.ridge)
-        k = int(score.argmin())
-        p = self.bases[k] @ w[k]
-        completion = p.copy()
-        completion[idx] = xo
-        if idx.size > self.r:  # with m <= r the fit is exact whatever the subspace
-            grouse_step(self.bases[k], idx, xo, w[k], self.eta, p=p)
-            self.n_updates[k] += 1
-            if self.n_updates[k] % 100 == 0:  # ridge fits leave the step slightly off-orthogonal
-                self.bases[k] = orthonormalize(self.bases[k])
-        return completion, k
-
-    def subspaces(self) -> np.ndarray:
-        return self.bases.copy()
-
-    def memory_bytes(self) -> int:
-        return int(self.bases.nbytes + self.n_updates.nbytes)
-
-
-def kgrouse_pretrained(n: int, r: int, K: int, source: np.ndarray, eta: float = KGROUSE_ETA, seed: int = 0,
-                       pretrain_restarts: int = MoSAICConfig.pretrain_restarts) -> KGrousePretrained:
-    """The pretrained k-GROUSE baseline, fitted on ``source (S, n)`` (NaN = unobserved)."""
-    return KGrousePretrained(n, r, K, eta=eta, seed=seed, pretrain_restarts=pretrain_restarts).fit(source)
-
-
-def mosaic_no_pretrain(r: int, K: int, seed: int = 0, **kwargs) -> MoSAIC:
-    """MoSAIC's online phase from random bases (the ablation "MoSAIC without pretraining"; ``n`` is
-    learned from the first samples streamed)."""
-    return MoSAIC(r, K, seed=seed, **kwargs)
 
 
 def _complete_with(bases_per_sample: np.ndarray, X0: np.ndarray, M: np.ndarray, ridge: float) -> np.ndarray:

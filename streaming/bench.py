@@ -1,284 +1,303 @@
-"""Benchmark: MoSAIC vs baselines on the standard configs × drift kinds × seeds.
+"""The benchmark behind the README's table (``mosaic bench``, the stress suite): MoSAIC against the
+pretrained k-GROUSE, on streams from generator families it was not tuned on.
 
-Writes ``trials.csv`` (tidy: one row per config, drift, seed, method), ``summary.csv`` and
-``summary.md`` (mean ± 95% CI over seeds), ``targets.json`` (the issue's targets, checked),
-and ``curve_<config>_<drift>.png`` (per-sample completion error over time, drift points marked).
+A *cell* is ``family/obsPP/spec/epochs``:
+
+* ``family``: a generator of ``streaming.data`` (``FAMILIES``): drift kinds (per-subspace geodesic,
+  shared rotation, independent rotations, random walk inside epochs, abrupt replacement, abrupt +
+  gradual) and, on the geodesic drift, non-uniform observation probabilities, heavy-tailed noise,
+  class imbalance (one class 5 %), data not unit-scaled;
+* ``obsPP``: observed fraction 20 / 35 / 50 %;
+* ``spec``: the model's ``K`` and ``r`` exact, or over-/under-specified by one (``K+1``, ``K-1``,
+  ``r+1``, ``r-1``; the oracle always knows the truth);
+* ``epochs``: the epoch of every sample ``given`` to the models or ``withheld``.
+
+Every (family, obs, spec) stream is drawn once per seed; both epoch settings see the same stream
+and the same pretrained experts (paired). Test seeds and tuning seeds are disjoint
+(``TEST_SEEDS``, ``TUNING_SEEDS``): defaults and the k-GROUSE step are chosen on tuning seeds only
+(``python -m experiments.streaming.stress_tuning``: the tuning seeds, the ablations of MoSAIC's online
+mechanisms and the k-GROUSE step grid).
+
+Writes ``trials.csv`` (one row per cell, seed, method), ``summary.csv`` (mean, standard deviation,
+min and max over seeds per cell and method), ``cells.png`` (NRMSE per cell and method) and ``summary.json`` (the same, the per-cell comparison
+MoSAIC vs k-GROUSE vs oracle, the issue's targets, the seeds and the command).
 """
 
 from __future__ import annotations
 
 import copy
+import fnmatch
+import math
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from common.errors import InputError
 from common.io import write_csv, write_json
 from common.report import markdown_table
-from streaming.harness import announce, limit_threads, map_jobs
+from streaming.harness import announce, limit_threads, map_jobs, run_online
 
-METHODS = ("mosaic", "kgrouse_pretrained", "mosaic-nopretrain", "k-grouse", "grouse-r", "grouse-Kr", "petrels", "offline-kss", "oracle")
-#: observed fraction per config: 40%, except (25, 5, 5) where K·r = n and m ≈ 10 leaves 5 residual
-#: dof per sample; there pretraining does not separate the clusters at 40% (measured), at 50% it does
-OBS_FRAC = {"25-5-5": 0.5}
-#: the offline reference sees the whole stream and costs more than all online methods together:
-#: it runs on the first seeds only (its rows say how many), so the 10-seed bench fits in ~20 min
-REFERENCE_SEEDS = 2
-METRICS = ("nrmse", "nrmse_last_epoch", "subspace_err_final", "subspace_err_after_drift", "routing_acc",
-           "recovery_mean", "recovered_frac", "us_per_sample", "memory_bytes")
+#: true (n, r, K) of every stress stream, its epochs and their length
+SHAPE = (60, 4, 4)
+EPOCHS = 4
+SAMPLES_PER_EPOCH = 400
+#: StreamConfig overrides of each family (on top of SHAPE, EPOCHS, SAMPLES_PER_EPOCH, noise 0.05)
+FAMILIES: dict[str, dict] = {
+    "geodesic": {"drift": "rotation", "angle_rad": 0.1},
+    "shared_rotation": {"drift": "shared_rotation", "angle_rad": 0.2},
+    "independent_rotation": {"drift": "independent_rotation", "angle_rad": 0.2},
+    "random_walk": {"drift": "random_walk", "walk_rad": 0.01},
+    "abrupt": {"drift": "abrupt", "n_replace": 1},
+    "mixed": {"drift": "mixed", "angle_rad": 0.1, "n_replace": 1},
+    "nonuniform_obs": {"drift": "rotation", "angle_rad": 0.1, "obs_spread": 0.9},
+    "heavy_tail": {"drift": "rotation", "angle_rad": 0.1, "noise_dof": 2.5},
+    "imbalance": {"drift": "rotation", "angle_rad": 0.1, "proportions": [0.05, 0.95 / 3, 0.95 / 3, 0.95 / 3]},
+    "scaled": {"drift": "rotation", "angle_rad": 0.1, "scale": 100.0, "coord_scale_spread": 0.7},
+}
+OBS_FRACS = (0.2, 0.35, 0.5)
+#: (ΔK, Δr) of the model against the truth
+SPECS: dict[str, tuple[int, int]] = {"exact": (0, 0), "K+1": (1, 0), "K-1": (-1, 0), "r+1": (0, 1), "r-1": (0, -1)}
+EPOCH_INFO = ("given", "withheld")
+#: stream seeds (``StreamConfig.seed``); the model seed is the index in the tuple
+TEST_SEEDS = (50_000, 50_001, 50_002, 50_003, 50_004)
+TUNING_SEEDS = (60_000, 60_001, 60_002)
+#: what ``--suite stress`` runs without ``--cells`` / ``--families``: every family at 35 % observed,
+#: K and r exact, with and without epochs (20 cells, a few minutes on one core)
+DEFAULT_CELLS = ("*/obs35/exact/*",)
+METHODS = ("mosaic", "kgrouse_pretrained", "mosaic_no_pretrain", "grouse", "petrels", "oracle")
+
+def auto_kr_cell(family: str, obs_frac: float) -> str:
+    """Name of an auto-kr cell, ``family/obsPP`` (the stress cell name without spec and epochs)."""
+    return f"{family}/obs{round(100 * obs_frac)}"
 
 
-def run_trial(
-    config: str, drift: str, seed: int, quick: bool = False, methods=METHODS, keep_curves: bool = False,
-    obs_frac: float | None = None, device: torch.device | None = None,
-) -> tuple[list[dict], dict]:
-    """One stream, every method. Returns tidy rows and (if ``keep_curves``) per-sample errors.
-    ``obs_frac`` overrides the config's observed fraction (``OBS_FRAC``, else 0.4); MoSAIC's routing
-    runs on ``device`` (None: the CPU)."""
-    from streaming.baselines import (
-        Grouse,
-        KGrousePretrained,
-        Petrels,
-        k_grouse,
-        mosaic_no_pretrain,
-        offline_kss,
-        oracle_completion,
-    )
-    from streaming.data import STANDARD_CONFIGS, StreamConfig, generate_stream
-    from streaming.evaluate import per_sample_nrmse, summarize
-    from streaming.harness import run_online
+def cell_name(family: str, obs_frac: float, spec: str, epochs: str) -> str:
+    return f"{auto_kr_cell(family, obs_frac)}/{spec}/{epochs}"
+
+
+def all_cells() -> list[str]:
+    return [cell_name(f, o, s, e) for f in FAMILIES for o in OBS_FRACS for s in SPECS for e in EPOCH_INFO]
+
+
+def select_cells(patterns=None, families=None) -> list[str]:
+    """Cells matching any of the glob ``patterns`` (default ``DEFAULT_CELLS``; ``all`` = every cell)
+    and, when given, one of ``families``. InputError for an unknown family or a pattern matching nothing."""
+    for f in families or ():
+        if f not in FAMILIES:
+            raise InputError(f"unknown family {f!r}; choose from {sorted(FAMILIES)}")
+    patterns = list(patterns or DEFAULT_CELLS)
+    if "all" in patterns:
+        patterns = ["*"]
+    cells = []
+    for c in all_cells():
+        if any(fnmatch.fnmatchcase(c, p) for p in patterns) and (not families or c.split("/")[0] in families):
+            cells.append(c)
+    if not cells:
+        raise InputError(f"no stress cell matches {patterns} (cells are family/obsPP/spec/epochs, "
+                         f"e.g. {all_cells()[0]}; families {sorted(FAMILIES)})")
+    return cells
+
+
+def stream_config(family: str, obs_frac: float, seed: int):
+    from streaming.data import StreamConfig
+
+    n, r, K = SHAPE
+    return StreamConfig(n=n, r=r, K=K, obs_frac=obs_frac, epochs=EPOCHS, samples_per_epoch=SAMPLES_PER_EPOCH,
+                        seed=seed, **FAMILIES[family])
+
+
+def nrmse_rows(stream, completed: np.ndarray) -> dict:
+    from streaming.evaluate import nrmse_unobserved
+
+    per_epoch = [nrmse_unobserved(completed[stream.epoch == e], stream.full[stream.epoch == e],
+                                  stream.values[stream.epoch == e]) for e in range(EPOCHS)]
+    return {"nrmse": nrmse_unobserved(completed, stream.full, stream.values), "nrmse_last_epoch": per_epoch[-1],
+            "nrmse_worst_epoch": float(np.nanmax(per_epoch))}
+
+
+def trial_row(stream, family: str, obs_frac: float, spec: str, epochs: str, seed: int, method: str, K: int, r: int,
+              completed: np.ndarray, us: float, extra: dict | None = None) -> dict:
+    """One row of ``trials.csv``: a method's completion ``(T, n)`` of a stream, its NRMSEs and time."""
+    return {"cell": cell_name(family, obs_frac, spec, epochs), "family": family, "obs_frac": obs_frac,
+            "spec": spec, "epochs": epochs, "seed": seed, "method": method, "K": K, "r": r,
+            **nrmse_rows(stream, completed), "us_per_sample": us, **(extra or {})}
+
+
+def stream_model(model, stream, epochs: str) -> tuple[np.ndarray, float]:
+    """Stream ``stream`` through ``model`` with its epochs ``given`` or ``withheld``: the completion
+    ``(T, n)`` and microseconds per sample."""
+    run = run_online(model, stream.values, stream.epoch if epochs == "given" else None)
+    return run.completed, run.time_per_sample_s * 1e6
+
+
+def group_stream(family: str, obs_frac: float, spec: str, seed: int):
+    """The stream of a (family, obs_frac, seed) group and the model's ``(K, r)`` for ``spec``."""
+    from streaming.data import generate_stream
+
+    n, r_true, K_true = SHAPE
+    dK, dr = SPECS[spec]
+    return generate_stream(stream_config(family, obs_frac, seed)), K_true + dK, r_true + dr
+
+
+def run_group(family: str, obs_frac: float, spec: str, seed_index: int, seed: int, epoch_settings=EPOCH_INFO,
+              device: torch.device | None = None) -> list[dict]:
+    """One stream (``family``, ``obs_frac``, stream seed ``seed``) and every method, for each epoch
+    setting in ``epoch_settings``: rows of ``trials.csv``. Methods that ignore epochs (k-GROUSE,
+    GROUSE, PETRELS, the oracle) run once and are reported under each setting. MoSAIC's routing runs
+    on ``device`` (None: the CPU)."""
+    from streaming.baselines import Grouse, KGrouse, Petrels, oracle_completion
     from streaming.model import MoSAIC
 
     limit_threads()
-    n, r, K = STANDARD_CONFIGS[config]
-    spe = (100 if quick else 200) * K
-    frac = obs_frac if obs_frac is not None else OBS_FRAC.get(config, 0.4)
-    cfg = StreamConfig(n=n, r=r, K=K, obs_frac=frac, drift=drift, epochs=4, samples_per_epoch=spe, seed=1000 + seed)
-    stream = generate_stream(cfg)
-    every = max(spe // 10, 1)
-    rows, curves = [], {}
-    pretrained = None  # MoSAIC's pretrained experts, shared with the pretrained k-GROUSE
-    base = {"config": config, "drift": drift, "seed": seed, "obs_frac": cfg.obs_frac, "T": stream.values.shape[0]}
-    for method in methods:
-        if method == "offline-kss" and seed >= REFERENCE_SEEDS:
-            continue
-        t0 = time.perf_counter()
-        run = None
-        if method == "oracle":
-            completed, routes = oracle_completion(stream.values, stream.labels, stream.epoch, stream.bases, cfg.noise_std), stream.labels
-        elif method == "offline-kss":
-            completed, routes, _ = offline_kss(stream.values, K, r, seed=seed, restarts=2)
-        else:
-            if method in ("mosaic", "kgrouse_pretrained"):
-                if pretrained is None:
-                    pretrained = MoSAIC(r, K, seed=seed, pretrain_restarts=3 if quick else 16).to(device).fit(stream.source_values)
-                model = copy.deepcopy(pretrained) if method == "mosaic" else KGrousePretrained.from_mosaic(pretrained)
-            elif method == "mosaic-nopretrain":
-                model = mosaic_no_pretrain(r, K, seed=seed)
-            elif method == "k-grouse":
-                model = k_grouse(r, K, seed=seed)
-            elif method == "grouse-r":
-                model = Grouse(n, r, seed=seed)
-            elif method == "grouse-Kr":
-                model = Grouse(n, K * r, seed=seed)
-            elif method == "petrels":
-                model = Petrels(n, r, seed=seed)
-            else:
-                raise ValueError(f"unknown method {method}")
-            run = run_online(model, stream.values, stream.epoch, snapshot_every=every, name=method)
-            completed, routes = run.completed, run.routes
-        row = {**base, "method": method, **summarize(stream, completed, routes, run), "wall_s": time.perf_counter() - t0}
-        rows.append(row)
-        if keep_curves:
-            curves[method] = per_sample_nrmse(completed, stream.full, stream.values)
-    if keep_curves:
-        curves["_drifts"] = np.asarray(stream.drift_points())
-    return rows, curves
+    stream, K, r = group_stream(family, obs_frac, spec, seed)
+    n = SHAPE[0]
+    t0 = time.perf_counter()
+    mosaic = MoSAIC(r, K, seed=seed_index).to(device).fit(stream.source_values)
+    pretrain_s = time.perf_counter() - t0
+    once = {"kgrouse_pretrained": stream_model(KGrouse.from_mosaic(mosaic), stream, "withheld"),
+            "grouse": stream_model(Grouse(n, r, seed=seed_index), stream, "withheld"),
+            "petrels": stream_model(Petrels(n, r, seed=seed_index), stream, "withheld")}
+    # the MAP ridge σ² r / n is relative to the coefficients' variance: the same at any data scale
+    oracle = oracle_completion(stream.values, stream.labels, stream.epoch, stream.bases,
+                               stream_config(family, obs_frac, seed).noise_std, stream.sample_bases)
+    once["oracle"] = (oracle, float("nan"))
+    rows: list[dict] = []
+    for epochs in epoch_settings:
+        def row(method, completed, us, extra=None, epochs=epochs):
+            return trial_row(stream, family, obs_frac, spec, epochs, seed, method, K, r, completed, us, extra)
 
-
-def _trial_star(args):
-    return run_trial(*args)
-
-
-def fashion_trial(seed: int = 0, quick: bool = False, K_r: tuple[int, int] = (5, 10),
-                  device: torch.device | None = None) -> list[dict]:
-    """Fashion-MNIST stream (5 classes, 14×14, 40% observed): completion NRMSE per method."""
-    from streaming.baselines import Grouse, KGrousePretrained, Petrels, k_grouse, mosaic_no_pretrain
-    from streaming.evaluate import nrmse_unobserved, routing_accuracy
-    from streaming.fashion import fashion_mnist_stream
-    from streaming.harness import run_online
-    from streaming.model import MoSAIC
-
-    limit_threads()
-    K, r = K_r
-    stream = fashion_mnist_stream(samples_per_epoch=400 if quick else 1000, source_per_class=150 if quick else 300, seed=seed)
-    n = stream.n
-    pretrained = MoSAIC(r, K, seed=seed, pretrain_restarts=2 if quick else 4).to(device).fit(stream.source_values)
-    models = {
-        "mosaic": lambda: copy.deepcopy(pretrained),
-        "kgrouse_pretrained": lambda: KGrousePretrained.from_mosaic(pretrained),
-        "mosaic-nopretrain": lambda: mosaic_no_pretrain(r, K, seed=seed),
-        "k-grouse": lambda: k_grouse(r, K, seed=seed),
-        "grouse-r": lambda: Grouse(n, r, seed=seed),
-        "grouse-Kr": lambda: Grouse(n, K * r, seed=seed),
-        "petrels": lambda: Petrels(n, r, seed=seed),
-    }
-    rows = []
-    for name, make in models.items():
-        t0 = time.perf_counter()
-        model = make()  # (the shared pretraining is not in MoSAIC's and k-GROUSE's wall_s)
-        run = run_online(model, stream.values, stream.epoch, name=name)
-        rows.append({
-            "config": "fashion-mnist", "drift": "mix+appearance", "seed": seed, "method": name,
-            "nrmse": nrmse_unobserved(run.completed, stream.full, stream.values),
-            "routing_acc": routing_accuracy(run.routes, stream.labels, stream.epoch) if (run.routes >= 0).any() else float("nan"),
-            "us_per_sample": run.time_per_sample_s * 1e6, "wall_s": time.perf_counter() - t0,
-        })
+        model = copy.deepcopy(mosaic)
+        completed, us = stream_model(model, stream, epochs)
+        rows.append(row("mosaic", completed, us, {"pretrain_s": pretrain_s, "reseeds": len(model.reseeds_)}))
+        rows.append(row("mosaic_no_pretrain", *stream_model(MoSAIC(r, K, seed=seed_index), stream, epochs)))
+        rows.extend(row(name, completed, us) for name, (completed, us) in once.items())
     return rows
 
 
-def aggregate(rows: list[dict]) -> list[dict]:
-    """Mean ± 95% CI over seeds for each (config, drift, method)."""
-    from streaming.evaluate import mean_ci
+def _group_star(args):
+    return run_group(*args[:-1], device=args[-1])
 
-    keys = sorted({(r["config"], r["drift"], r["method"]) for r in rows}, key=lambda k: (k[0], k[1], METHODS.index(k[2]) if k[2] in METHODS else 99))
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Mean, standard deviation (ddof 1), min and max of each metric over seeds, per (cell, method)."""
+    keys = sorted({(r["cell"], r["method"]) for r in rows},
+                  key=lambda k: (k[0], METHODS.index(k[1]) if k[1] in METHODS else 99, k[1]))
     out = []
-    for cfg, drift, method in keys:
-        sel = [r for r in rows if (r["config"], r["drift"], r["method"]) == (cfg, drift, method)]
-        row = {"config": cfg, "drift": drift, "method": method, "seeds": len(sel)}
-        for m in METRICS:
-            if m in sel[0]:
-                mean, half = mean_ci([r.get(m, float("nan")) for r in sel])
-                row[m] = mean
-                row[m + "_ci"] = half
+    for cell, method in keys:
+        sel = [r for r in rows if (r["cell"], r["method"]) == (cell, method)]
+        row = {"cell": cell, "method": method, "seeds": len(sel)}
+        for metric in ("nrmse", "nrmse_last_epoch", "nrmse_worst_epoch", "us_per_sample"):
+            v = np.array([r[metric] for r in sel], float)
+            v = v[np.isfinite(v)]
+            row[metric] = float(v.mean()) if v.size else float("nan")
+            row[metric + "_sd"] = float(v.std(ddof=1)) if v.size > 1 else 0.0
+            if metric == "nrmse":
+                row["nrmse_min"], row["nrmse_max"] = (float(v.min()), float(v.max())) if v.size else (math.nan,) * 2
         out.append(row)
     return out
 
 
-def check_targets(summary: list[dict]) -> dict:
-    """The issue's benchmark targets, evaluated on the aggregated rows (synthetic configs)."""
-    synth = [r for r in summary if r["config"] != "fashion-mnist"]
-
-    def get(cfg, drift, method, metric):
-        for r in synth:
-            if (r["config"], r["drift"], r["method"]) == (cfg, drift, method):
-                return r.get(metric, float("nan"))
-        return float("nan")
-
-    groups = sorted({(r["config"], r["drift"]) for r in synth})
-    baselines = [m for m in METHODS if m not in ("mosaic", "oracle", "offline-kss")]
-    t: dict = {"per_group": []}
-    for cfg, drift in groups:
-        mo_n, mo_s = get(cfg, drift, "mosaic", "nrmse"), get(cfg, drift, "mosaic", "subspace_err_final")
-        best_n = np.nanmin([get(cfg, drift, m, "nrmse") for m in baselines])
-        best_s = np.nanmin([get(cfg, drift, m, "subspace_err_final") for m in baselines])
-        kg = get(cfg, drift, "k-grouse", "subspace_err_after_drift")
-        orc = get(cfg, drift, "oracle", "nrmse")
-        t["per_group"].append({
-            "config": cfg, "drift": drift, "mosaic_nrmse": mo_n, "best_baseline_nrmse": best_n,
-            "mosaic_subspace_err": mo_s, "best_baseline_subspace_err": best_s,
-            "after_drift_ratio_vs_kgrouse": get(cfg, drift, "mosaic", "subspace_err_after_drift") / kg,
-            "nrmse_ratio_vs_oracle": mo_n / orc, "mosaic_recovery": get(cfg, drift, "mosaic", "recovery_mean"),
-            "kgrouse_recovery": get(cfg, drift, "k-grouse", "recovery_mean"),
-            "us_ratio_vs_K_grouse": get(cfg, drift, "mosaic", "us_per_sample")
-            / (int(cfg.split("-")[2]) * get(cfg, drift, "grouse-r", "us_per_sample")),
-        })
-    g = t["per_group"]
-    t["nrmse_below_every_baseline"] = all(x["mosaic_nrmse"] < x["best_baseline_nrmse"] for x in g)
-    t["subspace_err_below_every_baseline"] = all(x["mosaic_subspace_err"] < x["best_baseline_subspace_err"] for x in g)
-    t["after_drift_le_half_kgrouse"] = all(x["after_drift_ratio_vs_kgrouse"] <= 0.5 for x in g)
-    easy = [x for x in g if x["config"] in ("50-5-10", "100-10-10")]
-    t["nrmse_le_0.1_easy"] = all(x["mosaic_nrmse"] <= 0.1 for x in easy) if easy else None
-    t["within_2x_oracle_easy"] = all(x["nrmse_ratio_vs_oracle"] <= 2 for x in easy) if easy else None
-    hard = [x for x in g if x["config"] == "100-25-5"]
-    t["nrmse_lt_0.5_hard"] = all(x["mosaic_nrmse"] < 0.5 for x in hard) if hard else None
-    abrupt = [x for x in g if x["drift"] == "abrupt"]
-    t["recovery_le_100"] = all(x["mosaic_recovery"] <= 100 for x in abrupt) if abrupt else None
-    t["time_le_1.5x_K_grouse"] = all(x["us_ratio_vs_K_grouse"] <= 1.5 for x in g)
-    return t
+def _paired(rows: list[dict], cell: str, a: str, b: str, cell_b: str | None = None) -> np.ndarray:
+    """Per-seed ``nrmse(a) - nrmse(b)`` (``b`` in ``cell_b`` when given), seeds in common."""
+    va = {r["seed"]: r["nrmse"] for r in rows if r["cell"] == cell and r["method"] == a}
+    vb = {r["seed"]: r["nrmse"] for r in rows if r["cell"] == (cell_b or cell) and r["method"] == b}
+    return np.array([va[s] - vb[s] for s in sorted(set(va) & set(vb))])
 
 
-def plot_curves(curves: dict, title: str, path: Path, window: int = 100) -> None:
+def compare(rows: list[dict], summary: list[dict]) -> list[dict]:
+    """Per cell: MoSAIC vs the pretrained k-GROUSE vs the oracle, and the issue's targets.
+
+    ``mosaic_le_kgrouse``: MoSAIC's mean NRMSE is at most k-GROUSE's, or worse by less than the
+    seed spread of the paired differences (their standard deviation / sqrt(seeds) × 2, ~ a 95 %
+    interval). ``within_2x_oracle``: MoSAIC <= 2 × oracle, required where k-GROUSE is (else None).
+    ``epochs_given_le_1.05_withheld``: on ``given`` cells, MoSAIC with epochs <= 1.05 × without."""
+    mean = {(s["cell"], s["method"]): s["nrmse"] for s in summary}
+    out = []
+    for cell in sorted({s["cell"] for s in summary}):
+        mo, kg, orc = (mean.get((cell, m), math.nan) for m in ("mosaic", "kgrouse_pretrained", "oracle"))
+        d = _paired(rows, cell, "mosaic", "kgrouse_pretrained")
+        spread = 2 * d.std(ddof=1) / math.sqrt(d.size) if d.size > 1 else 0.0
+        row = {"cell": cell, "mosaic": mo, "kgrouse_pretrained": kg, "oracle": orc,
+               "mosaic_over_kgrouse": mo / kg, "mosaic_over_oracle": mo / orc, "kgrouse_over_oracle": kg / orc,
+               "mosaic_le_kgrouse": bool(d.size and d.mean() <= spread),
+               "within_2x_oracle": bool(mo <= 2 * orc) if kg <= 2 * orc else None}
+        if cell.endswith("/given"):
+            other = cell[: -len("given")] + "withheld"
+            wh = mean.get((other, "mosaic"), math.nan)
+            row["mosaic_withheld"] = wh
+            row["epochs_given_over_withheld"] = mo / wh
+            row["epochs_given_le_1.05_withheld"] = bool(mo <= 1.05 * wh) if math.isfinite(wh) else None
+        out.append(row)
+    return out
+
+
+def plot_cells(summary: list[dict], path: Path) -> None:
+    """Bar chart of mean NRMSE (± sd over seeds) per cell for MoSAIC, the pretrained k-GROUSE, MoSAIC
+    without pretraining and the oracle (log scale)."""
     from matplotlib.figure import Figure  # not pyplot: no global figure list shared between threads
 
-    fig = Figure(figsize=(8, 4))
+    cells = sorted({s["cell"] for s in summary})
+    stat = {(s["cell"], s["method"]): (s["nrmse"], s["nrmse_sd"]) for s in summary}
+    shown = ("mosaic", "kgrouse_pretrained", "mosaic_no_pretrain", "oracle")
+    fig = Figure(figsize=(max(6.0, 0.35 * len(cells)), 4.5))
     ax = fig.subplots()
-    kernel = np.ones(window) / window
-    for method, err in curves.items():
-        if method.startswith("_"):
-            continue
-        e = np.nan_to_num(np.minimum(err, 2.0), nan=0.0)
-        smooth = np.convolve(e, kernel, mode="valid")  # value at t averages samples t-window+1..t
-        ax.plot(np.arange(window - 1, window - 1 + smooth.size), smooth, label=method, lw=1.2)
-    for d in curves.get("_drifts", []):
-        ax.axvline(d, color="k", ls="--", lw=0.8)
+    width = 0.8 / len(shown)
+    for i, method in enumerate(shown):
+        mean = np.array([stat.get((c, method), (np.nan, 0.0))[0] for c in cells])
+        sd = np.array([stat.get((c, method), (np.nan, 0.0))[1] for c in cells])
+        ax.bar(np.arange(len(cells)) + (i - (len(shown) - 1) / 2) * width, mean, width, yerr=sd, label=method)
+    ax.set_xticks(np.arange(len(cells)), cells, rotation=90, fontsize=6)
     ax.set_yscale("log")
-    ax.set_xlabel("sample")
-    ax.set_ylabel(f"NRMSE on unobserved (rolling mean, {window})")
-    ax.set_title(title)
-    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.18))
+    ax.set_ylabel("NRMSE on unobserved entries")
+    ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=110)
 
 
-def run_bench(
-    out: Path, seeds: int = 10, quick: bool = False, configs=None, drifts=None, workers: int = 1,
-    fashion: bool = True, large: bool = False, obs_frac: float | None = None, device: torch.device | None = None,
-) -> dict:
-    """Run the benchmark, print the table, write CSV/markdown/JSON and plots into ``out``; MoSAIC's
-    routing runs on ``device`` (None: the CPU)."""
-    from streaming.data import STANDARD_CONFIGS
+def run_stress(out: Path, cells=None, families=None, workers: int = 1, seeds: int | None = None, command: str = "",
+               device: torch.device | None = None, seed_list: tuple[int, ...] = TEST_SEEDS) -> dict:
+    """Run the selected cells on the first ``seeds`` of ``seed_list`` (the test seeds), print the
+    per-cell comparison and write ``trials.csv``, ``summary.csv``, ``summary.json`` and ``cells.png``
+    into ``out``. MoSAIC's routing runs on ``device`` (None: the CPU). Returns the JSON's content
+    with the rows under ``"rows"``."""
+    from streaming.baselines import KGROUSE_ETA
 
+    selected = select_cells(cells, families)
+    seed_list = tuple(seed_list)[: seeds or None]
+    groups: dict[tuple, list[str]] = {}
+    for c in selected:
+        family, obs, spec, epochs = c.split("/")
+        groups.setdefault((family, int(obs[3:]) / 100, spec), []).append(epochs)
+    jobs = [(f, o, s, i, seed, tuple(eps), device) for (f, o, s), eps in groups.items() for i, seed in enumerate(seed_list)]
+    announce(f"mosaic bench: {len(selected)} cells x {len(seed_list)} seeds on {workers} worker(s)")
+    t0 = time.perf_counter()
+    rows = [r for rs in map_jobs(_group_star, jobs, workers) for r in rs]
+    summary = summarize(rows)
+    comparison = compare(rows, summary)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    configs = list(configs or STANDARD_CONFIGS)
-    drifts = list(drifts or ("rotation", "abrupt"))
-    jobs = [(c, d, s, quick, METHODS, s == 0, obs_frac, device) for c in configs for d in drifts for s in range(seeds)]
-    announce(f"mosaic bench: {len(jobs)} trials on {workers} worker(s), writing {out}")
-    t0 = time.perf_counter()
-    if workers > 1:
-        results = map_jobs(_trial_star, jobs, workers)
-    else:
-        results = [run_trial(*j) for j in jobs]
-    rows = [r for rs, _ in results for r in rs]
-    for (c, d, s, *_), (_, curves) in zip(jobs, results, strict=True):
-        if curves:
-            plot_curves(curves, f"({c}) drift={d} seed={s}", out / f"curve_{c}_{d}.png")
-    if fashion:
-        frows = [r for s in range(min(seeds, 3)) for r in fashion_trial(seed=s, quick=quick, device=device)]
-        rows += frows
-    if large:
-        rows += large_config_check(quick=quick, device=device)
-    summary = aggregate([r for r in rows if r["method"] != "large-check"])
-    targets = check_targets(summary)
     write_csv(out / "trials.csv", rows)
     write_csv(out / "summary.csv", summary)
-    cols = ["config", "drift", "method", "seeds", "nrmse", "nrmse_ci", "subspace_err_final", "subspace_err_after_drift",
-            "routing_acc", "recovery_mean", "us_per_sample"]
-    table = markdown_table(summary, cols)
-    (out / "summary.md").write_text(table, encoding="utf-8")
-    write_json(out / "targets.json", {**targets, "wall_s": time.perf_counter() - t0, "quick": quick, "seeds": seeds})
-    print(table)
-    print("targets:", {k: v for k, v in targets.items() if k != "per_group"})
-    return {"rows": rows, "summary": summary, "targets": targets}
-
-
-def large_config_check(quick: bool = False, seed: int = 0, device: torch.device | None = None) -> list[dict]:
-    """(10000, 10, 20): pretrain + stream a short stream; reports memory of the model state."""
-    from streaming.data import LARGE_CONFIG, StreamConfig, generate_stream
-    from streaming.evaluate import nrmse_unobserved
-    from streaming.harness import run_online
-    from streaming.model import MoSAIC
-
-    n, r, K = LARGE_CONFIG
-    # identifiability needs about 2 n r / (m - r) samples per class: 80 at 30% observed
-    cfg = StreamConfig(n=n, r=r, K=K, obs_frac=0.3, epochs=2, samples_per_epoch=200 if quick else 1000,
-                       drift="rotation", source_per_class=80, seed=seed, dtype="float32")
-    stream = generate_stream(cfg)
-    model = MoSAIC(r, K, seed=seed, pretrain_restarts=1).to(device).fit(stream.source_values)
-    run = run_online(model, stream.values, stream.epoch)
-    return [{"config": "10000-10-20", "drift": "rotation", "seed": seed, "method": "large-check",
-             "nrmse": nrmse_unobserved(run.completed, stream.full, stream.values),
-             "us_per_sample": run.time_per_sample_s * 1e6, "memory_bytes": run.memory_bytes,
-             "memory_Knr_floats_bytes": K * n * r * 8}]
+    given = [c for c in comparison if "epochs_given_le_1.05_withheld" in c]
+    targets = {
+        "mosaic_le_kgrouse_cells": sum(c["mosaic_le_kgrouse"] for c in comparison),
+        "within_2x_oracle_cells": sum(bool(c["within_2x_oracle"]) for c in comparison),
+        "within_2x_oracle_required": sum(c["within_2x_oracle"] is not None for c in comparison),
+        "epochs_never_hurt_cells": sum(bool(c["epochs_given_le_1.05_withheld"]) for c in given),
+        "epochs_pairs": len(given), "cells": len(comparison),
+    }
+    result = {
+        "command": command, "seeds": list(seed_list), "tuning": seed_list[:1] == TUNING_SEEDS[:1],
+        "test_seeds": list(TEST_SEEDS), "tuning_seeds": list(TUNING_SEEDS), "shape_n_r_K": list(SHAPE),
+        "epochs": EPOCHS, "samples_per_epoch": SAMPLES_PER_EPOCH, "families": FAMILIES, "kgrouse_eta": KGROUSE_ETA,
+        "targets": targets, "comparison": comparison, "summary": summary, "wall_s": time.perf_counter() - t0,
+    }
+    write_json(out / "summary.json", result)
+    plot_cells(summary, out / "cells.png")
+    cols = ["cell", "mosaic", "kgrouse_pretrained", "oracle", "mosaic_over_kgrouse", "mosaic_over_oracle",
+            "mosaic_le_kgrouse", "epochs_given_over_withheld"]
+    print(markdown_table(comparison, cols))
+    print("targets:", targets)
+    return {**result, "rows": rows}

@@ -36,11 +36,18 @@ SPIKE_FACTOR = 8.0
 #: change-buffer fit that has a start (ALS and the warm PPCA refits; cold fits run 10-30)
 FIT_SHRINK = 0.05
 WARM_ITERS = 5
+ALS_COLD_ITERS = 10  # a provisional ALS fit without a start
+PPCA_COLD_ITERS = 30  # a PPCA fit started at Soft-Impute's loadings
 #: the provisional posterior (Soft-Impute, then PPCA) needs a mean observed count m̄ >= this × r; below
 #: it the least-squares ALS completion, used when its residual is < ``PROVISIONAL_ACCEPT`` × a random
 #: subspace's
 PROVISIONAL_MIN_RATIO = 2.25
 PROVISIONAL_ACCEPT = 0.9
+#: the provisional fit is refit when the buffer has grown by this fraction (``provisional_growth`` = 0)
+POSTERIOR_GROWTH = 0.05
+ALS_GROWTH = 0.2
+#: the change window: at least this many samples (and K × the re-seed size)
+MIN_WINDOW = 50
 
 
 def identifiable_rank(n: int, r: int, m: float, s: int) -> int:
@@ -52,7 +59,7 @@ def identifiable_rank(n: int, r: int, m: float, s: int) -> int:
     return q
 
 
-def reseed_min(n: int, r: int, mean_m: float) -> int:
+def buffer_size_to_reseed(n: int, r: int, mean_m: float) -> int:
     """Buffer size that triggers a re-seed: enough observations to pin down ``n r`` unknowns."""
     dof = max(mean_m - r, 1.0)
     return int(np.ceil(2.0 * n * r / dof)) + r
@@ -157,9 +164,16 @@ class ProvisionalFit(StateComponent):
                 Z0[j] = self.si_Z[row[t]]
         return Z0
 
-    def refit(self, buffer: ChangeBuffer, n: int, r: int, mean_m: float, estimator: str, growth: float,
-              lam_rel: float, levels: np.ndarray, noise_seed: int) -> None:
-        """Refit once the buffer has grown by ``growth`` (a fraction) since the last fit.
+    def due(self, size: int, growth: float) -> bool:
+        """Whether a buffer of ``size`` samples needs a refit: it grew by ``growth`` (a fraction) since
+        the last fit, or was trimmed (a re-seed or a failed try), which starts the fit over."""
+        if size < self.at:
+            self.reset()
+        return self.basis is None or size >= (1.0 + growth) * self.at
+
+    def refit(self, buffer: ChangeBuffer, n: int, r: int, mean_m: float, estimator: str, lam_rel: float,
+              floor_level: float, noise_seed: int) -> None:
+        """Refit to the ``buffer`` of ``n``-dimensional samples (mean observed count ``mean_m``).
 
         With ``q = min(r, q_id)``, ``q_id`` the identifiable rank of the ``s`` buffered samples
         (``identifiable_rank``): while a rank-r subspace is still under-determined (``q_id < r``) the
@@ -168,61 +182,70 @@ class ProvisionalFit(StateComponent):
         direction the data supports, shrunk; once it is determined, from probabilistic PCA of rank r
         (EM, ``linalg.ppca_missing``, warm-started from the previous fit). The routing basis is a
         rank-q ALS fit started at the Soft-Impute directions, then the span of the PPCA loadings.
-        ``estimator="als"``: a rank-q ALS fit only. The unexplained variance is never below what the
-        other experts leave (the median of their residual levels ``levels (K,)``); ``noise_seed`` seeds the
-        small random start of directions Soft-Impute shrank away."""
+        ``estimator="als"``: a rank-q ALS fit only. The unexplained variance is never below
+        ``floor_level`` (the other experts' median residual level) × the entry energy;
+        ``noise_seed`` seeds the small random start of directions Soft-Impute shrank away."""
         B = len(buffer)
-        if B < self.at:  # the buffer was trimmed (re-seed or a failed try): start again
-            self.reset()
-        if self.basis is not None and B < (1.0 + growth) * self.at:
-            return
-        if estimator == "als":  # its rank: the q (n + s) <= m̄ s count of earlier versions
-            q_id = int(mean_m * B / (n + B))
-        else:
-            q_id = identifiable_rank(n, r, mean_m, B)
+        # the ALS rank: the q (n + s) <= m̄ s count of earlier versions
+        q_id = int(mean_m * B / (n + B)) if estimator == "als" else identifiable_rank(n, r, mean_m, B)
         q = min(r, q_id)
         if q < 1:
             return
         X0, M = buffer.arrays(n)
         self.at = B
         if estimator == "als":
-            # warm-started from the previous fit (extended to rank q): the buffer grew by a fifth
-            warm = self.basis if self.basis is not None and self.basis.shape[1] <= q else None
-            iters = 10 if warm is None else WARM_ITERS
-            self.basis = als_subspace(X0, M, q, U0=warm, iters=iters, shrink=FIT_SHRINK)
-            self.loadings, self.noise = None, None
+            self._fit_als(X0, M, q)
             return
         obs = max(int(M.sum()), 1)
         energy = float((X0 * X0).sum()) / obs
         # a fit to few samples also fits their noise: never trust an unexplained variance below
         # what the other experts leave on their samples
-        floor = float(np.median(levels)) * energy / max(1.0 - r / mean_m, TINY)
-        warm_ppca = q_id >= r and self.loadings is not None and self.loadings.shape[1] == r
-        if warm_ppca:
+        floor = floor_level * energy / max(1.0 - r / mean_m, TINY)
+        if q_id >= r and self.loadings is not None and self.loadings.shape[1] == r:
             # warm start from the previous span, at the scale of the current buffer's energy
             L0, v0, iters = self.basis * math.sqrt(n * energy / r), self.noise, WARM_ITERS
         else:
-            # tol 1e-3 (not 1e-4): on tuning seeds 1100-1102 it changed NRMSE by <= 1e-4 at a quarter less time
-            V, sv, Z = soft_impute(X0, M, lam_rel * math.sqrt(energy * obs / B), tol=1e-3,
-                                   Z0=self._soft_impute_start(buffer, n))
-            self.si_stamps, self.si_Z = np.array(buffer.stamps, np.int64), Z
-            v_si = max(energy - float((Z * Z).mean()), floor, 1e-6 * energy)
-            L_si = V * (sv / math.sqrt(B))  # loadings of unit-variance scores
+            V, L_si, v_si = self._soft_impute(buffer, X0, M, lam_rel * math.sqrt(energy * obs / B), energy, floor)
             if q_id < r:
-                self.loadings, self.noise = (L_si, v_si) if sv.size else (None, None)
+                self.loadings, self.noise = (L_si, v_si) if L_si.shape[1] else (None, None)
                 warm = V[:, :q] if V.shape[1] >= q else None
                 self.basis = als_subspace(X0, M, q, U0=warm, iters=WARM_ITERS, shrink=FIT_SHRINK)
                 return
-            L0 = np.zeros((n, r))
-            k = min(r, L_si.shape[1])
-            L0[:, :k] = L_si[:, :k]
-            if k < r:  # directions Soft-Impute shrank away start small and random
-                noise = np.random.default_rng(noise_seed).standard_normal((n, r - k))
-                L0[:, k:] = 1e-3 * math.sqrt(energy) * noise
-            v0, iters = v_si, 30
+            L0, v0, iters = _ppca_start(L_si, r, energy, noise_seed), v_si, PPCA_COLD_ITERS
         L, v = ppca_missing(X0, M, L0, v0, iters=iters)
         self.loadings, self.noise = L, max(v, floor, 1e-6 * energy)
         self.basis = orthonormalize(L)
+
+    def _fit_als(self, X0: np.ndarray, M: np.ndarray, q: int) -> None:
+        """The ALS estimator: a rank-``q`` fit, warm-started from the previous one (extended to rank q)."""
+        warm = self.basis if self.basis is not None and self.basis.shape[1] <= q else None
+        self.basis = als_subspace(X0, M, q, U0=warm, iters=ALS_COLD_ITERS if warm is None else WARM_ITERS,
+                                  shrink=FIT_SHRINK)
+        self.loadings, self.noise = None, None
+
+    def _soft_impute(self, buffer: ChangeBuffer, X0: np.ndarray, M: np.ndarray, lam: float, energy: float,
+                     floor: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """Soft-Impute of the buffer ``X0, M (s, n)`` at threshold ``lam``, warm-started from the last
+        solution (which it replaces): its directions ``V (n, k)``, loadings of unit-variance scores
+        ``V sv / sqrt(s)`` and unexplained variance (at least ``floor``)."""
+        # tol 1e-3 (not 1e-4): on tuning seeds 1100-1102 it changed NRMSE by <= 1e-4 at a quarter less time
+        V, sv, Z = soft_impute(X0, M, lam, tol=1e-3, Z0=self._soft_impute_start(buffer, X0.shape[1]))
+        self.si_stamps, self.si_Z = np.array(buffer.stamps, np.int64), Z
+        v_si = max(energy - float((Z * Z).mean()), floor, 1e-6 * energy)
+        return V, V * (sv / math.sqrt(len(buffer))), v_si
+
+
+def _ppca_start(L_si: np.ndarray, r: int, energy: float, noise_seed: int) -> np.ndarray:
+    """PPCA's start ``(n, r)``: the Soft-Impute loadings ``L_si (n, k)``; directions it shrank away
+    (``k < r``) start small and random (seeded by ``noise_seed``)."""
+    n = L_si.shape[0]
+    L0 = np.zeros((n, r))
+    k = min(r, L_si.shape[1])
+    L0[:, :k] = L_si[:, :k]
+    if k < r:
+        noise = np.random.default_rng(noise_seed).standard_normal((n, r - k))
+        L0[:, k:] = 1e-3 * math.sqrt(energy) * noise
+    return L0
 
 
 def reseed_fit(X0: np.ndarray, M: np.ndarray, r: int, warm: np.ndarray | None):
@@ -252,3 +275,123 @@ def reseed_fit(X0: np.ndarray, M: np.ndarray, r: int, warm: np.ndarray | None):
         U = als_subspace(X0[inlier], M[inlier], r, U0=U, iters=WARM_ITERS, shrink=FIT_SHRINK)
         score, inlier = fit_scores(U)
     return U, score, inlier
+
+
+class ChangeDetection:
+    """What ``streaming.model.MoSAIC`` does with a sample no expert explains: the novelty test, the
+    change buffer, the provisional fit of the buffer, and the re-seed of an expert from it. A mixin
+    of ``MoSAIC``: it reads and writes the model's state components (``bank_``, ``expert_stats_``,
+    ``steps_``, ``epochs_``, ``stream_stats_``, ``change_buffer_``, ``provisional_fit_``) and its
+    hyper-parameters (``detect``, ``provisional*``)."""
+
+    def reseed_min(self) -> int:
+        """Buffer size that triggers a re-seed: enough observations to pin down ``n r`` unknowns."""
+        return buffer_size_to_reseed(self.n_features_in_, self.r, self.stream_stats_.mean_m)
+
+    def _window_len(self) -> int:
+        return max(MIN_WINDOW, self.K * self.reseed_min())
+
+    def _install_basis(self, k: int, U: np.ndarray) -> None:
+        """Replace expert ``k``'s basis by a re-seed ``U (n, r)``: its schedule restarts, and a pending
+        epoch-reset decision of the old basis goes."""
+        self.bank_.bases[k] = U
+        self.steps_.t[k] = 0.0
+        self.epochs_.pending[k] = False
+        self.expert_stats_.reseeded_at[k] = self.stream_stats_.n_seen
+
+    def _novelty(self, idx: np.ndarray, xo: np.ndarray, s: float, k: int) -> tuple[bool, tuple | None]:
+        """Change detection for a sample whose best score ``s`` is expert ``k``'s: whether it is novel,
+        and its provisional fit (None unless the provisional basis competes)."""
+        if not self.detect:
+            return False, None
+        r, m, stats = self.r, idx.size, self.expert_stats_
+        novel = bool(stats.mature[k]) and s > max(NOVELTY * (1.0 - r / m), SPIKE_FACTOR * float(stats.level[k]))
+        prov = None
+        if (self.provisional_fit_.basis is not None
+                and self.stream_stats_.n_seen - self.change_buffer_.last_novel <= self._window_len()):
+            # the provisional basis competes in the routing while a change is being buffered: a
+            # sample it explains better (relative to a random subspace of each rank) is novel too
+            prov = self.provisional_fit_.fit_sample(idx, xo, m, self.n_features_in_, self.bank_.ridge)
+            novel = novel or prov[0] < s / (1.0 - r / m)
+        return novel, prov
+
+    def _buffer_novel(self, idx: np.ndarray, xo: np.ndarray, m: int, prov) -> np.ndarray:
+        """A sample no expert explains (``prov``: its provisional fit, or None): it updates no expert
+        and goes to the change buffer; returns its completion ``(n,)``."""
+        buffer, n_seen = self.change_buffer_, self.stream_stats_.n_seen
+        buffer.last_novel = n_seen
+        # no expert explains the sample: a wrong expert's guess is uncorrelated with the truth
+        # (error ~ sqrt 2); use the provisional fit of the change buffer, else abstain (error 1)
+        if prov is None and self.provisional_fit_.basis is not None:
+            prov = self.provisional_fit_.fit_sample(idx, xo, m, self.n, self.bank_.ridge)
+        completion = np.zeros(self.n) if prov is None or prov[1] is None else prov[1]
+        completion[idx] = xo
+        # forget buffered samples older than two windows: a change is re-acquired within one, so
+        # older novel samples are outliers or a change already handled, and would bias the fits
+        buffer.expire(n_seen - 2 * self._window_len())
+        buffer.append(idx, xo, n_seen)
+        self._maybe_reseed()
+        self._maybe_refit_provisional()
+        return completion
+
+    def _maybe_reseed(self) -> None:
+        buffer, stats, n_seen = self.change_buffer_, self.expert_stats_, self.stream_stats_.n_seen
+        need = self.reseed_min()
+        if len(buffer) < max(need, buffer.next_try):
+            return
+        B = len(buffer)
+        X0, M = buffer.arrays(self.n)
+        prov = self.provisional_fit_.basis
+        warm = prov if prov is not None and prov.shape[1] == self.r else None
+        U, score, inlier = reseed_fit(X0, M, self.r, warm)
+        if inlier.mean() < 0.5 and warm is not None:
+            # a poor provisional basis can trap the short warm-started fit (seen at m = 3r): retry cold
+            U, score, inlier = reseed_fit(X0, M, self.r, None)
+        if inlier.mean() >= 0.5:
+            # the victim is the expert that has missed the most of its expected traffic since its
+            # last update: (samples since then) × (its long-run share of the traffic)
+            long = stats.long_counts / max(stats.long_counts.sum(), 1.0)
+            missed = (n_seen - stats.last_update) * long
+            # an expert re-seeded within the last window has had no time to collect traffic
+            protected = n_seen - stats.reseeded_at < self._window_len()
+            if not protected.all():
+                missed[protected] = -np.inf
+            victim = int(np.argmax(missed))
+            self._install_basis(victim, U)
+            # a fit to few samples overfits their residuals: never trust a level tighter than the
+            # typical level of the other experts
+            typical = float(np.median(np.delete(stats.level, victim))) if self.K > 1 else 0.0
+            stats.level[victim] = stats.level_slow[victim] = max(float(np.median(score[inlier])), typical, 1e-6)
+            stats.mature[victim] = True
+            stats.long_counts[victim] = max(stats.long_counts.mean(), 1.0)
+            stats.last_update[victim] = n_seen
+            buffer.keep(~inlier)
+            buffer.reseeds.append((n_seen - 1, victim))
+            buffer.next_try = 0
+        else:
+            if B >= 3 * need:
+                buffer.keep(np.arange(B) >= B - 2 * need)
+            buffer.next_try = len(buffer) + max(1, need // 4)
+
+    def resolved_provisional_estimator(self) -> str:
+        """The provisional estimator in use: ``provisional_estimator``, with ``"auto"`` resolved by
+        the running mean observed count ``m̄``. The posterior (Soft-Impute, then rank-r PPCA) needs
+        observations to spare beyond the rank: with ``m̄ < 2.25 r`` (e.g. (100,25,5) at 40 %,
+        m̄/r = 1.6) it was both worse and ~10× slower than ALS on the tuning seeds."""
+        if self.provisional_estimator != "auto":
+            return self.provisional_estimator
+        return "posterior" if self.stream_stats_.mean_m >= PROVISIONAL_MIN_RATIO * self.r else "als"
+
+    def _maybe_refit_provisional(self) -> None:
+        """Refit the provisional fit of the change buffer (``ProvisionalFit.refit``) once it has
+        grown by ``provisional_growth`` (0: 0.05 for the posterior, 0.2 for ALS)."""
+        fit = self.provisional_fit_
+        if not self.provisional or len(self.change_buffer_) == 0:
+            fit.reset()
+            return
+        estimator = self.resolved_provisional_estimator()
+        growth = self.provisional_growth or (ALS_GROWTH if estimator == "als" else POSTERIOR_GROWTH)
+        if fit.due(len(self.change_buffer_), growth):
+            fit.refit(self.change_buffer_, self.n, self.r, self.stream_stats_.mean_m, estimator, self.provisional_lambda,
+                      float(np.median(self.expert_stats_.level)), self.stream_stats_.n_seen)
+

@@ -1,8 +1,4 @@
 """``mosaic`` command line: simulate | data | pretrain | stream | eval | bench.
-
-Why over 400 lines: six subcommands, each a thin handler (parse, call the Python API, print) plus
-its argparse options, which are about half of the module; splitting them would scatter one
-command's options and handler over two files.
 """
 
 from __future__ import annotations
@@ -32,6 +28,7 @@ from common.errors import DataError, InputError
 from common.io import atomic_write, dumps_json, read_npz, write_json
 from common.limits import add_force_arg, gib
 from streaming.harness import announce, limit_threads
+from streaming.observed import fit_warning_lines, warn_low_observed
 
 #: ``simulate`` refuses (without ``--force``) a stream whose arrays would take more than this
 SIMULATE_MAX_BYTES = 4 * 2**30
@@ -41,10 +38,7 @@ MAX_RESTARTS = 1000
 MAX_N = 100_000  # simulate --n: coordinates of a sample
 MAX_K = 1000  # --K, --k-max: experts (subspaces)
 MAX_RANK = 1000  # --r, --r-max: rank of each expert
-MAX_SEEDS = 1000  # bench --seeds
 MAX_WORKERS = 64  # bench --workers
-MAX_REPEATS = 100  # bench --repeats
-MAX_SAMPLES = 1_000_000  # bench --throughput --samples
 MAX_ITEMS = 100_000  # eval --items, data --movies
 
 
@@ -107,35 +101,6 @@ def _auto_or_int(text: str) -> int | str:
     return "auto" if text == "auto" else int_in(1, MAX_K)(text)
 
 
-def _warn_low_observed(values: np.ndarray, r: int, what: str) -> None:
-    """Print the observed-count check's warning line (``streaming.observed.check_observed``); an
-    InputError (exit 2) when no sample can identify a rank-r subspace."""
-    from streaming.observed import check_observed
-
-    msg = check_observed(~np.isnan(values), r, what, warn=False)
-    if msg:
-        print(f"warning: {msg}", file=sys.stderr)
-
-
-def _fit_quietly(model, source: np.ndarray) -> None:
-    """``model.fit(source)`` without its LowObservationWarning (the CLI has printed the one-line
-    ``warning:`` already, ``_warn_low_observed``); a source too small to identify the experts
-    (``streaming.observed.check_source``) is one ``warning:`` line too."""
-    import warnings
-
-    from streaming.observed import LowObservationWarning, UnderdeterminedSourceWarning
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("ignore", LowObservationWarning)
-        warnings.simplefilter("always", UnderdeterminedSourceWarning)
-        model.fit(source)
-    for w in caught:
-        if issubclass(w.category, UnderdeterminedSourceWarning):
-            print(f"warning: {w.message}", file=sys.stderr)
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-
-
 def cmd_pretrain(a: argparse.Namespace) -> int:
     from streaming.data import load_stream
     from streaming.select import estimate_K_r, save_model
@@ -154,12 +119,12 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
         print(f"estimated {estimate.summary()}")
         K, r = estimate.K, estimate.r
     else:
-        _warn_low_observed(source, r, "source samples")
+        warn_low_observed(source, r, "source samples")
     from streaming.model import MoSAIC
 
     model = MoSAIC(r, K, seed=a.seed, pretrain_restarts=a.restarts).to(device)
     announce(f"mosaic pretrain: {a.restarts} k-subspaces restarts on {source.shape[0]} source samples")
-    _fit_quietly(model, source)
+    fit_warning_lines(model, source)
     model.selection_ = estimate
     save_model(model, a.out)
     print(f"pretrained {K} experts of rank {r} on n={stream.n}; saved to {a.out}"
@@ -176,7 +141,7 @@ def cmd_stream(a: argparse.Namespace) -> int:
     limit_threads()
     stream = load_stream(a.input)
     if a.model:
-        model = MoSAIC.load(a.model).to(device)
+        model = MoSAIC.from_pretrained(a.model).to(device)
         if model.n != stream.n:
             raise InputError(f"model has n={model.n} but the stream has n={stream.n}")
     else:
@@ -185,18 +150,18 @@ def cmd_stream(a: argparse.Namespace) -> int:
         model = MoSAIC(a.r, a.K, seed=a.seed).to(device)
         if not a.no_pretrain:
             source = _source(stream, a.n_source)
-            _warn_low_observed(source, a.r, "source samples")
-            _fit_quietly(model, source)
-    _warn_low_observed(stream.values, model.r, "stream samples")
+            warn_low_observed(source, a.r, "source samples")
+            fit_warning_lines(model, source)
+    warn_low_observed(stream.values, model.r, "stream samples")
     announce(f"mosaic stream: completing {stream.values.shape[0]} samples of n={stream.n}")
     epoch = stream.epoch if (stream.epoch is not None and not a.ignore_epochs) else None
     completed, routes = model.process(stream.values, epoch=epoch)
     with atomic_write(a.output, "wb") as f:
         np.savez_compressed(f, format_version=np.array(FORMAT_VERSION), completed=completed, routes=routes)
     if a.save_model:
-        model.save(a.save_model)
+        model.save_pretrained(a.save_model)
     print(f"wrote {a.output}: completed {completed.shape}, routes over {model.K} experts "
-          f"(counts {np.bincount(routes, minlength=model.K).tolist()}), re-seeds {len(model.reseeds)}")
+          f"(counts {np.bincount(routes, minlength=model.K).tolist()}), re-seeds {len(model.reseeds_)}")
     return 0
 
 
@@ -204,15 +169,13 @@ def cmd_eval(a: argparse.Namespace) -> int:
     from streaming.data import load_stream
     from streaming.evaluate import summarize
 
-    if sum([a.completed is not None, a.compare, a.protocol == "progressive"]) != 1:
-        raise InputError("pass exactly one of --completed FILE (score a completion), --compare (run the methods on "
-                         "held-out ratings) and --protocol progressive (run them on a rating stream)")
+    if (a.completed is not None) == (a.protocol == "progressive"):
+        raise InputError("pass exactly one of --completed FILE (score a completion) and --protocol progressive "
+                         "(run the methods on a rating stream)")
     check_outputs(files=[a.out], inputs=[a.input, a.completed], overwrite=a.overwrite)
     if a.protocol == "progressive":
         return _eval_progressive(a)
     stream = load_stream(a.input)
-    if a.compare:
-        return _eval_compare(a, stream)
     z = read_npz(a.completed, "completed file")
     if "completed" not in z:
         raise DataError(f"{a.completed} has no 'completed' array (write it with `mosaic stream`)")
@@ -234,27 +197,6 @@ def cmd_eval(a: argparse.Namespace) -> int:
     print(dumps_json(row, indent=2))
     if a.out:
         write_json(a.out, row)
-    return 0
-
-
-def _eval_compare(a: argparse.Namespace, stream) -> int:
-    """``mosaic eval --compare``: every method of ``streaming.movielens.default_methods`` on the
-    file's held-out entries, hyper-parameters chosen on the first ``--tune-users`` samples."""
-    from streaming.movielens import default_methods, evaluate_heldout, format_table
-
-    if stream.heldout is None:
-        raise DataError(f"{a.input} has no 'heldout' array (write one with `mosaic data movielens`)")
-    if stream.source_values is None:
-        raise DataError(f"{a.input} has no source_values to pretrain on")
-    limit_threads()
-    result = evaluate_heldout(stream, default_methods(seed=a.seed, device=resolve_device(a.device)),
-                              tune_users=a.tune_users)
-    result["command"] = "mosaic " + " ".join(sys.argv[1:]) if sys.argv[1:] else "mosaic eval --compare"
-    result["stream"] = {"file": str(a.input), "users": int(stream.values.shape[0]), "n": int(stream.n),
-                        "source_users": int(stream.source_values.shape[0]), "seed": a.seed}
-    print(format_table(result))
-    if a.out:
-        write_json(a.out, result)
     return 0
 
 
@@ -324,55 +266,15 @@ def _eval_progressive(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from streaming.bench import run_bench
+    from streaming.bench import TEST_SEEDS, run_stress
 
-    device = resolve_device(a.device)
-    if a.stress_seeds is not None:
-        from streaming.stress import TEST_SEEDS, TUNING_SEEDS
-
-        available = len(TUNING_SEEDS if a.tuning else TEST_SEEDS)
-        if a.stress_seeds > available:
-            raise InputError(f"--stress-seeds {a.stress_seeds}: there are only {available} "
-                             f"{'tuning' if a.tuning else 'test'} seeds")
-    if a.suite == "auto-kr":
-        from streaming.autokr import run_auto_kr
-
-        if a.resume and not a.json:
-            raise InputError("--resume needs --json (the interrupted run's trials are in F.partial.jsonl)")
-        check_outputs(files=[a.json], overwrite=a.overwrite)
-        limit_threads()
-        run_auto_kr(a.json, families=a.families, obs_fracs=a.obs_fracs, seeds=a.stress_seeds, tuning=a.tuning,
-                    command="mosaic bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "",
-                    resume=a.resume, device=device)
-        return 0
-    if a.json or a.obs_fracs or a.resume:
-        raise InputError("--json, --obs-fracs and --resume need --suite auto-kr")
-    from streaming.data import DRIFT_KINDS, STANDARD_CONFIGS
-
-    for flag, given, known in (("--configs", a.configs, STANDARD_CONFIGS), ("--drifts", a.drifts, DRIFT_KINDS)):
-        unknown = [g for g in given or () if g not in known]
-        if unknown:  # names, never paths: they become output file names
-            raise InputError(f"{flag}: unknown {unknown[0]!r}; choose from {', '.join(known)}")
+    if a.stress_seeds is not None and a.stress_seeds > len(TEST_SEEDS):
+        raise InputError(f"--stress-seeds {a.stress_seeds}: there are only {len(TEST_SEEDS)} test seeds")
     check_outputs(dirs=[a.out], overwrite=a.overwrite)
     limit_threads()
-    if a.suite == "stress":
-        from streaming.stress import run_stress
-
-        run_stress(Path(a.out), cells=a.cells, families=a.families, tuning=a.tuning, ablations=a.ablations,
-                   eta_grid=a.eta_grid, workers=a.workers, seeds=a.stress_seeds,
-                   command="mosaic bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "",
-                   device=device)
-        return 0
-    if a.cells or a.families or a.tuning or a.ablations or a.eta_grid:
-        raise InputError("--cells, --families, --tuning, --ablations and --eta-grid need --suite stress")
-    if a.throughput:
-        from streaming.throughput import throughput_bench
-
-        throughput_bench(Path(a.out), configs=a.configs, samples=a.samples, repeats=a.repeats, large=a.large,
-                         drift=a.throughput_drift, device=device)
-        return 0
-    run_bench(Path(a.out), seeds=a.seeds, quick=a.quick, configs=a.configs, drifts=a.drifts,
-              workers=a.workers, fashion=not a.no_fashion, large=a.large, obs_frac=a.obs_frac, device=device)
+    run_stress(Path(a.out), cells=a.cells, families=a.families, workers=a.workers, seeds=a.stress_seeds,
+               command="mosaic bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "",
+               device=resolve_device(a.device))
     return 0
 
 
@@ -450,13 +352,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_stream)
 
-    s = sub.add_parser("eval", help="metrics of a completed stream against the file's ground truth")
+    s = sub.add_parser("eval", help="metrics of a completed stream against the file's ground truth",
+                       epilog="--compare (every online method on MovieLens users' held-out ratings) moved to "
+                              "python -m experiments.streaming.movielens_users")
     s.add_argument("--input", required=True)
     s.add_argument("--completed", default=None, help="output of `mosaic stream` to score")
-    s.add_argument("--compare", action="store_true",
-                   help="instead: run every method on the file's held-out entries (see streaming.movielens)")
-    s.add_argument("--tune-users", type=positive_int, default=150,
-                   help="--compare: hyper-parameters are chosen on the first N stream samples, reported on the rest")
     s.add_argument("--protocol", choices=["progressive"], default=None,
                    help="progressive: on a rating stream (`data --protocol ratings`), predict each rating "
                         "before learning it (streaming.progressive)")
@@ -464,47 +364,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--protocol progressive: share of the stream (by time) the settings are chosen on")
     s.add_argument("--items", type=int_in(2, MAX_ITEMS), default=500,
                    help="--protocol progressive: MoSAIC's coordinates, the most-rated items")
-    s.add_argument("--seed", type=seed_int, default=0, help="--compare: seed of the methods")
+    s.add_argument("--seed", type=seed_int, default=0, help="--protocol progressive: seed of the methods")
     s.add_argument("--out", default=None, help="write the metrics as JSON")
     add_device_arg(s)
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_eval)
 
-    s = sub.add_parser("bench", help="multi-seed benchmark vs baselines: table, CSV, plots")
+    s = sub.add_parser("bench", help="the README's benchmark: MoSAIC vs the pretrained k-GROUSE and baselines",
+                       epilog="Moved to experiments/streaming (python -m experiments.streaming.<name>): the "
+                              "tuning seeds, --ablations and --eta-grid (stress_tuning); --suite auto-kr (auto_kr); "
+                              "--suite standard with --quick, --configs, --drifts, --large, --throughput (standard_bench).")
     s.add_argument("--out", default="results/streaming")
-    s.add_argument("--seeds", type=int_in(1, MAX_SEEDS), default=10, help=f"seeds per cell (at most {MAX_SEEDS})")
-    s.add_argument("--quick", action="store_true", help="short streams, fewer methods' restarts")
-    s.add_argument("--configs", nargs="*", default=None)
-    s.add_argument("--drifts", nargs="*", default=None)
-    s.add_argument("--workers", type=int_in(1, MAX_WORKERS), default=1, help=f"processes (at most {MAX_WORKERS})")
-    s.add_argument("--no-fashion", action="store_true")
-    s.add_argument("--obs-frac", type=fraction, default=None,
-                   help="observed fraction of every config (default: 0.4, 0.5 for 25-5-5)")
-    s.add_argument("--large", action="store_true", help="also run the (10000, 10, 20) memory-scaling config")
-    s.add_argument("--throughput", action="store_true",
-                   help="time per sample of MoSAIC vs GROUSE instead (table + throughput.csv/json)")
-    s.add_argument("--samples", type=int_in(1, MAX_SAMPLES), default=4000,
-                   help=f"stream length per config for --throughput (at most {MAX_SAMPLES:,})")
-    s.add_argument("--throughput-drift", choices=("abrupt", "none"), default="abrupt",
-                   help="--throughput stream: one abrupt replacement at mid-stream (change buffer timed) or none (steady state)")
-    s.add_argument("--repeats", type=int_in(1, MAX_REPEATS), default=3,
-                   help=f"timed runs per method for --throughput (best is kept; at most {MAX_REPEATS})")
-    s.add_argument("--suite", choices=("standard", "stress", "auto-kr"), default="standard",
-                   help="stress: generator families beyond the geodesic one (streaming/stress.py); auto-kr: "
-                        "the K/r estimator on the stress families (streaming.autokr.run_auto_kr)")
-    s.add_argument("--json", default=None, help="auto-kr: write the result JSON here")
-    s.add_argument("--resume", action="store_true",
-                   help="auto-kr: reuse the finished trials of an interrupted run (the JSON's .partial.jsonl)")
-    s.add_argument("--obs-fracs", type=fraction, nargs="+", default=None,
-                   help="auto-kr: observed fractions (default 0.2 0.35 0.5)")
+    s.add_argument("--suite", choices=("stress",), default="stress",
+                   help="stress: generator families beyond the geodesic one (streaming.bench)")
     s.add_argument("--cells", nargs="+", default=None,
-                   help="stress cells as glob patterns over family/obsPP/spec/epochs, or 'all' "
-                        "(default: */obs35/exact/*)")
-    s.add_argument("--families", nargs="+", default=None, help="stress: only these generator families")
-    s.add_argument("--tuning", action="store_true", help="stress: run on the tuning seeds instead of the test seeds")
-    s.add_argument("--ablations", action="store_true", help="stress: also MoSAIC with each online mechanism off")
-    s.add_argument("--eta-grid", action="store_true", help="stress: the pretrained k-GROUSE at every step of its grid")
-    s.add_argument("--stress-seeds", type=positive_int, default=None, help="stress, auto-kr: use only the first N seeds (at most the 5 test / 3 tuning seeds)")
+                   help="cells as glob patterns over family/obsPP/spec/epochs, or 'all' (default: */obs35/exact/*)")
+    s.add_argument("--families", nargs="+", default=None, help="only these generator families")
+    s.add_argument("--workers", type=int_in(1, MAX_WORKERS), default=1, help=f"processes (at most {MAX_WORKERS})")
+    s.add_argument("--stress-seeds", type=positive_int, default=None, help="use only the first N of the 5 test seeds")
     add_device_arg(s)
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_bench)

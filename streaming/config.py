@@ -1,13 +1,15 @@
 """MoSAIC's hyper-parameters: one dataclass, the single source of their defaults and their checks.
 
-``MoSAIC``'s constructor takes its defaults from these fields (all but ``n``, which ``fit`` learns),
-and ``MoSAIC.fit`` / ``partial_fit`` validate the hyper-parameters through ``validate``. Frozen: a
-model's hyper-parameters are changed on the model (``set_params``), never on a config copy.
+``MoSAIC``'s constructor takes the ones users set (``r``, ``K``, ``eta0``, ``pretrain_restarts``,
+``seed``); the others are fixed class attributes of ``HyperParameters``, which a variant (a baseline,
+an ablation) overrides in a subclass. ``n`` is learned by ``fit``. ``MoSAIC.fit`` / ``partial_fit``
+validate all of them through ``validate``. Frozen: a model's hyper-parameters are changed on the
+model (``set_params``), never on a config copy.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from common.errors import InputError
 
@@ -65,3 +67,37 @@ class MoSAICConfig:
             raise InputError("step sizes must satisfy 0 <= eta_min <= eta0 <= 1, eta0 > 0")
         if not (0 <= self.drift_floor <= 1):
             raise InputError(f"drift_floor must be in [0, 1] (0 = off), got {self.drift_floor}")
+
+
+class HyperParameters:
+    """Mixin of ``streaming.model.MoSAIC``: the fixed hyper-parameters (``MoSAICConfig``'s defaults,
+    chosen on the tuning seeds) as class attributes, and the whole set as a validated ``MoSAICConfig``."""
+
+    eta_min: float = MoSAICConfig.eta_min  # capped at eta0
+    drift_floor: float = MoSAICConfig.drift_floor
+    schedule: str = MoSAICConfig.schedule
+    detect: bool = MoSAICConfig.detect
+    epoch_reset: str = MoSAICConfig.epoch_reset
+    provisional: bool = MoSAICConfig.provisional
+    provisional_growth: float = MoSAICConfig.provisional_growth
+    provisional_lambda: float = MoSAICConfig.provisional_lambda
+    provisional_estimator: str = MoSAICConfig.provisional_estimator
+    completion_cap: float = MoSAICConfig.completion_cap
+    pretrain_repair: int = MoSAICConfig.pretrain_repair
+
+    def hyper_parameters(self) -> dict:
+        """Every hyper-parameter (``MoSAICConfig``'s fields but ``n``): the constructor's and the fixed ones."""
+        values = {f.name: getattr(self, f.name) for f in fields(MoSAICConfig) if f.name != "n"}
+        values["eta_min"] = min(self.eta_min, self.eta0)
+        return values
+
+    @property
+    def config(self) -> MoSAICConfig:
+        """The hyper-parameters with the fitted ``n`` (a new ``MoSAICConfig``)."""
+        return MoSAICConfig(n=self.n, **self.hyper_parameters())
+
+    def _checked_config(self, n: int) -> MoSAICConfig:
+        """The hyper-parameters for ``n`` features, validated (InputError on a bad value)."""
+        config = MoSAICConfig(n=n, **self.hyper_parameters())
+        config.validate()
+        return config

@@ -50,7 +50,7 @@ def run_demo(n: int, r: int, K: int, obs_frac: float, noise: float, drift: str, 
     from threadpoolctl import threadpool_limits
 
     from common.report import significant
-    from streaming.baselines import Grouse, KGrousePretrained, Petrels, k_grouse
+    from streaming.baselines import Grouse, KGrouse, Petrels
     from streaming.data import StreamConfig, generate_stream
     from streaming.evaluate import per_sample_nrmse
     from streaming.model import MoSAIC
@@ -63,24 +63,17 @@ def run_demo(n: int, r: int, K: int, obs_frac: float, noise: float, drift: str, 
         mosaic = MoSAIC(cfg.r, cfg.K, seed=int(seed), pretrain_restarts=3).fit(stream.source_values)
         models = {
             "mosaic": mosaic,
-            "kgrouse_pretrained": KGrousePretrained.from_mosaic(mosaic),  # same experts, plain routed GROUSE
-            "k-grouse": k_grouse(cfg.r, cfg.K, seed=int(seed)),
+            "kgrouse_pretrained": KGrouse.from_mosaic(mosaic),  # same experts, plain routed GROUSE
+            "k-grouse": KGrouse(cfg.r, cfg.K, eta=0.3, seed=int(seed)),
             "grouse-r": Grouse(cfg.n, cfg.r, seed=int(seed)),
             "petrels": Petrels(cfg.n, cfg.r, seed=int(seed)),
         }
         T = stream.values.shape[0]
-        M = ~np.isnan(stream.values)
         errs = {k: [] for k in models}
         for s in range(0, T, chunk):
             sl = slice(s, min(s + chunk, T))
-            for name, model in models.items():
-                if hasattr(model, "process"):  # MoSAIC and k-GROUSE (an unfitted one learns n here)
-                    comp = model.process(stream.values[sl], epoch=stream.epoch[sl])[0]
-                else:
-                    comp = np.empty((sl.stop - sl.start, cfg.n))
-                    for j, t in enumerate(range(sl.start, sl.stop)):
-                        idx = np.flatnonzero(M[t])
-                        comp[j], _ = model.step(idx, stream.values[t, idx], int(stream.epoch[t]))
+            for name, model in models.items():  # an unfitted k-GROUSE learns n here
+                comp = model.process(stream.values[sl], epoch=stream.epoch[sl])[0]
                 errs[name].extend(per_sample_nrmse(comp, stream.full[sl], stream.values[sl]).tolist())
             rows = [[name, significant(float(np.sqrt(np.nanmean(np.square(e))))), significant(float(np.nanmean(e[-chunk:])))]
                     for name, e in errs.items()]

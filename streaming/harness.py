@@ -66,7 +66,7 @@ class StreamRun:
 
     ``completed (T, n)``: estimate at arrival time; ``routes (T,)`` (−1 for single-subspace
     methods); ``snapshot_t``: sample indices after which ``snapshots`` (each ``(K, n, r)``) were
-    taken; ``time_per_sample_s``: mean wall time of one ``step``; ``memory_bytes`` of the state.
+    taken; ``time_per_sample_s``: mean wall time per sample; ``memory_bytes`` of the state.
     """
 
     method: str
@@ -82,42 +82,25 @@ class StreamRun:
 def run_online(
     model, values: np.ndarray, epoch: np.ndarray | None = None, snapshot_every: int = 0, name: str = ""
 ) -> StreamRun:
-    """Feed the ``(T, n)`` stream (NaN = unobserved) to ``model`` in order.
-
-    A model with ``process(x (B, n), epoch=(B,)) -> (completed (B, n), routes (B,))`` gets the
-    stream in chunks of ``snapshot_every`` samples (the whole stream when 0); otherwise
-    ``step(idx, x_obs, epoch) -> (completion (n,), route)`` is called sample by sample. ``model``
-    also has ``subspaces()`` and ``memory_bytes()``. ``epoch (T,)`` is passed on when given.
-    Timing covers ``process`` (validation included) or ``step`` only.
+    """Feed the ``(T, n)`` stream (NaN = unobserved) to ``model`` in order: ``model.process(x (B, n),
+    epoch=(B,)) -> (completed (B, n), routes (B,))`` on chunks of ``snapshot_every`` samples (the whole
+    stream when 0), with a snapshot of ``model.bases_`` after each; ``epoch (T,)`` is passed on when
+    given. ``model`` also has ``memory_bytes()``. Timing covers ``process`` (validation included).
     """
     T, n = values.shape
     completed = np.empty((T, n))
     routes = np.empty(T, np.int64)
     snap_t, snaps = [], []
     elapsed = 0.0
-    if hasattr(model, "process"):
-        chunk = snapshot_every or T
-        for s in range(0, T, chunk):
-            e = min(s + chunk, T)
-            t0 = time.perf_counter()
-            completed[s:e], routes[s:e] = model.process(values[s:e], epoch=None if epoch is None else epoch[s:e])
-            elapsed += time.perf_counter() - t0
-            if snapshot_every:
-                snap_t.append(e - 1)
-                snaps.append(model.subspaces())
-    else:
-        M = ~np.isnan(values)
-        X0 = np.where(M, values, 0.0)
-        for j in range(T):
-            idx = np.flatnonzero(M[j])
-            xo = X0[j, idx]
-            ep = None if epoch is None else int(epoch[j])
-            t0 = time.perf_counter()
-            completed[j], routes[j] = model.step(idx, xo, ep)
-            elapsed += time.perf_counter() - t0
-            if snapshot_every and ((j + 1) % snapshot_every == 0 or j == T - 1):
-                snap_t.append(j)
-                snaps.append(model.subspaces())
+    chunk = snapshot_every or T
+    for s in range(0, T, chunk):
+        e = min(s + chunk, T)
+        t0 = time.perf_counter()
+        completed[s:e], routes[s:e] = model.process(values[s:e], epoch=None if epoch is None else epoch[s:e])
+        elapsed += time.perf_counter() - t0
+        if snapshot_every:
+            snap_t.append(e - 1)
+            snaps.append(model.bases_.copy())
     return StreamRun(
         method=name or type(model).__name__,
         completed=completed,
@@ -126,5 +109,5 @@ def run_online(
         snapshots=snaps,
         time_per_sample_s=elapsed / T,
         memory_bytes=model.memory_bytes(),
-        reseeds=list(getattr(model, "reseeds", [])),
+        reseeds=list(getattr(model, "reseeds_", [])),
     )

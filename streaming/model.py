@@ -38,27 +38,20 @@ Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``. For a sample ``x``
 
 Per-sample cost: O(K m r²) for routing, O(n r) for the update. State is O(K n r).
 
-The state lives in small components, each a dataclass whose fields are all of its state and which
-saves and loads itself through ``streaming.state`` (``COMPONENTS``): the expert bank
-(``streaming.experts``), the per-expert and stream statistics, the step-size schedule and the epoch
-handling (``streaming.schedule``), the change buffer and its provisional fit (``streaming.change``).
-``MoSAIC`` wires them together and is the one class that is saved (``common.pretrained``).
+The state lives in components (``COMPONENTS``, dataclasses saved through ``streaming.state``): the
+expert bank and statistics (``streaming.experts``), the step-size schedule and epoch handling
+(``streaming.schedule``), the change buffer and its provisional fit (``streaming.change``).
 Pretraining (``fit``) is batch k-subspaces with missing data, seeded by spectral clustering of
 co-observed affinities, then by annealed mixture-of-PPCA EM on further restarts, with a robust
 refit of any cluster that fits far worse than the others (``streaming.train.fit``,
-``streaming.kss``); the hyper-parameters are ``streaming.config.MoSAICConfig``, older checkpoints
-load through ``streaming.compat``.
+``streaming.kss``).
 
-Why over 400 lines: ``MoSAIC`` is one online estimator whose per-sample path (route, complete,
-update, change detection, re-seed) reads and writes every component of its state; its
-scikit-learn methods and checkpoint hooks are thin methods on that same state, and the algorithm
-above is documented here once. Split over modules, one sample's path would cross several files.
+``MoSAIC`` is assembled from mixins, one role each: its hyper-parameters
+(``streaming.config.HyperParameters``), what happens to a novel sample (``streaming.change.ChangeDetection``)
+and the state's size and checkpoint (``streaming.state.ComponentState``).
 """
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -68,22 +61,13 @@ from sklearn.exceptions import NotFittedError
 from common.errors import CheckpointError, InputError
 from common.pretrained import PretrainedMixin, register_model
 from streaming import train
-from streaming.change import (
-    NOVELTY,
-    PROVISIONAL_MIN_RATIO,
-    SPIKE_FACTOR,
-    ChangeBuffer,
-    ProvisionalFit,
-    reseed_fit,
-    reseed_min,
-)
-from streaming.compat import load_flat_state, upgrade_component_state, upgrade_config
-from streaming.config import MoSAICConfig
-from streaming.experts import ExpertBank, ExpertStats, StreamStats, cap_completion, route_scores
+from streaming.change import NOVELTY, ChangeBuffer, ChangeDetection, ProvisionalFit
+from streaming.config import HyperParameters, MoSAICConfig
+from streaming.experts import ExpertBank, ExpertStats, StreamStats, cap_completion
 from streaming.linalg import RIDGE, grouse_step, orthonormalize, random_bases, residual_scores
 from streaming.observed import check_observed, check_samples
 from streaming.schedule import DRIFT_FACTOR, LEVEL_RATE, SLOW_LEVEL_RATE, EpochReset, StepSchedule
-from streaming.state import StateComponent
+from streaming.state import ComponentState, StateComponent
 
 #: the components of a MoSAIC model: attribute name -> class (``streaming.state.StateComponent``); the
 #: model's whole state, and the one thing ``checkpoint_state`` saves besides the config
@@ -96,69 +80,40 @@ COMPONENTS: dict[str, type[StateComponent]] = {
     "change_buffer": ChangeBuffer,
     "provisional_fit": ProvisionalFit,
 }
-#: layout of the JSON state of a checkpoint (absent: the flat layout of config versions <= 3)
-STATE_LAYOUT = 2
+#: an expert counts as mature (its residual spikes can flag a change) after MATURE_UPDATES × reseed_min
+#: updates with a fast level under MATURE_LEVEL
+MATURE_UPDATES = 3
+MATURE_LEVEL = 0.5 * NOVELTY
+#: re-orthonormalize an expert's basis every this many updates
+ORTHONORMALIZE_EVERY = 100
 
 
 @register_model("mosaic")
-class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
+class MoSAIC(HyperParameters, ChangeDetection, ComponentState, PretrainedMixin, TransformerMixin, BaseEstimator):
     """Mixture of subspace experts (see the module docstring for the algorithm).
 
     Shapes: ``n`` ambient dimension (learned from the data: ``n_features_in_``), ``r`` rank, ``K``
-    experts; ``bases_`` is ``(K, n, r)``. A scikit-learn estimator: the constructor only stores the
-    hyper-parameters (defaults and checks: ``streaming.config.MoSAICConfig``), which are validated by
-    ``fit`` / ``partial_fit``; ``fit(X)`` pretrains on source samples, ``partial_fit(X, epoch=)``
-    streams samples (route, complete, update; the first call on an unfitted model starts from random
-    bases), and ``transform(X)`` completes samples without updating; ``process`` is ``partial_fit``
-    that also returns the completions and routes, ``step`` one pre-split sample. NaN marks an
-    unobserved entry (or pass ``mask``); sparse input is refused. Everything learned ends in ``_``:
-    the state components (``bank_``, ``expert_stats_``, ``steps_``, ``epochs_``, ``stream_stats_``,
-    ``change_buffer_``, ``provisional_fit_``) and ``bases_``, ``K_``, ``r_``, ``ridge_``, ``n_features_in_``,
-    ``n_samples_seen_``, ``reseeds_``. Deterministic under ``seed``.
+    experts; ``bases_`` is ``(K, n, r)``. A scikit-learn estimator whose constructor only stores
+    ``r``, ``K``, ``eta0``, ``pretrain_restarts`` and ``seed`` (validated by ``fit`` / ``partial_fit``):
+    ``fit(X)`` pretrains on source samples; ``process(X, epoch=)`` streams samples (route, complete,
+    update; an unfitted model starts from random bases) and returns the completions and routes,
+    ``partial_fit`` is the same returning the model; ``transform(X)`` completes and ``route(X)`` routes
+    without updating. NaN marks an unobserved entry (or pass ``mask``); sparse input is refused.
+    Learned: the state components (``bank_``, ``expert_stats_``, ``steps_``, ``epochs_``,
+    ``stream_stats_``, ``change_buffer_``, ``provisional_fit_``), ``bases_``, ``ridge_``,
+    ``n_features_in_``, ``n_samples_seen_``, ``reseeds_``. Deterministic under ``seed``.
     """
 
-    # 2: drift prediction deleted; 3: stream repair and unset knobs; 4: component state; 5: drift floor;
-    # 6: n learned at fit (no constructor argument)
-    config_version = 6
+    config_version = 7  # 7: the five constructor arguments; older checkpoints are refused
+    COMPONENTS = COMPONENTS
 
     def __init__(self, r: int, K: int, *, eta0: float = MoSAICConfig.eta0,
-                 eta_min: float = MoSAICConfig.eta_min, drift_floor: float = MoSAICConfig.drift_floor,
-                 schedule: str = MoSAICConfig.schedule, detect: bool = MoSAICConfig.detect,
-                 epoch_reset: str = MoSAICConfig.epoch_reset, provisional: bool = MoSAICConfig.provisional,
-                 provisional_growth: float = MoSAICConfig.provisional_growth,
-                 provisional_lambda: float = MoSAICConfig.provisional_lambda,
-                 provisional_estimator: str = MoSAICConfig.provisional_estimator,
-                 completion_cap: float = MoSAICConfig.completion_cap,
-                 pretrain_restarts: int = MoSAICConfig.pretrain_restarts,
-                 pretrain_repair: int = MoSAICConfig.pretrain_repair, seed: int = MoSAICConfig.seed) -> None:
+                 pretrain_restarts: int = MoSAICConfig.pretrain_restarts, seed: int = MoSAICConfig.seed) -> None:
         self.r = r
         self.K = K
         self.eta0 = eta0
-        self.eta_min = eta_min
-        self.drift_floor = drift_floor
-        self.schedule = schedule
-        self.detect = detect
-        self.epoch_reset = epoch_reset
-        self.provisional = provisional
-        self.provisional_growth = provisional_growth
-        self.provisional_lambda = provisional_lambda
-        self.provisional_estimator = provisional_estimator
-        self.completion_cap = completion_cap
         self.pretrain_restarts = pretrain_restarts
-        self.pretrain_repair = pretrain_repair
         self.seed = seed
-
-    # ------------------------------------------------------------------ hyper-parameters
-    @property
-    def config(self) -> MoSAICConfig:
-        """The hyper-parameters with the fitted ``n`` (a new ``MoSAICConfig``; ``set_params`` changes them)."""
-        return MoSAICConfig(n=self.n, **self.get_params())
-
-    def _checked_config(self, n: int) -> MoSAICConfig:
-        """The hyper-parameters for ``n`` features, validated (InputError on a bad value)."""
-        config = MoSAICConfig(n=n, **self.get_params())
-        config.validate()
-        return config
 
     def _init_state(self, n: int) -> None:
         """Fresh components for ``n`` features: random bases drawn from ``seed``, nothing seen."""
@@ -172,10 +127,6 @@ class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
         self.change_buffer_ = ChangeBuffer()
         self.provisional_fit_ = ProvisionalFit()
 
-    def components(self) -> dict[str, StateComponent]:
-        """The state components by their checkpoint name (``COMPONENTS``)."""
-        return {name: getattr(self, name + "_") for name in COMPONENTS}
-
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True  # NaN marks an unobserved entry
@@ -184,9 +135,8 @@ class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
         tags.transformer_tags.preserves_dtype = ["float64"]
         return tags
 
-    # ------------------------------------------------------------------ device
     def to(self, device: torch.device | None) -> MoSAIC:
-        """Run the torch part (the routing of ``fit``, ``step``, ``route`` and ``transform`` through
+        """Run the torch part (the routing of ``fit``, ``route`` and ``transform`` through
         ``moe.route_by_score``) on ``device`` (a ``torch.device`` from ``common.device.resolve_device``;
         None: the CPU). The state stays in host numpy arrays (the per-sample path of ``process`` is
         numpy throughout) and checkpoints hold no device. Returns the model."""
@@ -198,7 +148,6 @@ class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
         """Where the routing runs (``to``); None: the CPU."""
         return getattr(self, "_device", None)
 
-    # ------------------------------------------------------------------ fitted state (scikit-learn)
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "bank_")
 
@@ -219,45 +168,14 @@ class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
         return self.bank_.bases
 
     @property
-    def bases(self) -> np.ndarray:
-        """``bases_``, assignable: a new ``(K, n, r)`` array replaces the experts (on an unfitted
-        model it starts the state with them, ``n`` from their shape)."""
-        return self.bases_
-
-    @bases.setter
-    def bases(self, value: np.ndarray) -> None:
-        value = np.asarray(value, dtype=np.float64)
-        n = self.n_features_in_ if self.__sklearn_is_fitted__() else (value.shape[1] if value.ndim == 3 else -1)
-        if value.shape != (self.K, n, self.r):
-            raise InputError(f"bases must have shape (K, n, r) = {(self.K, n, self.r)}, got {value.shape}")
-        if not self.__sklearn_is_fitted__():
-            self._checked_config(n)
-            self._init_state(n)
-        self.bank_.bases = value
-
-    @property
-    def K_(self) -> int:
-        """Number of experts of the fitted state."""
-        return self.bases_.shape[0]
-
-    @property
-    def r_(self) -> int:
-        """Rank of the fitted experts."""
-        return self.bases_.shape[2]
-
-    @property
     def ridge_(self) -> float:
         """λ of the least-squares fits (the MAP ``σ̂²/var(w)`` after ``fit``)."""
         self._check_fitted()
         return self.bank_.ridge
 
     @property
-    def ridge(self) -> float:
-        return self.ridge_
-
-    @property
     def n_samples_seen_(self) -> int:
-        """Stream samples seen by ``partial_fit`` / ``process`` / ``step`` (not the source)."""
+        """Stream samples seen by ``process`` / ``partial_fit`` (not the source)."""
         self._check_fitted()
         return self.stream_stats_.n_seen
 
@@ -266,39 +184,6 @@ class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
         """Re-seeds so far: ``(sample index, expert)``."""
         self._check_fitted()
         return self.change_buffer_.reseeds
-
-    @property
-    def reseeds(self) -> list[tuple[int, int]]:
-        return self.reseeds_
-
-    @property
-    def pretrained(self) -> bool:
-        return self.__sklearn_is_fitted__() and self.stream_stats_.pretrained
-
-    # ------------------------------------------------------------------ helpers
-    def reseed_min(self) -> int:
-        """Buffer size that triggers a re-seed: enough observations to pin down ``n r`` unknowns."""
-        return reseed_min(self.n_features_in_, self.r, self.stream_stats_.mean_m)
-
-    def _window_len(self) -> int:
-        return max(50, self.K * reseed_min(self.n_features_in_, self.r, self.stream_stats_.mean_m))
-
-    def step_size(self, k: int) -> float:
-        return self.steps_.step_size(k, self.schedule, self.eta0, self.eta_min, self.r, self.drift_floor,
-                                     float(self.expert_stats_.level[k]))
-
-    def memory_bytes(self) -> int:
-        """Bytes of every array the model state holds (all components: bases, counters, change buffer,
-        provisional fit)."""
-        total = 0
-        for comp in self.components().values():
-            for name in comp.field_names():
-                value = getattr(comp, name)
-                if isinstance(value, np.ndarray):
-                    total += value.nbytes
-                elif isinstance(value, list):
-                    total += sum(v.nbytes for v in value if isinstance(v, np.ndarray))
-        return int(total)
 
     def _stream_samples(self, X, mask) -> tuple[np.ndarray, np.ndarray]:
         """Validate a stream batch ``X (B, n)`` / ``(n,)`` and the hyper-parameters; an unfitted model
@@ -334,13 +219,9 @@ class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
         self._init_state(X0.shape[1])
         self.bank_.bases, self.bank_.ridge = result.bases.copy(), ridge
         stats = self.expert_stats_
-        for k in range(self.K):
-            s = result.scores[result.labels == k]
-            lvl = float(np.median(s)) if s.size else 1.0
-            stats.level[k] = stats.level_slow[k] = max(lvl, 1e-6)
-            self.steps_.t[k] = s.size
-            self.steps_.level_ref[k] = stats.level[k]
-            stats.long_counts[k] = s.size
+        levels, counts = train.assigned_levels(result, self.K)
+        stats.level[:], stats.level_slow[:], self.steps_.level_ref[:] = levels, levels, levels
+        self.steps_.t[:], stats.long_counts[:] = counts, counts
         stats.mature[:] = True
         self.stream_stats_.mean_m = float(M.sum(1).mean())
         self.stream_stats_.entry_energy = float((X0 * X0).sum() / max(int(M.sum()), 1))
@@ -358,7 +239,7 @@ class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
         batch is validated first, the observed indices of every sample are split out in one pass,
         and each sample is then routed by ``moe.route_by_score``'s rule (argmin of the scores, ties
         to the lower index) applied inline: a torch call per sample would cost more than the rest of
-        the step. The result is identical to calling ``step`` on each sample (tested).
+        the step. The result is identical to processing the samples one by one (tested).
         """
         X0, M = self._stream_samples(x, mask)
         B = X0.shape[0]
@@ -387,167 +268,78 @@ class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
         self.process(X, mask, epoch)
         return self
 
-    def step(self, idx: np.ndarray, xo: np.ndarray, epoch: int | None = None) -> tuple[np.ndarray, int]:
-        """One validated sample of a fitted model: ``idx (m,)`` observed indices, ``xo (m,)`` values.
-
-        Routes through ``moe.route_by_score``; returns ``(completion (n,), routed expert)``
-        computed before the update.
-        """
-        self._check_fitted()
-        if epoch is not None:
-            self._set_epoch(epoch)
-        xx = float(xo @ xo)
-        w, score = self.bank_.scores(idx, xo, xx)
-        k = int(route_scores(score[None], self.device)[0])
-        return self._complete_and_update(idx, xo, w, score, k, xx), k
-
     def _set_epoch(self, epoch: int) -> None:
         self.epochs_.set_epoch(epoch, self.epoch_reset, self.steps_)
 
-    def _install_basis(self, k: int, U: np.ndarray) -> None:
-        """Replace expert ``k``'s basis by a re-seed ``U (n, r)``: its schedule restarts, and a pending
-        epoch-reset decision of the old basis goes."""
-        self.bank_.bases[k] = U
-        self.steps_.t[k] = 0.0
-        self.epochs_.pending[k] = False
-        self.expert_stats_.reseeded_at[k] = self.stream_stats_.n_seen
-
     def _complete_and_update(self, idx: np.ndarray, xo: np.ndarray, w: np.ndarray, score: np.ndarray, k: int,
                              xx: float) -> np.ndarray:
-        """Completion ``(n,)`` of a sample (``idx``, ``xo (m,)``, ``xx = xo @ xo``) routed to expert ``k``
-        (coefficients ``w (K, r)``, scores ``(K,)``), then the update / change detection."""
-        c = self
-        n, r = self.n_features_in_, self.r
-        bank, stats, stream, steps = self.bank_, self.expert_stats_, self.stream_stats_, self.steps_
-        m = idx.size
-        U, wk = bank.bases[k], w[k]
-        p = U @ wk
+        """One sample's path after routing: ``idx (m,)``, ``xo (m,)`` (``xx = xo @ xo``) routed to expert
+        ``k`` (coefficients ``w (K, r)``, scores ``(K,)``). Returns its completion ``(n,)``; then a novel
+        sample goes to the change buffer, any other updates expert ``k``."""
+        p = self.bank_.bases[k] @ w[k]
+        completion = self._completion(idx, xo, p, xx)
+        self.stream_stats_.observe(idx.size, xx)
+        if idx.size <= self.r:  # the fit is exact whatever the subspace: nothing to learn
+            return completion
+        s = float(score[k])
+        novel, prov = self._novelty(idx, xo, s, k)
+        if novel:
+            return self._buffer_novel(idx, xo, idx.size, prov)
+        self._update_expert(idx, xo, w[k], p, s, k)
+        return completion
+
+    def _completion(self, idx: np.ndarray, xo: np.ndarray, p: np.ndarray, xx: float) -> np.ndarray:
+        """The routed expert's fit ``p (n,)`` as a completion ``(n,)``: capped (``completion_cap``),
+        observed entries kept."""
         completion = p.copy()
-        if c.completion_cap:
+        if self.completion_cap:
             # against the larger of the sample's own and the running entry energy, and 10× (not
             # the 2× of the provisional fits): a correct fit's unobserved part can carry far more
             # energy than its observed part at small n (the noiseless exact-recovery test has 4.3×)
             completion[idx] = 0.0
-            cap_completion(completion, xo, n, c.completion_cap, stream.entry_energy, xx)
+            cap_completion(completion, xo, self.n_features_in_, self.completion_cap, self.stream_stats_.entry_energy,
+                           xx)
         completion[idx] = xo
-        stream.observe(m, xx)
-        if m <= r:  # the fit is exact whatever the subspace: nothing to learn
-            return completion
-        s = float(score[k])
+        return completion
+
+    def _update_expert(self, idx: np.ndarray, xo: np.ndarray, wk: np.ndarray, p: np.ndarray, s: float,
+                       k: int) -> None:
+        """One GROUSE step on expert ``k`` (coefficients ``wk (r,)``, fit ``p (n,)``, score ``s``) with
+        the step size of its schedule, then its counters and residual levels."""
+        stats, steps = self.expert_stats_, self.steps_
         level = float(stats.level[k])
-        novel = c.detect and stats.mature[k] and s > max(NOVELTY * (1.0 - r / m), SPIKE_FACTOR * level)
-        prov = None
-        prov_fit = self.provisional_fit_
-        if c.detect and prov_fit.basis is not None and stream.n_seen - self.change_buffer_.last_novel <= self._window_len():
-            # the provisional basis competes in the routing while a change is being buffered: a
-            # sample it explains better (relative to a random subspace of each rank) is novel too
-            prov = prov_fit.fit_sample(idx, xo, m, n, bank.ridge)
-            novel = novel or prov[0] < s / (1.0 - r / m)
-        if novel:
-            return self._buffer_novel(idx, xo, m, prov)
         if self.epochs_.pending[k]:
             self.epochs_.check(k, s, stats.level_slow[k], steps)
-        eta = steps.step_size(k, c.schedule, c.eta0, c.eta_min, r, c.drift_floor, level)
+        eta = steps.step_size(k, self.schedule, self.eta0, min(self.eta_min, self.eta0), self.r, self.drift_floor,
+                              level)
+        U = self.bank_.bases[k]
         grouse_step(U, idx, xo, wk, eta, p=p)
         t = steps.t[k] + 1.0
         steps.t[k] = t
         n_updates = int(stats.n_updates[k]) + 1
         stats.n_updates[k] = n_updates
         stats.long_counts[k] += 1.0
-        stats.last_update[k] = stream.n_seen
+        stats.last_update[k] = self.stream_stats_.n_seen
+        level = self._track_levels(k, s, level, t)
+        if not stats.mature[k] and n_updates >= MATURE_UPDATES * self.reseed_min() and level < MATURE_LEVEL:
+            stats.mature[k] = True
+        if n_updates % ORTHONORMALIZE_EVERY == 0:  # ridge fits leave ρ slightly off-orthogonal
+            self.bank_.bases[k] = orthonormalize(U)
+
+    def _track_levels(self, k: int, s: float, level: float, t: float) -> float:
+        """Expert ``k``'s fast and slow residual levels after score ``s`` (``level``: the fast one before,
+        ``t``: its schedule's count); a jump of the fast over the slow one restarts its schedule.
+        Returns the new fast level."""
+        stats, steps = self.expert_stats_, self.steps_
         level += LEVEL_RATE * (s - level)
         stats.level[k] = level
         slow = float(stats.level_slow[k])
         slow += SLOW_LEVEL_RATE * (s - slow)
         stats.level_slow[k] = slow
-        if c.detect and level > DRIFT_FACTOR * slow and t > steps.tau(r):
+        if self.detect and level > DRIFT_FACTOR * slow and t > steps.tau(self.r):
             steps.t[k] = 0.0  # residuals jumped: restart the step-size schedule
             stats.level_slow[k] = level
-        if not stats.mature[k] and n_updates >= 3 * self.reseed_min() and level < 0.5 * NOVELTY:
-            stats.mature[k] = True
-        if n_updates % 100 == 0:  # ridge fits leave ρ slightly off-orthogonal
-            bank.bases[k] = orthonormalize(U)
-        return completion
-
-    def _buffer_novel(self, idx: np.ndarray, xo: np.ndarray, m: int, prov) -> np.ndarray:
-        """A sample no expert explains (``prov``: its provisional fit, or None): it updates no expert
-        and goes to the change buffer; returns its completion ``(n,)``."""
-        buffer, n_seen = self.change_buffer_, self.stream_stats_.n_seen
-        buffer.last_novel = n_seen
-        # no expert explains the sample: a wrong expert's guess is uncorrelated with the truth
-        # (error ~ sqrt 2); use the provisional fit of the change buffer, else abstain (error 1)
-        if prov is None and self.provisional_fit_.basis is not None:
-            prov = self.provisional_fit_.fit_sample(idx, xo, m, self.n, self.bank_.ridge)
-        completion = np.zeros(self.n) if prov is None or prov[1] is None else prov[1]
-        completion[idx] = xo
-        # forget buffered samples older than two windows: a change is re-acquired within one, so
-        # older novel samples are outliers or a change already handled, and would bias the fits
-        buffer.expire(n_seen - 2 * self._window_len())
-        buffer.append(idx, xo, n_seen)
-        self._maybe_reseed()
-        self._maybe_refit_provisional()
-        return completion
-
-    def _maybe_reseed(self) -> None:
-        buffer, stats, n_seen = self.change_buffer_, self.expert_stats_, self.stream_stats_.n_seen
-        need = self.reseed_min()
-        if len(buffer) < max(need, buffer.next_try):
-            return
-        B = len(buffer)
-        X0, M = buffer.arrays(self.n)
-        prov = self.provisional_fit_.basis
-        warm = prov if prov is not None and prov.shape[1] == self.r else None
-        U, score, inlier = reseed_fit(X0, M, self.r, warm)
-        if inlier.mean() < 0.5 and warm is not None:
-            # a poor provisional basis can trap the short warm-started fit (seen at m = 3r): retry cold
-            U, score, inlier = reseed_fit(X0, M, self.r, None)
-        if inlier.mean() >= 0.5:
-            # the victim is the expert that has missed the most of its expected traffic since its
-            # last update: (samples since then) × (its long-run share of the traffic)
-            long = stats.long_counts / max(stats.long_counts.sum(), 1.0)
-            missed = (n_seen - stats.last_update) * long
-            # an expert re-seeded within the last window has had no time to collect traffic
-            protected = n_seen - stats.reseeded_at < self._window_len()
-            if not protected.all():
-                missed[protected] = -np.inf
-            victim = int(np.argmax(missed))
-            self._install_basis(victim, U)
-            # a fit to few samples overfits their residuals: never trust a level tighter than the
-            # typical level of the other experts
-            typical = float(np.median(np.delete(stats.level, victim))) if self.K > 1 else 0.0
-            stats.level[victim] = stats.level_slow[victim] = max(float(np.median(score[inlier])), typical, 1e-6)
-            stats.mature[victim] = True
-            stats.long_counts[victim] = max(stats.long_counts.mean(), 1.0)
-            stats.last_update[victim] = n_seen
-            buffer.keep(~inlier)
-            buffer.reseeds.append((n_seen - 1, victim))
-            buffer.next_try = 0
-        else:
-            if B >= 3 * need:
-                buffer.keep(np.arange(B) >= B - 2 * need)
-            buffer.next_try = len(buffer) + max(1, need // 4)
-
-    def resolved_provisional_estimator(self) -> str:
-        """The provisional estimator in use: ``provisional_estimator``, with ``"auto"`` resolved by
-        the running mean observed count ``m̄``. The posterior (Soft-Impute, then rank-r PPCA) needs
-        observations to spare beyond the rank: with ``m̄ < 2.25 r`` (e.g. (100,25,5) at 40 %,
-        m̄/r = 1.6) it was both worse and ~10× slower than ALS on the tuning seeds."""
-        c = self
-        if c.provisional_estimator != "auto":
-            return c.provisional_estimator
-        return "posterior" if self.stream_stats_.mean_m >= PROVISIONAL_MIN_RATIO * self.r else "als"
-
-    def _maybe_refit_provisional(self) -> None:
-        """Refit the provisional fit of the change buffer (``ProvisionalFit.refit``) once it has
-        grown by ``provisional_growth`` (0: 0.05 for the posterior, 0.2 for ALS)."""
-        c = self
-        if not c.provisional or len(self.change_buffer_) == 0:
-            self.provisional_fit_.reset()
-            return
-        estimator = self.resolved_provisional_estimator()
-        growth = c.provisional_growth or (0.2 if estimator == "als" else 0.05)
-        self.provisional_fit_.refit(self.change_buffer_, self.n, self.r, self.stream_stats_.mean_m, estimator, growth,
-                                   c.provisional_lambda, self.expert_stats_.level, self.stream_stats_.n_seen)
+        return level
 
     # ------------------------------------------------------------------ inference only
     def route(self, X: np.ndarray, *, mask: np.ndarray | None = None) -> np.ndarray:
@@ -569,60 +361,17 @@ class MoSAIC(PretrainedMixin, TransformerMixin, BaseEstimator):
                                self.stream_stats_.entry_energy)
         return np.where(M, X0, est)
 
-    def complete(self, X: np.ndarray, *, mask: np.ndarray | None = None) -> np.ndarray:
-        """``transform``: completed samples ``(B, n)``, no update."""
-        return self.transform(X, mask=mask)
-
-    def subspaces(self) -> np.ndarray:
-        """Current expert bases ``(K, n, r)`` (a copy)."""
-        return self.bank_.bases.copy()
-
     # ------------------------------------------------------------------ persistence
-    # the shared format of common.pretrained: config = every constructor argument (so a default
-    # changed later cannot change a saved model); tensors and state = every component's fields
-    # (streaming.state), nothing else; n is the bases' second dimension
+    # the shared format of common.pretrained: config = every constructor argument; tensors and
+    # state = every component's fields (``ComponentState``), nothing else; n is the bases' second dimension
 
     @property
     def pretrained_config(self) -> dict:
         return self.get_params()
 
-    def save(self, path_dir: str | os.PathLike) -> Path:
-        """Save the full state (so a reloaded model continues the stream identically)."""
-        return self.save_pretrained(path_dir)
-
-    @classmethod
-    def load(cls, path_dir: str | os.PathLike) -> MoSAIC:
-        return cls.from_pretrained(path_dir)
-
-    @classmethod
-    def upgrade_config(cls, config: dict, from_version: int) -> dict:
-        """Older configs through ``streaming.compat.upgrade_config``."""
-        upgraded = upgrade_config(config, from_version)
-        return upgraded if upgraded is not None else super().upgrade_config(config, from_version)
-
-    def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict]:
-        """``(tensors, state)``: every field of every component (``COMPONENTS``)."""
-        tensors: dict[str, torch.Tensor] = {}
-        state: dict = {"layout": STATE_LAYOUT}
-        for name, comp in self.components().items():
-            t, s = comp.to_state(name)
-            tensors.update(t)
-            state[name] = s
-        return tensors, state
-
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], state: dict, source: str) -> None:
-        """Inverse of :meth:`checkpoint_state`; older layouts through ``streaming.compat``.
-        CheckpointError when something is missing or does not fit."""
-        if state.get("layout") != STATE_LAYOUT:
-            fresh = load_flat_state(tensors, state, self.K, source)
-        else:
-            unknown = set(state) - {"layout", *COMPONENTS}
-            if unknown:
-                raise CheckpointError(f"{source}: unknown MoSAIC state {sorted(unknown)}")
-            state = upgrade_component_state(state)
-            fresh = {name: cls.__new__(cls) for name, cls in COMPONENTS.items()}
-            for name, comp in fresh.items():
-                comp.load_state(tensors, state.get(name), source)
+        """Inverse of ``checkpoint_state``. CheckpointError when something is missing or does not fit."""
+        fresh = self.components_from_state(tensors, state, source)
         shape = fresh["bank"].bases.shape
         if len(shape) != 3 or (shape[0], shape[2]) != (self.K, self.r):
             raise CheckpointError(f"bases in {source} have shape {shape}, expected (K, n, r) = ({self.K}, n, {self.r})")

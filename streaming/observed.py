@@ -11,6 +11,7 @@ only when the source's observations outnumber their degrees of freedom.
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import numpy as np
@@ -135,3 +136,26 @@ def check_source(M: np.ndarray, K: int, r: int, warn: bool = True) -> str | None
     if warn:
         warnings.warn(msg, UnderdeterminedSourceWarning, stacklevel=3)
     return msg
+
+
+def warn_low_observed(values: np.ndarray, r: int, what: str) -> None:
+    """Print the observed-count check's ``warning:`` line (``check_observed``) for the CLIs; an
+    InputError (exit 2) when no sample can identify a rank-r subspace."""
+    msg = check_observed(~np.isnan(values), r, what, warn=False)
+    if msg:
+        print(f"warning: {msg}", file=sys.stderr)
+
+
+def fit_warning_lines(model, source: np.ndarray) -> None:
+    """``model.fit(source)`` for the CLIs, without its LowObservationWarning (they print the one-line
+    ``warning:`` already, ``warn_low_observed``); a source too small to identify the experts
+    (``check_source``) is one ``warning:`` line too."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("ignore", LowObservationWarning)
+        warnings.simplefilter("always", UnderdeterminedSourceWarning)
+        model.fit(source)
+    for w in caught:
+        if issubclass(w.category, UnderdeterminedSourceWarning):
+            print(f"warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

@@ -114,6 +114,7 @@ def default_methods(seed: int = 0, items: int = 500, device: torch.device | None
     k-GROUSE on the same residuals (the same recommender with MoSAIC's pretraining but plain routed
     GROUSE steps of a constant size: no schedule, change detection or completion cap; K, r, η), and
     river's reco models (``streaming.river_reco.river_methods``; needs the ``bench`` extra)."""
+    from streaming.baselines import KGrouse
     from streaming.recommend import MoSAICRecommender, OnlineBiases
     from streaming.river_reco import river_methods
 
@@ -122,13 +123,12 @@ def default_methods(seed: int = 0, items: int = 500, device: torch.device | None
 
     def mosaic(K: int, r: int, eta0: float, lam: float, lr: float) -> Factory:
         return lambda pretrain_at: MoSAICRecommender(r, K, items=items, pretrain_at=pretrain_at, seed=seed,
-                                                     eta0=eta0, eta_min=min(0.05, eta0), fold_ridge=lam,
+                                                     eta0=eta0, fold_ridge=lam,
                                                      bias_lr=lr, device=device)
 
     def kgrouse(K: int, r: int, eta: float) -> Factory:
         return lambda pretrain_at: MoSAICRecommender(
-            r, K, items=items, pretrain_at=pretrain_at, seed=seed, schedule="constant", eta0=eta, eta_min=eta,
-            detect=False, completion_cap=0.0, device=device)
+            r, K, items=items, pretrain_at=pretrain_at, seed=seed, experts=KGrouse, eta=eta, device=device)
 
     return {
         "user_item_means": {f"damping={d}": biases(d) for d in (1.0, 5.0, 25.0)},

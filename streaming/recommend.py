@@ -112,7 +112,9 @@ class MoSAICRecommender:
     """MoSAIC as an online recommender (see the module docstring).
 
     Args:
-        r, K: MoSAIC's rank and number of experts; ``mosaic`` more of its hyper-parameters.
+        r, K: MoSAIC's rank and number of experts; ``mosaic`` more of its constructor's arguments.
+        experts: the class of the experts (``MoSAIC``; ``streaming.baselines.KGrouse`` for the
+            pretrained k-GROUSE, whose ``mosaic`` is then ``eta=``).
         items: number of coordinates (the most-rated items when the experts are pretrained).
         bias_lr, bias_l2: learning rate and L2 of the SGD biases (``SGDBiases``).
         min_ratings: rated coordinates a user needs before MoSAIC completes their vector.
@@ -130,7 +132,7 @@ class MoSAICRecommender:
     def __init__(self, r: int = 1, K: int = 2, *, items: int = 500, min_ratings: int = 5,
                  pretrain_at: int = 0, fold_ridge: float = 0.0, window: int | None = None, seed: int = 0,
                  device: torch.device | None = None, bias_lr: float = 0.05, bias_l2: float = 0.1,
-                 **mosaic) -> None:
+                 experts: type[MoSAIC] = MoSAIC, **mosaic) -> None:
         if window is not None and window < 1:
             raise ValueError(f"window must be >= 1 or None, got {window}")
         if not fold_ridge >= 0:
@@ -138,7 +140,7 @@ class MoSAICRecommender:
         self.window, self.fold_ridge = window, float(fold_ridge)
         self.biases = SGDBiases(bias_lr, bias_l2)
         self.items, self.min_ratings, self.pretrain_at = items, min_ratings, pretrain_at
-        self.mosaic = MoSAIC(r, K, seed=seed, **mosaic).to(device)
+        self.mosaic = experts(r, K, seed=seed, **mosaic).to(device)
         self.fitted = False
         self.column: dict[Hashable, int] = {}  # item -> coordinate, set at pretraining
         self.history: dict[Hashable, dict[Hashable, float]] = defaultdict(dict)  # user -> {item: rating}

@@ -115,3 +115,54 @@ def state_equal(a: StateComponent, b: StateComponent) -> list[str]:
         return type(x) is type(y) and x == y
 
     return [n for n in a.field_names() if not same(getattr(a, n), getattr(b, n))]
+
+
+class ComponentState:
+    """Mixin of a model whose whole state is ``StateComponent``s: the class attribute ``COMPONENTS``
+    (checkpoint name -> class), each held in the attribute ``<name>_``. Gives the components, their
+    size in bytes and their checkpoint state (``common.pretrained``'s ``checkpoint_state``; the
+    model's ``load_checkpoint_state`` reads it back with ``components_from_state``)."""
+
+    COMPONENTS: ClassVar[dict[str, type[StateComponent]]] = {}
+    #: layout of the JSON state of a checkpoint
+    STATE_LAYOUT: ClassVar[int] = 2
+
+    def components(self) -> dict[str, StateComponent]:
+        """The state components by their checkpoint name (``COMPONENTS``)."""
+        return {name: getattr(self, name + "_") for name in self.COMPONENTS}
+
+    def memory_bytes(self) -> int:
+        """Bytes of every array the components hold."""
+        total = 0
+        for comp in self.components().values():
+            for name in comp.field_names():
+                value = getattr(comp, name)
+                if isinstance(value, np.ndarray):
+                    total += value.nbytes
+                elif isinstance(value, list):
+                    total += sum(v.nbytes for v in value if isinstance(v, np.ndarray))
+        return int(total)
+
+    def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict]:
+        """``(tensors, state)``: every field of every component."""
+        tensors: dict[str, torch.Tensor] = {}
+        state: dict = {"layout": self.STATE_LAYOUT}
+        for name, comp in self.components().items():
+            t, s = comp.to_state(name)
+            tensors.update(t)
+            state[name] = s
+        return tensors, state
+
+    def components_from_state(self, tensors: dict[str, torch.Tensor], state: dict,
+                              source: str) -> dict[str, StateComponent]:
+        """New components from ``checkpoint_state``'s output (CheckpointError for another layout, an
+        unknown component or a missing field)."""
+        if state.get("layout") != self.STATE_LAYOUT:
+            raise CheckpointError(f"{source}: state layout {state.get('layout')!r} is not {self.STATE_LAYOUT}")
+        unknown = set(state) - {"layout", *self.COMPONENTS}
+        if unknown:
+            raise CheckpointError(f"{source}: unknown state {sorted(unknown)}")
+        fresh = {name: cls.__new__(cls) for name, cls in self.COMPONENTS.items()}
+        for name, comp in fresh.items():
+            comp.load_state(tensors, state.get(name), source)
+        return fresh

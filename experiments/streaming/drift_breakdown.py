@@ -32,12 +32,12 @@ if str(ROOT) not in sys.path:
 
 from common.io import write_json  # noqa: E402
 from common.report import markdown_table  # noqa: E402
+from experiments.streaming.variants import mosaic_variant  # noqa: E402
 from streaming.baselines import oracle_completion  # noqa: E402
 from streaming.change import identifiable_rank  # noqa: E402
 from streaming.data import STANDARD_CONFIGS, StreamConfig, generate_stream  # noqa: E402
 from streaming.evaluate import nrmse_unobserved  # noqa: E402
 from streaming.harness import run_online  # noqa: E402
-from streaming.model import MoSAIC  # noqa: E402
 
 CONFIGS = ("50-5-10", "100-10-10")
 VARIANTS = {
@@ -59,7 +59,7 @@ def _stream(config: str, s: int, obs_frac: float = 0.4):
 
 
 def _mosaic(stream, cfg, s: int, **overrides) -> np.ndarray:
-    model = MoSAIC(cfg.r, cfg.K, seed=100 + s, **overrides).fit(stream.source_values)
+    model = mosaic_variant(cfg.r, cfg.K, seed=100 + s, **overrides).fit(stream.source_values)
     return run_online(model, stream.values, stream.epoch, snapshot_every=10**9, name="mosaic").completed
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streaming import stress
+from streaming import bench as stress
 from streaming.data import generate_stream
 from streaming.evaluate import nrmse_unobserved
 from streaming.model import MoSAIC

@@ -28,11 +28,11 @@ from common.io import write_json  # noqa: E402
 
 
 def run(obs_fracs: list[float]) -> list[dict]:
-    from streaming import stress
+    from experiments.streaming.variants import mosaic_variant
+    from streaming import bench as stress
     from streaming.data import generate_stream
     from streaming.evaluate import nrmse_unobserved
     from streaming.harness import run_online
-    from streaming.model import MoSAIC
 
     n, r, K = stress.SHAPE
     rows = []
@@ -42,7 +42,7 @@ def run(obs_fracs: list[float]) -> list[dict]:
                 s = generate_stream(stress.stream_config(family, obs, seed))
                 nrmse = {}
                 for rounds in (2, 0):
-                    model = MoSAIC(r, K, seed=i, pretrain_repair=rounds).fit(s.source_values)
+                    model = mosaic_variant(r, K, seed=i, pretrain_repair=rounds).fit(s.source_values)
                     for epochs in stress.EPOCH_INFO:
                         run_ = run_online(copy.deepcopy(model), s.values, s.epoch if epochs == "given" else None)
                         nrmse[(rounds, epochs)] = nrmse_unobserved(run_.completed, s.full, s.values)

@@ -32,7 +32,7 @@ def main() -> None:
     limit_threads()
     s = load_ratings(a.ratings)
     cut = int(a.tune_frac * len(s))
-    rec = MoSAICRecommender(a.r, a.K, pretrain_at=cut, eta0=a.eta0, eta_min=min(0.05, a.eta0),
+    rec = MoSAICRecommender(a.r, a.K, pretrain_at=cut, eta0=a.eta0,
                             fold_ridge=a.fold_ridge)
     c_all, e_all, n_all = [], [], []
     for t in range(2 * cut):  # the tuning part, then as many evaluated events

@@ -13,7 +13,8 @@ import sys
 
 import numpy as np
 
-from streaming.baselines import KGrousePretrained, k_grouse, mosaic_no_pretrain
+from experiments.streaming.variants import mosaic_variant
+from streaming.baselines import KGrouse
 from streaming.data import StreamConfig, generate_stream
 from streaming.harness import run_online
 from streaming.model import MoSAIC
@@ -26,7 +27,7 @@ def cases():
     m = MoSAIC(2, 3, pretrain_restarts=2, seed=1).fit(s.source_values)
     m.process(s.values[:150], epoch=s.epoch[:150])
     c, r = m.process(s.values[150:170], None, s.epoch[150:170])
-    out["tiny_c"], out["tiny_r"], out["tiny_bases"] = c, r, m.subspaces()
+    out["tiny_c"], out["tiny_r"], out["tiny_bases"] = c, r, m.bases_.copy()
     for name, kw, mkw, eps in [
         ("shared", dict(n=60, r=4, K=4, obs_frac=0.35, drift="shared_rotation", angle_rad=0.2, seed=1), {}, True),
         ("shared_wh", dict(n=60, r=4, K=4, obs_frac=0.35, drift="shared_rotation", angle_rad=0.2, seed=1), {}, False),
@@ -38,16 +39,16 @@ def cases():
                         source_per_class=60, seed=3), dict(pretrain_restarts=2, epoch_reset="always"), True),
     ]:
         s = generate_stream(StreamConfig(**kw))
-        model = MoSAIC(kw["r"], kw["K"], **mkw).fit(s.source_values)
-        out[f"{name}_fit"] = model.subspaces()
-        out[f"{name}_complete"] = model.complete(s.values[:50])
+        model = mosaic_variant(kw["r"], kw["K"], **mkw).fit(s.source_values)
+        out[f"{name}_fit"] = model.bases_.copy()
+        out[f"{name}_complete"] = model.transform(s.values[:50])
         out[f"{name}_route"] = model.route(s.values[:50])
-        kg = KGrousePretrained.from_mosaic(model)
+        kg = KGrouse.from_mosaic(model)
         out[f"{name}_kg"] = run_online(kg, s.values, s.epoch).completed
         c, r = copy.deepcopy(model).process(s.values, epoch=s.epoch if eps else None)
         out[f"{name}_c"], out[f"{name}_r"] = c, r
-        out[f"{name}_nop"] = run_online(mosaic_no_pretrain(kw["r"], kw["K"], seed=0), s.values, s.epoch).completed
-        out[f"{name}_kgr"] = run_online(k_grouse(kw["r"], kw["K"], seed=0), s.values, s.epoch).completed
+        out[f"{name}_nop"] = run_online(MoSAIC(kw["r"], kw["K"], seed=0), s.values, s.epoch).completed
+        out[f"{name}_kgr"] = run_online(KGrouse(kw["r"], kw["K"], eta=0.3, seed=0), s.values, s.epoch).completed
     return out
 
 

@@ -45,17 +45,17 @@ GRID = {f"eta0 {a}, eta_min {e}": {**OLD, "eta0": a, "eta_min": e} for a in (0.5
 
 def _scenario(args) -> list[dict]:
     config, drift, obs, s, variants = args
+    from experiments.streaming.variants import mosaic_variant
     from streaming.data import STANDARD_CONFIGS, StreamConfig, generate_stream
     from streaming.evaluate import nrmse_unobserved
     from streaming.harness import run_online
-    from streaming.model import MoSAIC
 
     n, r, K = STANDARD_CONFIGS[config]
     cfg = StreamConfig(n=n, r=r, K=K, obs_frac=obs, drift=drift, epochs=4, samples_per_epoch=200 * K, seed=1100 + s)
     stream = generate_stream(cfg)
     rows = []
     for name, overrides in variants.items():
-        model = MoSAIC(r, K, seed=100 + s, **overrides).fit(stream.source_values)
+        model = mosaic_variant(r, K, seed=100 + s, **overrides).fit(stream.source_values)
         completed = run_online(model, stream.values, stream.epoch, snapshot_every=10**9, name="mosaic").completed
         rows.append({"config": config, "drift": drift, "obs_frac": obs, "seed": s, "variant": name,
                      "nrmse": nrmse_unobserved(completed, stream.full, stream.values)})

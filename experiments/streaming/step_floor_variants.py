@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 import streaming.model as model_mod
-from streaming import stress
-from streaming.baselines import KGrousePretrained
+from streaming import bench as stress
+from streaming.baselines import KGrouse
 from streaming.data import STANDARD_CONFIGS, StreamConfig, generate_stream
 from streaming.evaluate import nrmse_unobserved
 from streaming.model import MoSAIC
@@ -117,7 +117,7 @@ def run(cells, n_seeds, names, tuning):
         for i in range(n_seeds):
             s, n, r, K, mseed = make_stream(cell, i, tuning)
             base = MoSAIC(r, K, seed=mseed).fit(s.source_values)
-            kg = KGrousePretrained.from_mosaic(base)
+            kg = KGrouse.from_mosaic(base)
             res = {"kgrouse": nrmse_unobserved(_run(kg, s.values), s.full, s.values)}
             for name in names:
                 for epochs in ("given", "withheld"):

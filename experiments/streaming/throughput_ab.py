@@ -44,7 +44,7 @@ def main() -> None:
     p.add_argument("--config", default="100-10-10")
     a = p.parse_args()
     _import_streaming(ROOT)
-    from streaming.bench import OBS_FRAC
+    from experiments.streaming.standard_bench import OBS_FRAC
     from streaming.data import STANDARD_CONFIGS, StreamConfig, generate_stream
     from streaming.model import MoSAIC
 

@@ -173,7 +173,7 @@ def test_ridge_fold_in_by_hand_and_shrinks_toward_the_biases():
     predict_then_learn(s, rec)
     user, item = 0, next(i for i in rec.column if i not in rec.history[0])
     e = rec._residual_vector(user)
-    U = rec.mosaic.subspaces()[rec.mosaic.route(e[None])[0]]
+    U = rec.mosaic.bases_[rec.mosaic.route(e[None])[0]]
     obs = ~np.isnan(e)
     A = np.vstack([U[obs], np.sqrt(0.3) * np.eye(1)])  # ridge as least squares on stacked rows
     w = np.linalg.lstsq(A, np.r_[e[obs], 0.0], rcond=None)[0]

@@ -46,34 +46,6 @@ def test_stream_refuses_an_all_zero_source(tmp_path, observed):
                           "--K", "2", "--r", "2"], tmp_path, match="all zero", timeout_s=60)
 
 
-def _fake_trial(family, obs_frac, seed_index, seed, device=None):
-    return {"cell": f"{family}/obs{round(100 * obs_frac)}", "family": family, "obs_frac": obs_frac, "seed": seed,
-            "K_hat": 4, "r_hat": 4, "correct": True, "nrmse_true_Kr": 0.1, "nrmse_estimated_Kr": 0.1,
-            "nrmse_ratio": 1.0, "select_s": 1.0}
-
-
-def test_auto_kr_resume_skips_a_torn_last_line_and_refuses_a_torn_json(tmp_path, monkeypatch, capsys):
-    import json
-
-    import streaming.autokr as autokr
-    from streaming.stress import TEST_SEEDS
-
-    calls = []
-    monkeypatch.setattr(autokr, "auto_kr_trial", lambda *a, **k: calls.append(a) or _fake_trial(*a, **k))
-    out = tmp_path / "kr.json"
-    partial = autokr.partial_path(out)
-    good = json.dumps(_fake_trial("geodesic", 0.2, 0, TEST_SEEDS[0]))
-    partial.write_text(good + "\n" + good[: len(good) // 2])  # killed while appending the second trial
-    argv = ["bench", "--suite", "auto-kr", "--families", "geodesic", "--obs-fracs", "0.2", "0.5",
-            "--stress-seeds", "1", "--json", str(out), "--resume"]
-    assert main(argv) == 0
-    assert "skipped the torn last line 2" in capsys.readouterr().err
-    assert [c[:2] for c in calls] == [("geodesic", 0.5)]  # the intact trial is reused, the torn one recomputed
-    assert json.loads(out.read_text())["resumed_trials"] == 1
-    out.write_text(out.read_text()[:40])  # a torn results file
-    assert_refused(main, argv, tmp_path, match="kr.json", timeout_s=30)
-
-
 # ----------------------------------------------------------------------------- bounds before work
 
 BIG = "1000000000000"
@@ -88,12 +60,8 @@ BIG = "1000000000000"
     (["pretrain", "--K", BIG, "--r", "2"], "1000"),
     (["stream", "--K", BIG, "--r", "2"], "1000"),
     (["stream", "--K", "2", "--r", BIG], "1000"),
-    (["bench", "--seeds", BIG], "1000"),
     (["bench", "--workers", BIG], "64"),
-    (["bench", "--throughput", "--samples", BIG], "1000000"),
-    (["bench", "--throughput", "--repeats", BIG], "100"),
     (["bench", "--suite", "stress", "--stress-seeds", "6"], "only 5 test seeds"),
-    (["bench", "--suite", "auto-kr", "--tuning", "--stress-seeds", "4"], "only 3 tuning seeds"),
     (["eval", "--protocol", "progressive", "--items", BIG], "100000"),
     (["data", "movielens", "--movies", BIG], "100000"),
 ])
@@ -102,8 +70,6 @@ def test_count_and_size_options_have_a_maximum(tmp_path, argv, match):
              "--out", str(tmp_path / "ck")], "stream": ["--input", str(tmp_path / "s.npz"), "--output",
              str(tmp_path / "o.npz")], "bench": ["--out", str(tmp_path / "b")],
              "eval": ["--input", str(tmp_path / "r.npz")], "data": ["--out", str(tmp_path / "d.npz")]}
-    if "auto-kr" in argv:
-        paths["bench"] = ["--json", str(tmp_path / "kr.json")]
     assert_refused(main, [*argv, *paths[argv[0]]], tmp_path, match=match, timeout_s=30)
 
 
@@ -204,16 +170,7 @@ def test_pretrain_stops_on_sigterm(tmp_path, long_stream):
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_stress_bench_stops_on_sigint(tmp_path, workers):
     assert_stops_on_signal(["-m", "streaming.cli", "bench", "--suite", "stress", "--families", "geodesic",
-                            "--workers", workers, "--out", "b"], tmp_path, signal.SIGINT, ready="--suite stress:")
-
-
-def test_auto_kr_bench_stops_on_sigterm_and_keeps_a_resumable_progress_file(tmp_path):
-    from common.io import read_jsonl_resumable
-
-    assert_stops_on_signal(["-m", "streaming.cli", "bench", "--suite", "auto-kr", "--families", "geodesic",
-                            "--json", "kr.json"], tmp_path, signal.SIGTERM, ready="--suite auto-kr:")
-    assert not (tmp_path / "kr.json").exists()
-    assert isinstance(read_jsonl_resumable(tmp_path / "kr.partial.jsonl"), list)
+                            "--workers", workers, "--out", "b"], tmp_path, signal.SIGINT, ready="mosaic bench:")
 
 
 def test_progressive_eval_stops_on_sigint(tmp_path):
@@ -230,9 +187,8 @@ def test_progressive_eval_stops_on_sigint(tmp_path):
 
 
 @pytest.mark.parametrize("argv, match", [
-    (["--configs", "../../x"], "--configs: unknown '../../x'"),
-    (["--drifts", "../../x"], "--drifts: unknown '../../x'"),
-    (["--throughput", "--configs", "/etc/passwd"], "choose from 25-5-5"),
+    (["--families", "../../x"], "unknown family '../../x'"),
+    (["--cells", "/etc/passwd"], "no stress cell matches"),
 ])
 def test_bench_names_are_names_not_paths(tmp_path, argv, match):
     assert_refused(main, ["bench", "--out", str(tmp_path / "b"), *argv], tmp_path, match=match, timeout_s=30)
@@ -266,7 +222,7 @@ def test_ctrl_c_while_the_checkpoint_is_written_keeps_the_old_one(tmp_path, monk
     assert main([*argv[:-2], "--seed", "1", "--out", str(ck), "--overwrite"]) == 130
     assert "interrupted" in capsys.readouterr().err
     assert not stray_temps(tmp_path)
-    assert snapshot(ck) == old and MoSAIC.load(ck).K == 2  # the old checkpoint, whole and loadable
+    assert snapshot(ck) == old and MoSAIC.from_pretrained(ck).K == 2  # the old checkpoint, whole and loadable
 
 
 def test_simulate_stops_on_sigint(tmp_path):

@@ -83,7 +83,7 @@ def test_run_quick(tmp_path):
     from streaming.quick import run_quick
 
     rows = run_quick(tmp_path, None, seed=0)
-    assert (tmp_path / "streaming.csv").is_file() and (tmp_path / "streaming_curve.png").is_file()
+    assert (tmp_path / "streaming.csv").is_file() and (tmp_path / "streaming_cells.png").is_file()
     assert {"app", "task", "method", "metric", "value", "split", "seed"} <= rows[0].keys()
     for task in {r["task"] for r in rows}:  # MoSAIC beside the baseline that isolates its online mechanisms
         assert {"mosaic", "kgrouse_pretrained"} <= {r["method"] for r in rows if r["task"] == task}

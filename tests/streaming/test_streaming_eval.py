@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from streaming.baselines import Grouse, Petrels, k_grouse, offline_kss, oracle_completion
+from streaming.baselines import Grouse, KGrouse, Petrels, offline_kss, oracle_completion
 from streaming.data import StreamConfig, generate_stream
 from streaming.evaluate import (
     nrmse_unobserved,
@@ -153,5 +153,5 @@ def test_mosaic_recovers_abruptly_replaced_subspace_quickly_and_beats_kgrouse():
     assert len(run.reseeds) >= 1
     assert row["recovered_frac"] == 1.0 and row["recovery_mean"] <= 100
     assert row["subspace_err_final"] < 0.05
-    kg = run_online(k_grouse(3, 4), s.values, s.epoch, snapshot_every=200)
+    kg = run_online(KGrouse(3, 4, eta=0.3), s.values, s.epoch, snapshot_every=200)
     assert row["nrmse"] < summarize(s, kg.completed, kg.routes, kg)["nrmse"]

@@ -9,13 +9,13 @@ import pytest
 from scipy.linalg import subspace_angles
 
 from common.errors import InputError
-from streaming.baselines import KGrousePretrained, oracle_completion
+from streaming.baselines import KGrouse, oracle_completion
+from streaming.bench import compare, select_cells, summarize
 from streaming.data import StreamConfig, generate_stream, load_stream, save_stream
 from streaming.evaluate import nrmse_unobserved
 from streaming.harness import run_online
 from streaming.model import MoSAIC
 from streaming.observed import UnderdeterminedSourceWarning, check_source
-from streaming.stress import compare, select_cells, summarize
 
 N, R, K, SPE, EPOCHS = 24, 2, 3, 150, 3
 
@@ -143,9 +143,9 @@ def test_unscaled_data_has_the_requested_scale():
 def test_pretrained_kgrouse_shares_mosaics_pretraining():
     _, s = tiny("none")
     m = MoSAIC(R, K, seed=3, pretrain_restarts=2).fit(s.source_values)
-    kg = KGrousePretrained(N, R, K, seed=3, pretrain_restarts=2).fit(s.source_values)
-    assert np.allclose(kg.bases, m.bases) and kg.ridge == pytest.approx(m.ridge)
-    assert np.allclose(KGrousePretrained.from_mosaic(m).bases, m.bases)
+    kg = KGrouse(R, K, seed=3, pretrain_restarts=2).fit(s.source_values)
+    assert np.allclose(kg.bases_, m.bases_) and kg.ridge_ == pytest.approx(m.ridge_)
+    assert np.allclose(KGrouse.from_mosaic(m).bases_, m.bases_)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -159,7 +159,7 @@ def test_pretrained_kgrouse_converges_below_the_noise_bound_on_a_stationary_stre
                        source_per_class=8, seed=seed)
     s = generate_stream(cfg)
     assert check_source(~np.isnan(s.source_values), 3, r, warn=False) is None
-    kg = KGrousePretrained(n, r, 3, eta=0.5, pretrain_restarts=2).fit(s.source_values)
+    kg = KGrouse(r, 3, eta=0.5, pretrain_restarts=2).fit(s.source_values)
     run = run_online(kg, s.values, None)
     per_epoch = [nrmse_unobserved(run.completed[s.epoch == e], s.full[s.epoch == e], s.values[s.epoch == e])
                  for e in range(3)]
@@ -184,7 +184,7 @@ def test_a_source_too_small_to_identify_the_experts_is_flagged():
     assert "every partition fits exactly" in check_source(~np.isnan(source(6)), 3, 3, warn=False)
     assert check_source(~np.isnan(source(7)), 3, 3, warn=False) is None
     with pytest.warns(UnderdeterminedSourceWarning, match="degrees of freedom"):
-        KGrousePretrained(40, 3, 3, pretrain_restarts=1).fit(source(6))
+        KGrouse(3, 3, pretrain_restarts=1).fit(source(6))
 
 
 def test_select_cells_filters_and_rejects_what_matches_nothing():
@@ -218,48 +218,3 @@ def test_compare_applies_the_targets_to_paired_seeds():
     assert given["epochs_given_le_1.05_withheld"] is False
     assert given["within_2x_oracle"] is None  # k-GROUSE itself is 2.4x the oracle
     assert withheld["within_2x_oracle"] is True  # k-GROUSE is 1.8x, so it is required: MoSAIC is 1.9x
-
-
-def test_auto_kr_runs_seed_after_seed_and_resumes_an_interrupted_run(tmp_path, monkeypatch):
-    import json
-
-    import streaming.autokr as autokr
-    import streaming.stress as stress
-
-    calls = []
-
-    def fake_trial(family, obs_frac, seed_index, seed, device=None):
-        calls.append((family, obs_frac, seed))
-        right = seed % 2 == 0
-        return {"cell": f"{family}/obs{round(100 * obs_frac)}", "family": family, "obs_frac": obs_frac, "seed": seed,
-                "K_hat": 4 if right else 1, "r_hat": 4 if right else 1, "correct": right, "nrmse_true_Kr": 0.1,
-                "nrmse_estimated_Kr": 0.1 if right else 0.3, "nrmse_ratio": 1.0 if right else 3.0, "select_s": 1.0}
-
-    monkeypatch.setattr(autokr, "auto_kr_trial", fake_trial)
-    out = tmp_path / "kr.json"
-    fams, obs = ["geodesic", "abrupt"], [0.2, 0.5]
-    s0, s1 = stress.TEST_SEEDS[:2]
-    # an interrupted run left the first seed's trials of two cells in the partial file
-    partial = autokr.partial_path(out)
-    partial.write_text("".join(json.dumps(fake_trial("geodesic", o, 0, s0)) + "\n" for o in obs))
-    calls.clear()
-    res = autokr.run_auto_kr(out, families=fams, obs_fracs=obs, seeds=2, resume=True)
-    # seed-major order, the two resumed trials skipped
-    assert calls == [("abrupt", 0.2, s0), ("abrupt", 0.5, s0)] + [(f, o, s1) for f in fams for o in obs]
-    assert res["resumed_trials"] == 2 and not partial.exists() and out.exists()
-    # results are grouped by cell, seeds in order; seed s0 (even) is right, s1 (odd) wrong
-    assert [t["cell"] for t in res["trials"]][:2] == ["geodesic/obs20", "geodesic/obs20"]
-    assert [c["correct_share"] for c in res["cells"]] == [0.5] * 4
-    assert [c["nrmse_ratio_mean"] for c in res["cells"]] == [2.0] * 4
-    # a shorter resumed run reuses the JSON's trials; what it leaves out (the second seed's trials, a
-    # third seed's trial) stays in the partial file for a later, longer run
-    s2 = stress.TEST_SEEDS[2]
-    partial.write_text(json.dumps(fake_trial("abrupt", 0.5, 2, s2)) + "\n")
-    calls.clear()
-    res = autokr.run_auto_kr(out, families=fams, obs_fracs=obs, seeds=1, resume=True)
-    assert calls == [] and res["resumed_trials"] == 4 and [c["correct_share"] for c in res["cells"]] == [1.0] * 4
-    assert sorted(json.loads(line)["seed"] for line in partial.read_text().splitlines()) == [s1] * 4 + [s2]
-    # without resume, the partial file is ignored and every trial is computed
-    calls.clear()
-    res = autokr.run_auto_kr(out, families=fams, obs_fracs=obs, seeds=1)
-    assert len(calls) == 4 and res["resumed_trials"] == 0 and not partial.exists()

@@ -5,17 +5,18 @@ fraction) cell of ``streaming.stress``, how often ``streaming.select.estimate_K_
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from common.cli import cli_main
 from common.errors import DataError, InputError
 from common.io import atomic_write, read_json, read_jsonl_resumable, write_json
 from common.report import markdown_table
-from streaming.harness import announce, limit_threads, run_online
-from streaming.stress import (
+from streaming.bench import (
     EPOCHS,
     FAMILIES,
     OBS_FRACS,
@@ -27,6 +28,7 @@ from streaming.stress import (
     nrmse_rows,
     stream_config,
 )
+from streaming.harness import announce, limit_threads, run_online
 
 
 def auto_kr_trial(family: str, obs_frac: float, seed_index: int, seed: int, device: torch.device | None = None) -> dict:
@@ -75,7 +77,7 @@ def partial_path(json_path) -> Path:
 
 def run_auto_kr(json_path, families=None, obs_fracs=None, seeds: int | None = None, tuning: bool = False,
                 command: str = "", resume: bool = False, device: torch.device | None = None) -> dict:
-    """``mosaic bench --suite auto-kr``: the K/r estimator on every (family, observed fraction) cell
+    """The K/r estimator on every (family, observed fraction) cell
     of the stress suite (true ``(K, r) = (4, 4)``), on the first ``seeds`` test seeds (``tuning``: the
     tuning seeds). Per cell: how often the estimate is exactly right and the mean ratio of MoSAIC's
     NRMSE with the estimated vs the true ``(K, r)``; the targets (>= 90 % of cells right, NRMSE
@@ -105,7 +107,7 @@ def run_auto_kr(json_path, families=None, obs_fracs=None, seeds: int | None = No
         partial.parent.mkdir(parents=True, exist_ok=True)
         with atomic_write(partial, "w", encoding="utf-8") as fh:  # Ctrl-C here keeps the old progress file
             fh.write("".join(json.dumps(t, default=_json_scalar) + "\n" for t in done.values()))
-    announce(f"mosaic bench --suite auto-kr: {len(seed_list)} seeds, {len(done)} trials reused")
+    announce(f"auto-kr: {len(seed_list)} seeds, {len(done)} trials reused")
     t0 = time.perf_counter()
     trials = []
     for i, seed in enumerate(seed_list):
@@ -151,3 +153,37 @@ def run_auto_kr(json_path, families=None, obs_fracs=None, seeds: int | None = No
                                  "nrmse_ratio_mean"]))
     print("targets:", targets)
     return result
+
+
+@cli_main
+def main(argv: list[str] | None = None) -> int:
+    """``python -m experiments.streaming.auto_kr --json F [--families ...] [--obs-fracs ...] [--seeds N]
+    [--tuning] [--resume]`` (it was ``mosaic bench --suite auto-kr``)."""
+    from common.cli import ArgumentParser, check_outputs, fraction, positive_int
+    from common.device import add_device_arg, resolve_device
+
+    p = ArgumentParser(prog="python -m experiments.streaming.auto_kr", description="the K/r estimator study")
+    p.add_argument("--json", default=None, help="write the result JSON here")
+    p.add_argument("--families", nargs="+", default=None)
+    p.add_argument("--obs-fracs", type=fraction, nargs="+", default=None)
+    p.add_argument("--seeds", type=positive_int, default=None, help="only the first N (test or tuning) seeds")
+    p.add_argument("--tuning", action="store_true", help="the tuning seeds instead of the test seeds")
+    p.add_argument("--resume", action="store_true", help="reuse the trials of an interrupted run (F.partial.jsonl)")
+    p.add_argument("--overwrite", action="store_true")
+    add_device_arg(p)
+    a = p.parse_args(argv)
+    available = len(TUNING_SEEDS if a.tuning else TEST_SEEDS)
+    if a.seeds is not None and a.seeds > available:
+        raise InputError(f"--seeds {a.seeds}: there are only {available} {'tuning' if a.tuning else 'test'} seeds")
+    if a.resume and not a.json:
+        raise InputError("--resume needs --json (the interrupted run's trials are in F.partial.jsonl)")
+    check_outputs(files=[a.json], overwrite=a.overwrite or a.resume)
+    limit_threads()
+    run_auto_kr(a.json, families=a.families, obs_fracs=a.obs_fracs, seeds=a.seeds, tuning=a.tuning,
+                command="python -m experiments.streaming.auto_kr " + " ".join(argv if argv is not None else sys.argv[1:]),
+                resume=a.resume, device=resolve_device(a.device))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
