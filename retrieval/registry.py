@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from common.errors import CheckpointError
-from common.pretrained import LEGACY_FORMAT_VERSION, checkpoint_info, load_pretrained
+from common.pretrained import checkpoint_info, load_pretrained
 
 from .baselines import CombinerCIR, CombinerConfig
 from .model import MoA3CIR, MoA3Config
@@ -75,11 +75,7 @@ def load_model(path: Path) -> tuple[torch.nn.Module, dict]:
     """``(model in eval mode on the CPU, extra)`` of a checkpoint of any of :data:`MODEL_KINDS`;
     CheckpointError when it is missing, corrupt or holds another model."""
     info = checkpoint_info(Path(path))
-    if info.format_version == LEGACY_FORMAT_VERSION:  # no model type recorded: the config's kind says it
-        cls = MoA3CIR if info.config.get("kind") == "moa3cir" else CombinerCIR
-        model = cls.from_pretrained(Path(path))
-    else:
-        model = load_pretrained(Path(path))
+    model = load_pretrained(info.path)
     if not isinstance(model, (MoA3CIR, CombinerCIR)):
         raise CheckpointError(f"{path} holds a {model.app} model '{model.model_type}', not a retrieval model")
     return model, info.extra

@@ -13,17 +13,14 @@ or width and blocks per level (UNet) for the parameter count closest to MoH's.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from diffusers import UNet2DModel
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 from common.errors import CheckpointError, InputError
-from common.pretrained import CONFIG, load_pretrained
+from common.pretrained import load_pretrained
 from vision.models.dit import DiTBackbone
 from vision.models.layers import DiffusionBackbone, count_parameters
 from vision.models.moh import MoHBackbone
@@ -175,48 +172,12 @@ def build_backbone(name: str, model_size: str = "XS", sample_size: int = 32, in_
     return build_matched(name, count_parameters(moh), sample_size, in_channels, model_size, **kw)
 
 
-# classes by the name diffusers' config.json records (checkpoints saved before common.pretrained)
-LEGACY_CLASSES = {"MoHBackbone": MoHBackbone, "PlainMambaBackbone": PlainMambaBackbone,
-                  "DiTBackbone": DiTBackbone, "UNet2DModel": UNetBaseline}
-LEGACY_WEIGHTS = "diffusion_pytorch_model.safetensors"
-
-
 def load_backbone(path: str | Path):
     """Load any backbone saved with ``vision.sampling.save_checkpoint`` (the ``UNet2DModel``
-    unwrapped from its adapter), also one saved by diffusers' ``save_pretrained`` before
-    (format of ``common.pretrained`` 1: config version 0), on the CPU in eval mode;
-    CheckpointError when the directory is missing, its config is unreadable or names another
-    model, or the weights are corrupt."""
-    path = Path(path)
-    legacy = _diffusers_class(path)
-    model = _load_diffusers(path, legacy) if legacy else load_pretrained(path)
+    unwrapped from its adapter) on the CPU in eval mode; CheckpointError when the directory is
+    missing, its config is unreadable, of another version or names another model, or the weights
+    are corrupt."""
+    model = load_pretrained(path)
     if not isinstance(model, DiffusionBackbone):
         raise CheckpointError(f"{path} holds a {model.app} model '{model.model_type}', not a vision backbone")
     return model.unet if isinstance(model, UNetBaseline) else model
-
-
-def _diffusers_class(path: Path) -> str | None:
-    """The ``_class_name`` of a diffusers-format ``config.json`` (None for any other directory)."""
-    try:
-        meta = json.loads((path / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # missing or corrupt: load_pretrained names the problem
-    return meta.get("_class_name") if isinstance(meta, dict) and "config" not in meta else None
-
-
-def _load_diffusers(path: Path, cls_name: str) -> DiffusionBackbone:
-    if cls_name not in LEGACY_CLASSES:
-        raise CheckpointError(f"checkpoint {path} holds an unknown model class {cls_name!r}")
-    cls = LEGACY_CLASSES[cls_name]
-    config = cls.upgrade_config(json.loads((path / CONFIG).read_text(encoding="utf-8")), 0)
-    try:
-        model = cls(**config)
-        state = load_file(str(path / LEGACY_WEIGHTS))
-    except (SafetensorError, OSError) as exc:
-        raise CheckpointError(f"cannot load checkpoint {path}: corrupt or missing {LEGACY_WEIGHTS} ({exc})") from exc
-    except (TypeError, ValueError, InputError) as exc:
-        raise CheckpointError(f"cannot load checkpoint {path}: its config does not fit {cls_name} ({exc})") from exc
-    if cls is UNetBaseline:
-        state = {f"unet.{k}": v for k, v in state.items()}
-    model.load_checkpoint_state(state, {}, str(path))
-    return model.eval()
