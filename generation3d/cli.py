@@ -125,7 +125,7 @@ def cmd_train(a) -> int:
     import torch
 
     from generation3d.data import PartDataset, trained_categories
-    from generation3d.model import DEFAULT_SIZE, GenConfig, model_size
+    from generation3d.model import GenConfig
     from generation3d.sampling import MoCAPipeline, load_autoencoder
     from generation3d.text import shape_descriptions
     from generation3d.train import fit
@@ -134,7 +134,7 @@ def cmd_train(a) -> int:
         raise InputError("--model-size sets the width and depth; omit --d-model and --layers")
     if a.resume and a.overwrite:
         raise InputError("--resume continues the run in --out; --overwrite would replace it (choose one)")
-    size = model_size(a.model_size or DEFAULT_SIZE)
+    size = MODEL_SIZES.lookup(a.model_size)
     recipe = None
     if a.preset:
         from generation3d.preset import demo_real_model_dir, preset_recipe

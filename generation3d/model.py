@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from common.errors import InputError
 from common.pretrained import PretrainedMixin, register_model, register_to_config
+from common.sizes import SizeTable
 from generation3d.attention import ATTENTION_KINDS, MoCAAttention, build_attention
 from generation3d.data import CATEGORIES
 from generation3d.text import TEXT_DIM
@@ -104,19 +105,12 @@ class ModelSize:
 
 
 # S is the default recipe (the results tables' models); the README's sizes table has a row for each.
-MODEL_SIZES = {
+MODEL_SIZES = SizeTable({
     "S": ModelSize(d_model=128, n_layers=4, n_heads=4, tokens_per_part=8),
     "B": ModelSize(d_model=256, n_layers=6, n_heads=8, tokens_per_part=16),
     "L": ModelSize(d_model=384, n_layers=8, n_heads=12, tokens_per_part=32),
-}
-DEFAULT_SIZE = "S"
-
-
-def model_size(name: str) -> ModelSize:
-    """The ``ModelSize`` named ``name`` (InputError for an unknown name)."""
-    if name not in MODEL_SIZES:
-        raise InputError(f"unknown model size {name!r}; choose from {', '.join(MODEL_SIZES)}")
-    return MODEL_SIZES[name]
+}, default="S")
+DEFAULT_SIZE = MODEL_SIZES.default
 
 
 MOCA_ROUTER_DISTILL = 0.5  # default router distillation weight of MoCA

@@ -190,9 +190,13 @@ def test_bad_encoder_settings_rejected(bad):
         MoA3Config(**bad)
 
 
-def test_cli_choices_match_the_model():
-    from retrieval import cli, registry, synth, towers
+def test_cli_choices_match_the_model_and_parsing_imports_no_torch():
+    import subprocess
+    import sys
+
+    from retrieval import cli, synth, towers
 
     assert cli.IMAGE_ENCODERS == towers.IMAGE_ENCODERS and cli.DEFAULT_IMAGE_ENCODER == towers.DEFAULT_IMAGE_ENCODER
-    assert cli.MODEL_SIZES == tuple(registry.MODEL_SIZES) and cli.DEFAULT_MODEL_SIZE == registry.DEFAULT_MODEL_SIZE
     assert cli.BUILD_PRESETS == tuple(synth.PRESETS)
+    code = "import sys; from retrieval.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
