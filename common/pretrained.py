@@ -32,12 +32,11 @@ models are), so the arguments of the outermost constructor call are recorded (de
 argument cannot be forgotten by the save code. Arguments must be JSON values or dataclasses of
 JSON values (else a TypeError at construction).
 
-Versions: ``format_version`` is the layout of the directory (this module's); ``config_version``
-is the class's (bump it when the meaning of its config changes and teach its
-``upgrade_config(config, from_version)`` to convert older configs). Checkpoints written by the
-previous mechanism (``common.checkpoint``, format 1, no model type) load through the class's
-``upgrade_config(config, 0)`` when the class knows that layout; anything newer than the code
-knows, corrupt, missing or of another model is a one-line ``CheckpointError``.
+Versions: ``format_version`` is the layout of the directory (this module's, 2); ``config_version``
+is the class's (bump it when the meaning of its config changes). The loader reads exactly the
+current format and the class's current config version; an older one (no shipped or documented
+checkpoint has one), a newer one, a corrupt, missing or other model's checkpoint is a one-line
+``CheckpointError`` (the CLIs print ``error: ...`` and exit 2).
 """
 
 from __future__ import annotations
@@ -65,7 +64,6 @@ from common.io import atomic_write, dumps_json
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 FORMAT_VERSION = 2
-LEGACY_FORMAT_VERSION = 1  # common.checkpoint: {"format_version": 1, "config", "extra"}, no model type
 
 MODEL_REGISTRY: dict[str, type[PretrainedMixin]] = {}
 
@@ -196,9 +194,6 @@ class PretrainedMixin:
     model_type: ClassVar[str]
     app: ClassVar[str]
     config_version: ClassVar[int] = 1
-    # the constructor argument that a ``common.checkpoint`` (config version 0) checkpoint's flat
-    # config fills, for models built from one config dataclass; None: no such checkpoints exist
-    legacy_config_arg: ClassVar[str | None] = None
 
     # -- config
     @property
@@ -209,18 +204,6 @@ class PretrainedMixin:
             return json.loads(json.dumps(self.__dict__["_pretrained_config"]))
         except KeyError:
             raise TypeError(f"{type(self).__name__}.__init__ is not decorated with @register_to_config") from None
-
-    @classmethod
-    def upgrade_config(cls, config: dict[str, Any], from_version: int) -> dict[str, Any]:
-        """Convert a config of ``config_version`` ``from_version`` (0: a ``common.checkpoint``
-        format-1 checkpoint) to the current one. The default reads version 0 as the flat fields of
-        ``legacy_config_arg`` when the class names one, and knows no other older version."""
-        if from_version == 0 and cls.legacy_config_arg is not None:
-            return {cls.legacy_config_arg: config}
-        raise CheckpointError(
-            f"this {cls.app} '{cls.model_type}' checkpoint has config version {from_version}, which this "
-            f"version (config version {cls.config_version}) cannot read; retrain the model"
-        )
 
     @classmethod
     def tiny_example(cls) -> tuple[PretrainedMixin, tuple]:
@@ -262,15 +245,9 @@ class PretrainedMixin:
             raise TypeError(f"{cls.__qualname__} is not registered: decorate it with @register_model(name)")
         tensors, state = self.checkpoint_state()
         weights_id = uuid.uuid4().hex
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "app": cls.app,
-            "model_type": cls.model_type,
-            "config_version": cls.config_version,
-            "config": self.pretrained_config,
-            "extra": extra or {},
-            "weights_id": weights_id,
-        }
+        meta = {"format_version": FORMAT_VERSION, "app": cls.app, "model_type": cls.model_type,
+                "config_version": cls.config_version, "config": self.pretrained_config, "extra": extra or {},
+                "weights_id": weights_id}
         if state:
             meta["state"] = state
         text = dumps_json(meta, indent=2) + "\n"
@@ -289,26 +266,16 @@ class PretrainedMixin:
     @classmethod
     def from_pretrained(cls, path_dir: str | os.PathLike):
         """Rebuild the model saved in ``path_dir`` (eval mode, on the CPU); CheckpointError when
-        the directory is missing, corrupt, of another app or model type, or newer than the code."""
+        the directory is missing, corrupt, of another app or model type, or of another config version."""
         info = checkpoint_info(path_dir)
-        if info.format_version == LEGACY_FORMAT_VERSION:
-            config = cls.upgrade_config(dict(info.config), 0)
-        else:
-            if (info.app, info.model_type) != (cls.app, cls.model_type):
-                raise CheckpointError(
-                    f"{info.path} holds a {info.app} model '{info.model_type}', not {cls.app} '{cls.model_type}'"
-                )
-            if info.config_version > cls.config_version:
-                raise CheckpointError(
-                    f"{info.path} has config version {info.config_version} of {cls.app} '{cls.model_type}', newer "
-                    f"than this version reads ({cls.config_version}); update moe-apps"
-                )
-            config = dict(info.config)
-            if info.config_version < cls.config_version:
-                config = cls.upgrade_config(config, info.config_version)
+        if (info.app, info.model_type) != (cls.app, cls.model_type):
+            raise CheckpointError(
+                f"{info.path} holds a {info.app} model '{info.model_type}', not {cls.app} '{cls.model_type}'"
+            )
+        _version(info.config_version, f"{cls.app} '{cls.model_type}' config version", info.path, cls.config_version)
         try:
             hints = _init_hints(cls.__init__)
-            kwargs = {k: _decode(v, hints.get(k)) for k, v in config.items()}
+            kwargs = {k: _decode(v, hints.get(k)) for k, v in info.config.items()}
             model = cls(**kwargs)
         except CheckpointError:
             raise
@@ -325,11 +292,9 @@ class PretrainedMixin:
 
 @dataclass(frozen=True)
 class CheckpointInfo:
-    """The validated ``config.json`` of a checkpoint directory (format 1: ``app``/``model_type``
-    empty, ``config_version`` 0)."""
+    """The validated ``config.json`` of a checkpoint directory."""
 
     path: Path
-    format_version: int
     app: str
     model_type: str
     config_version: int
@@ -341,8 +306,8 @@ class CheckpointInfo:
 
 def checkpoint_info(path_dir: str | os.PathLike) -> CheckpointInfo:
     """Read and validate ``config.json`` (the weights are not read); CheckpointError when the
-    directory or a file is missing, the JSON is corrupt, or a version is not a number or newer
-    than this code reads."""
+    directory or a file is missing, the JSON is corrupt, or the format version is not a number or
+    not the one this code reads."""
     path = Path(path_dir)
     if not path.exists():  # a shipped model's name (common.shipped): its verified directory
         from common.shipped import resolve_checkpoint, shipped_models
@@ -357,40 +322,24 @@ def checkpoint_info(path_dir: str | os.PathLike) -> CheckpointInfo:
         raise CheckpointError(f"corrupt checkpoint config {path / CONFIG}: {_first_line(exc)}") from exc
     if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
         raise CheckpointError(f"corrupt checkpoint config {path / CONFIG}: no 'config' object")
-    fmt = _version(meta.get("format_version"), "format version", path)
-    if fmt > FORMAT_VERSION:
-        raise CheckpointError(
-            f"checkpoint {path} has format version {fmt}, newer than this version reads ({FORMAT_VERSION}); "
-            "update moe-apps"
-        )
-    if fmt < LEGACY_FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint {path} has unknown format version {fmt}")
+    _version(meta.get("format_version"), "format version", path, FORMAT_VERSION)
     extra = meta.get("extra") or {}
     state = meta.get("state") or {}
     if not isinstance(extra, dict) or not isinstance(state, dict):
         raise CheckpointError(f"corrupt checkpoint config {path / CONFIG}: 'extra' and 'state' must be objects")
-    if fmt == LEGACY_FORMAT_VERSION:
-        # format 1 kept a model's non-tensor state (MoSAIC's) in "extra"
-        return CheckpointInfo(path, fmt, "", "", 0, meta["config"], extra, extra, None)
     app, model_type = meta.get("app"), meta.get("model_type")
     if not isinstance(app, str) or not isinstance(model_type, str):
         raise CheckpointError(f"corrupt checkpoint config {path / CONFIG}: no app / model_type")
     return CheckpointInfo(
-        path, fmt, app, model_type, _version(meta.get("config_version"), "config version", path),
+        path, app, model_type, _version(meta.get("config_version"), "config version", path),
         meta["config"], extra, state, meta.get("weights_id"),
     )
 
 
 def load_pretrained(path_dir: str | os.PathLike):
     """Rebuild whatever registered model ``path_dir`` holds (its class must be imported, i.e.
-    registered). CheckpointError for an unregistered model type or a format-1 checkpoint (which
-    records no model type: load it with its class's ``from_pretrained``)."""
+    registered). CheckpointError for an unregistered model type."""
     info = checkpoint_info(path_dir)
-    if info.format_version == LEGACY_FORMAT_VERSION:
-        raise CheckpointError(
-            f"checkpoint {info.path} was written by an older version (format 1) that does not record the "
-            "model type; load it with its model's loader or retrain"
-        )
     cls = MODEL_REGISTRY.get(info.model_type)
     if cls is None or cls.app != info.app:
         raise CheckpointError(
@@ -408,9 +357,15 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _version(value: Any, what: str, path: Path) -> int:
+def _version(value: Any, what: str, path: Path, reads: int | None = None) -> int:
+    """``value``, a checkpoint's ``what``; CheckpointError when it is not a number or not ``reads``
+    (a newer one needs a newer moe-apps, an older one, from before this version, a retrained model)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise CheckpointError(f"checkpoint {path} has a non-numeric {what} {value!r}")
+    if reads is not None and value != reads:
+        newer = value > reads
+        raise CheckpointError(f"checkpoint {path} has {what} {value}, {'newer' if newer else 'older'} than this "
+                              f"version reads ({reads}); {'update moe-apps' if newer else 'retrain the model'}")
     return value
 
 

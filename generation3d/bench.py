@@ -279,10 +279,9 @@ def time_train_step(
     tokens_per_part, batch_size, precision, device, time_ms (median), params, peak_mem_mb, loss,
     ...}``; peak memory is that of one more step (``peak_memory_bytes``)."""
     from generation3d.losses import draw_flow_noise, flow_matching_loss
-    from generation3d.model import GenConfig, PartFlowTransformer
-    from generation3d.model import model_size as size_of
+    from generation3d.model import MODEL_SIZES, GenConfig, PartFlowTransformer
 
-    size = size_of(model_size)
+    size = MODEL_SIZES.lookup(model_size)
     dev = resolve_device(device)
     check_precision(precision, dev)
     if min(parts, tokens_per_part, steps, batch_size) < 1:
@@ -334,12 +333,12 @@ def run_sizes_bench(out_json: Path, sizes: tuple[str, ...] | None = None, parts:
                     seed: int = 0, threads: int | None = None) -> list[dict]:
     """Sizes suite: ``time_train_step`` of every named size (its own T) on one scene of ``parts``
     components -> markdown table on stdout and ``out_json`` (``{"rows", "settings"}``)."""
-    from generation3d.model import MODEL_SIZES, model_size
+    from generation3d.model import MODEL_SIZES
 
     if threads:
         torch.set_num_threads(threads)
     names = tuple(sizes or MODEL_SIZES)
-    rows = [{**time_train_step(n, attention, parts, model_size(n).tokens_per_part, device, precision, steps=steps,
+    rows = [{**time_train_step(n, attention, parts, MODEL_SIZES.lookup(n).tokens_per_part, device, precision, steps=steps,
                                seed=seed), "threads": torch.get_num_threads()} for n in names]
     write_json(Path(out_json), {"rows": rows, "settings": {"sizes": list(names), "parts": parts, "attention": attention,
                                                            "steps": steps, "precision": precision, "seed": seed}})

@@ -25,8 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from common.errors import CheckpointError, InputError
+from common.errors import InputError
 from common.pretrained import PretrainedMixin, register_model, register_to_config
+from common.sizes import SizeTable
 from generation3d.attention import ATTENTION_KINDS, MoCAAttention, build_attention
 from generation3d.data import CATEGORIES
 from generation3d.text import TEXT_DIM
@@ -52,8 +53,6 @@ class AEConfig:
 @register_model("part_autoencoder")
 class PartAutoencoder(PretrainedMixin, nn.Module):
     """Point cloud of one part -> T latent tokens -> point cloud (see module docstring)."""
-
-    legacy_config_arg = "config"  # common.checkpoint wrote the AEConfig fields flat
 
     @register_to_config
     def __init__(self, config: AEConfig | None = None):
@@ -106,19 +105,12 @@ class ModelSize:
 
 
 # S is the default recipe (the results tables' models); the README's sizes table has a row for each.
-MODEL_SIZES = {
+MODEL_SIZES = SizeTable({
     "S": ModelSize(d_model=128, n_layers=4, n_heads=4, tokens_per_part=8),
     "B": ModelSize(d_model=256, n_layers=6, n_heads=8, tokens_per_part=16),
     "L": ModelSize(d_model=384, n_layers=8, n_heads=12, tokens_per_part=32),
-}
-DEFAULT_SIZE = "S"
-
-
-def model_size(name: str) -> ModelSize:
-    """The ``ModelSize`` named ``name`` (InputError for an unknown name)."""
-    if name not in MODEL_SIZES:
-        raise InputError(f"unknown model size {name!r}; choose from {', '.join(MODEL_SIZES)}")
-    return MODEL_SIZES[name]
+}, default="S")
+DEFAULT_SIZE = MODEL_SIZES.default
 
 
 MOCA_ROUTER_DISTILL = 0.5  # default router distillation weight of MoCA
@@ -139,8 +131,7 @@ class GenConfig:
     # DeepSeek-V3.2 sparse-attention training recipe (training only, learned routers: moca / topk):
     # weight of the router distillation loss KL(full-attention part mass || router) and the fraction
     # of steps trained densely (k = P) first. None = the default: on for MoCA (README "Router
-    # distillation + dense warm-up"), off (0) otherwise; checkpoints saved before the fields
-    # existed load with 0 (``from_dict``), as they were trained
+    # distillation + dense warm-up"), off (0) otherwise
     router_distill: float | None = None
     dense_warmup: float | None = None
     n_categories: int = len(CATEGORIES)  # + 1 null class for unconditional generation
@@ -163,27 +154,6 @@ class GenConfig:
             raise InputError(f"need router_distill >= 0 and 0 <= dense_warmup < 1, got {self.router_distill}, {self.dense_warmup}")
         if (self.router_distill or self.dense_warmup) and self.attention not in ("moca", "topk"):
             raise InputError(f"router distillation and dense warm-up need a learned router (moca, topk), not {self.attention!r}")
-
-    @classmethod
-    def from_dict(cls, config: dict) -> GenConfig:
-        """Config of a saved generator; the training-recipe fields it lacks (older checkpoints) are
-        off; the fields of the removed MoCA variants must be off (``drop_removed_options``)."""
-        return cls(**{"router_distill": 0.0, "dense_warmup": 0.0, **drop_removed_options(config)})
-
-
-# MoCA variants removed from the product (none improved held-out quality; docs/experiments.md).
-# Checkpoints written while they existed (config version 1) hold them, all off unless opted in.
-REMOVED_OPTIONS = ("proportional_attention", "route_on_compressed", "learned_comp_bias")
-
-
-def drop_removed_options(config: dict) -> dict:
-    """``config`` without the removed variants' fields; CheckpointError when one of them is on
-    (that model cannot be rebuilt by this version)."""
-    on = [k for k in REMOVED_OPTIONS if config.get(k)]
-    if on:
-        raise CheckpointError(f"this generator was trained with the removed experimental option {on[0]!r} "
-                              "(see docs/experiments.md); retrain it without")
-    return {k: v for k, v in config.items() if k not in REMOVED_OPTIONS}
 
 
 def timestep_embedding(t: Tensor, dim: int) -> Tensor:
@@ -220,8 +190,8 @@ class PartFlowTransformer(PretrainedMixin, nn.Module):
     long (``n_categories`` = null), n_parts (B,) long, valid (B,P) bool | None, text (B,d_text) |
     None, text_keep (B,) bool | None) -> (v_z, v_box)`` with the same shapes as ``z`` and ``box``.
     Rows of ``text`` with ``text_keep`` False (or all rows when ``text`` is None) use the null
-    text embedding. Config version 2: the fields of the removed MoCA variants are gone
-    (``upgrade_config``)."""
+    text embedding. Config version 2: without the fields of the removed MoCA variants (version 1,
+    which had them, is refused)."""
 
     config_version = 2
 
@@ -289,14 +259,6 @@ class PartFlowTransformer(PretrainedMixin, nn.Module):
     def routing(self) -> list[dict]:
         """Router choices of the last forward, one dict per layer (``indices (B,P,k)``, ``scores``)."""
         return [getattr(b.attn, "last_selection", {}) for b in self.blocks]
-
-    @classmethod
-    def upgrade_config(cls, config: dict, from_version: int) -> dict:
-        if from_version == 0:  # common.checkpoint wrote the GenConfig fields flat
-            return {"config": asdict(GenConfig.from_dict(config))}
-        if from_version == 1:  # version 1 had the fields of the three removed MoCA variants
-            return {**config, "config": drop_removed_options(dict(config.get("config") or {}))}
-        return super().upgrade_config(config, from_version)
 
     @classmethod
     def tiny_example(cls):

@@ -358,3 +358,20 @@ def fit(
     module = GeneratorModule(model, batches, steps, lr, seed, settings)
     _fit(trainer, module, resume=resume)
     return model.cpu().eval(), {k: v.tolist() for k, v in stats.items()}, module.history
+
+
+def train_pipeline(ds: PartDataset, ae: PartAutoencoder, config: GenConfig, out: Path, extra: dict,
+                   ae_extra: dict | None = None, **fit_options):
+    """``fit`` the generator (progress shown, ``run_dir=out``, ``fit_options`` as ``fit``'s) and
+    save the whole pipeline to ``out``: autoencoder, generator, latent statistics, the training
+    descriptions and categories, and ``extra`` plus ``history`` and ``train_s`` (``ae_extra``: the
+    autoencoder's). Returns ``(pipeline, history)``."""
+    from generation3d.data import trained_categories
+    from generation3d.sampling import MoCAPipeline
+    from generation3d.text import shape_descriptions
+
+    gen, stats, hist = fit(ds, ae, config, progress=True, run_dir=out, **fit_options)
+    pipe = MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"),
+                        categories=trained_categories(ds, config.max_parts))
+    pipe.save(out, {"history": hist, **extra, "train_s": hist[-1]["time_s"]}, ae_extra=ae_extra)
+    return pipe, hist

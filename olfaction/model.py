@@ -74,8 +74,6 @@ class MolEncoder(PretrainedMixin, nn.Module):
     ``edge_attr (E, BOND_DIM)``, ``batch (n_atoms,)`` (and ``num_graphs``, the number of molecules,
     where the batch has it). Output: ``(n_mols, emb_dim)``."""
 
-    legacy_config_arg = "cfg"  # common.checkpoint wrote the config fields flat
-
     @register_to_config
     def __init__(self, cfg: MolEncoderConfig):
         super().__init__()
@@ -267,8 +265,6 @@ class MixScentNet(PretrainedMixin, nn.Module):
     ``cfg.set_dim`` it also gets ``Q((s - mu) / sigma)`` of the pair's set-level features
     ``s (P, set_dim)`` (overlap, set distances; symmetric by construction), standardised by the
     buffers ``set_mean``/``set_std`` that training fits on its training pairs."""
-
-    legacy_config_arg = "cfg"  # common.checkpoint wrote the config fields flat
 
     @register_to_config
     def __init__(self, cfg: MixScentConfig):

@@ -31,7 +31,6 @@ from torch import nn
 
 from common.engine import fit as engine_fit
 from common.engine import make_trainer, shuffled_loader
-from common.errors import CheckpointError
 from common.pretrained import PretrainedMixin, register_model, register_to_config
 
 from .captions import SYNONYMS, describe, modification_text
@@ -184,15 +183,6 @@ class AttributeClassifier(PretrainedMixin, nn.Module):
         pred = torch.stack([lg.argmax(-1) for lg in self(x.to(self.heads[0].weight.device))], 1).cpu().numpy()
         pred[pred[:, GROUPS.index("pattern")] == 0, GROUPS.index("scale")] = -1
         return pred
-
-    @classmethod
-    def upgrade_config(cls, config: dict, from_version: int) -> dict:
-        # common.checkpoint wrote {"kind": "attribute_critic", "d", "num_values"}
-        if from_version == 0 and config.get("kind") == "attribute_critic":
-            if list(config.get("num_values", [])) != list(NUM_VALUES):
-                raise CheckpointError("critic attribute vocabulary does not match this version; retrain it")
-            return {"d": int(config["d"])}
-        return super().upgrade_config(config, from_version)
 
     @classmethod
     def tiny_example(cls):

@@ -166,12 +166,6 @@ class CombinerCIR(CIRTowers):
         return self.config.attr_weight * attribute_loss(self.attribute_logits(gallery_slots), batch["tgt_attrs"])
 
     @classmethod
-    def legacy_fields(cls, config: dict) -> dict | None:
-        if config.get("kind") not in FUSIONS:  # common.checkpoint: {"kind": fusion, ...}
-            return None
-        return {"fusion": config["kind"], **{k: v for k, v in config.items() if k != "kind"}}
-
-    @classmethod
     def tiny_example(cls):
         torch.manual_seed(0)
         return cls(CombinerConfig(d_model=16, embed_dim=24)), (tiny_cir_batch(),)

@@ -145,7 +145,7 @@ def run_retrieval_bench(
 ) -> list[dict]:
     """Train/evaluate ``methods`` x ``image_encoders`` on each variant; writes
     ``retrieval_bench.csv/.json/.md`` + plot. Every trained method is built at ``model_size``
-    (``retrieval.registry.MODEL_SIZES``; the baselines matched to it) with ``model_options`` for
+    (``retrieval.sizes.MODEL_SIZES``; the baselines matched to it) with ``model_options`` for
     ``build_model`` under each method's own overrides, and trained on ``device`` in
     ``precision``; the untrained raw-pixel baseline runs once (image encoder "pixels"). Saved
     models (``save_models``) go to ``out_dir/models/<variant>/<image encoder>/<method>``."""

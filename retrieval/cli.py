@@ -39,16 +39,15 @@ from common.io import dumps_json, write_json  # noqa: E402
 from common.limits import add_force_arg  # noqa: E402
 
 from .bounds import check_search_memory  # noqa: E402
+from .sizes import DEFAULT_MODEL_SIZE, MODEL_SIZES  # noqa: E402
 
 DATASETS = ("synthetic", "fashioniq", "shoes")
-# repeated from retrieval.synth.PRESETS, retrieval.towers.IMAGE_ENCODERS / DEFAULT_IMAGE_ENCODER and
-# retrieval.registry.MODEL_SIZES / DEFAULT_MODEL_SIZE, so that parsing imports no torch
+# repeated from retrieval.synth.PRESETS and retrieval.towers.IMAGE_ENCODERS / DEFAULT_IMAGE_ENCODER,
+# so that parsing imports no torch
 BUILD_PRESETS = ("small", "tiny", "hard", "hard-tiny")
 BENCHMARKS = ("small", "hard")
 IMAGE_ENCODERS = ("scratch", "efficientnet-lite0")
 DEFAULT_IMAGE_ENCODER = "efficientnet-lite0"
-MODEL_SIZES = ("XS", "S", "B")
-DEFAULT_MODEL_SIZE = "S"
 # bench suites: the results table, the pretrained encoder's gallery-feature speed, the search speed,
 # the model sizes (parameters, memory, train-step time)
 SUITES = ("table", "features", "search", "sizes")
@@ -72,7 +71,7 @@ def _data_args(sp: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def _model_size_arg(sp: argparse.ArgumentParser, what: str) -> None:
-    sp.add_argument("--model-size", choices=MODEL_SIZES, default=DEFAULT_MODEL_SIZE,
+    sp.add_argument("--model-size", choices=tuple(MODEL_SIZES), default=DEFAULT_MODEL_SIZE,
                     help=f"tower widths of {what} (README: model sizes) (default {DEFAULT_MODEL_SIZE})")
 
 

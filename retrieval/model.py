@@ -291,12 +291,6 @@ class MoA3CIR(CIRTowers):
         return loss
 
     @classmethod
-    def legacy_fields(cls, config: dict) -> dict | None:
-        if config.get("kind") != "moa3cir":  # common.checkpoint: {"kind", **fields}
-            return None
-        return {k: v for k, v in config.items() if k != "kind"}
-
-    @classmethod
     def tiny_example(cls):
         torch.manual_seed(0)
         return cls(MoA3Config(d_model=16, d_slot=8, heads_per_group=1, route_k=2)), (tiny_cir_batch(),)

@@ -5,62 +5,35 @@
     save_model(model, Path("runs/m"), {"note": "..."})   # a common.pretrained directory
     model, extra = load_model(Path("runs/m"))            # any of MODEL_KINDS, in eval mode
 
-Sizes name the towers' widths (``MODEL_SIZES``; the README's model sizes table): ``d_model`` (every
-tower's token width), ``d_slot`` (the width of one attribute-group slot; the embedding is
-``G * d_slot``) and ``heads_per_group`` (attention heads per group). A baseline of a size gets
-the same ``d_model`` and an embedding as wide as MoA³CIR's (``embed_dim = G * d_slot``).
+Sizes name the towers' widths (``MODEL_SIZES``, :mod:`retrieval.sizes`; the README's model sizes
+table).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from common.errors import CheckpointError
-from common.pretrained import LEGACY_FORMAT_VERSION, checkpoint_info, load_pretrained
+from common.pretrained import checkpoint_info, load_pretrained
 
 from .baselines import CombinerCIR, CombinerConfig
 from .model import MoA3CIR, MoA3Config
-from .render import GROUPS
+from .sizes import DEFAULT_MODEL_SIZE, MODEL_SIZES
 
 MODEL_KINDS = ("moa3cir", "combiner", "sum", "image", "text")
-
-
-@dataclass(frozen=True)
-class TowerSize:
-    """Widths of one named size (see the module docstring)."""
-
-    d_model: int
-    d_slot: int
-    heads_per_group: int
-
-    def overrides(self, kind: str) -> dict:
-        """Config fields of a model of ``kind`` at this size."""
-        if kind == "moa3cir":
-            return {"d_model": self.d_model, "d_slot": self.d_slot, "heads_per_group": self.heads_per_group}
-        return {"d_model": self.d_model, "embed_dim": len(GROUPS) * self.d_slot}
-
-
-MODEL_SIZES: dict[str, TowerSize] = {
-    "XS": TowerSize(d_model=32, d_slot=16, heads_per_group=1),
-    "S": TowerSize(d_model=64, d_slot=32, heads_per_group=2),  # MoA3Config's defaults
-    "B": TowerSize(d_model=128, d_slot=64, heads_per_group=4),
-}
-DEFAULT_MODEL_SIZE = "S"
 
 
 def build_model(kind: str, size: str = DEFAULT_MODEL_SIZE, **overrides) -> torch.nn.Module:
     """A fresh model of ``kind`` (:data:`MODEL_KINDS`) at ``size`` (:data:`MODEL_SIZES`);
     ``overrides``: fields of its config (:class:`MoA3Config` or :class:`CombinerConfig`), e.g.
-    ``image_encoder="scratch"``, applied over the size's widths. ValueError for an unknown kind,
-    size or field value."""
-    if size not in MODEL_SIZES:
-        raise ValueError(f"unknown model size {size!r} (one of {', '.join(MODEL_SIZES)})")
+    ``image_encoder="scratch"``, applied over the size's widths. InputError for an unknown size,
+    ValueError for an unknown kind or field value."""
+    widths = MODEL_SIZES.lookup(size)
     if kind not in MODEL_KINDS:
         raise ValueError(f"unknown model kind {kind!r} (one of {MODEL_KINDS})")
-    fields = {**MODEL_SIZES[size].overrides(kind), **overrides}
+    fields = {**widths.overrides(kind), **overrides}
     if kind == "moa3cir":
         return MoA3CIR(MoA3Config(**fields))
     return CombinerCIR(CombinerConfig(fusion=kind, **fields))
@@ -75,11 +48,7 @@ def load_model(path: Path) -> tuple[torch.nn.Module, dict]:
     """``(model in eval mode on the CPU, extra)`` of a checkpoint of any of :data:`MODEL_KINDS`;
     CheckpointError when it is missing, corrupt or holds another model."""
     info = checkpoint_info(Path(path))
-    if info.format_version == LEGACY_FORMAT_VERSION:  # no model type recorded: the config's kind says it
-        cls = MoA3CIR if info.config.get("kind") == "moa3cir" else CombinerCIR
-        model = cls.from_pretrained(Path(path))
-    else:
-        model = load_pretrained(Path(path))
+    model = load_pretrained(info.path)
     if not isinstance(model, (MoA3CIR, CombinerCIR)):
         raise CheckpointError(f"{path} holds a {model.app} model '{model.model_type}', not a retrieval model")
     return model, info.extra

@@ -1,5 +1,5 @@
 """Model sizes benchmark (``moa3cir bench --suite sizes``): per named size
-(``retrieval.registry.MODEL_SIZES``) MoA³CIR's widths, its trainable parameters and those of the
+(``retrieval.sizes.MODEL_SIZES``) MoA³CIR's widths, its trainable parameters and those of the
 combiner baseline matched to it, the memory of the training state, and the time of one phase-2
 training step.
 

@@ -12,7 +12,7 @@ and cached by image hash) or with its last ``trainable_blocks`` blocks fine-tune
 :class:`CIRTowers` is the base of every trained retrieval model: it builds the five towers
 (reference image, reference description and modification text on the query side; gallery image
 and gallery description), holds the phase-1 objectives (:meth:`CIRTowers.alignment_terms`), the
-checkpoint state without the frozen ImageNet weights, and the config upgrades. A model supplies
+and the checkpoint state without the frozen ImageNet weights. A model supplies
 how a side turns tokens into a feature (``image_feature``, ``description_feature``), how a
 feature becomes a unit embedding (``feature_embedding``) and its attribute heads
 (``attribute_logits``).
@@ -175,14 +175,6 @@ class ImageInput(nn.Module):
         return [k for k in keys if not k.startswith(enc) or any(k.startswith(t) for t in trainable)]
 
 
-def upgrade_image_encoder_config(config: dict, field_name: str = "config") -> dict:
-    """A version-1 checkpoint config (before the pretrained image encoder) -> version 2: its
-    image towers were trained from scratch."""
-    inner = dict(config.get(field_name) or {})
-    inner.setdefault("image_encoder", "scratch")
-    return {**config, field_name: inner}
-
-
 class TextTower(nn.Module):
     """Projection of frozen MiniLM embeddings: (b, l, 384) -> (b, l, d)."""
 
@@ -260,7 +252,7 @@ class CIRTowers(PretrainedMixin, nn.Module):
     says whether the attribute heads also supervise the description features in phase 1.
     """
 
-    config_version = 2  # 2: image_encoder (version-1 checkpoints are scratch)
+    config_version = 2  # 2: image_encoder (version 1, before it, is refused)
     describes_attributes = False
 
     def build_towers(self, c) -> None:
@@ -334,16 +326,3 @@ class CIRTowers(PretrainedMixin, nn.Module):
     def get_config(self) -> dict:
         return asdict(self.config)
 
-    @classmethod
-    def legacy_fields(cls, config: dict) -> dict | None:
-        """The config fields of a ``common.checkpoint`` (format 1) config of this class, None when
-        ``config`` is not one."""
-        return None
-
-    @classmethod
-    def upgrade_config(cls, config: dict, from_version: int) -> dict:
-        if from_version == 0 and (fields := cls.legacy_fields(config)) is not None:
-            return upgrade_image_encoder_config({"config": fields})
-        if from_version == 1:
-            return upgrade_image_encoder_config(config)
-        return super().upgrade_config(config, from_version)

@@ -265,81 +265,35 @@ def test_an_interrupted_save_keeps_the_old_checkpoint_and_a_torn_pair_is_refused
         AttributeClassifier.from_pretrained(path)
 
 
-def test_config_versions_are_upgraded_by_the_class_hook(tmp_path, monkeypatch):
+def test_an_older_format_or_config_version_is_refused_in_one_line(tmp_path, monkeypatch):
+    """No shipped or documented checkpoint has an older version: the loader reads the current ones
+    only, and says so in one line (retrain), through every loader of the suite."""
     from retrieval.augment import AttributeClassifier
+    from retrieval.registry import load_model
+    from vision.models import load_backbone
 
     model, _ = AttributeClassifier.tiny_example()
     path = model.save_pretrained(tmp_path / "ck")
     monkeypatch.setattr(AttributeClassifier, "config_version", 2)
-    with pytest.raises(CheckpointError, match="config version 1, which this version .* cannot read; retrain"):
+    with pytest.raises(CheckpointError, match=r"retrieval 'attribute_classifier' config version 1, older than "
+                                              r"this version reads \(2\); retrain the model$"):
         AttributeClassifier.from_pretrained(path)
-    seen = []
-
-    def upgrade(cls, config, from_version):
-        seen.append((from_version, dict(config)))
-        return {"d": config["width"]}
-
+    monkeypatch.undo()
     meta = json.loads((path / CONFIG).read_text())
-    (path / CONFIG).write_text(json.dumps({**meta, "config": {"width": 8}}))  # version 1 named it "width"
-    monkeypatch.setattr(AttributeClassifier, "upgrade_config", classmethod(upgrade))
-    loaded = AttributeClassifier.from_pretrained(path)
-    assert seen == [(1, {"width": 8})] and loaded.d == 8
-    _assert_same(loaded.state_dict(), model.state_dict())
-
-
-def _legacy(path, config: dict, state: dict, extra: dict | None = None):
-    """A checkpoint as ``common.checkpoint`` (format 1) wrote it."""
-    from safetensors.torch import save_file
-
-    path.mkdir(parents=True)
-    save_file({k: v.contiguous() for k, v in state.items()}, str(path / WEIGHTS))
-    (path / CONFIG).write_text(json.dumps({"format_version": 1, "config": config, "extra": extra or {}}))
-    return path
-
-
-def test_checkpoints_of_the_previous_formats_load_through_the_upgrade_path(tmp_path):
-    from dataclasses import asdict
-
-    from diffusers import UNet2DModel
-    from safetensors.torch import save_file
-
-    from olfaction.model import MixScentConfig, MixScentNet
-    from retrieval.baselines import CombinerCIR
-    from retrieval.registry import load_model
-    from vision.models import MoHBackbone, UNetBaseline, load_backbone
-
-    net, ex = MixScentNet.tiny_example()
-    net.eval()
-    path = _legacy(tmp_path / "mix", asdict(net.cfg), net.state_dict(), {"pair_scaler": None})
-    with pytest.raises(CheckpointError, match="older version .*format 1.* does not record the model type"):
-        load_pretrained(path)
-    with torch.no_grad():
-        _assert_same(MixScentNet.from_pretrained(path).example_forward(*ex), net.example_forward(*ex))
-    plain = MixScentNet(MixScentConfig(in_dim=8, hidden=8, heads=2, mol_encoder=net.cfg.mol_encoder))
-    loaded = MixScentNet.from_pretrained(_legacy(tmp_path / "mix2", asdict(plain.cfg), plain.state_dict()))
-    _assert_same(loaded.state_dict(), plain.state_dict())
-    comb, (batch,) = CombinerCIR.tiny_example()
-    cfg = comb.get_config()
-    path = _legacy(tmp_path / "comb", {"kind": cfg.pop("fusion"), **cfg}, comb.state_dict(), {"variant": "x"})
-    loaded, extra = load_model(path)
-    assert type(loaded) is CombinerCIR and extra == {"variant": "x"}
-    _assert_same(loaded.state_dict(), comb.state_dict())
-    # vision backbones saved by diffusers' save_pretrained (config.json with _class_name)
-    moh, _ = MoHBackbone.tiny_example()
-    (tmp_path / "moh").mkdir()
-    save_file(dict(moh.state_dict()), str(tmp_path / "moh" / "diffusion_pytorch_model.safetensors"))
-    (tmp_path / "moh" / CONFIG).write_text(json.dumps(
-        {"_class_name": "MoHBackbone", "_diffusers_version": "0.42.1", **moh.pretrained_config}))
-    _assert_same(load_backbone(tmp_path / "moh").state_dict(), moh.state_dict())
-    unet = UNetBaseline.tiny_example()[0].unet
-    unet.save_pretrained(str(tmp_path / "unet"))
-    reloaded = load_backbone(tmp_path / "unet")
-    assert type(reloaded) is UNet2DModel
-    _assert_same(reloaded.state_dict(), unet.state_dict())
-    # a legacy config the class does not know is a clear error, not a guess
-    path = _legacy(tmp_path / "odd", {"kind": "nonsense"}, comb.state_dict())
-    with pytest.raises(CheckpointError, match="config version 0"):
-        load_model(path)
+    # format 1 (common.checkpoint: no app or model type) and an unknown format 0
+    for fmt in (1, 0):
+        (path / CONFIG).write_text(json.dumps({"format_version": fmt, "config": meta["config"], "extra": {}}))
+        for load in (AttributeClassifier.from_pretrained, load_pretrained, load_model, load_backbone):
+            with pytest.raises(CheckpointError, match=rf"has format version {fmt}, older than this version reads "
+                                                      rf"\({FORMAT_VERSION}\); retrain the model$") as err:
+                load(path)
+            assert "\n" not in str(err.value)
+    # diffusers' own save_pretrained layout (config.json with _class_name) is not a checkpoint
+    (tmp_path / "unet").mkdir()
+    (tmp_path / "unet" / CONFIG).write_text(json.dumps({"_class_name": "UNet2DModel", "sample_size": 16}))
+    (tmp_path / "unet" / "diffusion_pytorch_model.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="no checkpoint at"):
+        load_backbone(tmp_path / "unet")
 
 
 @dataclass

@@ -169,35 +169,23 @@ def test_training_with_too_small_max_parts_is_a_clear_error(tiny_data, tiny_pipe
     assert "divisible" in capsys.readouterr().err
 
 
-def test_checkpoints_with_the_removed_moca_variants_load_when_they_were_off(tiny_pipeline, tmp_path):
-    """Config version 1 held the fields of the three removed MoCA variants (all False unless opted
-    in), format 1 the flat GenConfig: both load with the fields dropped, to the same outputs; a
-    model trained with a removed variant on is a one-line CheckpointError."""
+def test_generator_checkpoints_of_an_older_version_are_refused_in_one_line(tiny_pipeline, tmp_path):
+    """Config version 1 (with the removed MoCA variants' fields) and format 1 (``common.checkpoint``)
+    were never shipped: loading one is a one-line CheckpointError, not a guess."""
     import json
     import shutil
 
     from common.errors import CheckpointError
 
-    new = MoCAPipeline.load(tiny_pipeline).gen
-    args = (torch.randn(2, 7, 4, 4), torch.randn(2, 7, 6), torch.tensor([10.0, 900.0]), torch.tensor([0, 2]),
-            torch.tensor([7, 5]), torch.tensor([[1] * 7, [1] * 5 + [0] * 2], dtype=torch.bool))
-    removed = {"proportional_attention": False, "route_on_compressed": False, "learned_comp_bias": False}
-    for fmt in (1, 2):
+    for fmt, match in ((1, "format version 1, older than this version reads \\(2\\); retrain"),
+                       (2, "generation3d 'moca_generator' config version 1, older than this version reads "
+                           "\\(2\\); retrain")):
         old = tmp_path / f"v{fmt}"
         shutil.copytree(tiny_pipeline, old)
         meta = old / "generator" / "config.json"
         d = json.loads(meta.read_text())
-        if fmt == 1:
-            d = {"format_version": 1, "config": {**d["config"]["config"], **removed}, "extra": d["extra"]}
-        else:
-            d["config_version"] = 1
-            d["config"]["config"].update(removed)
+        d["format_version" if fmt == 1 else "config_version"] = 1
         meta.write_text(json.dumps(d))
-        loaded = MoCAPipeline.load(old).gen
-        for a, b in zip(new(*args), loaded(*args), strict=True):
-            torch.testing.assert_close(a, b, rtol=0, atol=0)
-        cfg_key = d["config"] if fmt == 1 else d["config"]["config"]
-        cfg_key["learned_comp_bias"] = True
-        meta.write_text(json.dumps(d))
-        with pytest.raises(CheckpointError, match="removed experimental option 'learned_comp_bias'"):
+        with pytest.raises(CheckpointError, match=match) as err:
             MoCAPipeline.load(old)
+        assert "\n" not in str(err.value)

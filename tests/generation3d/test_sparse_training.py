@@ -1,7 +1,5 @@
 """DeepSeek-V3.2 sparse-attention recipe for MoCA: router distillation target/loss, dense warm-up."""
 
-import json
-import shutil
 
 import pytest
 import torch
@@ -15,7 +13,6 @@ from generation3d.attention import (
     router_kl,
 )
 from generation3d.model import GenConfig, PartFlowTransformer
-from generation3d.sampling import MoCAPipeline
 
 
 def _qk(layer, x):
@@ -195,20 +192,10 @@ def test_recipe_is_the_moca_default_and_weight_zero_leaves_training_untouched(ti
     assert not all(torch.equal(sd_default[k], sd_off[k]) for k in sd_default)
 
 
-def test_recipe_options_validate_round_trip_and_older_checkpoints_load_with_them_off(tiny_pipeline, tmp_path):
+def test_recipe_options_validate():
     with pytest.raises(InputError, match="learned router"):
         _cfg(attention="full", router_distill=0.5)
     with pytest.raises(InputError, match="dense_warmup"):
         _cfg(dense_warmup=1.0)
     with pytest.raises(InputError, match="router_distill"):
         _cfg(router_distill=-1.0)
-    old = tmp_path / "old"
-    shutil.copytree(tiny_pipeline, old)
-    meta = old / "generator" / "config.json"
-    d = json.loads(meta.read_text())
-    d = {"format_version": 1, "config": d["config"]["config"], "extra": d["extra"]}  # as common.checkpoint wrote
-    for key in ("router_distill", "dense_warmup"):
-        d["config"].pop(key)
-    meta.write_text(json.dumps(d))
-    c = MoCAPipeline.load(old).gen.config
-    assert c.router_distill == 0 and c.dense_warmup == 0

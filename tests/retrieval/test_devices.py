@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from common.device import DeviceError
+from common.errors import InputError
 from retrieval.baselines import CombinerConfig
 from retrieval.cli import main
 from retrieval.embed import embed_gallery, embed_queries
@@ -79,7 +80,7 @@ def test_named_sizes_scale_the_towers_and_match_the_baselines():
     assert params["XS"] < params["S"] < params["B"]
     # an override wins over the size's width
     assert build_model("moa3cir", "B", d_slot=8).config.d_slot == 8
-    with pytest.raises(ValueError, match="model size"):
+    with pytest.raises(InputError, match="unknown model size 'XL'; choose from XS, S, B"):
         build_model("moa3cir", "XL")
 
 

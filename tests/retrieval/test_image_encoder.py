@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from common.errors import CheckpointError
 from common.image_encoder import EfficientNetLite0Encoder
 from common.pretrained import CONFIG
 from retrieval.baselines import CombinerCIR, CombinerConfig
@@ -168,7 +169,7 @@ def test_fine_tuning_trains_only_the_last_blocks(cache):
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in net._blocks[7].parameters())
 
 
-def test_version_1_checkpoint_loads_as_scratch(cache, tmp_path):
+def test_version_1_checkpoint_is_refused_in_one_line(tmp_path):
     torch.manual_seed(0)
     model = MoA3CIR(MoA3Config(**TINY, image_encoder="scratch"))
     save_model(model, tmp_path / "old")
@@ -176,10 +177,9 @@ def test_version_1_checkpoint_loads_as_scratch(cache, tmp_path):
     del meta["config"]["config"]["image_encoder"], meta["config"]["config"]["encoder_resolution"]
     meta["config_version"] = 1
     (tmp_path / "old" / CONFIG).write_text(json.dumps(meta))
-    loaded, _ = load_model(tmp_path / "old")
-    assert loaded.config.image_encoder == "scratch" and loaded.image_input.encoder is None
-    b = tiny_cir_batch()
-    assert torch.allclose(model.eval().encode_gallery(b), loaded.encode_gallery(b))
+    with pytest.raises(CheckpointError, match=r"retrieval 'moa3cir' config version 1, older than this version "
+                                              r"reads \(2\); retrain the model$"):
+        load_model(tmp_path / "old")
 
 
 @pytest.mark.parametrize("bad", [dict(image_encoder="resnet"), dict(image_encoder=PRE, trainable_blocks=8),
@@ -190,9 +190,13 @@ def test_bad_encoder_settings_rejected(bad):
         MoA3Config(**bad)
 
 
-def test_cli_choices_match_the_model():
-    from retrieval import cli, registry, synth, towers
+def test_cli_choices_match_the_model_and_parsing_imports_no_torch():
+    import subprocess
+    import sys
+
+    from retrieval import cli, synth, towers
 
     assert cli.IMAGE_ENCODERS == towers.IMAGE_ENCODERS and cli.DEFAULT_IMAGE_ENCODER == towers.DEFAULT_IMAGE_ENCODER
-    assert cli.MODEL_SIZES == tuple(registry.MODEL_SIZES) and cli.DEFAULT_MODEL_SIZE == registry.DEFAULT_MODEL_SIZE
     assert cli.BUILD_PRESETS == tuple(synth.PRESETS)
+    code = "import sys; from retrieval.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"

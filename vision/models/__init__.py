@@ -13,17 +13,15 @@ or width and blocks per level (UNet) for the parameter count closest to MoH's.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from diffusers import UNet2DModel
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 from common.errors import CheckpointError, InputError
-from common.pretrained import CONFIG, load_pretrained
+from common.pretrained import load_pretrained
+from common.sizes import SizeTable
 from vision.models.dit import DiTBackbone
 from vision.models.layers import DiffusionBackbone, count_parameters
 from vision.models.moh import MoHBackbone
@@ -31,8 +29,7 @@ from vision.models.plain_mamba import PlainMambaBackbone
 from vision.models.unet import UNetBaseline
 
 __all__ = ["DiTBackbone", "MoHBackbone", "PlainMambaBackbone", "UNetBaseline", "MODEL_NAMES", "MODEL_SIZES",
-           "ModelSize", "build_backbone", "build_matched", "build_moh", "load_backbone", "moh_config",
-           "size_spec"]
+           "ModelSize", "build_backbone", "build_matched", "build_moh", "load_backbone", "moh_config"]
 
 MODEL_NAMES = ("moh", "mamba", "dit", "unet")
 REGISTERED_NAMES = {"plain_mamba": "mamba"}  # common.pretrained model types that differ from MODEL_NAMES
@@ -70,7 +67,7 @@ _WIDE_UNETS = tuple(range(64, 1025, 16))
 # 768 / 1024, patch 2: 256 tokens at 32 px); a Mamba block holds about half a DiT block's
 # parameters, so MoH's deepest scan is 1.5x DiT's depth, which with the coarse levels gives
 # 30M / 118M / 405M parameters against DiT's 33M / 130M / 457M.
-MODEL_SIZES = {
+MODEL_SIZES = SizeTable({
     "XS": ModelSize("XS", patch_size=4, d_model=32, d_state=4, depth_choices=(2, 4, 6), level_layers=1, dit_heads=4,
                     max_baseline_depth=16, unet_widths=(8, 12, 16, 20, 24, 32, 40), sequential_search=True),
     "Ti": ModelSize("Ti", patch_size=4, d_model=96, d_state=4, depth_choices=(2, 4, 6), level_layers=1, dit_heads=6,
@@ -81,23 +78,16 @@ MODEL_SIZES = {
                    dit_heads=12, max_baseline_depth=48, unet_widths=_WIDE_UNETS, checkpoint_scan=True),
     "L": ModelSize("L", patch_size=2, d_model=1024, d_state=16, depth_choices=(12, 24, 36), level_layers=2,
                    dit_heads=16, max_baseline_depth=64, unet_widths=_WIDE_UNETS, checkpoint_scan=True),
-}
+}, default="XS")
 
 # Shared by every size. depth_cost 0.002, not the model's 0.02: at 0.02 the compute penalty was
 # ~10% of the x0 loss and pushed low-noise steps, where capacity matters, to the shallowest route.
 MOH_SHARED = dict(expand=2, num_levels=3, k_levels=2, depth_cost=0.002)
 
 
-def size_spec(name: str) -> ModelSize:
-    """The ``MODEL_SIZES`` row ``name`` (InputError for an unknown size)."""
-    if name not in MODEL_SIZES:
-        raise InputError(f"unknown model size {name!r}; choose from {', '.join(MODEL_SIZES)}")
-    return MODEL_SIZES[name]
-
-
 def moh_config(size: str = "XS") -> dict:
     """MoH's constructor arguments (without the image geometry) of the size ``size``."""
-    s = size_spec(size)
+    s = MODEL_SIZES.lookup(size)
     extra = {"checkpoint_scan": True} if s.checkpoint_scan else {}
     return dict(patch_size=s.patch_size, d_model=s.d_model, d_state=s.d_state, depth_choices=s.depth_choices,
                 level_layers=s.level_layers, **MOH_SHARED, **extra)
@@ -137,7 +127,7 @@ def build_matched(name: str, reference_params: int, sample_size: int = 32, in_ch
     """Baseline ``name`` of ``model_size`` (width, SSM state and patch of that size unless given)
     whose depth (UNet: width and blocks per level) gives the parameter count closest to
     ``reference_params`` (the MoH model's); the first of equally close candidates wins."""
-    size = size_spec(model_size)
+    size = MODEL_SIZES.lookup(model_size)
     make, options = _baseline_maker(name, size, sample_size, in_channels, d_model or size.d_model,
                                     d_state or size.d_state, patch_size or size.patch_size)
     if size.sequential_search:
@@ -161,7 +151,7 @@ def build_backbone(name: str, model_size: str = "XS", sample_size: int = 32, in_
     (same width, SSM state and patch). A backbone may also be named by its registered model type
     (``plain_mamba``)."""
     name = REGISTERED_NAMES.get(name, name)
-    size = size_spec(model_size)
+    size = MODEL_SIZES.lookup(model_size)
     if name == "moh":
         return build_moh(sample_size, in_channels, model_size, **moh_overrides)
     if name not in MODEL_NAMES:
@@ -175,48 +165,12 @@ def build_backbone(name: str, model_size: str = "XS", sample_size: int = 32, in_
     return build_matched(name, count_parameters(moh), sample_size, in_channels, model_size, **kw)
 
 
-# classes by the name diffusers' config.json records (checkpoints saved before common.pretrained)
-LEGACY_CLASSES = {"MoHBackbone": MoHBackbone, "PlainMambaBackbone": PlainMambaBackbone,
-                  "DiTBackbone": DiTBackbone, "UNet2DModel": UNetBaseline}
-LEGACY_WEIGHTS = "diffusion_pytorch_model.safetensors"
-
-
 def load_backbone(path: str | Path):
     """Load any backbone saved with ``vision.sampling.save_checkpoint`` (the ``UNet2DModel``
-    unwrapped from its adapter), also one saved by diffusers' ``save_pretrained`` before
-    (format of ``common.pretrained`` 1: config version 0), on the CPU in eval mode;
-    CheckpointError when the directory is missing, its config is unreadable or names another
-    model, or the weights are corrupt."""
-    path = Path(path)
-    legacy = _diffusers_class(path)
-    model = _load_diffusers(path, legacy) if legacy else load_pretrained(path)
+    unwrapped from its adapter) on the CPU in eval mode; CheckpointError when the directory is
+    missing, its config is unreadable, of another version or names another model, or the weights
+    are corrupt."""
+    model = load_pretrained(path)
     if not isinstance(model, DiffusionBackbone):
         raise CheckpointError(f"{path} holds a {model.app} model '{model.model_type}', not a vision backbone")
     return model.unet if isinstance(model, UNetBaseline) else model
-
-
-def _diffusers_class(path: Path) -> str | None:
-    """The ``_class_name`` of a diffusers-format ``config.json`` (None for any other directory)."""
-    try:
-        meta = json.loads((path / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # missing or corrupt: load_pretrained names the problem
-    return meta.get("_class_name") if isinstance(meta, dict) and "config" not in meta else None
-
-
-def _load_diffusers(path: Path, cls_name: str) -> DiffusionBackbone:
-    if cls_name not in LEGACY_CLASSES:
-        raise CheckpointError(f"checkpoint {path} holds an unknown model class {cls_name!r}")
-    cls = LEGACY_CLASSES[cls_name]
-    config = cls.upgrade_config(json.loads((path / CONFIG).read_text(encoding="utf-8")), 0)
-    try:
-        model = cls(**config)
-        state = load_file(str(path / LEGACY_WEIGHTS))
-    except (SafetensorError, OSError) as exc:
-        raise CheckpointError(f"cannot load checkpoint {path}: corrupt or missing {LEGACY_WEIGHTS} ({exc})") from exc
-    except (TypeError, ValueError, InputError) as exc:
-        raise CheckpointError(f"cannot load checkpoint {path}: its config does not fit {cls_name} ({exc})") from exc
-    if cls is UNetBaseline:
-        state = {f"unet.{k}": v for k, v in state.items()}
-    model.load_checkpoint_state(state, {}, str(path))
-    return model.eval()

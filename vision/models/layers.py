@@ -46,12 +46,6 @@ class DiffusionBackbone(PretrainedMixin, nn.Module):
             object.__setattr__(self, "_config_view", view)
         return view
 
-    @classmethod
-    def upgrade_config(cls, config: dict, from_version: int) -> dict:
-        if from_version == 0:  # diffusers' config.json: the constructor arguments, plus "_..." keys
-            return {k: v for k, v in config.items() if not k.startswith("_")}
-        return super().upgrade_config(config, from_version)
-
     @staticmethod
     def example_input(sample_size: int = 16, in_channels: int = 1) -> tuple[Tensor, Tensor]:
         """``(sample (3, c, H, W), timestep (3,))``: the registry's example input."""

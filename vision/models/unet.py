@@ -37,12 +37,6 @@ class UNetBaseline(DiffusionBackbone):
         return self.unet(sample, timestep, return_dict=return_dict)
 
     @classmethod
-    def upgrade_config(cls, config: dict, from_version: int) -> dict:
-        if from_version == 0:  # diffusers' own config.json of a UNet2DModel
-            return {"unet_config": {k: v for k, v in config.items() if not k.startswith("_")}}
-        return super().upgrade_config(config, from_version)
-
-    @classmethod
     def tiny_example(cls):
         torch.manual_seed(0)
         unet = UNet2DModel(sample_size=16, in_channels=1, out_channels=1, block_out_channels=(8, 16),
