@@ -1,7 +1,7 @@
 """Baselines for the mixture-distance task.
 
 - :class:`PairForest`: random forest on symmetric pair features ``[|m_a - m_b| ; m_a + m_b]`` of
-  mixture-mean molecule features (RDKit 2D descriptors + folded Morgan counts, or Mordred).
+  mixture-mean molecule features (:func:`olfaction.set_features.pair_features`).
 - :class:`PairBoosting`: histogram gradient-boosted trees on the same pair features.
 - :class:`SnitzAngle`: Snitz et al. (2013) angle distance between the summed descriptor vectors
   of two mixtures, mapped to the label scale by a linear fit on the training rows.
@@ -13,42 +13,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .features import DescriptorScaler, morgan_counts, rdkit_descriptors
-
 if TYPE_CHECKING:
     import torch
 
 # torch only inside MultiLabelLogReg: the pair features serve the torch-free predict path
-
-
-def molecule_table(smiles: list[str], kind: str = "rdkit_morgan") -> dict[str, np.ndarray]:
-    """Per-molecule baseline features: ``rdkit_morgan`` = RDKit descriptors ++ Morgan counts."""
-    if kind != "rdkit_morgan":
-        raise ValueError(f"unknown baseline feature kind {kind!r}")
-    return {s: np.concatenate([rdkit_descriptors(s), morgan_counts(s)]) for s in smiles}
-
-
-def scaled_molecule_table(table: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], DescriptorScaler]:
-    """:func:`molecule_table` rows cleaned and robust-scaled (:class:`DescriptorScaler`, fitted
-    on exactly these molecules, label-free): the network's view of the RF's features."""
-    keys = list(table)
-    raw = np.stack([table[k] for k in keys])
-    scaler = DescriptorScaler.fit(raw, [str(i) for i in range(raw.shape[1])])
-    x = scaler.transform(raw)
-    return {k: x[i] for i, k in enumerate(keys)}, scaler
-
-
-def mixture_mean(components: tuple[str, ...], table: dict[str, np.ndarray]) -> np.ndarray:
-    return np.mean([table[s] for s in components], axis=0)
-
-
-def pair_features(
-    mix_a: list[tuple[str, ...]], mix_b: list[tuple[str, ...]], table: dict[str, np.ndarray]
-) -> np.ndarray:
-    """Symmetric features ``(P, 2D)``: ``[|m_a - m_b| ; m_a + m_b]`` of mixture-mean vectors."""
-    ma = np.stack([mixture_mean(m, table) for m in mix_a])
-    mb = np.stack([mixture_mean(m, table) for m in mix_b])
-    return np.concatenate([np.abs(ma - mb), ma + mb], axis=1)
 
 
 def sum_absdiff_pairs(pairs, vectors: dict[str, np.ndarray]) -> np.ndarray:

@@ -6,6 +6,8 @@ are what the psychophysics varies (Bushdid 2014: overlap of 10/20/30-component m
 2013: angle between summed descriptor vectors). This module computes, for a pair ``(A, B)`` of
 component sets, all symmetric in ``A <-> B``:
 
+- the RF baseline's features (:func:`pair_features`): absolute difference and sum of the two
+  mixture-mean molecule rows;
 - overlap: shared count, Jaccard, shared / min size, min / max size, size gap, size sum;
 - set distances in several molecule spaces (scaled RDKit 2D and cleaned Mordred with Euclidean
   cost, binary Morgan 2048 with Tanimoto cost): chamfer distance, optimal one-to-one matching
@@ -34,13 +36,30 @@ import numpy as np
 
 from common.errors import InputError
 
-from .baselines import scaled_molecule_table
-from .features import DescriptorScaler, compute_mordred, morgan_counts, rdkit_descriptors
+from .features import (
+    DescriptorScaler,
+    compute_mordred,
+    morgan_counts,
+    rdkit_descriptors,
+    scaled_molecule_table,
+)
 
 Mixture = tuple[str, ...]
 SET_DISTANCES = ("chamfer", "matching", "mean_gap", "angle", "mean_pairwise")
 OVERLAP = ("shared", "jaccard", "shared_over_min", "n_min", "n_max", "n_gap", "n_sum")
 DIFFERENCE = ("n_differ", "frac_differ", "max_frac_differ")
+
+
+def mixture_mean(components: Sequence[str], table: dict[str, np.ndarray]) -> np.ndarray:
+    return np.mean([table[s] for s in components], axis=0)
+
+
+def pair_features(mix_a: Sequence[Mixture], mix_b: Sequence[Mixture], table: dict[str, np.ndarray]) -> np.ndarray:
+    """The RF's symmetric features ``(P, 2D)``: ``[|m_a - m_b| ; m_a + m_b]`` of the mixture-mean
+    rows of ``table`` (:func:`olfaction.features.molecule_table`)."""
+    ma = np.stack([mixture_mean(m, table) for m in mix_a])
+    mb = np.stack([mixture_mean(m, table) for m in mix_b])
+    return np.concatenate([np.abs(ma - mb), ma + mb], axis=1)
 
 
 def cost_matrix(Xa: np.ndarray, Xb: np.ndarray, metric: str) -> np.ndarray:

@@ -26,9 +26,15 @@ import numpy as np
 
 from common.errors import InputError
 
-from .baselines import molecule_table, pair_features
-from .features import compute_mordred
-from .set_features import Mixture, MoleculeSpaces, TargetEncoder, dataset_one_hot, pair_set_features
+from .features import compute_mordred, molecule_table
+from .set_features import (
+    Mixture,
+    MoleculeSpaces,
+    TargetEncoder,
+    dataset_one_hot,
+    pair_features,
+    pair_set_features,
+)
 
 KINDS = ("trees", "ridge")
 PARTNER_MODES = ("off", "on", "gated")

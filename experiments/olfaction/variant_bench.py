@@ -24,14 +24,7 @@ from common.errors import InputError
 from common.io import write_csv, write_json
 from common.report import markdown_table
 from experiments.olfaction.blend_pretrain import pretrain_mixture_level
-from olfaction.baselines import (
-    PairBoosting,
-    PairForest,
-    SnitzAngle,
-    molecule_table,
-    pair_features,
-    scaled_molecule_table,
-)
+from olfaction.baselines import PairBoosting, PairForest, SnitzAngle
 from olfaction.blends import load_blends
 from olfaction.data import (
     DATASETS,
@@ -43,11 +36,11 @@ from olfaction.data import (
 )
 from olfaction.encoder import default_encoder_dir, load_encoder, random_encoder
 from olfaction.evaluate import convex_blend_weights, pair_metrics, summarize_folds
-from olfaction.features import DescriptorScaler, compute_mordred
+from olfaction.features import DescriptorScaler, compute_mordred, molecule_table, scaled_molecule_table
 from olfaction.mixture_index import test_predictions
 from olfaction.model import MixScentConfig, MolEncoderConfig
 from olfaction.molecules import molecule_features
-from olfaction.set_features import MoleculeSpaces, pair_set_features
+from olfaction.set_features import MoleculeSpaces, pair_features, pair_set_features
 from olfaction.set_models import fit_predict_rows
 from olfaction.train import DistanceTrainConfig, fit
 

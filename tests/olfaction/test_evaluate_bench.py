@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from common.errors import InputError
-from olfaction.baselines import SnitzAngle, angle_distance, pair_features
+from olfaction.baselines import SnitzAngle, angle_distance
 from olfaction.data import PairData
 from olfaction.evaluate import (
     bootstrap_ci,
@@ -20,6 +20,7 @@ from olfaction.evaluate import (
     regression_metrics,
     summarize_folds,
 )
+from olfaction.set_features import pair_features
 
 DATA = Path(os.environ.get("MOE_APPS_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
