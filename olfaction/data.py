@@ -186,20 +186,16 @@ def resolve_mixture(mixtures: dict[MixtureKey, tuple[str, ...]], dataset: str, l
 DATASETS = ["Bushdid", "Ravia 1", "Ravia 2", "Ravia 4", "Snitz 1", "Snitz 2", "Snitz 3"]
 
 
-def dataset_onehot(datasets: Sequence[str]):
-    """``(P, len(DATASETS))`` float32 torch one-hot (the network's dataset input); unknown datasets
-    get an all-zero row."""
-    import torch
-
-    return torch.from_numpy(dataset_onehot_array(datasets))
-
-
-def dataset_onehot_array(datasets: Sequence[str]) -> np.ndarray:
-    """:func:`dataset_onehot` as a numpy array ``(P, len(DATASETS))`` float32 (the ONNX path's)."""
-    out = np.zeros((len(datasets), len(DATASETS)), np.float32)
-    for i, d in enumerate(datasets):
-        if d in DATASETS:
-            out[i, DATASETS.index(d)] = 1.0
+def dataset_one_hot(datasets: Sequence[str], vocabulary: Sequence[str] = DATASETS) -> np.ndarray:
+    """``(P, V)`` float32 one-hot of each pair's experiment over ``vocabulary`` (the network reads it
+    over :data:`DATASETS`, the set regressors over their training vocabulary); InputError names an
+    unknown dataset."""
+    index = {d: i for i, d in enumerate(vocabulary)}
+    unknown = [d for d in datasets if d not in index]
+    if unknown:
+        raise InputError(f"unknown dataset {unknown[0]!r} (known: {', '.join(vocabulary)})")
+    out = np.zeros((len(datasets), len(vocabulary)), np.float32)
+    out[np.arange(len(datasets)), np.array([index[d] for d in datasets], np.int64)] = 1.0
     return out
 
 

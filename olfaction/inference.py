@@ -31,7 +31,7 @@ import numpy as np
 
 from common.errors import CheckpointError, InputError
 
-from .data import dataset_onehot_array, validate_mixture
+from .data import dataset_one_hot, validate_mixture
 from .features import batch_graph_arrays, morgan_counts
 
 COMPONENTS = ("network", "trees", "ridge")
@@ -319,7 +319,7 @@ class OnnxPredictor(MixtureAPI):
         _, feeds = mixture_inputs(mixtures, self._mol_extra())
         feeds["pair_a"], feeds["pair_b"] = np.asarray(pair_a, np.int64), np.asarray(pair_b, np.int64)
         if self.n_datasets:
-            feeds["dataset_onehot"] = dataset_onehot_array(datasets)
+            feeds["dataset_onehot"] = dataset_one_hot(datasets)
         return self._session("distance").run(["distance", "alpha"], feeds)
 
     def predict_components(self, mix_a, mix_b, datasets) -> dict[str, np.ndarray]:

@@ -15,8 +15,6 @@ component sets, all symmetric in ``A <-> B``:
   of the summed vectors (Snitz) and mean pairwise cost;
 - the same set distances between the components that differ (``A \\ B`` vs ``B \\ A``), plus the
   number and fractions of differing components;
-- the dataset as a one-hot (the experiments differ in protocol and scale; the DREAM submission
-  format names it);
 - target encodings (:class:`TargetEncoder`): smoothed mean distance of the *training* pairs a
   mixture / its molecules occur in, out-of-fold for training rows; optionally the common-partner
   features of a pair (a third mixture ``C`` whose distances to both ``A`` and ``B`` were measured
@@ -206,17 +204,6 @@ def pair_set_features(
                 row += [0.0] * len(SET_DISTANCES)
         out.append(row)
     return np.asarray(out, dtype=np.float64)
-
-
-def dataset_one_hot(datasets: Sequence[str], vocabulary: Sequence[str]) -> np.ndarray:
-    """``(P, V)`` one-hot of each pair's dataset; InputError names an unknown dataset."""
-    index = {d: i for i, d in enumerate(vocabulary)}
-    unknown = [d for d in datasets if d not in index]
-    if unknown:
-        raise InputError(f"unknown dataset {unknown[0]!r} (known: {', '.join(vocabulary)})")
-    out = np.zeros((len(datasets), len(vocabulary)))
-    out[np.arange(len(datasets)), [index[d] for d in datasets]] = 1.0
-    return out
 
 
 class TargetEncoder:

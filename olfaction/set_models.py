@@ -1,7 +1,8 @@
 """Distance regressors on set-level pair features (:mod:`olfaction.set_features`).
 
 - ``kind="trees"``: extremely randomised trees (scikit-learn ``ExtraTreesRegressor``) on the RF's
-  pair features ``[|m_a - m_b| ; m_a + m_b]`` ++ set features ++ dataset one-hot ++ target
+  pair features ``[|m_a - m_b| ; m_a + m_b]`` ++ set features ++ dataset one-hot
+  (:func:`olfaction.data.dataset_one_hot`: the experiments differ in protocol and scale) ++ target
   encodings;
 - ``kind="ridge"``: standardised ridge regression (``RidgeCV``, alpha by its efficient
   leave-one-out on the training rows) on set features, dataset one-hot, their products (a slope per
@@ -26,12 +27,12 @@ import numpy as np
 
 from common.errors import InputError
 
+from .data import dataset_one_hot
 from .features import compute_mordred, molecule_table
 from .set_features import (
     Mixture,
     MoleculeSpaces,
     TargetEncoder,
-    dataset_one_hot,
     pair_features,
     pair_set_features,
 )

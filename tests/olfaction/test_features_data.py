@@ -12,6 +12,8 @@ import pytest
 
 from common.errors import DataError, InputError
 from olfaction.data import (
+    DATASETS,
+    dataset_one_hot,
     load_pairs,
     load_split,
     parse_mixture_text,
@@ -222,3 +224,15 @@ def test_cli_train_eval_predict_labels(tmp_path, capsys):
     assert "unknown dataset 'Nope'" in capsys.readouterr().err
     assert main(["labels", "--model", str(model), "--mix", "CCO", "--top", "3"]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 3
+
+
+def test_dataset_one_hot_one_rule_unknown_dataset_is_an_error():
+    np.testing.assert_array_equal(dataset_one_hot(["b", "a"], ["a", "b"]), [[0, 1], [1, 0]])
+    default = dataset_one_hot(["Snitz 1", "Bushdid"])
+    assert default.dtype == np.float32 and default.shape == (2, len(DATASETS))
+    assert default[0, DATASETS.index("Snitz 1")] == 1 and default[1, DATASETS.index("Bushdid")] == 1
+    assert default.sum() == 2
+    assert dataset_one_hot([]).shape == (0, len(DATASETS))
+    for datasets, vocabulary in ((["c"], ["a", "b"]), ([""], DATASETS), (["Nowhere"], DATASETS)):
+        with pytest.raises(InputError, match="unknown dataset"):
+            dataset_one_hot(datasets, vocabulary)
