@@ -1,5 +1,6 @@
 """Loading and validation of the olfaction data: mixtures, mixture pairs, POMMix split JSONs,
-GS-LF single-molecule labels (the blend pairs: :mod:`olfaction.blends`).
+GS-LF single-molecule labels, the blend molecules (their labelled pairs:
+``experiments/olfaction/blends.py``).
 
 All files are read through :func:`common.data_dir.require_file` with the sha256 sums published in
 ``shared/data/README.md``; SMILES are canonicalised with RDKit at load time.
@@ -352,3 +353,19 @@ def load_gslf(data_dir: Path) -> LabelData:
         rows.append(i)
     y = df.loc[rows, label_cols].to_numpy(dtype=np.float32)
     return LabelData(smiles, y, label_cols)
+
+
+def blend_molecules(data_dir: Path) -> list[str]:
+    """Canonical SMILES of the blend molecules (``blends/molecules.csv``; invalid ones skipped)."""
+    import pandas as pd
+
+    df = pd.read_csv(olf_file(data_dir, "blends/molecules.csv"), keep_default_na=False)
+    if "smiles" not in df.columns:
+        raise DataError("blends/molecules.csv lacks the smiles column")
+    out = []
+    for s in df["smiles"]:
+        try:
+            out.append(canonical_smiles(s))
+        except InputError:
+            continue
+    return list(dict.fromkeys(out))

@@ -13,7 +13,6 @@ from olfaction.baselines import SnitzAngle, angle_distance
 from olfaction.data import PairData
 from olfaction.evaluate import (
     bootstrap_ci,
-    convex_blend_weights,
     gated_network_share,
     macro_roc_auc,
     pair_metrics,
@@ -75,16 +74,6 @@ def test_baseline_features_symmetric():
     assert angle_distance(("A", "B"), ("C",), table) == pytest.approx(0.0, abs=1e-4)
     sn = SnitzAngle(table).fit(a + b, b + a, np.array([0.5, 0.2, 0.5, 0.2]))
     np.testing.assert_allclose(sn.predict(a, b), sn.predict(b, a))
-
-
-def test_convex_blend_weights_by_hand():
-    y = np.array([0.1, 0.4, 0.7, 0.9])
-    good, bad = y.copy(), y[::-1].copy()
-    np.testing.assert_allclose(convex_blend_weights(np.stack([bad, good], 1), y), [0.0, 1.0])
-    # two predictions off by +d and -d: the half/half average is exact
-    np.testing.assert_allclose(convex_blend_weights(np.stack([y + 0.2, y - 0.2], 1), y), [0.5, 0.5])
-    w = convex_blend_weights(np.random.default_rng(0).random((10, 3)), np.zeros(10))
-    assert w.sum() == pytest.approx(1.0) and (w >= 0).all()
 
 
 def _dataset_pairs(datasets):

@@ -30,6 +30,7 @@ from olfaction.features import (
     load_mordred_cache,
     mol_graph,
 )
+from olfaction.molecules import molecule_features
 
 DATA = Path(os.environ.get("MOE_APPS_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 needs_data = pytest.mark.skipif(
@@ -236,3 +237,10 @@ def test_dataset_one_hot_one_rule_unknown_dataset_is_an_error():
     for datasets, vocabulary in ((["c"], ["a", "b"]), ([""], DATASETS), (["Nowhere"], DATASETS)):
         with pytest.raises(InputError, match="unknown dataset"):
             dataset_one_hot(datasets, vocabulary)
+
+
+def test_molecule_features_rejects_unknown_kind():
+    with pytest.raises(InputError, match="unknown molecule feature kind 'fingerprint'"):
+        molecule_features(["CCO"], "fingerprint")
+    with pytest.raises(InputError, match="needs a pretrained encoder"):
+        molecule_features(["CCO"], "embedding")
