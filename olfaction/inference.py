@@ -43,9 +43,9 @@ DISTANCE_FILE = "distance_net.onnx"
 LABEL_FILE = "label_net.onnx"
 # Inputs of distance_net.onnx (U molecules, N atoms, E directed bonds, C component slots of M
 # mixtures, P pairs); every first axis is dynamic. mol_ids / mix_ids only carry the sizes U / M.
+# Optional after them: mol_extra (with MiniMol), dataset_onehot (with cfg.n_datasets).
 DISTANCE_INPUTS = ("atom_x", "edge_index", "edge_attr", "atom_mol", "mol_ids", "comp", "comp_batch", "mix_ids",
                    "pair_a", "pair_b")
-DISTANCE_OPTIONAL = ("mol_extra", "dataset_onehot")  # with MiniMol / with cfg.n_datasets
 LABEL_INPUTS = ("mol_x", "comp", "comp_batch", "mix_ids")
 
 

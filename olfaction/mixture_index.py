@@ -115,15 +115,6 @@ def predict_distance(model: MixScentNet, index: MixtureIndex, keys_a, keys_b, da
     return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
 
 
-@torch.no_grad()
-def predict_labels(model: MixScentNet, index: MixtureIndex, ids) -> np.ndarray:
-    """Label probabilities ``(len(ids), L)``."""
-    model.eval()
-    out = [torch.sigmoid(mixture_label_logits(model, index, list(ids[s : s + 512]))).cpu()
-           for s in range(0, len(ids), 512)]
-    return torch.cat(out).numpy()
-
-
 def test_predictions(model: MixScentNet, index: MixtureIndex, pairs: PairData, rows) -> dict:
     """``{"y", "pred", "self_pair", "rows"}`` of the pair rows ``rows`` of ``pairs`` (test rows of a
     split): targets, the network's distances through ``index``, the self-pair flags."""

@@ -55,11 +55,20 @@ from olfaction.data import LabelData, load_gslf
 from olfaction.evaluate import macro_roc_auc
 from olfaction.features import morgan_counts
 from olfaction.labels import LabelTrainConfig, fit_labels
-from olfaction.mixture_index import MixtureIndex, predict_labels
+from olfaction.mixture_index import MixtureIndex, mixture_label_logits
 from olfaction.model import MixScentConfig, MixScentNet, MolEncoder
 from olfaction.molecules import FEATURE_KINDS, molecule_features
 
 MOE_EXPERTS, MOE_TOP_K = 4, 2
+
+
+@torch.no_grad()
+def predict_labels(model: MixScentNet, index: MixtureIndex, ids) -> np.ndarray:
+    """Label probabilities ``(len(ids), L)``."""
+    model.eval()
+    out = [torch.sigmoid(mixture_label_logits(model, index, list(ids[s : s + 512]))).cpu()
+           for s in range(0, len(ids), 512)]
+    return torch.cat(out).numpy()
 
 
 @dataclass

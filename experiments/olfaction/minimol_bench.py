@@ -33,6 +33,7 @@ import torch
 
 from common.data_dir import resolve_data_dir
 from common.io import write_json
+from experiments.olfaction.label_bench import predict_labels as net_label_scores
 from olfaction.baselines import PairForest
 from olfaction.data import load_gslf, load_pairs, load_split, split_path, strict_molecule_split
 from olfaction.evaluate import macro_roc_auc, regression_metrics
@@ -40,7 +41,6 @@ from olfaction.features import DescriptorScaler, compute_mordred, molecule_table
 from olfaction.labels import LabelTrainConfig, fit_labels
 from olfaction.minimol import minimol_table
 from olfaction.mixture_index import MixtureIndex, test_predictions
-from olfaction.mixture_index import predict_labels as net_label_scores
 from olfaction.model import MixScentConfig, MolEncoderConfig
 from olfaction.molecules import encode_molecules
 from olfaction.set_features import (

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 from common.errors import InputError
 from common.io import write_csv, write_json
@@ -35,11 +36,11 @@ from olfaction.data import (
     split_path,
     strict_molecule_split,
 )
-from olfaction.encoder import default_encoder_dir, load_encoder, random_encoder
+from olfaction.encoder import default_encoder_dir, load_encoder
 from olfaction.evaluate import pair_metrics, summarize_folds
 from olfaction.features import DescriptorScaler, compute_mordred, molecule_table, scaled_molecule_table
 from olfaction.mixture_index import test_predictions
-from olfaction.model import MixScentConfig, MolEncoderConfig
+from olfaction.model import MixScentConfig, MolEncoder, MolEncoderConfig
 from olfaction.molecules import molecule_features
 from olfaction.set_features import MoleculeSpaces, pair_features, pair_set_features
 from olfaction.train import DistanceTrainConfig, fit
@@ -142,6 +143,12 @@ STACKS = {
     ),
 }
 FAMILIES = ("random_cv", "lso_molecules", "strict_lmo")
+
+
+def random_encoder(enc_cfg: MolEncoderConfig, seed: int) -> MolEncoder:
+    """An unpretrained encoder (seeded), in eval mode: the ablation without pretraining."""
+    torch.manual_seed(seed)
+    return MolEncoder(enc_cfg).eval()
 
 
 class PairBoosting:

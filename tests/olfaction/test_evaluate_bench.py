@@ -149,13 +149,14 @@ def test_bench_table_formats_rows():
 def test_bench_one_fold_every_method_and_the_gated_combination():
     """`mixscent bench --suite minimol` end to end on one leave-dataset-out fold with tiny models."""
     from olfaction.bench import SET, SHIPPED, SUITES, run_bench
-    from olfaction.encoder import random_encoder
     from olfaction.model import DistanceTrainConfig, MixScentConfig, MolEncoderConfig
+
+    from .test_model import seeded_encoder
 
     if not (DATA / "olfaction" / "mixture_pairs.csv").is_file():
         pytest.skip(f"no DREAM mixture data under {DATA}")
     result = run_bench(
-        DATA, random_encoder(MolEncoderConfig(hidden=8, layers=1, emb_dim=8), 0), families=("leave_dataset",),
+        DATA, seeded_encoder(MolEncoderConfig(hidden=8, layers=1, emb_dim=8)), families=("leave_dataset",),
         folds=1, network=MixScentConfig(hidden=8, heads=2), training=DistanceTrainConfig(epochs=1),
         n_estimators=3, rf_trees=3, n_boot=5, progress=False, minimol=True,
     )

@@ -187,10 +187,10 @@ def test_cli_train_eval_predict_labels(tmp_path, capsys):
     for a DREAM-format CSV (symmetric) and two SMILES mixtures; `labels` lists GS-LF labels; and
     the one-line errors."""
     from olfaction.cli import main
-    from olfaction.encoder import random_encoder
-    from olfaction.model import MolEncoderConfig
 
-    enc = random_encoder(MolEncoderConfig(hidden=16, layers=2, emb_dim=16), seed=0)
+    from .test_model import seeded_encoder
+
+    enc = seeded_encoder()
     enc.save_pretrained(tmp_path / "enc")
     model = tmp_path / "model"
     common = ["--split", "random_cv0", "--data-dir", str(DATA)]

@@ -22,6 +22,7 @@ from experiments.olfaction.variant_bench import (
     format_table,
     merge_results,
     pommix_reference_rows,
+    random_encoder,
     stack_predictions,
 )
 
@@ -84,7 +85,6 @@ def test_bench_set_feature_rows_on_real_data(tmp_path):
     its components' test predictions, and the set regressors are well above chance."""
     from experiments.olfaction.variant_bench import SET_RIDGE_NAME, SET_TREES_NAME, run_bench
     from olfaction.data import load_pairs
-    from olfaction.encoder import random_encoder
     from olfaction.model import MixScentConfig, MolEncoderConfig
     from olfaction.train import DistanceTrainConfig
 
