@@ -47,13 +47,15 @@ from common.device import resolve_device
 from common.errors import InputError
 from common.report import markdown_table
 
-from .baselines import PairForest, molecule_table, pair_features
+from .baselines import PairForest
 from .data import PairData, Split, load_pairs, load_split, split_path, strict_molecule_split
 from .evaluate import summarize_folds
+from .features import molecule_table
 from .inference import fit_minimol_scale
 from .mixture_index import test_predictions
 from .model import DistanceTrainConfig, MixScentConfig, MolEncoder
 from .predictor import MixturePredictor
+from .set_features import MoleculeSpaces, pair_features, pair_set_features
 from .train import fit
 
 FAMILIES = ("random_cv", "lso_molecules", "strict_lmo", "leave_dataset")
@@ -102,7 +104,6 @@ def family_splits(data_dir: Path, pairs: PairData, family: str, folds: int, seed
 def _best_network_inputs(pairs: PairData):
     """Label-free inputs of the best network: the set-level pair features of every pair,
     ``{(key_a, key_b): (K,)}`` (scalers fitted on all molecules, no distances read)."""
-    from .set_features import MoleculeSpaces, pair_set_features
 
     mix_a, mix_b = pairs.sides()
     X = pair_set_features(mix_a, mix_b, MoleculeSpaces(sorted(pairs.molecules())))

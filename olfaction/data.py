@@ -1,5 +1,6 @@
 """Loading and validation of the olfaction data: mixtures, mixture pairs, POMMix split JSONs,
-GS-LF single-molecule labels (the blend pairs: :mod:`olfaction.blends`).
+GS-LF single-molecule labels, the blend molecules (their labelled pairs:
+``experiments/olfaction/blends.py``).
 
 All files are read through :func:`common.data_dir.require_file` with the sha256 sums published in
 ``shared/data/README.md``; SMILES are canonicalised with RDKit at load time.
@@ -186,20 +187,16 @@ def resolve_mixture(mixtures: dict[MixtureKey, tuple[str, ...]], dataset: str, l
 DATASETS = ["Bushdid", "Ravia 1", "Ravia 2", "Ravia 4", "Snitz 1", "Snitz 2", "Snitz 3"]
 
 
-def dataset_onehot(datasets: Sequence[str]):
-    """``(P, len(DATASETS))`` float32 torch one-hot (the network's dataset input); unknown datasets
-    get an all-zero row."""
-    import torch
-
-    return torch.from_numpy(dataset_onehot_array(datasets))
-
-
-def dataset_onehot_array(datasets: Sequence[str]) -> np.ndarray:
-    """:func:`dataset_onehot` as a numpy array ``(P, len(DATASETS))`` float32 (the ONNX path's)."""
-    out = np.zeros((len(datasets), len(DATASETS)), np.float32)
-    for i, d in enumerate(datasets):
-        if d in DATASETS:
-            out[i, DATASETS.index(d)] = 1.0
+def dataset_one_hot(datasets: Sequence[str], vocabulary: Sequence[str] = DATASETS) -> np.ndarray:
+    """``(P, V)`` float32 one-hot of each pair's experiment over ``vocabulary`` (the network reads it
+    over :data:`DATASETS`, the set regressors over their training vocabulary); InputError names an
+    unknown dataset."""
+    index = {d: i for i, d in enumerate(vocabulary)}
+    unknown = [d for d in datasets if d not in index]
+    if unknown:
+        raise InputError(f"unknown dataset {unknown[0]!r} (known: {', '.join(vocabulary)})")
+    out = np.zeros((len(datasets), len(vocabulary)), np.float32)
+    out[np.arange(len(datasets)), np.array([index[d] for d in datasets], np.int64)] = 1.0
     return out
 
 
@@ -356,3 +353,19 @@ def load_gslf(data_dir: Path) -> LabelData:
         rows.append(i)
     y = df.loc[rows, label_cols].to_numpy(dtype=np.float32)
     return LabelData(smiles, y, label_cols)
+
+
+def blend_molecules(data_dir: Path) -> list[str]:
+    """Canonical SMILES of the blend molecules (``blends/molecules.csv``; invalid ones skipped)."""
+    import pandas as pd
+
+    df = pd.read_csv(olf_file(data_dir, "blends/molecules.csv"), keep_default_na=False)
+    if "smiles" not in df.columns:
+        raise DataError("blends/molecules.csv lacks the smiles column")
+    out = []
+    for s in df["smiles"]:
+        try:
+            out.append(canonical_smiles(s))
+        except InputError:
+            continue
+    return list(dict.fromkeys(out))

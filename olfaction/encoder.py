@@ -1,6 +1,5 @@
 """The pretrained molecule encoder as a saved artefact: pretraining it on the cached Mordred
-descriptors (``mixscent pretrain``), where it lives by default, loading it, and the random
-(unpretrained) encoder of the ablations."""
+descriptors (``mixscent pretrain``), where it lives by default, and loading it."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from .features import cache_dir, canonical_smiles
 from .model import MolEncoder, MolEncoderConfig
@@ -55,9 +53,3 @@ def default_encoder_dir() -> Path:
 def load_encoder(path: Path) -> MolEncoder:
     """The saved encoder in ``path`` (CheckpointError when missing or not an encoder)."""
     return MolEncoder.from_pretrained(path)
-
-
-def random_encoder(enc_cfg: MolEncoderConfig, seed: int) -> MolEncoder:
-    """An unpretrained encoder (seeded), in eval mode: the ablation without pretraining."""
-    torch.manual_seed(seed)
-    return MolEncoder(enc_cfg).eval()

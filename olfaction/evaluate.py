@@ -28,25 +28,6 @@ def pair_metrics(y: np.ndarray, pred: np.ndarray, self_pair: np.ndarray) -> dict
     return out
 
 
-def convex_blend_weights(preds: np.ndarray, y: np.ndarray, step: float = 0.05) -> np.ndarray:
-    """Weights ``w (k,)`` on the simplex grid (``w_j`` multiples of ``step``, ``sum w = 1``) that
-    minimise the RMSE of ``preds (n, k) @ w`` against ``y (n,)``. Meant for validation rows only:
-    the caller passes the components' validation predictions, never test rows. Ties go to the
-    first grid point, which puts weight on the earlier components."""
-    preds, y = np.asarray(preds, np.float64), np.asarray(y, np.float64)
-    if preds.ndim != 2 or preds.shape[0] != len(y):
-        raise ValueError(f"preds must be (n, k) with n = len(y) = {len(y)}, got {preds.shape}")
-    n_steps = int(round(1.0 / step))
-    k = preds.shape[1]
-    best_w, best = None, np.inf
-    for combo in _simplex(k, n_steps):
-        w = np.asarray(combo, np.float64) / n_steps
-        rmse = float(np.sqrt(np.mean((preds @ w - y) ** 2)))
-        if rmse < best - 1e-12:
-            best_w, best = w, rmse
-    return best_w
-
-
 def gated_network_share(
     net: np.ndarray, base: np.ndarray, y: np.ndarray, step: float = 0.05, n_boot: int = 200, seed: int = 0
 ) -> dict[str, float]:
@@ -82,16 +63,6 @@ def gated_network_share(
     se = float(np.std(boots, ddof=1)) if n_boot > 1 else float("inf")
     keep = best > 0 and gain > se
     return {"share": best if keep else 0.0, "share_unguarded": best, "gain": gain, "gain_se": se}
-
-
-def _simplex(k: int, n: int):
-    """All ``k``-tuples of non-negative integers summing to ``n``, largest first entry first."""
-    if k == 1:
-        yield (n,)
-        return
-    for first in range(n, -1, -1):
-        for rest in _simplex(k - 1, n - first):
-            yield (first, *rest)
 
 
 def bootstrap_ci(
@@ -141,46 +112,6 @@ def macro_roc_auc(y: np.ndarray, scores: np.ndarray, min_pos: int = 1) -> float:
         if pos >= min_pos and len(y) - pos >= min_pos:
             aucs.append(roc_auc_score(y[:, j], scores[:, j]))
     return float(np.mean(aucs)) if aucs else float("nan")
-
-
-def multilabel_stratified_kfold(y: np.ndarray, n_folds: int = 5, seed: int = 0) -> list[np.ndarray]:
-    """Iterative stratification (Sechidis et al. 2011) of a multi-label matrix ``y (N, L)``
-    into ``n_folds`` disjoint test folds (arrays of row indices, covering every row once).
-
-    Rarest label first: each of its unassigned rows goes to the fold that still wants most of that
-    label (ties: the fold that wants most rows overall, then a seeded random choice), so every
-    label's positives are spread as evenly as the counts allow. Rows without any label fill the
-    folds that want most rows."""
-    y = np.asarray(y) > 0
-    n, n_labels = y.shape
-    if n_folds < 2 or n_folds > n:
-        raise ValueError(f"n_folds must be in [2, {n}], got {n_folds}")
-    rng = np.random.default_rng(seed)
-    want_rows = np.full(n_folds, n / n_folds)
-    want_label = np.tile(y.sum(0) / n_folds, (n_folds, 1))  # (K, L)
-    fold_of = -np.ones(n, np.int64)
-    remaining = y.copy()
-    while True:
-        counts = remaining.sum(0)
-        if not counts.any():
-            break
-        label = int(np.where(counts > 0, counts, np.inf).argmin())
-        rows = np.where(remaining[:, label])[0]
-        for i in rows[rng.permutation(len(rows))]:
-            w = want_label[:, label]
-            cand = np.where(w == w.max())[0]
-            if len(cand) > 1:
-                cand = cand[want_rows[cand] == want_rows[cand].max()]
-            k = int(rng.choice(cand))
-            fold_of[i] = k
-            want_rows[k] -= 1
-            want_label[k] -= y[i]
-            remaining[i] = False
-    for i in np.where(fold_of < 0)[0][rng.permutation(int((fold_of < 0).sum()))]:
-        k = int(rng.choice(np.where(want_rows == want_rows.max())[0]))
-        fold_of[i] = k
-        want_rows[k] -= 1
-    return [np.where(fold_of == k)[0] for k in range(n_folds)]
 
 
 def evaluate_predictor(predictor, pairs, split) -> dict:

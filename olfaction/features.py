@@ -22,7 +22,7 @@ from rdkit import Chem, RDLogger
 from rdkit.Chem import Descriptors, rdFingerprintGenerator
 
 from common.data_dir import cache_dir as _app_cache_dir
-from common.errors import DataError, InputError
+from common.errors import InputError
 from common.io import atomic_write, sha256_file
 
 
@@ -360,11 +360,16 @@ def morgan_counts(smiles: str, n_bits: int = 512) -> np.ndarray:
     return gen.GetCountFingerprintAsNumPy(Chem.MolFromSmiles(smiles)).astype(np.float32)
 
 
-def require_descriptors(smiles: Sequence[str], table: dict[str, np.ndarray]) -> np.ndarray:
-    """Stack the rows of ``table`` for ``smiles``; DataError naming the first missing one."""
-    missing = [s for s in smiles if s not in table]
-    if missing:
-        raise DataError(
-            f"no cached descriptors for {missing[0]!r} ({len(missing)} missing); run `mixscent featurize`"
-        )
-    return np.stack([table[s] for s in smiles])
+def molecule_table(smiles: Sequence[str]) -> dict[str, np.ndarray]:
+    """Per-molecule features of the pair baselines: RDKit descriptors ++ Morgan counts."""
+    return {s: np.concatenate([rdkit_descriptors(s), morgan_counts(s)]) for s in smiles}
+
+
+def scaled_molecule_table(table: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], DescriptorScaler]:
+    """:func:`molecule_table` rows cleaned and robust-scaled (:class:`DescriptorScaler`, fitted
+    on exactly these molecules, label-free): the network's view of the RF's features."""
+    keys = list(table)
+    raw = np.stack([table[k] for k in keys])
+    scaler = DescriptorScaler.fit(raw, [str(i) for i in range(raw.shape[1])])
+    x = scaler.transform(raw)
+    return {k: x[i] for i, k in enumerate(keys)}, scaler

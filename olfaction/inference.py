@@ -31,7 +31,7 @@ import numpy as np
 
 from common.errors import CheckpointError, InputError
 
-from .data import dataset_onehot_array, validate_mixture
+from .data import dataset_one_hot, validate_mixture
 from .features import batch_graph_arrays, morgan_counts
 
 COMPONENTS = ("network", "trees", "ridge")
@@ -43,9 +43,9 @@ DISTANCE_FILE = "distance_net.onnx"
 LABEL_FILE = "label_net.onnx"
 # Inputs of distance_net.onnx (U molecules, N atoms, E directed bonds, C component slots of M
 # mixtures, P pairs); every first axis is dynamic. mol_ids / mix_ids only carry the sizes U / M.
+# Optional after them: mol_extra (with MiniMol), dataset_onehot (with cfg.n_datasets).
 DISTANCE_INPUTS = ("atom_x", "edge_index", "edge_attr", "atom_mol", "mol_ids", "comp", "comp_batch", "mix_ids",
                    "pair_a", "pair_b")
-DISTANCE_OPTIONAL = ("mol_extra", "dataset_onehot")  # with MiniMol / with cfg.n_datasets
 LABEL_INPUTS = ("mol_x", "comp", "comp_batch", "mix_ids")
 
 
@@ -319,7 +319,7 @@ class OnnxPredictor(MixtureAPI):
         _, feeds = mixture_inputs(mixtures, self._mol_extra())
         feeds["pair_a"], feeds["pair_b"] = np.asarray(pair_a, np.int64), np.asarray(pair_b, np.int64)
         if self.n_datasets:
-            feeds["dataset_onehot"] = dataset_onehot_array(datasets)
+            feeds["dataset_onehot"] = dataset_one_hot(datasets)
         return self._session("distance").run(["distance", "alpha"], feeds)
 
     def predict_components(self, mix_a, mix_b, datasets) -> dict[str, np.ndarray]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .data import PairData, dataset_onehot
+from .data import PairData, dataset_one_hot
 from .model import MixScentNet
 
 
@@ -78,7 +78,7 @@ def _device(model: torch.nn.Module) -> torch.device:
 def pair_distances(model: MixScentNet, index: MixtureIndex, keys_a, keys_b, datasets) -> torch.Tensor:
     """Distances ``(P,)`` (with gradients, on the model's device) of the keyed mixture pairs
     ``(keys_a[i], keys_b[i])`` of experiment ``datasets[i]``: the distinct mixtures of the batch
-    are embedded once."""
+    are embedded once. ``datasets`` None: no experiment input (the head reads zeros)."""
     device = _device(model)
     ids_a = [index.pos[k] for k in keys_a]
     ids_b = [index.pos[k] for k in keys_b]
@@ -87,7 +87,8 @@ def pair_distances(model: MixScentNet, index: MixtureIndex, keys_a, keys_b, data
     comp, comp_batch = index.batch(uniq)
     pa = torch.tensor([local[m] for m in ids_a], device=device)
     pb = torch.tensor([local[m] for m in ids_b], device=device)
-    oh = dataset_onehot(datasets).to(device) if model.cfg.n_datasets else None
+    read_dataset = model.cfg.n_datasets and datasets is not None
+    oh = torch.from_numpy(dataset_one_hot(datasets)).to(device) if read_dataset else None
     ps = index.set_features(keys_a, keys_b).to(device) if model.cfg.set_dim else None
     desc = index.desc.to(device) if index.desc is not None else None
     return model(index.x.to(device), comp.to(device), comp_batch.to(device), len(uniq), pa, pb, oh, desc, ps)
@@ -103,23 +104,15 @@ def mixture_label_logits(model: MixScentNet, index: MixtureIndex, ids: Sequence[
 
 @torch.no_grad()
 def predict_distance(model: MixScentNet, index: MixtureIndex, keys_a, keys_b, datasets=None) -> np.ndarray:
-    """Distances ``(P,)`` for mixture keys ``keys_a[i]`` vs ``keys_b[i]``."""
+    """Distances ``(P,)`` for mixture keys ``keys_a[i]`` vs ``keys_b[i]`` of experiment
+    ``datasets[i]`` (None: as in :func:`pair_distances`)."""
     model.eval()
-    datasets = datasets if datasets is not None else [""] * len(keys_a)
     out = [
-        pair_distances(model, index, keys_a[s : s + 256], keys_b[s : s + 256], datasets[s : s + 256]).cpu()
+        pair_distances(model, index, keys_a[s : s + 256], keys_b[s : s + 256],
+                       None if datasets is None else datasets[s : s + 256]).cpu()
         for s in range(0, len(keys_a), 256)
     ]
     return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
-
-
-@torch.no_grad()
-def predict_labels(model: MixScentNet, index: MixtureIndex, ids) -> np.ndarray:
-    """Label probabilities ``(len(ids), L)``."""
-    model.eval()
-    out = [torch.sigmoid(mixture_label_logits(model, index, list(ids[s : s + 512]))).cpu()
-           for s in range(0, len(ids), 512)]
-    return torch.cat(out).numpy()
 
 
 def test_predictions(model: MixScentNet, index: MixtureIndex, pairs: PairData, rows) -> dict:

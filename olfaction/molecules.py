@@ -14,8 +14,7 @@ from torch_geometric.data import Batch
 
 from common.errors import DataError, InputError
 
-from .blends import blend_molecules
-from .data import load_gslf, load_pairs
+from .data import blend_molecules, load_gslf, load_pairs
 from .features import DescriptorScaler, compute_mordred, graphs_for, load_mordred_cache, mordred_cache_path
 from .model import MolEncoder
 

@@ -35,7 +35,7 @@ from torch import nn
 
 from common.io import atomic_write
 
-from .data import DATASETS, dataset_onehot_array
+from .data import DATASETS, dataset_one_hot
 from .inference import (
     DISTANCE_FILE,
     DISTANCE_INPUTS,
@@ -109,7 +109,7 @@ def _distance_feeds(mixtures, minimol_dim: int, seed: int) -> dict[str, np.ndarr
     _, feeds = mixture_inputs(mixtures, extra)
     n = len(mixtures) // 2
     feeds["pair_a"], feeds["pair_b"] = np.arange(n, dtype=np.int64), np.arange(n, 2 * n, dtype=np.int64)
-    feeds["dataset_onehot"] = dataset_onehot_array([DATASETS[i % len(DATASETS)] for i in range(n)])
+    feeds["dataset_onehot"] = dataset_one_hot([DATASETS[i % len(DATASETS)] for i in range(n)])
     return feeds
 
 

@@ -45,7 +45,7 @@ from torch import nn
 from common.errors import CheckpointError
 from common.pretrained import PretrainedMixin, register_model, register_to_config
 
-from .data import LabelData, PairData, Split, dataset_onehot, validate_mixture
+from .data import LabelData, PairData, Split, dataset_one_hot, validate_mixture
 from .inference import (  # noqa: F401  (LABEL_BITS, LABEL_FEATURES: part of this module's API)
     COMPONENTS,
     DISTANCE_FILE,
@@ -97,7 +97,7 @@ def network_distances(net: MixScentNet, mix_a, mix_b, datasets, mol_extra=None) 
     z, _ = embed_mixtures(net, mixtures, mol_extra)
     n = len(mix_a)
     z = z[torch.from_numpy(pos).to(z.device)]
-    oh = dataset_onehot(list(datasets)).to(z.device) if net.cfg.n_datasets else None
+    oh = torch.from_numpy(dataset_one_hot(list(datasets))).to(z.device) if net.cfg.n_datasets else None
     return net.distance_from_embeddings(z[:n], z[n:], oh).detach().cpu().numpy().astype(np.float64)
 
 

@@ -20,13 +20,14 @@ from common.data_dir import resolve_data_dir
 from common.device import resolve_device
 from common.io import atomic_write, write_csv, write_json
 
-from .baselines import PairForest, SnitzAngle, molecule_table, pair_features
+from .baselines import PairForest, SnitzAngle
 from .data import load_gslf, load_pairs, load_split, split_path
 from .demo import model_dir
 from .evaluate import regression_metrics
-from .features import DescriptorScaler, compute_mordred
+from .features import DescriptorScaler, compute_mordred, molecule_table
 from .model import MixScentConfig, MolEncoderConfig
 from .predictor import COMPONENTS, MixturePredictor
+from .set_features import pair_features
 from .train import DistanceTrainConfig, PretrainConfig, pretrain
 
 

@@ -6,6 +6,8 @@ are what the psychophysics varies (Bushdid 2014: overlap of 10/20/30-component m
 2013: angle between summed descriptor vectors). This module computes, for a pair ``(A, B)`` of
 component sets, all symmetric in ``A <-> B``:
 
+- the RF baseline's features (:func:`pair_features`): absolute difference and sum of the two
+  mixture-mean molecule rows;
 - overlap: shared count, Jaccard, shared / min size, min / max size, size gap, size sum;
 - set distances in several molecule spaces (scaled RDKit 2D and cleaned Mordred with Euclidean
   cost, binary Morgan 2048 with Tanimoto cost): chamfer distance, optimal one-to-one matching
@@ -13,8 +15,6 @@ component sets, all symmetric in ``A <-> B``:
   of the summed vectors (Snitz) and mean pairwise cost;
 - the same set distances between the components that differ (``A \\ B`` vs ``B \\ A``), plus the
   number and fractions of differing components;
-- the dataset as a one-hot (the experiments differ in protocol and scale; the DREAM submission
-  format names it);
 - target encodings (:class:`TargetEncoder`): smoothed mean distance of the *training* pairs a
   mixture / its molecules occur in, out-of-fold for training rows; optionally the common-partner
   features of a pair (a third mixture ``C`` whose distances to both ``A`` and ``B`` were measured
@@ -34,13 +34,30 @@ import numpy as np
 
 from common.errors import InputError
 
-from .baselines import scaled_molecule_table
-from .features import DescriptorScaler, compute_mordred, morgan_counts, rdkit_descriptors
+from .features import (
+    DescriptorScaler,
+    compute_mordred,
+    morgan_counts,
+    rdkit_descriptors,
+    scaled_molecule_table,
+)
 
 Mixture = tuple[str, ...]
 SET_DISTANCES = ("chamfer", "matching", "mean_gap", "angle", "mean_pairwise")
 OVERLAP = ("shared", "jaccard", "shared_over_min", "n_min", "n_max", "n_gap", "n_sum")
 DIFFERENCE = ("n_differ", "frac_differ", "max_frac_differ")
+
+
+def mixture_mean(components: Sequence[str], table: dict[str, np.ndarray]) -> np.ndarray:
+    return np.mean([table[s] for s in components], axis=0)
+
+
+def pair_features(mix_a: Sequence[Mixture], mix_b: Sequence[Mixture], table: dict[str, np.ndarray]) -> np.ndarray:
+    """The RF's symmetric features ``(P, 2D)``: ``[|m_a - m_b| ; m_a + m_b]`` of the mixture-mean
+    rows of ``table`` (:func:`olfaction.features.molecule_table`)."""
+    ma = np.stack([mixture_mean(m, table) for m in mix_a])
+    mb = np.stack([mixture_mean(m, table) for m in mix_b])
+    return np.concatenate([np.abs(ma - mb), ma + mb], axis=1)
 
 
 def cost_matrix(Xa: np.ndarray, Xb: np.ndarray, metric: str) -> np.ndarray:
@@ -187,17 +204,6 @@ def pair_set_features(
                 row += [0.0] * len(SET_DISTANCES)
         out.append(row)
     return np.asarray(out, dtype=np.float64)
-
-
-def dataset_one_hot(datasets: Sequence[str], vocabulary: Sequence[str]) -> np.ndarray:
-    """``(P, V)`` one-hot of each pair's dataset; InputError names an unknown dataset."""
-    index = {d: i for i, d in enumerate(vocabulary)}
-    unknown = [d for d in datasets if d not in index]
-    if unknown:
-        raise InputError(f"unknown dataset {unknown[0]!r} (known: {', '.join(vocabulary)})")
-    out = np.zeros((len(datasets), len(vocabulary)))
-    out[np.arange(len(datasets)), [index[d] for d in datasets]] = 1.0
-    return out
 
 
 class TargetEncoder:

@@ -1,7 +1,8 @@
 """Distance regressors on set-level pair features (:mod:`olfaction.set_features`).
 
 - ``kind="trees"``: extremely randomised trees (scikit-learn ``ExtraTreesRegressor``) on the RF's
-  pair features ``[|m_a - m_b| ; m_a + m_b]`` ++ set features ++ dataset one-hot ++ target
+  pair features ``[|m_a - m_b| ; m_a + m_b]`` ++ set features ++ dataset one-hot
+  (:func:`olfaction.data.dataset_one_hot`: the experiments differ in protocol and scale) ++ target
   encodings;
 - ``kind="ridge"``: standardised ridge regression (``RidgeCV``, alpha by its efficient
   leave-one-out on the training rows) on set features, dataset one-hot, their products (a slope per
@@ -14,8 +15,7 @@ mixtures have a common training partner (the rest get the plain model's predicti
 pairs of never-measured mixtures (leave-molecules-out test rows) on the model whose training rows
 looked like them.
 The product fits both kinds through :class:`SetRegressors` (saved as arrays, nothing refitted at
-prediction). Helpers of the research scripts: :func:`regressor_inputs` (both feature matrices),
-:func:`fit_predict_rows` and :func:`fit_predict_set_mean` (experiments/olfaction).
+prediction).
 """
 
 from __future__ import annotations
@@ -26,9 +26,15 @@ import numpy as np
 
 from common.errors import InputError
 
-from .baselines import molecule_table, pair_features
-from .features import compute_mordred
-from .set_features import Mixture, MoleculeSpaces, TargetEncoder, dataset_one_hot, pair_set_features
+from .data import dataset_one_hot
+from .features import compute_mordred, molecule_table
+from .set_features import (
+    Mixture,
+    MoleculeSpaces,
+    TargetEncoder,
+    pair_features,
+    pair_set_features,
+)
 
 KINDS = ("trees", "ridge")
 PARTNER_MODES = ("off", "on", "gated")
@@ -127,49 +133,6 @@ class SetFeatureRegressor:
                 full = self.partner_model_.predict(self._design(pair_X, set_X, datasets, te))
                 pred = np.where(gate, full, pred)
         return pred
-
-
-def regressor_inputs(
-    mix_a: Sequence[Mixture], mix_b: Sequence[Mixture], progress: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(pair_X (P, 2D), set_X (P, K))`` of ``P`` pairs: the RF's pair features and the set
-    features, with the label-free descriptor scalers fitted on exactly these pairs' molecules
-    (Mordred from the cache, computed where missing)."""
-    mols = sorted({s for m in list(mix_a) + list(mix_b) for s in m})
-    spaces = MoleculeSpaces(mols, mordred=compute_mordred(mols, progress=progress))
-    return pair_features(mix_a, mix_b, molecule_table(mols)), pair_set_features(mix_a, mix_b, spaces)
-
-
-def fit_predict_rows(
-    kind: str,
-    pair_X: np.ndarray,
-    set_X: np.ndarray,
-    datasets: Sequence[str],
-    mix_a: Sequence[Mixture],
-    mix_b: Sequence[Mixture],
-    y: np.ndarray,
-    fit_rows: np.ndarray,
-    pred_rows: np.ndarray,
-    vocabulary: Sequence[str] = (),
-    seed: int = 0,
-    partners: str = "off",
-) -> np.ndarray:
-    """Fit a :class:`SetFeatureRegressor` on the pairs ``fit_rows`` of the full-length inputs
-    (``P`` pairs each) and return its ``(len(pred_rows),)`` predictions for ``pred_rows``."""
-
-    def take(rows):
-        return [datasets[i] for i in rows], [mix_a[i] for i in rows], [mix_b[i] for i in rows]
-
-    model = SetFeatureRegressor(kind, vocabulary, seed=seed, partners=partners).fit(
-        pair_X[fit_rows], set_X[fit_rows], *take(fit_rows), np.asarray(y)[fit_rows]
-    )
-    return model.predict(pair_X[pred_rows], set_X[pred_rows], *take(pred_rows))
-
-
-def fit_predict_set_mean(*args, **kwargs) -> np.ndarray:
-    """The equal mean over :data:`KINDS` of :func:`fit_predict_rows` (same arguments after
-    ``kind``), as the lso ceiling script fits it."""
-    return np.mean([fit_predict_rows(kind, *args, **kwargs) for kind in KINDS], axis=0)
 
 
 # ----------------------------------------------------------------------------- saved form

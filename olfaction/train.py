@@ -208,7 +208,7 @@ def fit(
     whose Mordred scaler was fitted on a larger molecule set); ``mixture_init`` is a mixture-level
     state dict to start from (``experiments.olfaction.blend_pretrain``), fine-tuned with the rest.
 
-    ``descriptors`` (``{smiles: (D,)}``, e.g. :func:`olfaction.baselines.scaled_molecule_table`)
+    ``descriptors`` (``{smiles: (D,)}``, e.g. :func:`olfaction.features.scaled_molecule_table`)
     turn on the distance head's descriptor pair path (``MixScentConfig.desc_dim = D``).
     ``pair_set`` (``{(key_a, key_b): (K,)}`` for the pairs' mixture keys, e.g. rows of
     :func:`olfaction.set_features.pair_set_features`) turns on its set-feature path

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from common.errors import InputError
-from olfaction.blends import load_blends
+from experiments.olfaction.blends import load_blends
 from olfaction.data import LabelData
 from olfaction.labels import LabelTrainConfig, fit_labels
 from olfaction.mixture_index import MixtureIndex

@@ -28,7 +28,7 @@ from common.errors import InputError
 from common.io import write_csv, write_json
 from common.report import markdown_table
 from olfaction.data import load_pairs, load_split, split_path
-from olfaction.encoder import load_encoder, pretrain_encoder, random_encoder
+from olfaction.encoder import load_encoder, pretrain_encoder
 from olfaction.evaluate import pair_metrics
 from olfaction.mixture_index import test_predictions
 from olfaction.model import MixScentConfig, MolEncoderConfig
@@ -36,6 +36,7 @@ from olfaction.molecules import olfaction_molecules
 from olfaction.train import DistanceTrainConfig, PretrainConfig, fit
 
 from .moses import moses_descriptors, moses_subset
+from .variant_bench import random_encoder
 
 
 def _downstream(pairs, splits, encoder, mcfg, tcfg) -> dict:

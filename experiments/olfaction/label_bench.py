@@ -9,7 +9,7 @@ Label benchmarks, MixScentNet against fingerprint/descriptor baselines in the sa
 - GS-LF single molecules (a mixture of one), 138 descriptors: ``folds``-fold multi-label
   stratified CV (iterative stratification), macro ROC-AUC per fold.
 - Blend pairs (two-molecule mixtures), the 74 evaluated labels: a seeded molecule-disjoint split
-  (the paper's "carving", :func:`olfaction.blends.molecule_disjoint_blend_split`) and the authors'
+  (the paper's "carving", :func:`experiments.olfaction.blends.molecule_disjoint_blend_split`) and the authors'
   2023 split; macro ROC-AUC over the labels present in both training and test.
 
 Every network picks its epoch on validation rows carved from the training rows; test rows are
@@ -42,18 +42,33 @@ from common.data_dir import resolve_data_dir
 from common.errors import InputError
 from common.io import write_csv, write_json
 from common.report import markdown_table
+from experiments.olfaction.blends import (
+    MultiLabelLogReg,
+    blend_fingerprints,
+    load_blends,
+    molecule_disjoint_blend_split,
+    multilabel_stratified_kfold,
+    sum_absdiff_pairs,
+)
 from experiments.olfaction.odour_transfer import odour_profiles, transfer_inputs
-from olfaction.baselines import MultiLabelLogReg, blend_fingerprints, sum_absdiff_pairs
-from olfaction.blends import load_blends, molecule_disjoint_blend_split
 from olfaction.data import LabelData, load_gslf
-from olfaction.evaluate import macro_roc_auc, multilabel_stratified_kfold
+from olfaction.evaluate import macro_roc_auc
 from olfaction.features import morgan_counts
 from olfaction.labels import LabelTrainConfig, fit_labels
-from olfaction.mixture_index import MixtureIndex, predict_labels
+from olfaction.mixture_index import MixtureIndex, mixture_label_logits
 from olfaction.model import MixScentConfig, MixScentNet, MolEncoder
 from olfaction.molecules import FEATURE_KINDS, molecule_features
 
 MOE_EXPERTS, MOE_TOP_K = 4, 2
+
+
+@torch.no_grad()
+def predict_labels(model: MixScentNet, index: MixtureIndex, ids) -> np.ndarray:
+    """Label probabilities ``(len(ids), L)``."""
+    model.eval()
+    out = [torch.sigmoid(mixture_label_logits(model, index, list(ids[s : s + 512]))).cpu()
+           for s in range(0, len(ids), 512)]
+    return torch.cat(out).numpy()
 
 
 @dataclass

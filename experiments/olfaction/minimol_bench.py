@@ -33,17 +33,23 @@ import torch
 
 from common.data_dir import resolve_data_dir
 from common.io import write_json
-from olfaction.baselines import PairForest, molecule_table, pair_features
+from experiments.olfaction.label_bench import predict_labels as net_label_scores
+from olfaction.baselines import PairForest
 from olfaction.data import load_gslf, load_pairs, load_split, split_path, strict_molecule_split
 from olfaction.evaluate import macro_roc_auc, regression_metrics
-from olfaction.features import DescriptorScaler, compute_mordred, morgan_counts
+from olfaction.features import DescriptorScaler, compute_mordred, molecule_table, morgan_counts
 from olfaction.labels import LabelTrainConfig, fit_labels
 from olfaction.minimol import minimol_table
 from olfaction.mixture_index import MixtureIndex, test_predictions
-from olfaction.mixture_index import predict_labels as net_label_scores
 from olfaction.model import MixScentConfig, MolEncoderConfig
 from olfaction.molecules import encode_molecules
-from olfaction.set_features import SET_DISTANCES, MoleculeSpaces, pair_set_features, set_distances
+from olfaction.set_features import (
+    SET_DISTANCES,
+    MoleculeSpaces,
+    pair_features,
+    pair_set_features,
+    set_distances,
+)
 from olfaction.set_models import KINDS, SetFeatureRegressor
 from olfaction.train import DistanceTrainConfig, PretrainConfig, fit, pretrain
 

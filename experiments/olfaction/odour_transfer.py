@@ -17,7 +17,7 @@ import numpy as np
 from rdkit import Chem
 
 from common.errors import InputError
-from olfaction.baselines import MultiLabelLogReg
+from experiments.olfaction.blends import MultiLabelLogReg
 from olfaction.data import LabelData
 from olfaction.features import morgan_counts
 from olfaction.molecules import molecule_features

@@ -19,20 +19,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 from common.errors import InputError
 from common.io import write_csv, write_json
 from common.report import markdown_table
 from experiments.olfaction.blend_pretrain import pretrain_mixture_level
-from olfaction.baselines import (
-    PairBoosting,
-    PairForest,
-    SnitzAngle,
-    molecule_table,
-    pair_features,
-    scaled_molecule_table,
-)
-from olfaction.blends import load_blends
+from experiments.olfaction.blends import load_blends
+from experiments.olfaction.set_fits import fit_predict_rows
+from olfaction.baselines import PairForest, SnitzAngle
 from olfaction.data import (
     DATASETS,
     load_pairs,
@@ -41,14 +36,13 @@ from olfaction.data import (
     split_path,
     strict_molecule_split,
 )
-from olfaction.encoder import default_encoder_dir, load_encoder, random_encoder
-from olfaction.evaluate import convex_blend_weights, pair_metrics, summarize_folds
-from olfaction.features import DescriptorScaler, compute_mordred
+from olfaction.encoder import default_encoder_dir, load_encoder
+from olfaction.evaluate import pair_metrics, summarize_folds
+from olfaction.features import DescriptorScaler, compute_mordred, molecule_table, scaled_molecule_table
 from olfaction.mixture_index import test_predictions
-from olfaction.model import MixScentConfig, MolEncoderConfig
+from olfaction.model import MixScentConfig, MolEncoder, MolEncoderConfig
 from olfaction.molecules import molecule_features
-from olfaction.set_features import MoleculeSpaces, pair_set_features
-from olfaction.set_models import fit_predict_rows
+from olfaction.set_features import MoleculeSpaces, pair_features, pair_set_features
 from olfaction.train import DistanceTrainConfig, fit
 
 VARIANTS = {
@@ -149,6 +143,66 @@ STACKS = {
     ),
 }
 FAMILIES = ("random_cv", "lso_molecules", "strict_lmo")
+
+
+def random_encoder(enc_cfg: MolEncoderConfig, seed: int) -> MolEncoder:
+    """An unpretrained encoder (seeded), in eval mode: the ablation without pretraining."""
+    torch.manual_seed(seed)
+    return MolEncoder(enc_cfg).eval()
+
+
+class PairBoosting:
+    """Histogram gradient-boosted trees (scikit-learn) on :func:`olfaction.set_features.pair_features`: a fixed, small
+    learning rate and number of rounds (no early stopping, so no rows are held out inside)."""
+
+    def __init__(self, max_iter: int = 300, learning_rate: float = 0.05, seed: int = 0):
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        self.gb = HistGradientBoostingRegressor(
+            max_iter=max_iter,
+            learning_rate=learning_rate,
+            max_leaf_nodes=15,
+            min_samples_leaf=10,
+            l2_regularization=1.0,
+            early_stopping=False,
+            random_state=seed,
+        )
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> PairBoosting:
+        self.gb.fit(X, y)
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return self.gb.predict(X)
+
+
+def convex_blend_weights(preds: np.ndarray, y: np.ndarray, step: float = 0.05) -> np.ndarray:
+    """Weights ``w (k,)`` on the simplex grid (``w_j`` multiples of ``step``, ``sum w = 1``) that
+    minimise the RMSE of ``preds (n, k) @ w`` against ``y (n,)``. Meant for validation rows only:
+    the caller passes the components' validation predictions, never test rows. Ties go to the
+    first grid point, which puts weight on the earlier components."""
+    preds, y = np.asarray(preds, np.float64), np.asarray(y, np.float64)
+    if preds.ndim != 2 or preds.shape[0] != len(y):
+        raise ValueError(f"preds must be (n, k) with n = len(y) = {len(y)}, got {preds.shape}")
+    n_steps = int(round(1.0 / step))
+    k = preds.shape[1]
+    best_w, best = None, np.inf
+    for combo in _simplex(k, n_steps):
+        w = np.asarray(combo, np.float64) / n_steps
+        rmse = float(np.sqrt(np.mean((preds @ w - y) ** 2)))
+        if rmse < best - 1e-12:
+            best_w, best = w, rmse
+    return best_w
+
+
+def _simplex(k: int, n: int):
+    """All ``k``-tuples of non-negative integers summing to ``n``, largest first entry first."""
+    if k == 1:
+        yield (n,)
+        return
+    for first in range(n, -1, -1):
+        for rest in _simplex(k - 1, n - first):
+            yield (first, *rest)
 
 
 def family_splits(data_dir: Path, pairs, family: str, folds: int):

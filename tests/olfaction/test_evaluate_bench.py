@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 
 from common.errors import InputError
-from olfaction.baselines import SnitzAngle, angle_distance, pair_features
+from olfaction.baselines import SnitzAngle, angle_distance
 from olfaction.data import PairData
 from olfaction.evaluate import (
     bootstrap_ci,
-    convex_blend_weights,
     gated_network_share,
     macro_roc_auc,
     pair_metrics,
     regression_metrics,
     summarize_folds,
 )
+from olfaction.set_features import pair_features
 
 DATA = Path(os.environ.get("MOE_APPS_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
@@ -74,16 +74,6 @@ def test_baseline_features_symmetric():
     assert angle_distance(("A", "B"), ("C",), table) == pytest.approx(0.0, abs=1e-4)
     sn = SnitzAngle(table).fit(a + b, b + a, np.array([0.5, 0.2, 0.5, 0.2]))
     np.testing.assert_allclose(sn.predict(a, b), sn.predict(b, a))
-
-
-def test_convex_blend_weights_by_hand():
-    y = np.array([0.1, 0.4, 0.7, 0.9])
-    good, bad = y.copy(), y[::-1].copy()
-    np.testing.assert_allclose(convex_blend_weights(np.stack([bad, good], 1), y), [0.0, 1.0])
-    # two predictions off by +d and -d: the half/half average is exact
-    np.testing.assert_allclose(convex_blend_weights(np.stack([y + 0.2, y - 0.2], 1), y), [0.5, 0.5])
-    w = convex_blend_weights(np.random.default_rng(0).random((10, 3)), np.zeros(10))
-    assert w.sum() == pytest.approx(1.0) and (w >= 0).all()
 
 
 def _dataset_pairs(datasets):
@@ -159,13 +149,14 @@ def test_bench_table_formats_rows():
 def test_bench_one_fold_every_method_and_the_gated_combination():
     """`mixscent bench --suite minimol` end to end on one leave-dataset-out fold with tiny models."""
     from olfaction.bench import SET, SHIPPED, SUITES, run_bench
-    from olfaction.encoder import random_encoder
     from olfaction.model import DistanceTrainConfig, MixScentConfig, MolEncoderConfig
+
+    from .test_model import seeded_encoder
 
     if not (DATA / "olfaction" / "mixture_pairs.csv").is_file():
         pytest.skip(f"no DREAM mixture data under {DATA}")
     result = run_bench(
-        DATA, random_encoder(MolEncoderConfig(hidden=8, layers=1, emb_dim=8), 0), families=("leave_dataset",),
+        DATA, seeded_encoder(MolEncoderConfig(hidden=8, layers=1, emb_dim=8)), families=("leave_dataset",),
         folds=1, network=MixScentConfig(hidden=8, heads=2), training=DistanceTrainConfig(epochs=1),
         n_estimators=3, rf_trees=3, n_boot=5, progress=False, minimol=True,
     )

@@ -12,6 +12,8 @@ import pytest
 
 from common.errors import DataError, InputError
 from olfaction.data import (
+    DATASETS,
+    dataset_one_hot,
     load_pairs,
     load_split,
     parse_mixture_text,
@@ -28,6 +30,7 @@ from olfaction.features import (
     load_mordred_cache,
     mol_graph,
 )
+from olfaction.molecules import molecule_features
 
 DATA = Path(os.environ.get("MOE_APPS_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 needs_data = pytest.mark.skipif(
@@ -184,10 +187,10 @@ def test_cli_train_eval_predict_labels(tmp_path, capsys):
     for a DREAM-format CSV (symmetric) and two SMILES mixtures; `labels` lists GS-LF labels; and
     the one-line errors."""
     from olfaction.cli import main
-    from olfaction.encoder import random_encoder
-    from olfaction.model import MolEncoderConfig
 
-    enc = random_encoder(MolEncoderConfig(hidden=16, layers=2, emb_dim=16), seed=0)
+    from .test_model import seeded_encoder
+
+    enc = seeded_encoder()
     enc.save_pretrained(tmp_path / "enc")
     model = tmp_path / "model"
     common = ["--split", "random_cv0", "--data-dir", str(DATA)]
@@ -222,3 +225,22 @@ def test_cli_train_eval_predict_labels(tmp_path, capsys):
     assert "unknown dataset 'Nope'" in capsys.readouterr().err
     assert main(["labels", "--model", str(model), "--mix", "CCO", "--top", "3"]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 3
+
+
+def test_dataset_one_hot_one_rule_unknown_dataset_is_an_error():
+    np.testing.assert_array_equal(dataset_one_hot(["b", "a"], ["a", "b"]), [[0, 1], [1, 0]])
+    default = dataset_one_hot(["Snitz 1", "Bushdid"])
+    assert default.dtype == np.float32 and default.shape == (2, len(DATASETS))
+    assert default[0, DATASETS.index("Snitz 1")] == 1 and default[1, DATASETS.index("Bushdid")] == 1
+    assert default.sum() == 2
+    assert dataset_one_hot([]).shape == (0, len(DATASETS))
+    for datasets, vocabulary in ((["c"], ["a", "b"]), ([""], DATASETS), (["Nowhere"], DATASETS)):
+        with pytest.raises(InputError, match="unknown dataset"):
+            dataset_one_hot(datasets, vocabulary)
+
+
+def test_molecule_features_rejects_unknown_kind():
+    with pytest.raises(InputError, match="unknown molecule feature kind 'fingerprint'"):
+        molecule_features(["CCO"], "fingerprint")
+    with pytest.raises(InputError, match="needs a pretrained encoder"):
+        molecule_features(["CCO"], "embedding")

@@ -10,7 +10,7 @@ from torch_geometric.data import Batch
 from olfaction.data import PairData, Split, validate_mixture
 from olfaction.features import graphs_for
 from olfaction.mixture_index import predict_distance
-from olfaction.model import MixScentConfig, MixScentNet, MolEncoderConfig, fully_connected_edges
+from olfaction.model import MixScentConfig, MixScentNet, MolEncoder, MolEncoderConfig, fully_connected_edges
 from olfaction.predictor import embed_mixtures, network_distances
 from olfaction.train import DistanceTrainConfig, PretrainConfig, fit, pretrain
 
@@ -25,6 +25,12 @@ MOLS = [
     "CCCC(=O)OCC",
 ]
 TINY_ENC = MolEncoderConfig(hidden=16, layers=2, emb_dim=16)
+
+
+def seeded_encoder(cfg: MolEncoderConfig = TINY_ENC, seed: int = 0) -> MolEncoder:
+    """An unpretrained encoder, seeded, in eval mode."""
+    torch.manual_seed(seed)
+    return MolEncoder(cfg).eval()
 
 
 def _net(conv="gatv2", readout="attention", n_datasets=0, seed=0):

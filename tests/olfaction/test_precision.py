@@ -11,13 +11,14 @@ import pytest
 import torch
 
 from olfaction.data import LabelData, PairData, Split
-from olfaction.encoder import random_encoder
 from olfaction.fitting import all_rows, fit_module, shuffled_rows
 from olfaction.mixture_index import MixtureIndex, predict_distance
 from olfaction.model import DistanceTrainConfig, MixScentConfig, MixScentNet, MolEncoderConfig
 from olfaction.molecules import molecule_features
 from olfaction.predictor import LabelNetConfig, MixturePredictor
 from olfaction.train import DistanceModule, PretrainConfig, pretrain
+
+from .test_model import seeded_encoder
 
 MOLS = ["CCO", "CCCO", "CC(=O)O", "CCOC(C)=O", "c1ccccc1", "CC(C)=O", "CCN", "OCCc1ccccc1"]
 TINY_ENC = MolEncoderConfig(hidden=8, layers=1, emb_dim=8)
@@ -40,7 +41,7 @@ def _train_distance(precision: str):
     ``(pairs, index, model, weights before, training losses, module)``."""
     pairs = _tiny_pairs()
     index = MixtureIndex(pairs.mixtures, molecule_features(sorted(pairs.molecules()), "embedding",
-                                                           random_encoder(TINY_ENC, 0)))
+                                                           seeded_encoder(TINY_ENC)))
     torch.manual_seed(0)
     model = MixScentNet(MixScentConfig(in_dim=8, hidden=8, heads=2, dropout=0.0, n_datasets=7))
     before = copy.deepcopy(model.state_dict())
@@ -103,4 +104,4 @@ def test_sixteen_bit_mixed_precision_is_refused_on_the_cpu():
     split = Split("tiny", np.arange(16), np.arange(16, 24), np.arange(0))
     with pytest.raises(DeviceError, match="16-mixed needs a CUDA GPU"):
         MixturePredictor(MixScentConfig(hidden=8, heads=2), DistanceTrainConfig(epochs=1), n_estimators=3).fit(
-            pairs, split, random_encoder(TINY_ENC, 0), device="cpu", precision="16-mixed")
+            pairs, split, seeded_encoder(TINY_ENC), device="cpu", precision="16-mixed")

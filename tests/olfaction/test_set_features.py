@@ -10,7 +10,6 @@ from olfaction.set_features import (
     MoleculeSpaces,
     TargetEncoder,
     cost_matrix,
-    dataset_one_hot,
     overlap_features,
     pair_set_features,
     set_distances,
@@ -65,12 +64,6 @@ def test_pair_set_features_symmetric_permutation_invariant_and_self_pair():
         assert self_row[name] == pytest.approx(0.0, abs=1e-9), name
     with pytest.raises(InputError, match="no descriptors for molecule"):
         pair_set_features([("CCCCCCCCCCO",)], [a], spaces)
-
-
-def test_dataset_one_hot_rejects_unknown_dataset():
-    np.testing.assert_array_equal(dataset_one_hot(["b", "a"], ["a", "b"]), [[0, 1], [1, 0]])
-    with pytest.raises(InputError, match="unknown dataset 'c'"):
-        dataset_one_hot(["c"], ["a", "b"])
 
 
 def test_target_encoding_by_hand_and_out_of_fold():
@@ -240,6 +233,7 @@ def test_network_set_feature_path_symmetric_fitted_on_training_rows_and_roundtri
 
     pairs = _tiny_pairs()
     n = len(pairs)
+    pairs.dataset = ["Bushdid", "Snitz 1"] * (n // 2) + ["Bushdid"] * (n % 2)  # the head reads the experiment
     spaces = _spaces()
     keys = list(zip(pairs.keys_a, pairs.keys_b, strict=True))
     S = pair_set_features([pairs.mixtures[a] for a, _ in keys], [pairs.mixtures[b] for _, b in keys], spaces)

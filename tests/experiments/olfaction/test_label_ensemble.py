@@ -20,7 +20,6 @@ from experiments.olfaction.label_bench import (
 )
 from olfaction import data as olf_data
 from olfaction.evaluate import macro_roc_auc
-from tests.olfaction.test_labels import blend_dir  # noqa: F401  (the tiny blend fixture)
 
 _SMILES = [
     "CCO", "CCCO", "CCCCO", "CCCCCO", "CC(C)O", "CC(=O)O", "CCC(=O)O", "CCCC(=O)O", "CCOC(C)=O",

@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 
 from common.errors import InputError
+from experiments.olfaction.blends import sum_absdiff_pairs
 from experiments.olfaction.label_bench import LabelBenchConfig, blend_bench
 from experiments.olfaction.odour_transfer import odour_profiles, stereo_free, transfer_inputs
-from olfaction.baselines import sum_absdiff_pairs
 from olfaction.data import LabelData
 from tests.experiments.olfaction.test_label_ensemble import gslf_dir  # noqa: F401  (the tiny GS-LF fixture)
-from tests.olfaction.test_labels import blend_dir  # noqa: F401  (the tiny blend fixture)
 
 _MOLS = [f"C{'C' * i}O" for i in range(12)] + ["C[C@H](N)O", "CC(N)O", "c1ccccc1"]
 

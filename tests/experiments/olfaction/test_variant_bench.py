@@ -18,9 +18,11 @@ from experiments.olfaction.variant_bench import (
     SET_KINDS,
     STACKS,
     VARIANTS,
+    convex_blend_weights,
     format_table,
     merge_results,
     pommix_reference_rows,
+    random_encoder,
     stack_predictions,
 )
 
@@ -83,7 +85,6 @@ def test_bench_set_feature_rows_on_real_data(tmp_path):
     its components' test predictions, and the set regressors are well above chance."""
     from experiments.olfaction.variant_bench import SET_RIDGE_NAME, SET_TREES_NAME, run_bench
     from olfaction.data import load_pairs
-    from olfaction.encoder import random_encoder
     from olfaction.model import MixScentConfig, MolEncoderConfig
     from olfaction.train import DistanceTrainConfig
 
@@ -118,3 +119,13 @@ def test_bench_set_feature_rows_on_real_data(tmp_path):
     y_test = load_pairs(DATA).y.astype(np.float64)[np.asarray(dump["testing"])]
     mean_rmse = float(np.sqrt(np.mean((0.5 * (trees + ridge) - y_test) ** 2)))
     assert fold_rmse[mean_name] == pytest.approx(mean_rmse, rel=1e-5)
+
+
+def test_convex_blend_weights_by_hand():
+    y = np.array([0.1, 0.4, 0.7, 0.9])
+    good, bad = y.copy(), y[::-1].copy()
+    np.testing.assert_allclose(convex_blend_weights(np.stack([bad, good], 1), y), [0.0, 1.0])
+    # two predictions off by +d and -d: the half/half average is exact
+    np.testing.assert_allclose(convex_blend_weights(np.stack([y + 0.2, y - 0.2], 1), y), [0.5, 0.5])
+    w = convex_blend_weights(np.random.default_rng(0).random((10, 3)), np.zeros(10))
+    assert w.sum() == pytest.approx(1.0) and (w >= 0).all()

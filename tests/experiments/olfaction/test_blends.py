@@ -1,51 +1,21 @@
-"""Label tasks: multi-label stratified folds, blend loading and molecule-disjoint splits on a tiny
-fixture and label baselines (the label benchmark's tests are in tests/experiments/olfaction)."""
+"""The label experiments' blend helpers (experiments/olfaction/blends.py): blend loading and
+molecule-disjoint splits on a tiny fixture, multi-label stratified folds, pair features and the
+multi-label logistic regression."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
 
 from common.errors import InputError
-from olfaction import data as olf_data
-from olfaction.baselines import MultiLabelLogReg, blend_fingerprints
-from olfaction.blends import load_blends, molecule_disjoint_blend_split
+from experiments.olfaction.blends import (
+    MultiLabelLogReg,
+    blend_fingerprints,
+    load_blends,
+    molecule_disjoint_blend_split,
+    multilabel_stratified_kfold,
+)
 from olfaction.data import LabelData
-from olfaction.evaluate import multilabel_stratified_kfold
-from olfaction.molecules import molecule_features
-
-# tiny blend fixture: 6 valid molecules, one invalid SMILES, one self-pair, one unlabelled pair
-_PAIRS = [
-    ("CCO", "CC(=O)O", "fruity;green", "train_derived"),
-    ("CCO", "c1ccccc1", "fruity", "train_derived"),
-    ("CC(=O)O", "CCCCO", "green;not_evaluated", "test"),
-    ("CCCCO", "CCOC(C)=O", "", "test"),
-    ("C1CC", "CCO", "fruity", "excluded"),  # invalid SMILES: dropped
-    ("OCC", "CCO", "green", "excluded"),  # the same molecule twice: dropped
-    ("CCOC(C)=O", "c1ccccc1", "floral;fruity", "train_derived"),
-    ("CCCCO", "CC=O", "floral", "test"),
-]
-
-
-@pytest.fixture
-def blend_dir(tmp_path, monkeypatch):
-    root = tmp_path / "olfaction" / "blends"
-    (root / "splits").mkdir(parents=True)
-    lines = ["mol_a_smiles,mol_b_smiles,labels,labels_raw,split_authors_2023"]
-    lines += [f"{a},{b},{lab},{lab},{s}" for a, b, lab, s in _PAIRS]
-    (root / "blend_pairs.csv").write_text("\n".join(lines) + "\n")
-    (root / "label_vocabulary.csv").write_text(
-        "label,n_pairs,in_paper_eval_74,in_authors_failed_to_carve_27\n"
-        "fruity,4,1,0\ngreen,2,1,0\nfloral,2,1,0\nnot_evaluated,1,0,1\n"
-    )
-    split = {"identifier": "a", "training": [0, 1, 4, 6], "testing": [2, 3, 7]}
-    (root / "splits" / "authors_2023_v1.json").write_text(json.dumps(split))
-    for name in list(olf_data.SHA256):  # the fixture is not the published file
-        if name.startswith("blends/"):
-            monkeypatch.delitem(olf_data.SHA256, name)
-    return tmp_path
 
 
 def test_load_blends_tiny_fixture(blend_dir):
@@ -122,13 +92,6 @@ def test_multilabel_logreg_learns_and_handles_constant_label():
     assert p.shape == (200, 2)
     assert ((p[:, 0] > 0.5) == (Y[:, 0] > 0)).mean() > 0.9
     np.testing.assert_array_equal(p[:, 1], 0.0)  # no positive in training: constant score
-
-
-def test_molecule_features_rejects_unknown_kind():
-    with pytest.raises(InputError, match="unknown molecule feature kind 'fingerprint'"):
-        molecule_features(["CCO"], "fingerprint")
-    with pytest.raises(InputError, match="needs a pretrained encoder"):
-        molecule_features(["CCO"], "embedding")
 
 
 def test_multilabel_logreg_matches_sklearn():
