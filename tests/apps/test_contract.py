@@ -253,3 +253,36 @@ def test_long_modules_say_why(app):
 def test_readme_is_short(app):
     n = (_pkg_dir(app) / "README.md").read_text().count("\n")
     assert n <= README_MAX_LINES, f"{app}/README.md has {n} lines (at most {README_MAX_LINES}; tables move to docs/results/{app}/)"
+
+
+#: what users run: the console script, the hub tab, ``make demo`` and the README's benchmark; with the
+#: package itself (its ``__init__``: the Python API) and the product code outside the apps that calls
+#: into them (the hub in apps/, the release scripts in scripts/)
+ENTRY_POINTS = ("cli", "demo", "quick", "bench")
+CALLERS = ("apps", "scripts")
+
+
+def _reachable(app: str) -> set[str]:
+    """The app's modules reached by imports (at any depth) from its entry points."""
+    graph, mods = _graph(app), _modules(app)
+    todo = [app, *(f"{app}.{e}" for e in ENTRY_POINTS)]
+    for caller in CALLERS:
+        for path in sorted((ROOT / caller).rglob("*.py")):
+            for target, names in _imports(path, caller):
+                todo += [m for m in (target, *(f"{target}.{n}" for n in names)) if m in mods]
+    seen: set[str] = set()
+    while todo:
+        mod = todo.pop()
+        if mod in seen or mod not in graph:
+            continue
+        seen.add(mod)
+        todo += graph[mod]
+    return seen
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_every_product_module_is_reached_from_what_users_run(app):
+    """The product boundary: a module that only experiments or tests import belongs in experiments/
+    (or is deleted), not in the package."""
+    unreached = sorted(set(_modules(app)) - _reachable(app))
+    assert unreached == [], f"only tests or experiments reach {unreached}: move them to experiments/{app}/"
