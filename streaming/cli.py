@@ -39,7 +39,7 @@ MAX_N = 100_000  # simulate --n: coordinates of a sample
 MAX_K = 1000  # --K, --k-max: experts (subspaces)
 MAX_RANK = 1000  # --r, --r-max: rank of each expert
 MAX_WORKERS = 64  # bench --workers
-MAX_ITEMS = 100_000  # eval --items, data --movies
+MAX_ITEMS = 100_000  # data --movies
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
@@ -169,12 +169,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
     from streaming.data import load_stream
     from streaming.evaluate import summarize
 
-    if (a.completed is not None) == (a.protocol == "progressive"):
-        raise InputError("pass exactly one of --completed FILE (score a completion) and --protocol progressive "
-                         "(run the methods on a rating stream)")
     check_outputs(files=[a.out], inputs=[a.input, a.completed], overwrite=a.overwrite)
-    if a.protocol == "progressive":
-        return _eval_progressive(a)
     stream = load_stream(a.input)
     z = read_npz(a.completed, "completed file")
     if "completed" not in z:
@@ -204,11 +199,7 @@ def cmd_data(a: argparse.Namespace) -> int:
     from streaming.data import save_stream
     from streaming.movielens import build_stream, load_movielens
 
-    if (a.dataset == "csv") != (a.csv is not None):
-        raise InputError("`data csv` needs --csv FILE (user,item,rating,timestamp), and --csv goes with `data csv` only")
-    check_outputs(files=[a.out], inputs=[a.csv], overwrite=a.overwrite)
-    if a.dataset == "csv" or a.protocol == "ratings":
-        return _write_ratings(a)
+    check_outputs(files=[a.out], overwrite=a.overwrite)
     ratings = load_movielens(a.data_dir, expected_rows=None if a.data_dir else 100_004)
     stream = build_stream(ratings, movies=a.movies, holdout=a.holdout, source_users=a.source_users, seed=a.seed)
     save_stream(a.out, stream)
@@ -217,51 +208,6 @@ def cmd_data(a: argparse.Namespace) -> int:
     print(f"wrote {a.out}: {T} users x {n} movies, {observed} observed + {held} held-out ratings "
           f"(density {(observed + held) / (T * n):.3f}), {stream.source_values.shape[0] if stream.source_values is not None else 0} "
           f"source users, {stream.label_names.size} genre labels")
-    return 0
-
-
-def _write_ratings(a: argparse.Namespace) -> int:
-    """``mosaic data movielens --protocol ratings`` / ``mosaic data csv``: a time-ordered rating stream."""
-    from streaming.ratings import from_movielens, read_ratings_csv, save_ratings
-
-    if a.dataset == "csv":
-        stream = read_ratings_csv(a.csv)
-    else:
-        from streaming.movielens import load_movielens
-
-        stream = from_movielens(load_movielens(a.data_dir, expected_rows=None if a.data_dir else 100_004))
-    save_ratings(a.out, stream)
-    print(f"wrote {a.out}: {len(stream)} ratings in time order, {stream.n_users} users x {stream.n_items} items")
-    return 0
-
-
-def _eval_progressive(a: argparse.Namespace) -> int:
-    """``mosaic eval --protocol progressive``: every method of ``streaming.progressive.default_methods``
-    predicts each rating before learning it; tuning on the first ``--tune-frac`` of the stream. The
-    offline references of ``streaming.refit.surprise_methods`` are refit before each time slice."""
-    from streaming.progressive import default_methods, evaluate_progressive, format_table
-    from streaming.ratings import load_ratings
-
-    stream = load_ratings(a.input)
-    limit_threads()
-    try:
-        from streaming.refit import evaluate_refit, surprise_methods
-
-        methods = default_methods(seed=a.seed, items=a.items, device=resolve_device(a.device))
-        references = surprise_methods(seed=a.seed)
-    except ImportError as exc:
-        raise InputError(f"--protocol progressive needs the bench extra (river, scikit-surprise): {exc}") from None
-    announce(f"mosaic eval --protocol progressive: {len(stream)} ratings")
-    try:
-        result = evaluate_progressive(stream, methods, tune_frac=a.tune_frac)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
-    result["references"] = evaluate_refit(stream, references, tune_frac=a.tune_frac)
-    result["command"] = "mosaic " + " ".join(sys.argv[1:]) if sys.argv[1:] else "mosaic eval --protocol progressive"
-    result["stream"] = {"file": str(a.input), "seed": a.seed, "items": a.items}
-    print(format_table(result))
-    if a.out:
-        write_json(a.out, result)
     return 0
 
 
@@ -302,13 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_simulate)
 
-    s = sub.add_parser("data", help="write a real-data stream file (.npz): movielens, or a ratings CSV")
-    s.add_argument("dataset", choices=["movielens", "csv"],
-                   help="movielens: dslabs' MovieLens latest-small (Debian r-cran-dslabs); csv: --csv FILE")
-    s.add_argument("--protocol", choices=["users", "ratings"], default="users",
-                   help="users: users as samples with held-out ratings; ratings: a time-ordered rating stream "
-                        "(for `eval --protocol progressive`; `data csv` always writes one)")
-    s.add_argument("--csv", default=None, help="data csv: a CSV with the columns user,item,rating,timestamp")
+    s = sub.add_parser("data", help="write a real-data stream file (.npz): MovieLens users as samples",
+                       epilog="Rating streams (--protocol ratings, `data csv`) and MoSAIC as a rating-by-rating "
+                              "recommender moved to python -m experiments.streaming.progressive.")
+    s.add_argument("dataset", choices=["movielens"], help="dslabs' MovieLens latest-small (Debian r-cran-dslabs)")
     s.add_argument("--movies", type=int_in(2, MAX_ITEMS), default=500, help="the N most-rated movies are the coordinates")
     s.add_argument("--holdout", type=float_in(0.0, 1.0, hi_open=True), default=0.2,
                    help="share of each stream user's ratings held out for evaluation")
@@ -353,20 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_stream)
 
     s = sub.add_parser("eval", help="metrics of a completed stream against the file's ground truth",
-                       epilog="--compare (every online method on MovieLens users' held-out ratings) moved to "
-                              "python -m experiments.streaming.movielens_users")
+                       epilog="Moved to experiments/streaming: --compare (python -m experiments.streaming.movielens_users) "
+                              "and --protocol progressive with --tune-frac, --items, --seed, --device "
+                              "(python -m experiments.streaming.progressive).")
     s.add_argument("--input", required=True)
-    s.add_argument("--completed", default=None, help="output of `mosaic stream` to score")
-    s.add_argument("--protocol", choices=["progressive"], default=None,
-                   help="progressive: on a rating stream (`data --protocol ratings`), predict each rating "
-                        "before learning it (streaming.progressive)")
-    s.add_argument("--tune-frac", type=float_in(0.0, 1.0, lo_open=True, hi_open=True), default=0.2,
-                   help="--protocol progressive: share of the stream (by time) the settings are chosen on")
-    s.add_argument("--items", type=int_in(2, MAX_ITEMS), default=500,
-                   help="--protocol progressive: MoSAIC's coordinates, the most-rated items")
-    s.add_argument("--seed", type=seed_int, default=0, help="--protocol progressive: seed of the methods")
+    s.add_argument("--completed", required=True, help="output of `mosaic stream` to score")
     s.add_argument("--out", default=None, help="write the metrics as JSON")
-    add_device_arg(s)
     add_overwrite_arg(s)
     s.set_defaults(fn=cmd_eval)
 

@@ -16,8 +16,8 @@ import argparse
 import numpy as np
 
 from streaming.harness import limit_threads
-from streaming.ratings import load_ratings
-from streaming.recommend import MoSAICRecommender
+from experiments.streaming.ratings import load_ratings
+from experiments.streaming.recommend import MoSAICRecommender
 
 
 def main() -> None:

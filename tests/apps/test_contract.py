@@ -34,7 +34,8 @@ NO_TORCH = {
     "generation3d": {"build-data": "samples point clouds with numpy / trimesh",
                      "load-mesh": "lists a mesh file's parts with trimesh"},
     "vision": {},
-    "streaming": {"simulate": "writes a synthetic stream with numpy", "data": "converts MovieLens with numpy"},
+    "streaming": {"simulate": "writes a synthetic stream with numpy", "data": "converts MovieLens with numpy",
+                  "eval": "scores a completion with numpy"},
 }
 TRAINING = {
     "olfaction": {"pretrain", "train", "eval"},

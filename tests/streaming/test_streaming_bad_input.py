@@ -34,7 +34,6 @@ def test_pretrain_refuses_restarts_that_would_run_for_years(tmp_path, flag):
 
 @pytest.mark.parametrize("observed", ["partly", "fully"])
 def test_stream_refuses_an_all_zero_source(tmp_path, observed):
-    import numpy as np
 
     assert main(["simulate", "--n", "10", "--r", "2", "--K", "2", "--epochs", "1", "--samples-per-epoch", "50",
                  "--out", str(tmp_path / "s.npz")]) == 0
@@ -62,42 +61,19 @@ BIG = "1000000000000"
     (["stream", "--K", "2", "--r", BIG], "1000"),
     (["bench", "--workers", BIG], "64"),
     (["bench", "--suite", "stress", "--stress-seeds", "6"], "only 5 test seeds"),
-    (["eval", "--protocol", "progressive", "--items", BIG], "100000"),
     (["data", "movielens", "--movies", BIG], "100000"),
 ])
 def test_count_and_size_options_have_a_maximum(tmp_path, argv, match):
     paths = {"simulate": ["--out", str(tmp_path / "s.npz")], "pretrain": ["--input", str(tmp_path / "s.npz"),
              "--out", str(tmp_path / "ck")], "stream": ["--input", str(tmp_path / "s.npz"), "--output",
              str(tmp_path / "o.npz")], "bench": ["--out", str(tmp_path / "b")],
-             "eval": ["--input", str(tmp_path / "r.npz")], "data": ["--out", str(tmp_path / "d.npz")]}
+             "data": ["--out", str(tmp_path / "d.npz")]}
     assert_refused(main, [*argv, *paths[argv[0]]], tmp_path, match=match, timeout_s=30)
 
 
 # ----------------------------------------------------------------------------- loaders name the problem
 
-HEADER = "user,item,rating,timestamp\n"
-
-
-@pytest.mark.parametrize("body, match", [
-    (HEADER.encode() + b"1,10,4,100\n2,caf\xe9,3,200\n", "line 3: not UTF-8"),
-    (HEADER.encode() + b"1,10,nan,100\n", "line 2: rating must be a finite number"),
-    (HEADER.encode() + b"1,10,inf,100\n", "finite"),
-    (HEADER.encode() + b"1,10,4,100\n2,11,3,200\n1,10,4,100\n", "line 4: repeats line 2"),
-    (HEADER.encode() + b"1,10,4\n", "line 2: expected a non-empty user, item, rating, timestamp"),
-    (HEADER.encode() + b"1,,4,100\n", "line 2: expected a non-empty"),
-    (HEADER.encode() + b"1,10,4,1.5e9\n", "timestamp an integer"),
-    (b"user;item;rating;timestamp\n1;10;4;100\n", "lacks the columns"),
-    (HEADER.encode() + b"1,10,4,1\x00\n", "bad.csv"),
-])
-def test_ratings_csv_errors_name_the_file_and_line(tmp_path, body, match):
-    (tmp_path / "bad.csv").write_bytes(body)
-    line = assert_refused(main, ["data", "csv", "--csv", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "r.npz")],
-                          tmp_path, match=match, timeout_s=30)
-    assert "bad.csv" in line
-
-
 def _stream_file(tmp_path, **change):
-    import numpy as np
 
     values = np.where(np.random.default_rng(0).random((30, 6)) < 0.6, 1.0, np.nan)
     values[:, 0] = 1.0
@@ -117,30 +93,12 @@ def _stream_file(tmp_path, **change):
     ({"source_labels": "alone"}, "source_labels must have one entry per row"),
 ])
 def test_stream_file_errors_name_the_entry(tmp_path, change, match):
-    import numpy as np
 
     made = {"strings": np.array(["a"] * 30), "floats": np.linspace(0, 1, 30), "ints": np.ones((30, 6), int),
             "text": np.array("one"), "alone": np.zeros(5, int), None: None}
     path = _stream_file(tmp_path, **{k: made[v] for k, v in change.items()})
     assert_refused(main, ["stream", "--input", str(path), "--output", str(tmp_path / "o.npz"), "--K", "1", "--r", "1",
                           "--no-pretrain"], tmp_path, match=match, timeout_s=30)
-
-
-@pytest.mark.parametrize("key, value, match", [
-    ("user", ["a", "b"], "user must be a 1-d array of integers"),
-    ("rating", ["x", "y"], "rating must be a 1-d array of numbers"),
-    ("item_ids", [[1, 2]], "item_ids must be a 1-d array"),
-])
-def test_ratings_file_errors_name_the_entry(tmp_path, key, value, match):
-    import numpy as np
-
-    arrays = {"format_version": np.array(1), "kind": np.array("ratings"), "user": np.array([0, 1]),
-              "item": np.array([0, 0]), "rating": np.array([4.0, 3.0]), "timestamp": np.array([1, 2]),
-              "user_ids": np.array([7, 8]), "item_ids": np.array([9])}
-    arrays[key] = np.array(value)
-    np.savez(tmp_path / "r.npz", **arrays)
-    assert_refused(main, ["eval", "--input", str(tmp_path / "r.npz"), "--protocol", "progressive"], tmp_path,
-                   match=match, timeout_s=60)
 
 
 # ----------------------------------------------------------------------------- signals stop long loops
@@ -171,19 +129,6 @@ def test_pretrain_stops_on_sigterm(tmp_path, long_stream):
 def test_stress_bench_stops_on_sigint(tmp_path, workers):
     assert_stops_on_signal(["-m", "streaming.cli", "bench", "--suite", "stress", "--families", "geodesic",
                             "--workers", workers, "--out", "b"], tmp_path, signal.SIGINT, ready="mosaic bench:")
-
-
-def test_progressive_eval_stops_on_sigint(tmp_path):
-    pytest.importorskip("river")
-    pytest.importorskip("surprise")
-    rng = np.random.default_rng(0)
-    rows = [f"{rng.integers(300)},{rng.integers(200)},{rng.integers(1, 6)},{t}" for t in range(40_000)]
-    (tmp_path / "r.csv").write_text("user,item,rating,timestamp\n" + "\n".join(rows) + "\n")
-    assert main(["data", "csv", "--csv", str(tmp_path / "r.csv"), "--out", str(tmp_path / "r.npz")]) == 0
-    assert_stops_on_signal(["-m", "streaming.cli", "eval", "--input", "r.npz", "--protocol", "progressive",
-                            "--items", "50", "--out", "res.json"], tmp_path, signal.SIGINT,
-                           ready="--protocol progressive:")
-    assert not (tmp_path / "res.json").exists()
 
 
 @pytest.mark.parametrize("argv, match", [

@@ -1,21 +1,23 @@
 """Rating streams, the online recommenders and progressive validation, on streams built by hand."""
 
 import json
+import signal
 
 import numpy as np
 import pytest
 
 from common.errors import DataError
-from streaming.cli import main
-from streaming.progressive import (
+from experiments.streaming.progressive import (
     errors,
     evaluate_progressive,
+    main,
     predict_then_learn,
     prior_counts,
     progressive_metrics,
 )
-from streaming.ratings import from_events, load_ratings, read_ratings_csv, save_ratings
-from streaming.recommend import MoSAICRecommender, OnlineBiases, SGDBiases
+from experiments.streaming.ratings import from_events, load_ratings, read_ratings_csv, save_ratings
+from experiments.streaming.recommend import MoSAICRecommender, OnlineBiases, SGDBiases
+from tests.bad_input import assert_refused, assert_stops_on_signal
 
 
 def _csv(path, rows):
@@ -161,16 +163,64 @@ def test_river_reco_calling_convention_gives_the_progressive_predictions():
     np.testing.assert_array_equal(np.array(preds), ref)
 
 
-def test_cli_data_csv_and_progressive_eval(tmp_path):
+def test_progressive_command_on_a_ratings_csv(tmp_path):
     s = _planted(users=30, per_user=12)
     rows = [(int(u), int(i), float(y), int(t)) for u, i, y, t in zip(s.user, s.item, s.rating, s.timestamp, strict=True)]
     csv, npz, out = _csv(tmp_path / "r.csv", rows), tmp_path / "r.npz", tmp_path / "p.json"
-    assert main(["data", "csv", "--csv", str(csv), "--out", str(npz)]) == 0
-    assert main(["eval", "--input", str(npz), "--protocol", "progressive", "--items", "10", "--out", str(out)]) == 0
+    assert main(["--input", str(csv), "--write-stream", str(npz), "--items", "10", "--out", str(out)]) == 0
+    assert len(load_ratings(npz)) == len(s)
     result = json.loads(out.read_text())
     assert set(result["methods"]) == {"user_item_means", "kgrouse_pretrained", "mosaic", "river_baseline",
                                      "river_biased_mf", "river_funk_mf"}
     assert set(result["references"]) == {"surprise_svd_refit", "surprise_svdpp_refit"}
     assert result["protocol"]["tuning_events"] == int(0.2 * len(s))
-    assert main(["data", "csv", "--out", str(tmp_path / "x.npz")]) == 2  # no --csv
-    assert main(["eval", "--input", str(npz), "--compare", "--protocol", "progressive"]) == 2
+    assert main(["--input", str(npz), "--out", str(out)]) == 2  # exists
+
+
+# ----------------------------------------------------------------------------- bad input is one line
+
+HEADER = "user,item,rating,timestamp\n"
+
+
+@pytest.mark.parametrize("body, match", [
+    (HEADER.encode() + b"1,10,4,100\n2,caf\xe9,3,200\n", "line 3: not UTF-8"),
+    (HEADER.encode() + b"1,10,nan,100\n", "line 2: rating must be a finite number"),
+    (HEADER.encode() + b"1,10,inf,100\n", "finite"),
+    (HEADER.encode() + b"1,10,4,100\n2,11,3,200\n1,10,4,100\n", "line 4: repeats line 2"),
+    (HEADER.encode() + b"1,10,4\n", "line 2: expected a non-empty user, item, rating, timestamp"),
+    (HEADER.encode() + b"1,,4,100\n", "line 2: expected a non-empty"),
+    (HEADER.encode() + b"1,10,4,1.5e9\n", "timestamp an integer"),
+    (b"user;item;rating;timestamp\n1;10;4;100\n", "lacks the columns"),
+    (HEADER.encode() + b"1,10,4,1\x00\n", "bad.csv"),
+])
+def test_ratings_csv_errors_name_the_file_and_line(tmp_path, body, match):
+    (tmp_path / "bad.csv").write_bytes(body)
+    line = assert_refused(main, ["--input", str(tmp_path / "bad.csv")], tmp_path, match=match, timeout_s=30)
+    assert "bad.csv" in line
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("user", ["a", "b"], "user must be a 1-d array of integers"),
+    ("rating", ["x", "y"], "rating must be a 1-d array of numbers"),
+    ("item_ids", [[1, 2]], "item_ids must be a 1-d array"),
+])
+def test_ratings_file_errors_name_the_entry(tmp_path, key, value, match):
+    import numpy as np
+
+    arrays = {"format_version": np.array(1), "kind": np.array("ratings"), "user": np.array([0, 1]),
+              "item": np.array([0, 0]), "rating": np.array([4.0, 3.0]), "timestamp": np.array([1, 2]),
+              "user_ids": np.array([7, 8]), "item_ids": np.array([9])}
+    arrays[key] = np.array(value)
+    np.savez(tmp_path / "r.npz", **arrays)
+    assert_refused(main, ["--input", str(tmp_path / "r.npz")], tmp_path, match=match, timeout_s=60)
+
+
+def test_progressive_eval_stops_on_sigint(tmp_path):
+    pytest.importorskip("river")
+    pytest.importorskip("surprise")
+    rng = np.random.default_rng(0)
+    rows = [f"{rng.integers(300)},{rng.integers(200)},{rng.integers(1, 6)},{t}" for t in range(40_000)]
+    (tmp_path / "r.csv").write_text("user,item,rating,timestamp\n" + "\n".join(rows) + "\n")
+    assert_stops_on_signal(["-m", "experiments.streaming.progressive", "--input", "r.csv", "--items", "50",
+                            "--out", "res.json"], tmp_path, signal.SIGINT, ready="progressive:")
+    assert not (tmp_path / "res.json").exists()

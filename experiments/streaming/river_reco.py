@@ -1,7 +1,7 @@
 """river's online recommenders as progressive baselines, and MoSAIC as a river estimator.
 
 Needs the ``bench`` extra (``river``). ``river_methods(seed)`` gives the grids of river's ``reco``
-models that ``streaming.progressive`` chooses from on the tuning part (settings around river's
+models that ``experiments.streaming.progressive`` chooses from on the tuning part (settings around river's
 documented ones: SGD learning rates and L2 penalties, 10 latent factors, latent weights drawn from
 ``N(0, 0.1²)``):
 
@@ -9,7 +9,7 @@ documented ones: SGD learning rates and L2 penalties, 10 latent factors, latent 
 * ``river_biased_mf``: ``reco.BiasedMF``, ``ŷ = μ + b_u + b_i + ⟨p_u, q_i⟩``.
 * ``river_funk_mf``: ``reco.FunkMF``, ``ŷ = ⟨p_u, q_i⟩`` (no biases).
 
-``RiverMoSAIC`` wraps ``streaming.recommend.MoSAICRecommender`` as a river ``base.Regressor`` over
+``RiverMoSAIC`` wraps ``experiments.streaming.recommend.MoSAICRecommender`` as a river ``base.Regressor`` over
 ``x = {"user": u, "item": i}`` (``learn_one(x, y)`` / ``predict_one(x)``), the form
 ``river.evaluate.progressive_val_score`` drives (river's ``reco.Ranker`` models take
 ``(user, item)`` instead and are not accepted by its regression metrics).
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from river import base, optim, reco
 
-from streaming.recommend import MoSAICRecommender
+from experiments.streaming.recommend import MoSAICRecommender
 
 Factory = Callable[[int], object]  # pretrain_at -> a model with learn_one / predict_one
 

@@ -20,7 +20,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from streaming.ratings import RatingStream
+from common.cli import cli_main
+from experiments.streaming.ratings import RatingStream
 
 #: a user's (an item's) first this many ratings in the stream count as a cold user's (a new item's)
 COLD = 5
@@ -113,10 +114,10 @@ def default_methods(seed: int = 0, items: int = 500, device: torch.device | None
     tuning part) and the pretrained
     k-GROUSE on the same residuals (the same recommender with MoSAIC's pretraining but plain routed
     GROUSE steps of a constant size: no schedule, change detection or completion cap; K, r, η), and
-    river's reco models (``streaming.river_reco.river_methods``; needs the ``bench`` extra)."""
+    river's reco models (``experiments.streaming.river_reco.river_methods``; needs the ``bench`` extra)."""
+    from experiments.streaming.recommend import MoSAICRecommender, OnlineBiases
+    from experiments.streaming.river_reco import river_methods
     from streaming.baselines import KGrouse
-    from streaming.recommend import MoSAICRecommender, OnlineBiases
-    from streaming.river_reco import river_methods
 
     def biases(d: float) -> Factory:
         return lambda pretrain_at: OnlineBiases(d)
@@ -153,3 +154,68 @@ def format_table(result: dict) -> str:
                         f"{m['cold_users']['rmse']:.4f} | {m['new_items']['rmse']:.4f} | {m['slices'][-1]['rmse']:.4f} | "
                         f"{m['ratings_per_s']:,.0f} |")
     return "\n".join(rows)
+
+
+@cli_main
+def main(argv: list[str] | None = None) -> int:
+    """``python -m experiments.streaming.progressive --input FILE [--out r.json]``: every method of
+    ``default_methods`` predicts each rating before learning it, settings chosen on the first
+    ``--tune-frac`` of the stream, with the offline references of ``experiments.streaming.refit``
+    (it was ``mosaic eval --protocol progressive``). ``FILE`` is a rating-stream ``.npz``
+    (``--write-stream``), a CSV with the columns user,item,rating,timestamp, or ``movielens`` (dslabs'
+    MovieLens latest-small from the Debian package ``r-cran-dslabs``, or ``--data-dir``)."""
+    import sys
+
+    from common.cli import ArgumentParser, check_outputs, float_in, int_in, seed_int
+    from common.device import add_device_arg, resolve_device
+    from common.errors import InputError
+    from common.io import write_json
+    from experiments.streaming.ratings import from_movielens, load_ratings, read_ratings_csv, save_ratings
+    from streaming.harness import announce, limit_threads
+
+    p = ArgumentParser(prog="python -m experiments.streaming.progressive", description=main.__doc__.splitlines()[0])
+    p.add_argument("--input", required=True, help="a rating-stream .npz, a ratings CSV, or 'movielens'")
+    p.add_argument("--data-dir", default=None, help="--input movielens: the dslabs data directory")
+    p.add_argument("--write-stream", default=None, help="also save the rating stream (.npz) here")
+    p.add_argument("--tune-frac", type=float_in(0.0, 1.0, lo_open=True, hi_open=True), default=0.2)
+    p.add_argument("--items", type=int_in(2, 100_000), default=500, help="MoSAIC's coordinates, the most-rated items")
+    p.add_argument("--seed", type=seed_int, default=0)
+    p.add_argument("--out", default=None, help="write the result JSON here")
+    p.add_argument("--overwrite", action="store_true")
+    add_device_arg(p)
+    a = p.parse_args(argv)
+    check_outputs(files=[a.out, a.write_stream], overwrite=a.overwrite)
+    if a.input == "movielens":
+        from streaming.movielens import load_movielens
+
+        stream = from_movielens(load_movielens(a.data_dir, expected_rows=None if a.data_dir else 100_004))
+    elif a.input.endswith(".csv"):
+        stream = read_ratings_csv(a.input)
+    else:
+        stream = load_ratings(a.input)
+    if a.write_stream:
+        save_ratings(a.write_stream, stream)
+    limit_threads()
+    try:
+        from experiments.streaming.refit import evaluate_refit, surprise_methods
+
+        methods = default_methods(seed=a.seed, items=a.items, device=resolve_device(a.device))
+        references = surprise_methods(seed=a.seed)
+    except ImportError as exc:
+        raise InputError(f"needs the bench extra (river, scikit-surprise): {exc}") from None
+    announce(f"progressive: {len(stream)} ratings")
+    try:
+        result = evaluate_progressive(stream, methods, tune_frac=a.tune_frac)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    result["references"] = evaluate_refit(stream, references, tune_frac=a.tune_frac)
+    result["command"] = "python -m experiments.streaming.progressive " + " ".join(argv if argv is not None else sys.argv[1:])
+    result["stream"] = {"file": str(a.input), "seed": a.seed, "items": a.items}
+    print(format_table(result))
+    if a.out:
+        write_json(a.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -3,7 +3,7 @@
 one before it is learned (users and items are any hashable ids; ``x``, river's optional context, is
 accepted and ignored), so they are driven the way river's reco models are (``predict_one(**x)``,
 ``learn_one(**x, y=y)`` with ``x = {"user": u, "item": i}``). Neither class imports river;
-``streaming.progressive`` runs them, and ``streaming.river_reco.RiverMoSAIC`` wraps the recommender as
+``experiments.streaming.progressive`` runs them, and ``experiments.streaming.river_reco.RiverMoSAIC`` wraps the recommender as
 a river regressor for ``river.evaluate.progressive_val_score``.
 
 * ``OnlineBiases``: damped online user + item means, ``ŷ = μ + b_u + b_i`` with ``μ`` the running

@@ -4,9 +4,9 @@ cold-start, new-item and drift cases."""
 import numpy as np
 import pytest
 
-from streaming.progressive import errors, predict_then_learn
-from streaming.ratings import from_events
-from streaming.recommend import MoSAICRecommender, SGDBiases
+from experiments.streaming.progressive import errors, predict_then_learn
+from experiments.streaming.ratings import from_events
+from experiments.streaming.recommend import MoSAICRecommender, SGDBiases
 
 river = pytest.importorskip("river")
 
@@ -32,7 +32,7 @@ def _planted(users=60, items=30, per_user=20, seed=0, switch=None):
 def test_river_progressive_val_score_matches_an_independent_loop():
     from river import evaluate, metrics
 
-    from streaming.river_reco import RiverMoSAIC
+    from experiments.streaming.river_reco import RiverMoSAIC
 
     s, _ = _planted(users=20, per_user=15)
     dataset = [({"user": u, "item": i}, y) for u, i, y in zip(s.user.tolist(), s.item.tolist(), s.rating.tolist(),
@@ -46,7 +46,7 @@ def test_river_progressive_val_score_matches_an_independent_loop():
 
 
 def test_river_baselines_learn_the_planted_stream():
-    from streaming.river_reco import river_methods
+    from experiments.streaming.river_reco import river_methods
 
     s, _ = _planted(users=60, per_user=25)
     grids = river_methods(seed=0)
@@ -77,7 +77,7 @@ class _Recorder:
 
 def test_refit_references_fit_on_everything_before_each_slice_only():
     pytest.importorskip("surprise")
-    from streaming.refit import evaluate_refit
+    from experiments.streaming.refit import evaluate_refit
 
     s, _ = _planted(users=20, per_user=10)  # 200 events: tuning 40, slices of 40 from event 40
     _Recorder.fits = []
@@ -92,7 +92,7 @@ def test_refit_references_fit_on_everything_before_each_slice_only():
 
 def test_surprise_svd_reference_beats_the_mean_on_the_planted_stream():
     pytest.importorskip("surprise")
-    from streaming.refit import evaluate_refit, surprise_methods
+    from experiments.streaming.refit import evaluate_refit, surprise_methods
 
     s, _ = _planted(users=60, per_user=25)
     grid, _ = surprise_methods(seed=0)["surprise_svd_refit"]

@@ -3,7 +3,7 @@ every rating before each time slice, then predicting that slice (the reference a
 should approach; it sees no rating of the slice it predicts). Needs the ``bench`` extra
 (``scikit-surprise``, ``pandas``).
 
-Protocol (``evaluate_refit``): the slices are those of ``streaming.progressive.progressive_metrics``
+Protocol (``evaluate_refit``): the slices are those of ``experiments.streaming.progressive.progressive_metrics``
 (``slices`` equal-count slices of the events after the tuning part). A setting is chosen on the
 tuning part alone (fit on its first half, RMSE on its second half); the chosen setting is refit
 before each of the last ``last_slices`` slices (all of them by default; SVD++ is limited to fewer
@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from streaming.progressive import COLD, TUNE_FRAC, errors, prior_counts
-from streaming.ratings import RatingStream
+from experiments.streaming.progressive import COLD, TUNE_FRAC, errors, prior_counts
+from experiments.streaming.ratings import RatingStream
 
 SurpriseFactory = Callable[[], object]  # -> an unfitted surprise algorithm
 
@@ -59,7 +59,7 @@ def fit_predict(stream: RatingStream, make: SurpriseFactory, fit_stop: int, star
 
 def evaluate_refit(stream: RatingStream, methods: dict, tune_frac: float = TUNE_FRAC, slices: int = 8) -> dict:
     """``{method: {"setting", "tuning", "refits", metrics..., "ratings_per_s"}}`` under the protocol
-    of the module docstring; the metrics are ``streaming.progressive.progressive_metrics``' over the
+    of the module docstring; the metrics are ``experiments.streaming.progressive.progressive_metrics``' over the
     predicted slices (``"slices"`` lists only those, each with its index)."""
     T = len(stream)
     cut = int(tune_frac * T)
