@@ -1,5 +1,5 @@
-"""``moa3cir index`` on a shop's catalogue: build (resuming an interrupted build), ``--add``,
-``--remove``; a one-line summary on stdout, bad rows in ``<index>/bad_rows.csv``."""
+"""``moa3cir index``: a dataset split (``--root``); a shop's catalogue: build (resuming an interrupted
+build), ``--add``, ``--remove``; a one-line summary on stdout, bad rows in ``<index>/bad_rows.csv``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from common.cli import check_outputs
 from common.errors import InputError
+from common.io import write_json
 
 from .catalog import read_catalog
 from .catalog_index import (
@@ -17,6 +18,7 @@ from .catalog_index import (
     bad_summary,
     build_catalog_index,
     remove_from_index,
+    split_index,
 )
 
 
@@ -33,9 +35,36 @@ def _report(verb: str, idx: CatalogIndex, bad: list) -> None:
     print(f"{verb}: {len(idx)} items in {idx.path} ({idx.index.kind}); {bad_summary(bad)}{where}")
 
 
-def index_catalog(args, mode: str) -> int:
-    """``mode``: catalog (build or resume), add or remove; the other options of ``moa3cir index``."""
-    out = Path(args.out)
+def _index_split(args, out: Path) -> int:
+    from .data import load_dataset
+    from .registry import load_model
+
+    if not args.model:
+        raise InputError("--root needs --model (the checkpoint that embeds the gallery)")
+    check_outputs(dirs=[out], inputs=[args.root, args.model], overwrite=args.overwrite)
+    model, _ = load_model(Path(args.model))
+    split = load_dataset(args.dataset, Path(args.root), args.split, args.variant)
+    if args.kind in ("ivf", "ivfpq") and args.nlist > len(split.ids):
+        raise InputError(f"--nlist {args.nlist} exceeds the {len(split.ids)} items of the {args.split} gallery")
+    idx = split_index(model, split, args.kind, nlist=args.nlist, nprobe=args.nprobe, pq_m=args.pq_m,
+                      rerank=args.rerank, device=args.device)
+    idx.save(out)
+    meta = {"dataset": args.dataset, "root": str(Path(args.root).resolve()), "variant": args.variant,
+            "split": args.split}
+    write_json(out / "source.json", meta)
+    print(f"indexed {len(idx)} items into {args.out}")
+    return 0
+
+
+def index_catalog(args) -> int:
+    """The one mode of ``args`` (``moa3cir index``'s options): root, catalog (build or resume), add or remove."""
+    modes = [m for m in ("root", "catalog", "add", "remove") if getattr(args, m)]
+    if len(modes) != 1:
+        raise InputError("give exactly one of --root (a dataset split), --catalog (a new catalogue index), "
+                         "--add FILE or --remove ID... (update the index at --out)")
+    mode, out = modes[0], Path(args.out)
+    if mode == "root":
+        return _index_split(args, out)
     common = {"batch_size": args.batch_size, "device": args.device, "progress": not args.no_progress}
     if mode == "remove":
         idx = remove_from_index(out, args.remove)

@@ -41,8 +41,9 @@ from common.errors import DataError, InputError
 from common.io import write_csv, write_json
 
 from .catalog import BadRow, Catalog, CatalogItem, load_items
+from .data import CIRSplit
 from .embed import embed_gallery
-from .features import Features, description_tokens
+from .features import Features, description_tokens, prepare_features
 from .index import GalleryIndex
 
 FORMAT = 1
@@ -241,6 +242,15 @@ def build_catalog_index(
     idx.save()
     shutil.rmtree(out / CHUNKS, ignore_errors=True)
     return idx, bad
+
+
+def split_index(model, split: CIRSplit, kind: str = "flat", *, nlist: int = 64, nprobe: int = 16, pq_m: int = 0,
+                rerank: int = 0, device="auto") -> GalleryIndex:
+    """The gallery of a dataset ``split``, embedded by ``model``, in a new ``GalleryIndex`` of ``kind``."""
+    emb = embed_gallery(model, prepare_features(split), device=device)
+    index = GalleryIndex(emb.shape[1], kind, nlist=nlist, nprobe=nprobe, pq_m=pq_m, rerank=rerank)
+    index.add(emb, split.ids)
+    return index
 
 
 def _check_model(idx: CatalogIndex, model) -> None:

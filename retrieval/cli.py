@@ -8,10 +8,6 @@
     moa3cir train --triplets shop_triplets.csv --catalog shop.csv --out runs/m
     moa3cir search --model runs/m --index runs/shop --image shirt.png --text "make it red" [--json]
     moa3cir bench --out runs/rbench [--suite table features search] [--json F]
-
-Why over 400 lines: six subcommands, three of them with several modes (index: a split, a catalogue,
---add / --remove; train: a split or a shop's triplet table; bench: four suites), each option with its
-documented bound; the names are spelled here so that parsing imports no torch.
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ from common.errors import InputError  # noqa: E402
 from common.io import dumps_json, write_json  # noqa: E402
 from common.limits import add_force_arg  # noqa: E402
 
-from .bounds import check_search_memory  # noqa: E402
+from . import bounds as lim  # noqa: E402
 from .sizes import DEFAULT_MODEL_SIZE, MODEL_SIZES  # noqa: E402
 
 DATASETS = ("synthetic", "fashioniq", "shoes")
@@ -52,16 +48,6 @@ DEFAULT_IMAGE_ENCODER = "efficientnet-lite0"
 # the model sizes (parameters, memory, train-step time)
 SUITES = ("table", "features", "search", "sizes")
 INDEX_KINDS = ("flat", "ivf", "ivfpq", "hnsw")  # retrieval.index.KINDS
-# upper bounds of the count options, checked at parse time (a mistyped 10**12 is refused at once)
-MAX_EPOCHS = 1000
-MAX_AUGMENT = 100_000
-MAX_THREADS = 256
-MAX_K = 10_000
-MAX_NLIST = 65_536
-MAX_SEARCH_N = 1_000_000_000
-MAX_SEARCH_QUERIES = 100_000
-NUM_BLOCKS = 16  # MBConv blocks of EfficientNet-Lite0 (common.image_encoder.NUM_BLOCKS)
-epochs_int = int_in(0, MAX_EPOCHS)
 
 
 def _data_args(sp: argparse.ArgumentParser, required: bool = True) -> None:
@@ -101,11 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--model", default="moa3cir", choices=("moa3cir", "combiner", "sum", "image", "text"))
     _model_size_arg(t, "the model")
     t.add_argument("--out", required=True, help="checkpoint directory")
-    t.add_argument("--phase1-epochs", type=epochs_int, default=2,
-                   help=f"alignment epochs, at most {MAX_EPOCHS} (default 2)")
+    t.add_argument("--phase1-epochs", type=lim.epochs_int, default=2,
+                   help=f"alignment epochs, at most {lim.MAX_EPOCHS} (default 2)")
     t.add_argument(
-        "--phase2-epochs", type=epochs_int, default=None,
-        help=f"cap on composed-retrieval epochs, at most {MAX_EPOCHS} (default: a step budget that scales "
+        "--phase2-epochs", type=lim.epochs_int, default=None,
+        help=f"cap on composed-retrieval epochs, at most {lim.MAX_EPOCHS} (default: a step budget that scales "
         "with the data; training stops earlier when validation recall stops improving)",
     )
     t.add_argument(
@@ -113,10 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="share of the training target images held out (with their triplets) for early stopping; "
         "0 trains on everything without validation (default 0.1)",
     )
-    t.add_argument("--patience", type=int_in(1, MAX_EPOCHS), default=5,
-                   help=f"epochs without better validation recall before stopping, at most {MAX_EPOCHS}")
-    t.add_argument("--augment", type=int_in(0, MAX_AUGMENT), default=0,
-                   help=f"self-reflective augmentation proposals (synthetic), at most {MAX_AUGMENT}")
+    t.add_argument("--patience", type=int_in(1, lim.MAX_EPOCHS), default=5,
+                   help=f"epochs without better validation recall before stopping, at most {lim.MAX_EPOCHS}")
+    t.add_argument("--augment", type=int_in(0, lim.MAX_AUGMENT), default=0,
+                   help=f"self-reflective augmentation proposals (synthetic), at most {lim.MAX_AUGMENT}")
     t.add_argument("--no-descriptions", action="store_true")
     t.add_argument(
         "--request-emphasis", type=float_in(0.0, 50.0), default=0.0,
@@ -131,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"(frozen, token grid cached per image) (default {DEFAULT_IMAGE_ENCODER})",
     )
     t.add_argument(
-        "--fine-tune-blocks", type=int_in(0, NUM_BLOCKS), default=0,
+        "--fine-tune-blocks", type=int_in(0, lim.NUM_BLOCKS), default=0,
         help="with --image-encoder efficientnet-lite0: fine-tune its last N MBConv blocks (0 = frozen; "
         "N >= 9 so that the token grid of block 7 changes)",
     )
@@ -160,11 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--split", default="test", choices=("train", "val", "test"))
     i.add_argument("--kind", default="flat", choices=INDEX_KINDS,
                    help="flat: exact; ivf / hnsw: approximate; ivfpq: compressed codes (default flat)")
-    i.add_argument("--nlist", type=int_in(1, MAX_NLIST), default=64, help=f"IVF cells, at most {MAX_NLIST} (default 64)")
-    i.add_argument("--nprobe", type=int_in(1, MAX_NLIST), default=16, help="IVF cells searched per query")
+    i.add_argument("--nlist", type=int_in(1, lim.MAX_NLIST), default=64, help=f"IVF cells, at most {lim.MAX_NLIST} (default 64)")
+    i.add_argument("--nprobe", type=int_in(1, lim.MAX_NLIST), default=16, help="IVF cells searched per query")
     i.add_argument("--pq-m", type=nonneg_int, default=0,
                    help="ivfpq: bytes per item (divides the embedding width; 0 = width / 8)")
-    i.add_argument("--rerank", type=int_in(0, MAX_K), default=0,
+    i.add_argument("--rerank", type=int_in(0, lim.MAX_K), default=0,
                    help="ivfpq: re-score the top rerank*k candidates exactly from stored floats (0 = off)")
     i.add_argument("--batch-size", type=int_in(1, 65_536), default=256, help="images embedded per batch")
     i.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -179,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--image", required=True, help="reference image file")
     s.add_argument("--text", required=True, help="modification text")
     s.add_argument("--description", default=None, help="reference item description (optional)")
-    s.add_argument("--k", type=int_in(1, MAX_K), default=10, help=f"results, at most {MAX_K} (default 10)")
+    s.add_argument("--k", type=int_in(1, lim.MAX_K), default=10, help=f"results, at most {lim.MAX_K} (default 10)")
     s.add_argument("--json", action="store_true", help="print the results as one JSON object")
     s.set_defaults(fn=cmd_search)
 
@@ -201,9 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--root", default=None, help="benchmark root (built into --out when absent)")
     bn.add_argument("--out", default="runs/retrieval_bench")
     _model_size_arg(bn, "every trained method (the baselines matched to it)")
-    bn.add_argument("--phase1-epochs", type=epochs_int, default=1, help=f"at most {MAX_EPOCHS} (default 1)")
-    bn.add_argument("--phase2-epochs", type=epochs_int, default=3, help=f"at most {MAX_EPOCHS} (default 3)")
-    bn.add_argument("--augment", type=int_in(0, MAX_AUGMENT), default=800, help=f"at most {MAX_AUGMENT} (default 800)")
+    bn.add_argument("--phase1-epochs", type=lim.epochs_int, default=1, help=f"at most {lim.MAX_EPOCHS} (default 1)")
+    bn.add_argument("--phase2-epochs", type=lim.epochs_int, default=3, help=f"at most {lim.MAX_EPOCHS} (default 3)")
+    bn.add_argument("--augment", type=int_in(0, lim.MAX_AUGMENT), default=800, help=f"at most {lim.MAX_AUGMENT} (default 800)")
     bn.add_argument("--variants", nargs="+", choices=("controlled", "confounded"),
                     default=["controlled", "confounded"])
     bn.add_argument(
@@ -211,17 +197,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="subset of methods (default: all): moa3cir no-aug no-desc no-moa3 no-routing "
         "single-phase combiner sum image-only text-only raw-pixel",
     )
-    bn.add_argument("--feature-threads", nargs="+", type=int_in(1, MAX_THREADS), default=[1],
-                    help=f"torch threads of the features suite, at most {MAX_THREADS}")
-    bn.add_argument("--search-n", type=int_in(1, MAX_SEARCH_N), default=1_000_000,
-                    help=f"search benchmark gallery size, at most {MAX_SEARCH_N:,}; its memory estimate must fit "
+    bn.add_argument("--feature-threads", nargs="+", type=int_in(1, lim.MAX_THREADS), default=[1],
+                    help=f"torch threads of the features suite, at most {lim.MAX_THREADS}")
+    bn.add_argument("--search-n", type=int_in(1, lim.MAX_SEARCH_N), default=1_000_000,
+                    help=f"search benchmark gallery size, at most {lim.MAX_SEARCH_N:,}; its memory estimate must fit "
                     "this machine's RAM unless --force (default 1,000,000)")
-    bn.add_argument("--search-queries", type=int_in(1, MAX_SEARCH_QUERIES), default=1000,
-                    help=f"search benchmark queries, at most {MAX_SEARCH_QUERIES:,} (default 1000)")
+    bn.add_argument("--search-queries", type=int_in(1, lim.MAX_SEARCH_QUERIES), default=1000,
+                    help=f"search benchmark queries, at most {lim.MAX_SEARCH_QUERIES:,} (default 1000)")
     bn.add_argument("--search-methods", nargs="+", choices=("numpy", "ivf", "ivfpq", "hnsw"),
                     default=["numpy", "ivf", "ivfpq"], help="beside exact faiss search (default numpy ivf ivfpq)")
-    bn.add_argument("--search-threads", type=int_in(1, MAX_THREADS), default=1,
-                    help=f"threads for both NumPy (BLAS) and faiss, at most {MAX_THREADS} (default 1)")
+    bn.add_argument("--search-threads", type=int_in(1, lim.MAX_THREADS), default=1,
+                    help=f"threads for both NumPy (BLAS) and faiss, at most {lim.MAX_THREADS} (default 1)")
     add_force_arg(bn, "run the search suite even when its memory estimate exceeds this machine's RAM")
     bn.add_argument(
         "--image-encoders", nargs="+", choices=IMAGE_ENCODERS, default=list(IMAGE_ENCODERS),
@@ -241,12 +227,6 @@ def _torch_threads() -> None:
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 
-def _load(args, split):
-    from .data import load_dataset
-
-    return load_dataset(args.dataset, Path(args.root), split, args.variant)
-
-
 def cmd_build_data(args) -> int:
     from .synth import PRESETS, build_benchmark
 
@@ -258,6 +238,8 @@ def cmd_build_data(args) -> int:
 
 def cmd_train(args) -> int:
     _torch_threads()
+    from .catalog import read_catalog, read_triplets
+    from .data import load_dataset
     from .registry import build_model, save_model
     from .train import TrainConfig, fit
 
@@ -285,12 +267,10 @@ def cmd_train(args) -> int:
     except ValueError as exc:
         raise InputError(str(exc)) from exc
     if args.triplets:
-        from .catalog import read_catalog, read_triplets
-
         split = read_triplets(Path(args.triplets), read_catalog(Path(args.catalog)))
         print(f"training on {len(split.triplets)} triplets over {len(split.ids)} catalogue items")
     else:
-        split = _load(args, "train")
+        split = load_dataset(args.dataset, Path(args.root), "train", args.variant)
     if args.augment:
         if args.dataset != "synthetic" or args.triplets:
             raise InputError("--augment needs the synthetic benchmark (attribute labels)")
@@ -313,6 +293,7 @@ def cmd_train(args) -> int:
 
 def cmd_eval(args) -> int:
     _torch_threads()
+    from .data import load_dataset
     from .embed import embed_gallery, embed_queries
     from .evaluate import evaluate_split
     from .features import prepare_features
@@ -320,7 +301,7 @@ def cmd_eval(args) -> int:
 
     check_outputs(files=[args.out], inputs=[args.root, args.model], overwrite=args.overwrite)
     model, _ = load_model(Path(args.model))
-    split = _load(args, args.split)
+    split = load_dataset(args.dataset, Path(args.root), args.split, args.variant)
     f = prepare_features(split)
     q, _ = embed_queries(model, f, device=args.device)
     metrics = evaluate_split(split, q, embed_gallery(model, f, device=args.device))
@@ -332,36 +313,9 @@ def cmd_eval(args) -> int:
 
 def cmd_index(args) -> int:
     _torch_threads()
-    modes = [m for m in ("root", "catalog", "add", "remove") if getattr(args, m)]
-    if len(modes) != 1:
-        raise InputError("give exactly one of --root (a dataset split), --catalog (a new catalogue index), "
-                         "--add FILE or --remove ID... (update the index at --out)")
-    if modes[0] != "root":
-        from .catalog_cli import index_catalog
+    from .catalog_cli import index_catalog
 
-        return index_catalog(args, modes[0])
-    from .embed import embed_gallery
-    from .features import prepare_features
-    from .index import GalleryIndex
-    from .registry import load_model
-
-    if not args.model:
-        raise InputError("--root needs --model (the checkpoint that embeds the gallery)")
-    check_outputs(dirs=[args.out], inputs=[args.root, args.model], overwrite=args.overwrite)
-    model, _ = load_model(Path(args.model))
-    split = _load(args, args.split)
-    if args.kind in ("ivf", "ivfpq") and args.nlist > len(split.ids):
-        raise InputError(f"--nlist {args.nlist} exceeds the {len(split.ids)} items of the {args.split} gallery")
-    emb = embed_gallery(model, prepare_features(split), device=args.device)
-    idx = GalleryIndex(emb.shape[1], args.kind, nlist=args.nlist, nprobe=args.nprobe, pq_m=args.pq_m,
-                       rerank=args.rerank)
-    idx.add(emb, split.ids)
-    idx.save(Path(args.out))
-    meta = {"dataset": args.dataset, "root": str(Path(args.root).resolve()), "variant": args.variant,
-            "split": args.split}
-    write_json(Path(args.out) / "source.json", meta)
-    print(f"indexed {len(idx)} items into {args.out}")
-    return 0
+    return index_catalog(args)
 
 
 def cmd_search(args) -> int:
@@ -399,7 +353,7 @@ def cmd_bench(args) -> int:
     suites = set(args.suite)
     check_precision(args.precision, resolve_device(args.device))
     if "search" in suites:
-        check_search_memory(args.search_n, args.search_queries, args.force)
+        lim.check_search_memory(args.search_n, args.search_queries, args.force)
     methods = resolve_methods(args.methods)
     out = Path(args.out)
     rows, search_rows, feature_rows, size_rows = None, None, None, None

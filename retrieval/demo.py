@@ -48,16 +48,12 @@ class DemoEngine:
     """A loaded model and its indexed gallery (a ``CIRSplit`` with descriptions)."""
 
     def __init__(self, model_dir: str | Path, gallery):
-        from .embed import embed_gallery
-        from .features import prepare_features
-        from .index import GalleryIndex
+        from .catalog_index import split_index
         from .registry import load_model
 
         self.model, _ = load_model(model_dir)
         self.split = gallery
-        emb = embed_gallery(self.model, prepare_features(self.split))
-        self.index = GalleryIndex(emb.shape[1], "flat")
-        self.index.add(emb, self.split.ids)
+        self.index = split_index(self.model, self.split)
         self.picks = self.split.ids[:: max(1, len(self.split.ids) // PICKS)][:PICKS]
 
     def query(self, image: np.ndarray, text: str, description: str | None, k: int = 10):
