@@ -1,7 +1,11 @@
 """Export generated or dataset shapes: per-part coloured meshes (.glb/.ply/.obj) and PNG previews.
 
-Generated parts are point clouds; each becomes a mesh via its convex hull (the procedural parts
-are convex primitives), falling back to its bounding box when the hull is degenerate.
+Generated parts are point clouds; each becomes a mesh (``points_to_mesh``) by its alpha shape
+(open3d; ``alpha = ALPHA_SCALE`` × the cloud's bounding-box diagonal, chosen on validation parts of
+the Sweet Home 3D furniture: ``experiments/generation3d/mesher_choice.py``), which keeps a part's
+holes and concavities (four legs in one part stay apart), falling back to its convex hull and then
+to its bounding box when a cloud is too flat or too small for either. (Relative to the point spacing
+instead, alpha shapes tore the generated clouds, whose points clump, into fragments.)
 """
 
 from __future__ import annotations
@@ -26,11 +30,47 @@ def part_colours(n: int) -> np.ndarray:
     return (np.array([cmap(i % 20) for i in range(n)]) * 255).astype(np.uint8)
 
 
-def points_to_mesh(points: np.ndarray, box: np.ndarray | None = None) -> trimesh.Trimesh:
-    """Convex hull of a part cloud ``(M, 3)``; its box ``(6,)`` (or the cloud's AABB) if degenerate."""
+#: alpha of the alpha shapes in units of the cloud's bounding-box diagonal
+ALPHA_SCALE = 0.2
+MESHERS = ("alpha", "hull")
+
+
+def alpha_shape(points: np.ndarray, scale: float = ALPHA_SCALE) -> trimesh.Trimesh | None:
+    """The alpha shape of a cloud ``(M, 3)`` (open3d) at ``alpha = scale`` × its bounding-box
+    diagonal, or None when it has no faces (a flat or tiny cloud)."""
+    import open3d as o3d
+
+    if len(points) < 4:
+        return None
+    diagonal = float(np.linalg.norm(points.max(0) - points.min(0)))
+    if not diagonal > 0:
+        return None
+    o3d.utility.set_verbosity_level(o3d.utility.VerbosityLevel.Error)  # an empty shape is handled below
+    cloud = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(points))
+    try:
+        mesh = o3d.geometry.TriangleMesh.create_from_point_cloud_alpha_shape(cloud, scale * diagonal)
+    except RuntimeError:  # qhull on flat input
+        return None
+    # exported meshes are read back as parts (``meshes.check_mesh``): no edge of more than two faces
+    mesh.remove_non_manifold_edges()
+    mesh.remove_unreferenced_vertices()
+    faces = np.asarray(mesh.triangles)
+    if len(faces) == 0:
+        return None
+    return trimesh.Trimesh(np.asarray(mesh.vertices), faces, process=False)
+
+
+def points_to_mesh(points: np.ndarray, box: np.ndarray | None = None, mesher: str = "alpha") -> trimesh.Trimesh:
+    """A part cloud ``(M, 3)`` as a mesh: its alpha shape (``mesher="alpha"``) or convex hull
+    (``"hull"``); the hull when the alpha shape is empty, its box ``(6,)`` (or the cloud's AABB) when
+    the hull is degenerate too."""
     pts = np.asarray(points, dtype=np.float64)
     if len(pts) == 0:
         raise InputError("cannot mesh a part with no points")
+    if mesher not in MESHERS:
+        raise InputError(f"unknown mesher {mesher!r}; choose from {', '.join(MESHERS)}")
+    if mesher == "alpha" and (shape := alpha_shape(pts)) is not None:
+        return shape
     try:
         hull = trimesh.convex.convex_hull(pts)
         if hull.volume > 1e-12 and len(hull.faces) >= 4:
@@ -45,12 +85,12 @@ def points_to_mesh(points: np.ndarray, box: np.ndarray | None = None) -> trimesh
     return m
 
 
-def shape_meshes(points: np.ndarray, boxes: np.ndarray | None = None) -> list[trimesh.Trimesh]:
-    """One coloured mesh per part from ``points (P, M, 3)``."""
+def shape_meshes(points: np.ndarray, boxes: np.ndarray | None = None, mesher: str = "alpha") -> list[trimesh.Trimesh]:
+    """One coloured mesh per part from ``points (P, M, 3)`` (``points_to_mesh``)."""
     colours = part_colours(len(points))
     meshes = []
     for i, pts in enumerate(points):
-        m = points_to_mesh(pts, None if boxes is None else boxes[i])
+        m = points_to_mesh(pts, None if boxes is None else boxes[i], mesher)
         m.visual.face_colors = np.tile(colours[i], (len(m.faces), 1))
         meshes.append(m)
     return meshes
