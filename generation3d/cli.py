@@ -11,9 +11,6 @@ subcommand in generation3d/README.md.
     moca train --data-dir data/parts --ae runs/ae --model-size S --device cuda --precision bf16-mixed --out runs/s
     moca bench --suite attention --parts 8,16,32,64,128,256 --out results/bench
     moca bench --suite sizes --out docs/results/generation3d/sizes.json
-
-Why over 400 lines: one parser with eight subcommands and their thin handlers, kept together so
-every option and its bound (``limits.py``) reads in one place.
 """
 
 from __future__ import annotations
@@ -121,80 +118,6 @@ def cmd_train_ae(a) -> int:
     return 0
 
 
-# moca train's defaults without --preset (a preset's recipe sets its own)
-TRAIN_STEPS = 2000
-CHECKPOINT_EVERY = 100  # steps between full training states (what --resume continues from)
-SNAPSHOT_EVERY = 0  # steps between kept pipelines (0: none)
-
-
-def _check_train_flags(a) -> None:
-    """The option combinations ``moca train`` refuses."""
-    if a.model_size and (a.d_model or a.layers):
-        raise InputError("--model-size sets the width and depth; omit --d-model and --layers")
-    if a.resume and a.overwrite:
-        raise InputError("--resume continues the run in --out; --overwrite would replace it (choose one)")
-    if a.preset and (a.ae or a.data_dir):
-        raise InputError(f"--preset {a.preset} builds its own data and autoencoder; omit --ae and --data-dir")
-    if not a.preset and not a.ae:
-        raise InputError("--ae is required (a `moca train-ae` directory), or train everything with --preset demo")
-    if not a.preset and a.ae_steps is not None:
-        raise InputError("--ae-steps applies to --preset only (otherwise train the autoencoder with `moca train-ae`)")
-
-
-def _train_out(a) -> Path:
-    """The run directory, checked writable (``--overwrite`` / ``--resume``)."""
-    if a.preset:
-        from generation3d.preset import demo_real_model_dir
-
-        out = Path(a.out) if a.out else demo_real_model_dir() if a.preset == "demo" else Path(
-            f"runs/{a.preset}_{a.attention}")
-        check_outputs(dirs=[out], overwrite=a.overwrite or a.resume)
-    else:
-        out = Path(a.out or f"runs/{a.attention}")
-        check_outputs(dirs=[out], inputs=[_data_dir(a), a.ae], overwrite=a.overwrite or a.resume)
-    return out
-
-
-def _train_schedule(a, recipe: dict, out: Path) -> tuple[int, int, int]:
-    """``(steps, checkpoint_every, snapshot_every)``: the options, else the recipe's, else the defaults."""
-    steps = a.steps or recipe.get("steps", TRAIN_STEPS)
-    every = a.checkpoint_every if a.checkpoint_every is not None else recipe.get("checkpoint_every", CHECKPOINT_EVERY)
-    snapshot_every = a.snapshot_every if a.snapshot_every is not None else recipe.get("snapshot_every", SNAPSHOT_EVERY)
-    if a.resume and not every:
-        raise InputError("--resume needs --checkpoint-every > 0 (the full state is saved that often)")
-    if a.resume and (out / "generator").is_dir() and not (out / "checkpoints" / "last.ckpt").is_file():
-        raise InputError(f"{out} holds a trained generator but no training state to resume; "
-                         "choose a new --out (or --overwrite without --resume to replace it)")
-    lim.check_steps(steps, a.force)
-    if a.ae_steps is not None:
-        lim.check_steps(a.ae_steps, a.force, "--ae-steps")
-    return steps, every, snapshot_every
-
-
-def _train_inputs(a, size, width: int, depth: int, out: Path):
-    """``(dataset, autoencoder, preset info)``: a preset's (built or reused in ``out``) or the given ones."""
-    if a.preset:
-        from generation3d.preset import preset_data_and_autoencoder
-
-        lim.check_generator_memory(width, depth, size.n_heads, a.max_parts, size.tokens_per_part, a.force)
-        ds, ae, info = preset_data_and_autoencoder(a.preset, out, seed=a.seed, max_parts=a.max_parts,
-                                                   ae_steps=a.ae_steps, tokens_per_part=size.tokens_per_part,
-                                                   device=a.device, precision=a.precision, reuse=a.resume)
-        print(f"autoencoder: test part CD (squared) {info['ae_test']['ae_cd']:.5f}, "
-              f"F@{info['ae_test']['tau']} {info['ae_test']['ae_fscore']:.3f}")
-        return ds, ae, info
-    from generation3d.data import PartDataset
-    from generation3d.sampling import load_autoencoder
-
-    ds, ae = PartDataset.load(_data_dir(a)), load_autoencoder(a.ae)
-    if a.model_size and ae.config.n_latents != size.tokens_per_part:
-        raise InputError(f"--model-size {a.model_size} has T = {size.tokens_per_part} tokens per part but the "
-                         f"autoencoder {a.ae} has {ae.config.n_latents}; train one with "
-                         f"`moca train-ae --latents {size.tokens_per_part}`")
-    lim.check_generator_memory(width, depth, size.n_heads, a.max_parts, ae.config.n_latents, a.force)
-    return ds, ae, {}
-
-
 def cmd_train(a) -> int:
     import torch
 
@@ -202,15 +125,16 @@ def cmd_train(a) -> int:
     from generation3d.model import GenConfig
     from generation3d.preset import preset_recipe
     from generation3d.train import train_pipeline
+    from generation3d.training_run import check_options, run_dir, run_inputs, schedule
 
-    _check_train_flags(a)
+    check_options(a)
     size = MODEL_SIZES.lookup(a.model_size)
     recipe = preset_recipe(a.preset) if a.preset else {}
-    out = _train_out(a)
-    steps, every, snapshot_every = _train_schedule(a, recipe, out)
+    out = run_dir(a, data_dir=_data_dir(a))
+    steps, every, snapshot_every = schedule(a, recipe, out)
     torch.set_num_threads(a.threads)
     width, depth = a.d_model or size.d_model, a.layers or size.n_layers
-    ds, ae, info = _train_inputs(a, size, width, depth, out)
+    ds, ae, info = run_inputs(a, size, width, depth, out, data_dir=_data_dir(a))
     cfg = GenConfig(n_latents=ae.config.n_latents, d_latent=ae.config.d_latent, max_parts=a.max_parts,
                     d_model=width, n_layers=depth, n_heads=size.n_heads, attention=a.attention, top_k=a.top_k,
                     n_compressed=a.compressed, router_distill=a.router_distill, dense_warmup=a.dense_warmup)
