@@ -8,9 +8,8 @@ subcommand in generation3d/README.md.
     moca train --preset furniture --attention moca --out runs/ship/moca --resume   # the shipped recipe
     moca sample --ckpt runs/moca --category chair --parts 12 --out chair.glb
     moca eval --ckpt runs/moca --data-dir data/parts --n 32 --out runs/moca/eval.json   # + category fidelity
-    moca train --data-dir data/parts --ae runs/ae --model-size S --device cuda --precision bf16-mixed --out runs/s
+    moca eval --ckpt moca-furniture --data-dir DIR --diversity   # spread, copies, final-mesh COV / MMD / 1-NNA
     moca bench --suite attention --parts 8,16,32,64,128,256 --out results/bench
-    moca bench --suite sizes --out docs/results/generation3d/sizes.json
 """
 
 from __future__ import annotations
@@ -40,14 +39,11 @@ from generation3d.model import MODEL_SIZES  # noqa: E402
 from generation3d.render import RENDERERS  # noqa: E402
 
 
-def default_data_dir() -> Path:
+def _data_dir(a) -> Path:
+    """``--data-dir``, else the cache's ``generation3d/parts``."""
     from common.data_dir import cache_dir
 
-    return cache_dir("generation3d") / "parts"
-
-
-def _data_dir(a) -> Path:
-    return Path(a.data_dir) if a.data_dir else default_data_dir()
+    return Path(a.data_dir) if a.data_dir else cache_dir("generation3d") / "parts"
 
 
 def cmd_build_data(a) -> int:
@@ -189,6 +185,7 @@ def cmd_eval(a) -> int:
     from common.io import write_json
     from common.report import markdown_table
     from generation3d.data import PartDataset
+    from generation3d.diversity import diversity_report, summary_line
     from generation3d.evaluate import evaluate_generator
     from generation3d.sampling import MoCAPipeline
 
@@ -202,6 +199,9 @@ def cmd_eval(a) -> int:
     cols = ["attention", "cd", "fscore", "part_cd", "part_fscore", "coverage", "mmd", "1nna", "part_count_acc",
             "pen_gen", "pen_ref", "outside_gen", "outside_ref", "n_shapes"]
     print(markdown_table([res], cols + ([] if a.no_fidelity else ["fidelity", "fidelity_real", "classifier_test_acc"])))
+    if a.diversity:  # generation3d.diversity
+        res["diversity"] = diversity_report(pipe, ds, n_shapes=a.n, steps=a.steps)
+        print(summary_line(res["diversity"]))
     if a.out:
         write_json(a.out, res)
     return 0
@@ -355,9 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text", action="store_true", help="also condition on each test shape's description")
     p.add_argument("--split", default="test", choices=["test", "val"],
                    help="shapes to compare with (val: choose sampling settings without the test shapes)")
-    p.add_argument("--no-fidelity", action="store_true",
-                   help="skip category fidelity (its classifier is trained on the dataset's training shapes "
-                        "on first use and cached)")
+    p.add_argument("--no-fidelity", action="store_true", help="skip category fidelity (its classifier is trained on "
+                   "the dataset's training shapes on first use and cached)")
+    p.add_argument("--diversity", action="store_true", help="also spread, copies and final-mesh COV / MMD / 1-NNA "
+                   "(generation3d.diversity)")
     add_force_arg(p, f"run more than {lim.EVAL_PASSES_WITHOUT_FORCE} generator passes (--n x --steps)")
     add_device_arg(p)
     p.set_defaults(fn=cmd_eval)

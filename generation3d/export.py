@@ -32,6 +32,8 @@ def part_colours(n: int) -> np.ndarray:
 
 #: alpha of the alpha shapes in units of the cloud's bounding-box diagonal
 ALPHA_SCALE = 0.2
+#: a cloud whose thinnest direction spreads less than this fraction of its widest is flat (no volume)
+FLAT = 1e-6
 MESHERS = ("alpha", "hull")
 
 
@@ -43,7 +45,8 @@ def alpha_shape(points: np.ndarray, scale: float = ALPHA_SCALE) -> trimesh.Trime
     if len(points) < 4:
         return None
     diagonal = float(np.linalg.norm(points.max(0) - points.min(0)))
-    if not diagonal > 0:
+    spread = np.linalg.svd(points - points.mean(0), compute_uv=False)
+    if not diagonal > 0 or spread[-1] <= FLAT * spread[0]:  # flat: qhull would only warn and fail
         return None
     o3d.utility.set_verbosity_level(o3d.utility.VerbosityLevel.Error)  # an empty shape is handled below
     cloud = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(points))
