@@ -131,16 +131,3 @@ def summarize(stream, completed: np.ndarray, routes: np.ndarray | None, run=None
         row["us_per_sample"] = run.time_per_sample_s * 1e6
         row["memory_bytes"] = run.memory_bytes
     return row
-
-
-def mean_ci(values, confidence: float = 0.95) -> tuple[float, float]:
-    """Mean and half-width of the t-based confidence interval (NaNs dropped)."""
-    from scipy import stats
-
-    v = np.asarray([x for x in values if np.isfinite(x)], float)
-    if v.size == 0:
-        return float("nan"), float("nan")
-    if v.size == 1:
-        return float(v[0]), 0.0
-    half = stats.t.ppf(0.5 + confidence / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size)
-    return float(v.mean()), float(half)

@@ -103,20 +103,6 @@ class StateComponent:
             setattr(self, name, value)
 
 
-def state_equal(a: StateComponent, b: StateComponent) -> list[str]:
-    """Names of the fields where two components differ (arrays by value, dtype and shape)."""
-
-    def same(x, y) -> bool:
-        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
-            return (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.dtype == y.dtype
-                    and np.array_equal(x, y))
-        if isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)):
-            return type(x) is type(y) and len(x) == len(y) and all(same(u, v) for u, v in zip(x, y, strict=True))
-        return type(x) is type(y) and x == y
-
-    return [n for n in a.field_names() if not same(getattr(a, n), getattr(b, n))]
-
-
 class ComponentState:
     """Mixin of a model whose whole state is ``StateComponent``s: the class attribute ``COMPONENTS``
     (checkpoint name -> class), each held in the attribute ``<name>_``. Gives the components, their

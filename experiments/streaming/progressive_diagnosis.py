@@ -15,9 +15,9 @@ import argparse
 
 import numpy as np
 
-from streaming.harness import limit_threads
 from experiments.streaming.ratings import load_ratings
 from experiments.streaming.recommend import MoSAICRecommender
+from streaming.harness import limit_threads
 
 
 def main() -> None:

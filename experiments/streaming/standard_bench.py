@@ -93,6 +93,19 @@ def run_trial(
     return rows, curves
 
 
+def mean_ci(values, confidence: float = 0.95) -> tuple[float, float]:
+    """Mean and half-width of the t-based confidence interval (NaNs dropped)."""
+    from scipy import stats
+
+    v = np.asarray([x for x in values if np.isfinite(x)], float)
+    if v.size == 0:
+        return float("nan"), float("nan")
+    if v.size == 1:
+        return float(v[0]), 0.0
+    half = stats.t.ppf(0.5 + confidence / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size)
+    return float(v.mean()), float(half)
+
+
 def _trial_star(args):
     return run_trial(*args)
 
@@ -136,7 +149,6 @@ def fashion_trial(seed: int = 0, quick: bool = False, K_r: tuple[int, int] = (5,
 
 def aggregate(rows: list[dict]) -> list[dict]:
     """Mean ± 95% CI over seeds for each (config, drift, method)."""
-    from streaming.evaluate import mean_ci
 
     keys = sorted({(r["config"], r["drift"], r["method"]) for r in rows}, key=lambda k: (k[0], k[1], METHODS.index(k[2]) if k[2] in METHODS else 99))
     out = []
