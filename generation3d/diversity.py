@@ -25,7 +25,7 @@ import numpy as np
 import trimesh
 
 from common.errors import DataError
-from generation3d.data import CATEGORIES
+from generation3d.data import CATEGORIES, SPLITS
 from generation3d.evaluate import pairwise_chamfer, set_metrics
 from generation3d.export import shape_meshes
 from generation3d.geometry import shape_cloud
@@ -69,8 +69,9 @@ def spread_and_copies(pipe, ds, seeds: int = SEEDS, steps: int = 25, n_points: i
         c = CATEGORIES.index(cat)
         samples = [pipe.sample(cat, parts, seed=s, steps=steps)[0] for s in range(seeds)]
         gen = [mesh_cloud(g.points, g.boxes, n_points, 0) for g in samples]  # one surface sampling: equal shapes, equal clouds
-        real = _meshed_clouds(ds, np.nonzero(ds.category == c)[0], n_points)
-        train = _meshed_clouds(ds, [i for i in ds.shape_ids("train") if ds.category[i] == c], n_points)
+        ids = np.nonzero(ds.category == c)[0]
+        real = _meshed_clouds(ds, ids, n_points)
+        train = [cloud for i, cloud in zip(ids, real, strict=True) if ds.split[i] == SPLITS["train"]]
         near = np.sort(pairwise_chamfer(gen, train), axis=1)
         nn_ratio = near[:, 0] / np.maximum(near[:, 1], 1e-12) if near.shape[1] > 1 else np.full(len(gen), np.nan)
         spread, real_spread = _mean_offdiagonal(pairwise_chamfer(gen, gen)), _mean_offdiagonal(pairwise_chamfer(real, real))

@@ -133,12 +133,14 @@ def stream_model(model, stream, epochs: str) -> tuple[np.ndarray, float]:
 
 
 def group_stream(family: str, obs_frac: float, spec: str, seed: int):
-    """The stream of a (family, obs_frac, seed) group and the model's ``(K, r)`` for ``spec``."""
+    """``(stream, its StreamConfig, K, r)``: the stream of a (family, obs_frac, seed) group and the
+    model's ``(K, r)`` for ``spec``."""
     from streaming.data import generate_stream
 
     n, r_true, K_true = SHAPE
     dK, dr = SPECS[spec]
-    return generate_stream(stream_config(family, obs_frac, seed)), K_true + dK, r_true + dr
+    cfg = stream_config(family, obs_frac, seed)
+    return generate_stream(cfg), cfg, K_true + dK, r_true + dr
 
 
 def run_group(family: str, obs_frac: float, spec: str, seed_index: int, seed: int, epoch_settings=EPOCH_INFO,
@@ -151,7 +153,7 @@ def run_group(family: str, obs_frac: float, spec: str, seed_index: int, seed: in
     from streaming.model import MoSAIC
 
     limit_threads()
-    stream, K, r = group_stream(family, obs_frac, spec, seed)
+    stream, cfg, K, r = group_stream(family, obs_frac, spec, seed)
     n = SHAPE[0]
     t0 = time.perf_counter()
     mosaic = MoSAIC(r, K, seed=seed_index).to(device).fit(stream.source_values)
@@ -160,8 +162,8 @@ def run_group(family: str, obs_frac: float, spec: str, seed_index: int, seed: in
             "grouse": stream_model(Grouse(n, r, seed=seed_index), stream, "withheld"),
             "petrels": stream_model(Petrels(n, r, seed=seed_index), stream, "withheld")}
     # the MAP ridge σ² r / n is relative to the coefficients' variance: the same at any data scale
-    oracle = oracle_completion(stream.values, stream.labels, stream.epoch, stream.bases,
-                               stream_config(family, obs_frac, seed).noise_std, stream.sample_bases)
+    oracle = oracle_completion(stream.values, stream.labels, stream.epoch, stream.bases, cfg.noise_std,
+                               stream.sample_bases)
     once["oracle"] = (oracle, float("nan"))
     rows: list[dict] = []
     for epochs in epoch_settings:

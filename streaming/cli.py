@@ -197,10 +197,10 @@ def cmd_eval(a: argparse.Namespace) -> int:
 
 def cmd_data(a: argparse.Namespace) -> int:
     from streaming.data import save_stream
-    from streaming.movielens import build_stream, load_movielens
+    from streaming.movielens import MOVIELENS_ROWS, build_stream, load_movielens
 
     check_outputs(files=[a.out], overwrite=a.overwrite)
-    ratings = load_movielens(a.data_dir, expected_rows=None if a.data_dir else 100_004)
+    ratings = load_movielens(a.data_dir, expected_rows=None if a.data_dir else MOVIELENS_ROWS)
     stream = build_stream(ratings, movies=a.movies, holdout=a.holdout, source_users=a.source_users, seed=a.seed)
     save_stream(a.out, stream)
     observed, held = int((~np.isnan(stream.values)).sum()), int((~np.isnan(stream.heldout)).sum())

@@ -73,7 +73,7 @@ class HyperParameters:
     """Mixin of ``streaming.model.MoSAIC``: the fixed hyper-parameters (``MoSAICConfig``'s defaults,
     chosen on the tuning seeds) as class attributes, and the whole set as a validated ``MoSAICConfig``."""
 
-    eta_min: float = MoSAICConfig.eta_min  # capped at eta0
+    eta_min: float = MoSAICConfig.eta_min  # capped at eta0 (``step_floor``)
     drift_floor: float = MoSAICConfig.drift_floor
     schedule: str = MoSAICConfig.schedule
     detect: bool = MoSAICConfig.detect
@@ -88,8 +88,13 @@ class HyperParameters:
     def hyper_parameters(self) -> dict:
         """Every hyper-parameter (``MoSAICConfig``'s fields but ``n``): the constructor's and the fixed ones."""
         values = {f.name: getattr(self, f.name) for f in fields(MoSAICConfig) if f.name != "n"}
-        values["eta_min"] = min(self.eta_min, self.eta0)
+        values["eta_min"] = self.step_floor
         return values
+
+    @property
+    def step_floor(self) -> float:
+        """The floor of the sublinear step: ``eta_min``, capped at ``eta0``."""
+        return min(self.eta_min, self.eta0)
 
     @property
     def config(self) -> MoSAICConfig:

@@ -310,8 +310,7 @@ class MoSAIC(HyperParameters, ChangeDetection, ComponentState, PretrainedMixin, 
         level = float(stats.level[k])
         if self.epochs_.pending[k]:
             self.epochs_.check(k, s, stats.level_slow[k], steps)
-        eta = steps.step_size(k, self.schedule, self.eta0, min(self.eta_min, self.eta0), self.r, self.drift_floor,
-                              level)
+        eta = steps.step_size(k, self.schedule, self.eta0, self.step_floor, self.r, self.drift_floor, level)
         U = self.bank_.bases[k]
         grouse_step(U, idx, xo, wk, eta, p=p)
         t = steps.t[k] + 1.0

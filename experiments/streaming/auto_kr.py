@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         raise InputError(f"--seeds {a.seeds}: there are only {available} {'tuning' if a.tuning else 'test'} seeds")
     if a.resume and not a.json:
         raise InputError("--resume needs --json (the interrupted run's trials are in F.partial.jsonl)")
-    check_outputs(files=[a.json], overwrite=a.overwrite or a.resume)
+    check_outputs(files=[a.json], overwrite=a.overwrite)
     limit_threads()
     run_auto_kr(a.json, families=a.families, obs_fracs=a.obs_fracs, seeds=a.seeds, tuning=a.tuning,
                 command="python -m experiments.streaming.auto_kr " + " ".join(argv if argv is not None else sys.argv[1:]),

@@ -184,11 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true")
     add_device_arg(p)
     a = p.parse_args(argv)
-    check_outputs(files=[a.out, a.write_stream], overwrite=a.overwrite)
+    check_outputs(files=[a.out, a.write_stream], inputs=[] if a.input == "movielens" else [a.input],
+                  overwrite=a.overwrite)
     if a.input == "movielens":
-        from streaming.movielens import load_movielens
+        from streaming.movielens import MOVIELENS_ROWS, load_movielens
 
-        stream = from_movielens(load_movielens(a.data_dir, expected_rows=None if a.data_dir else 100_004))
+        stream = from_movielens(load_movielens(a.data_dir, expected_rows=None if a.data_dir else MOVIELENS_ROWS))
     elif a.input.endswith(".csv"):
         stream = read_ratings_csv(a.input)
     else:

@@ -50,7 +50,7 @@ def extra_rows(args) -> list[dict]:
 
     family, obs_frac, spec, seed_index, seed, epoch_settings, ablations, eta_grid = args
     limit_threads()
-    stream, K, r = group_stream(family, obs_frac, spec, seed)
+    stream, _, K, r = group_stream(family, obs_frac, spec, seed)
     mosaic = MoSAIC(r, K, seed=seed_index).fit(stream.source_values)
     rows = []
     grid = {f"kgrouse_pretrained-eta{eta:g}": stream_model(KGrouse.from_mosaic(mosaic, eta=eta), stream, "withheld")

@@ -28,7 +28,7 @@ def started(m: MoSAIC, U: np.ndarray) -> MoSAIC:
 
 def step_size(m: MoSAIC, k: int) -> float:
     """Expert ``k``'s next step size."""
-    return m.steps_.step_size(k, m.schedule, m.eta0, min(m.eta_min, m.eta0), m.r, m.drift_floor,
+    return m.steps_.step_size(k, m.schedule, m.eta0, m.step_floor, m.r, m.drift_floor,
                               float(m.expert_stats_.level[k]))
 
 
