@@ -192,6 +192,28 @@ def ship(model, name: str, app_dir: str | os.PathLike, *, command: str, data: st
     return out
 
 
+def add_file(path_dir: str | os.PathLike, file_name: str, source: str | os.PathLike,
+             max_bytes: int | None = None) -> Path:
+    """Copy ``source`` into the shipped model directory ``path_dir`` as ``file_name`` (replacing
+    one of that name) and hash it into the manifest, whose other fields are kept; refuses a
+    directory over ``max_bytes`` (the manifest's, else :data:`MAX_BYTES`)."""
+    out = Path(path_dir)
+    meta = verify(out)
+    if Path(file_name).name != file_name or file_name == MANIFEST:
+        raise ValueError(f"shipped files are plain names other than {MANIFEST}, got {file_name!r}")
+    files = {**meta["files"], file_name: sha256_file(source)}
+    size = sum((out / n).stat().st_size for n in files if n != file_name) + Path(source).stat().st_size
+    limit = max_bytes or meta.get("max_bytes", MAX_BYTES)
+    if size > limit:
+        raise CheckpointError(f"shipped model {out.name} would be {size / 2**20:.1f} MiB, over the "
+                              f"{limit / 2**20:.0f} MiB limit")
+    shutil.copyfile(source, out / file_name)
+    manifest = {**meta, "size_bytes": size, "files": dict(sorted(files.items()))}
+    with atomic_write(out / MANIFEST, "w", encoding="utf-8") as f:
+        f.write(dumps_json(manifest, indent=2) + "\n")
+    return out / file_name
+
+
 def smoke_function(meta: dict[str, Any]):
     """The manifest's ``smoke`` callable (``module:function``: model -> samples)."""
     module, _, func = meta["smoke"].partition(":")

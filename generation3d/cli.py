@@ -4,11 +4,9 @@ subcommand in generation3d/README.md.
     moca build-data --out data/parts --per-category 200 --scenes 8
     moca train-ae --data-dir data/parts --out runs/ae --steps 1500
     moca train --data-dir data/parts --ae runs/ae --attention moca --out runs/moca --steps 2000
-    moca train --preset demo          # real furniture end to end, the model the hub's 3D tab shows
     moca train --preset furniture --attention moca --out runs/ship/moca --resume   # the shipped recipe
-    moca sample --ckpt runs/moca --category chair --parts 12 --out chair.glb
-    moca eval --ckpt runs/moca --data-dir data/parts --n 32 --out runs/moca/eval.json   # + category fidelity
-    moca eval --ckpt moca-furniture --data-dir DIR --diversity   # spread, copies, final-mesh COV / MMD / 1-NNA
+    moca sample --ckpt moca-furniture --category chair --parts 6 --out chair.glb   # real components
+    moca eval --ckpt runs/moca --data-dir data/parts --n 32 --diversity --out runs/moca/eval.json
     moca bench --suite attention --parts 8,16,32,64,128,256 --out results/bench
 """
 
@@ -35,6 +33,7 @@ from common.device import add_device_arg, add_precision_arg  # noqa: E402
 from common.errors import InputError  # noqa: E402
 from common.limits import add_force_arg  # noqa: E402
 from generation3d import limits as lim  # noqa: E402
+from generation3d.library import add_decoder_arg  # noqa: E402
 from generation3d.model import MODEL_SIZES  # noqa: E402
 from generation3d.render import RENDERERS  # noqa: E402
 
@@ -52,16 +51,7 @@ def cmd_build_data(a) -> int:
 
     out = Path(a.out) if a.out else _data_dir(a)
     source = a.source
-    if source not in ("procedural", "sweethome3d", "scenes"):
-        if not Path(source).is_dir():
-            raise InputError(f"--source must be procedural, sweethome3d, scenes or an existing folder; {source!r} is none")
-        if out.resolve().is_relative_to(Path(source).resolve()):
-            raise InputError(f"--out {out} is inside the source folder {source}; choose another path")
-    inputs = [a.furniture_dir] if source in ("sweethome3d", "scenes") else [] if source == "procedural" else [source]
-    if source == "scenes" and not 1 <= a.scene_parts <= a.scene_max_parts:
-        raise InputError(f"--scene-parts ({a.scene_parts}) must not exceed --scene-max-parts ({a.scene_max_parts})")
-    if source == "scenes" and a.scenes < 1:
-        raise InputError("--scenes must be at least 1 for --source scenes")
+    inputs = lim.check_build_options(source, out, a.furniture_dir, a.scenes, a.scene_parts, a.scene_max_parts)
     lim.check_build_memory(source, a.points, per_category=a.per_category, scenes=a.scenes, scene_parts=a.scene_parts,
                            scene_max_parts=a.scene_max_parts, max_parts=a.max_parts, force=a.force)
     check_outputs(dirs=[out], inputs=inputs, overwrite=a.overwrite)
@@ -155,7 +145,9 @@ def cmd_train(a) -> int:
 
 
 def cmd_sample(a) -> int:
-    from generation3d.export import export_meshes, shape_meshes
+    from common.io import write_csv
+    from generation3d.export import export_meshes
+    from generation3d.library import credit_line
     from generation3d.render import render_preview
     from generation3d.sampling import FAR_TEXT_COSINE, MoCAPipeline
     from generation3d.text import check_text
@@ -163,13 +155,18 @@ def cmd_sample(a) -> int:
     out = Path(a.out or "sample.glb")
     if out.suffix.lower() not in (".glb", ".ply", ".obj"):
         raise InputError(f"--out must end in .glb, .ply or .obj, got {out.name!r}")
-    png = out.with_suffix(".png")
-    check_outputs(files=[out, png], inputs=[a.ckpt], overwrite=a.overwrite)
+    png, credits_csv = out.with_suffix(".png"), out.with_name(f"{out.stem}_ATTRIBUTION.csv")
+    check_outputs(files=[out, png, credits_csv], inputs=[a.ckpt], overwrite=a.overwrite)
     text = None if a.text is None else check_text(a.text)
     pipe = MoCAPipeline.load(a.ckpt).to(a.device)
     g = pipe.sample(a.category, a.parts, seed=a.seed, steps=a.steps, guidance=a.guidance, text=text)[0]
-    meshes = shape_meshes(g.points, g.boxes)
+    if a.decoder == "retrieve" and pipe.library is None:
+        print(f"note: {a.ckpt} has no component library (library.npz), so the parts are its decoded points, meshed")
+    meshes, credits = pipe.meshes(g, a.decoder)
     export_meshes(meshes, out)
+    if credits:
+        write_csv(credits_csv, credits)
+        print(credit_line(credits, credits_csv))
     renderer = render_preview(meshes, png, title=f"{a.category}, {a.parts} parts", renderer=a.renderer)
     if text is not None:
         near, sim = pipe.nearest_description(text)
@@ -192,15 +189,15 @@ def cmd_eval(a) -> int:
     lim.check_eval_work(a.n, a.steps, a.force)
     check_outputs(files=[a.out], inputs=[a.ckpt, _data_dir(a)], overwrite=a.overwrite)
     pipe = MoCAPipeline.load(a.ckpt).to(a.device)
-    ds = PartDataset.load(_data_dir(a))
-    res = evaluate_generator(pipe, ds, n_shapes=a.n, seed=a.seed, steps=a.steps,
-                             guidance=a.guidance, use_text=a.text, fidelity=not a.no_fidelity, split=a.split)
+    ds = PartDataset.load(_data_dir(a), with_meshes=a.decoder == "retrieve")
+    res = evaluate_generator(pipe, ds, n_shapes=a.n, seed=a.seed, steps=a.steps, guidance=a.guidance,
+                             use_text=a.text, fidelity=not a.no_fidelity, split=a.split, decoder=a.decoder)
     res["ckpt"] = str(a.ckpt)
     cols = ["attention", "cd", "fscore", "part_cd", "part_fscore", "coverage", "mmd", "1nna", "part_count_acc",
             "pen_gen", "pen_ref", "outside_gen", "outside_ref", "n_shapes"]
     print(markdown_table([res], cols + ([] if a.no_fidelity else ["fidelity", "fidelity_real", "classifier_test_acc"])))
     if a.diversity:  # generation3d.diversity
-        res["diversity"] = diversity_report(pipe, ds, n_shapes=a.n, steps=a.steps)
+        res["diversity"] = diversity_report(pipe, ds, n_shapes=a.n, steps=a.steps, decoder=a.decoder)
         print(summary_line(res["diversity"]))
     if a.out:
         write_json(a.out, res)
@@ -337,6 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--guidance", type=nonneg_float, default=1.0)
     p.add_argument("--text", default=None, help="description to condition on (MiniLM); omit for no text")
     p.add_argument("--renderer", default="auto", choices=RENDERERS, help="preview renderer (auto: open3d, else matplotlib)")
+    add_decoder_arg(p)
     add_device_arg(p)
     p.set_defaults(fn=cmd_sample)
 
@@ -357,6 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shapes to compare with (val: choose sampling settings without the test shapes)")
     p.add_argument("--no-fidelity", action="store_true", help="skip category fidelity (its classifier is trained on "
                    "the dataset's training shapes on first use and cached)")
+    add_decoder_arg(p)
     p.add_argument("--diversity", action="store_true", help="also spread, copies and final-mesh COV / MMD / 1-NNA "
                    "(generation3d.diversity)")
     add_force_arg(p, f"run more than {lim.EVAL_PASSES_WITHOUT_FORCE} generator passes (--n x --steps)")

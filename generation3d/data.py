@@ -32,6 +32,7 @@ FURNITURE_TYPES = OBJECT_CATEGORIES + ("sofa", "bed")  # the types real furnitur
 SPLITS = {"train": 0, "test": 1, "val": 2}  # values of the dataset's ``split`` array
 DATASET_FILE = "parts.npz"
 DATASET_ARRAYS = ("points", "boxes", "offsets", "category", "split", "part_names")  # what PartDataset reads
+MESH_ARRAYS = ("mesh_vertices", "mesh_faces", "vertex_offsets", "face_offsets")  # the part meshes, read when present
 
 
 @dataclass
@@ -124,7 +125,8 @@ def shapes_to_arrays(shapes: list[Shape]) -> dict[str, np.ndarray]:
 @dataclass
 class PartDataset:
     """In-memory dataset. ``points (N_parts, M, 3)`` world coords; ``boxes (N_parts, 6)``;
-    ``offsets (S+1,)`` part ranges per shape; ``category (S,)``; ``split (S,)`` 0=train 1=test 2=val."""
+    ``offsets (S+1,)`` part ranges per shape; ``category (S,)``; ``split (S,)`` 0=train 1=test 2=val;
+    ``meshes``: the ``MESH_ARRAYS`` of the part meshes (None when not loaded)."""
 
     points: np.ndarray
     boxes: np.ndarray
@@ -132,9 +134,11 @@ class PartDataset:
     category: np.ndarray
     split: np.ndarray
     part_names: np.ndarray
+    meshes: dict[str, np.ndarray] | None = None
+    root: Path | None = None  # the directory it was loaded from
 
     @classmethod
-    def load(cls, data_dir: str | Path) -> PartDataset:
+    def load(cls, data_dir: str | Path, with_meshes: bool = False) -> PartDataset:
         path = Path(data_dir) / DATASET_FILE
         if not path.is_file():
             raise DataError(f"no dataset at {path}: run `moca build-data --out {data_dir}` first")
@@ -145,10 +149,20 @@ class PartDataset:
                     raise DataError(f"{path} is not a MoCA dataset: no {', '.join(missing)} array "
                                     f"(expected {', '.join(DATASET_ARRAYS)}; rebuild it with `moca build-data`)")
                 arrays = {k: z[k] for k in DATASET_ARRAYS}
+                meshes = {k: z[k] for k in MESH_ARRAYS} if with_meshes and set(MESH_ARRAYS) <= set(z.files) else None
         except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
             raise DataError(f"corrupt dataset {path}: {exc}") from exc
         _check_arrays(path, arrays)
-        return cls(**arrays)
+        return cls(**arrays, meshes=meshes, root=Path(data_dir))
+
+    def part_mesh(self, p: int) -> trimesh.Trimesh:
+        """The mesh of part ``p`` (DataError when the dataset was loaded without meshes)."""
+        if self.meshes is None:
+            raise DataError("this dataset was loaded without its part meshes (PartDataset.load(..., with_meshes=True))")
+        m = self.meshes
+        v = m["mesh_vertices"][m["vertex_offsets"][p]: m["vertex_offsets"][p + 1]]
+        f = m["mesh_faces"][m["face_offsets"][p]: m["face_offsets"][p + 1]]
+        return trimesh.Trimesh(np.asarray(v, np.float64), f, process=False)
 
     def __len__(self) -> int:
         return len(self.category)

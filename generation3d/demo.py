@@ -113,7 +113,9 @@ def generate(ckpt: str, category: str, n_parts: int, seed: int, steps: int, out_
     """Returns ``(glb path, preview png path, status markdown, routing table rows)``; a blank
     ``text`` means no text conditioning. Every call writes into its own new folder (``out_dir``
     when given), so concurrent calls share no output file."""
-    from generation3d.export import export_meshes, shape_meshes
+    from common.io import write_csv
+    from generation3d.export import export_meshes
+    from generation3d.library import credit_line
     from generation3d.render import render_preview
     from generation3d.sampling import FAR_TEXT_COSINE
 
@@ -128,7 +130,7 @@ def generate(ckpt: str, category: str, n_parts: int, seed: int, steps: int, out_
     with lock:
         g = pipe.sample(category, int(n_parts), seed=int(seed), steps=int(steps), text=text)[0]
         routing = pipe.gen.routing()
-    meshes = shape_meshes(g.points, g.boxes)
+    meshes, credits = pipe.meshes(g)
     out = Path(out_dir or tempfile.mkdtemp(prefix="moca_"))
     glb = export_meshes(meshes, out / f"{category}_{int(n_parts)}parts_seed{int(seed)}.glb")
     png = out / (glb.stem + ".png")
@@ -139,6 +141,10 @@ def generate(ckpt: str, category: str, n_parts: int, seed: int, steps: int, out_
         rows = [[p, " ".join(str(int(j)) for j in idx[p])] for p in range(min(len(idx), 32))]
     status = (f"generated {int(n_parts)} parts ({pipe.gen.config.attention} attention, top-k {pipe.gen.config.top_k}, "
               f"{pipe.gen.config.n_compressed} compressed tokens per other part; {renderer} preview)")
+    if credits:
+        status += "\n\n" + credit_line(credits, write_csv(out / f"{glb.stem}_ATTRIBUTION.csv", credits).name)
+    else:
+        status += "\n\nparts drawn from the decoded points (this pipeline has no component library)"
     if text is not None:
         near, sim = pipe.nearest_description(text)
         status += f"\n\ntext {text!r}: nearest training description *{near}* (cosine {sim:.2f})"

@@ -98,6 +98,14 @@ def penetration_rate(boxes: np.ndarray, threshold: float = 0.25) -> float:
     return float((ov[iu] > threshold).mean())
 
 
+def part_clouds(meshes: list, n_points: int, seed: int = 0) -> np.ndarray:
+    """``n_points`` surface samples of each part mesh: ``(P, n_points, 3)`` float32."""
+    import trimesh
+
+    return np.stack([trimesh.sample.sample_surface(m, n_points, seed=seed + i)[0]
+                     for i, m in enumerate(meshes)]).astype(np.float32)
+
+
 def outside_rate(boxes: np.ndarray, bound: float = 1.0, tol: float = 0.05) -> float:
     """Fraction of parts whose box ``(P,6)`` (centre + size) reaches more than ``tol`` beyond the
     normalised frame ``[-bound, bound]^3`` on some axis. Every real shape lies inside the frame (its
@@ -133,7 +141,8 @@ def reconstruction_metrics(ae, ds, split: str = "test", tau: float = DEFAULT_TAU
 
 def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int = 20, tau: float = DEFAULT_TAU,
                        guidance: float = 1.0, n_points: int = 1024, use_text: bool = False,
-                       fidelity: bool = True, classifier: tuple | None = None, split: str = "test") -> dict:
+                       fidelity: bool = True, classifier: tuple | None = None, split: str = "test",
+                       decoder: str = "points") -> dict:
     """Generate one shape per shape of ``split`` (same category and part count, seed ``seed + i``;
     with ``use_text`` also conditioned on that shape's ``text.describe_shape``) and compare; the
     default is the test split, ``"val"`` chooses sampling settings without the test shapes.
@@ -148,7 +157,9 @@ def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int =
     same rate for the paired test shapes (``fidelity_real``) and the classifier's accuracy on all
     test shapes (``classifier_test_acc``), the fidelity per requested category
     (``fidelity_by_category``) and the counts of the predicted categories (``predicted_categories``).
-    Returns a dict with all settings."""
+    ``decoder``: ``"points"`` scores the decoded part points; ``"retrieve"`` (or any
+    ``MoCAPipeline.meshes`` decoder) the part meshes a user gets, each sampled at as many surface
+    points as a decoded part has. Returns a dict with all settings."""
     from generation3d.data import CATEGORIES
     from generation3d.text import describe_shape
 
@@ -161,6 +172,8 @@ def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int =
         a, b = ds.offsets[i], ds.offsets[i + 1]
         text = describe_shape(CATEGORIES[cat], ds.part_names[a:b], ref_boxes) if use_text else None
         g = pipe.sample(CATEGORIES[cat], len(ref_pts), seed=seed + j, steps=steps, guidance=guidance, text=text)[0]
+        if decoder != "points":
+            g.points = part_clouds(pipe.meshes(g, decoder)[0], g.points.shape[1], seed + j)
         gc, rc = shape_cloud(g.points, n_points, seed), shape_cloud(ref_pts, n_points, seed)
         gen_clouds.append(gc)
         ref_clouds.append(rc)
@@ -188,7 +201,7 @@ def evaluate_generator(pipe, ds, n_shapes: int = 16, seed: int = 0, steps: int =
                     "predicted_categories": {CATEGORIES[c]: int((pred == c).sum()) for c in sorted(set(pred.tolist()))}})
     out.update({"n_shapes": int(len(ids)), "seed": seed, "steps": steps, "tau": tau, "guidance": guidance,
                 "n_points": n_points, "chamfer": "squared, sum of both directions", "attention": pipe.gen.config.attention,
-                "text_conditioned": use_text, "split": split})
+                "text_conditioned": use_text, "split": split, "decoder": decoder})
     return out
 
 

@@ -133,3 +133,19 @@ def check_bench_memory(suite: str, parts: tuple[int, ...], tokens: tuple[int, ..
     else:
         n_bytes = attention_bytes(max(parts) * max(tokens))
     check_memory(n_bytes, f"bench --suite {suite} with P = {max(parts)}", force)
+
+
+def check_build_options(source: str, out, furniture_dir, scenes: int, scene_parts: int, scene_max_parts: int) -> list:
+    """``build-data``'s source and scene options (InputError naming the bad one); returns its inputs."""
+    from pathlib import Path
+
+    if source not in ("procedural", "sweethome3d", "scenes"):
+        if not Path(source).is_dir():
+            raise InputError(f"--source must be procedural, sweethome3d, scenes or an existing folder; {source!r} is none")
+        if Path(out).resolve().is_relative_to(Path(source).resolve()):
+            raise InputError(f"--out {out} is inside the source folder {source}; choose another path")
+    if source == "scenes" and not 1 <= scene_parts <= scene_max_parts:
+        raise InputError(f"--scene-parts ({scene_parts}) must not exceed --scene-max-parts ({scene_max_parts})")
+    if source == "scenes" and scenes < 1:
+        raise InputError("--scenes must be at least 1 for --source scenes")
+    return [furniture_dir] if source in ("sweethome3d", "scenes") else [] if source == "procedural" else [source]

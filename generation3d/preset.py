@@ -98,14 +98,14 @@ def typical_part_counts(ds, categories: list[str], max_parts: int) -> dict[str, 
 def write_samples(pipe, ds, out: Path, seed: int = 0, steps: int = 25, renderer: str = "matplotlib") -> list[dict]:
     """One sample per trained category into ``out`` (``<category>_<P>parts.glb`` + ``.png``);
     returns ``[{"category", "parts", "glb", "png"}]``."""
-    from generation3d.export import export_meshes, shape_meshes
+    from generation3d.export import export_meshes
     from generation3d.render import render_preview
 
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for cat, n in typical_part_counts(ds, pipe.categories, pipe.gen.config.max_parts).items():
         g = pipe.sample(cat, n, seed=seed, steps=steps)[0]
-        meshes = shape_meshes(g.points, g.boxes)
+        meshes = pipe.meshes(g)[0]
         glb = export_meshes(meshes, out / f"{cat}_{n}parts.glb")
         png = glb.with_suffix(".png")
         render_preview(meshes, png, title=f"{cat}, {n} parts", renderer=renderer)

@@ -28,7 +28,7 @@ from common.errors import CheckpointError, InputError
 from common.pretrained import checkpoint_info
 from common.shipped import cached_snapshot_result
 from generation3d.evaluate import evaluate_generator
-from generation3d.export import preview_grid, shape_meshes
+from generation3d.export import preview_grid
 from generation3d.preset import preset_recipe, typical_part_counts
 from generation3d.sampling import MoCAPipeline
 
@@ -111,7 +111,7 @@ def category_grids(pipe: MoCAPipeline, ds, prefix: str | Path, samples: int = 4,
     for cat, n_parts in typical_part_counts(ds, pipe.categories, pipe.gen.config.max_parts).items():
         shapes = [pipe.sample(cat, n_parts, seed=s, steps=steps)[0] for s in range(samples)]
         png = Path(f"{prefix}_{cat}.png")
-        preview_grid([shape_meshes(g.points, g.boxes) for g in shapes], png,
+        preview_grid([pipe.meshes(g)[0] for g in shapes], png,
                      titles=[f"{cat}, {n_parts} parts, seed {s}" for s in range(samples)], ncols=samples)
         rows.append({"category": cat, "parts": int(n_parts), "png": png.name})
     return rows

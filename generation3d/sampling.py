@@ -34,7 +34,9 @@ from common.errors import CheckpointError, InputError
 from common.io import signals_deferred
 from common.pretrained import checkpoint_info
 from generation3d.data import CATEGORIES, check_category
+from generation3d.export import part_colours, shape_meshes
 from generation3d.geometry import box_to_param, from_canonical, param_to_box
+from generation3d.library import DECODERS, ComponentLibrary
 from generation3d.limits import MAX_BATCH, MAX_SAMPLING_STEPS
 from generation3d.model import PartAutoencoder, PartFlowTransformer, PipelineCheckpoint
 from generation3d.text import check_text, default_encoder
@@ -42,7 +44,8 @@ from generation3d.text import check_text, default_encoder
 
 @dataclass
 class GeneratedShape:
-    """``points (P, M, 3)`` world coordinates per part, ``boxes (P, 6)``, the request."""
+    """``points (P, M, 3)`` world coordinates per part, ``boxes (P, 6)``, the request and the
+    part latents ``latents (P, T, d)`` the points were decoded from."""
 
     points: np.ndarray
     boxes: np.ndarray
@@ -50,6 +53,7 @@ class GeneratedShape:
     n_parts: int
     seed: int
     text: str | None = None
+    latents: np.ndarray | None = None
 
 
 def load_autoencoder(path: str | Path) -> PartAutoencoder:
@@ -90,11 +94,12 @@ def _check_extra(path: Path, extra: dict, d_latent: int) -> None:
 class MoCAPipeline:
     """Part autoencoder + generator + latent statistics; ``descriptions`` are the training texts
     (for ``nearest_description``); ``categories`` the categories it was trained on (default: the
-    first ``n_categories`` of ``data.CATEGORIES``, as saved before the list was kept)."""
+    first ``n_categories`` of ``data.CATEGORIES``, as saved before the list was kept); ``library``
+    the training components for the retrieve decoder (``library.ComponentLibrary``, None without)."""
 
     def __init__(self, ae: PartAutoencoder, gen: PartFlowTransformer, stats: dict, descriptions: list[str] | None = None,
-                 text_encoder=None, categories: list[str] | None = None):
-        self.ae, self.gen = ae.eval(), gen.eval()
+                 text_encoder=None, categories: list[str] | None = None, library: ComponentLibrary | None = None):
+        self.ae, self.gen, self.library = ae.eval(), gen.eval(), library
         self.categories = list(categories) if categories else list(CATEGORIES[: gen.config.n_categories])
         self.stats = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in stats.items()}
         self.descriptions = sorted(set(descriptions or []))
@@ -118,11 +123,15 @@ class MoCAPipeline:
         return self._encoder or default_encoder()
 
     def save(self, path: str | Path, extra: dict | None = None, ae_extra: dict | None = None) -> Path:
-        """Write ``path/ae`` (with ``ae_extra``) and ``path/generator`` (with ``extra``; each file
-        atomic); a SIGINT/SIGTERM meanwhile takes effect once both are written, so an interrupted
-        save never pairs a new autoencoder with an old generator."""
+        """Write ``path/ae`` (with ``ae_extra``), ``path/generator`` (with ``extra``) and the
+        component library ``path/library.npz`` (each file atomic); a SIGINT/SIGTERM meanwhile takes
+        effect once all are written, so an interrupted save never pairs a new autoencoder with an
+        old generator."""
         path = Path(path)
         with signals_deferred():
+            if self.library is not None:
+                path.mkdir(parents=True, exist_ok=True)
+                self.library.save(path)
             save_autoencoder(self.ae, path / "ae", ae_extra)
             self.gen.save_pretrained(path / "generator", {
                 "stats": {k: v.tolist() for k, v in self.stats.items()}, "box_param": BOX_PARAM,
@@ -132,10 +141,15 @@ class MoCAPipeline:
     @classmethod
     def load(cls, path: str | Path) -> MoCAPipeline:
         """The pipeline saved in ``path`` (``ae/`` + ``generator/``, as ``save`` writes it), or a
-        ``PipelineCheckpoint``: a directory or the name of a shipped one (verified by sha256)."""
-        path = Path(path)
+        ``PipelineCheckpoint``: a directory or the name of a shipped one (verified by sha256); with
+        the component library beside it when there is one."""
+        from common.shipped import resolve_checkpoint
+
+        path = resolve_checkpoint(path)
         if not (path / "generator").is_dir() and not (path / "ae").is_dir():
-            return cls.from_checkpoint(PipelineCheckpoint.from_pretrained(path))
+            pipe = cls.from_checkpoint(PipelineCheckpoint.from_pretrained(path))
+            pipe.library = ComponentLibrary.load(path)
+            return pipe
         ae = load_autoencoder(path / "ae")
         extra = checkpoint_info(path / "generator").extra
         if "stats" not in extra:
@@ -144,7 +158,8 @@ class MoCAPipeline:
             raise CheckpointError(f"{path / 'generator'} was trained with an older box parameterisation; retrain it with `moca train`")
         gen = PartFlowTransformer.from_pretrained(path / "generator")
         _check_extra(path / "generator", extra, gen.config.d_latent)
-        return cls(ae, gen, extra["stats"], extra.get("descriptions"), categories=extra.get("categories"))
+        return cls(ae, gen, extra["stats"], extra.get("descriptions"), categories=extra.get("categories"),
+                   library=ComponentLibrary.load(path))
 
     @classmethod
     def from_checkpoint(cls, ckpt: PipelineCheckpoint) -> MoCAPipeline:
@@ -162,6 +177,20 @@ class MoCAPipeline:
         ckpt.ae.load_state_dict(self.ae.state_dict())
         ckpt.gen.load_state_dict(self.gen.state_dict())
         return ckpt.eval()
+
+    def meshes(self, g: GeneratedShape, decoder: str = "retrieve") -> tuple[list, list[dict]]:
+        """The part meshes of ``g`` a user gets, one colour per part, and the source items of the
+        components used (``[]`` for points). ``retrieve``: real training components fitted into
+        the boxes (``library.py``); ``points``: the decoded points meshed (``export.shape_meshes``),
+        also what ``retrieve`` falls back to without a library (``self.library is None``)."""
+        if decoder not in DECODERS:
+            raise InputError(f"unknown decoder {decoder!r}; choose from {', '.join(DECODERS)}")
+        if decoder == "points" or self.library is None or g.latents is None:
+            return shape_meshes(g.points, g.boxes), []
+        meshes, used = self.library.decode(g.latents, g.boxes, g.category, g.seed)
+        for m, colour in zip(meshes, part_colours(len(meshes)), strict=True):
+            m.visual.face_colors = np.tile(colour, (len(m.faces), 1))
+        return meshes, self.library.attribution(used)
 
     def embed_text(self, text: str) -> torch.Tensor:
         """MiniLM embedding ``(1, 384)`` of a non-empty text (InputError for an empty one)."""
@@ -237,8 +266,9 @@ class MoCAPipeline:
         box = param_to_box(x[:, nz:].reshape(shape_b) * stats["box_std"] + stats["box_mean"])
         pts = self.ae.decode(z.reshape(-1, c.n_latents, c.d_latent)).reshape(batch, n_parts, -1, 3)
         world = from_canonical(pts.clamp(-1.0, 1.0), box).detach().cpu()
-        box = box.detach().cpu()
-        return [GeneratedShape(world[i].numpy(), box[i].numpy(), category, n_parts, seed, text) for i in range(batch)]
+        box, z = box.detach().cpu(), z.detach().cpu()
+        return [GeneratedShape(world[i].numpy(), box[i].numpy(), category, n_parts, seed, text, z[i].numpy())
+                for i in range(batch)]
 
 
 def smoke_sample(model: PipelineCheckpoint) -> np.ndarray:

@@ -113,6 +113,7 @@ def ship_furniture(runs: Path, n: int, steps: int, samples: int, results: Path, 
     from common.shipped import ship, steps_to_reach
     from generation3d.classifier import get_classifier
     from generation3d.data import PartDataset, read_meta
+    from generation3d.library import LIBRARY_FILE
     from generation3d.preset import preset_recipe
     from generation3d.release import (
         category_grids,
@@ -176,9 +177,31 @@ def ship_furniture(runs: Path, n: int, steps: int, samples: int, results: Path, 
                     steps=int(extra["steps"]), seed=int(extra["seed"]), metrics={k: moca[k] for k in keep},
                     trained_on=_machine(), wall_s=round(extra["train_s"] + extra["ae_train_s"], 1),
                     smoke="generation3d.sampling:smoke_sample", overwrite=overwrite,
-                    extra_files={ATTRIBUTION: attribution_json(data / "ATTRIBUTION.csv", Path(tmp) / ATTRIBUTION)})
+                    extra_files={ATTRIBUTION: attribution_json(data / "ATTRIBUTION.csv", Path(tmp) / ATTRIBUTION),
+                                 LIBRARY_FILE: runs / RUNS["moca"] / LIBRARY_FILE})
     update_readme(README, readme_section(report))
     print(f"shipped {path}; wrote {report_path} and the grids; updated {README}")
+    return path
+
+
+def ship_library(data: Path) -> Path:
+    """Build the component library of the shipped pipeline from its dataset ``data`` (``moca
+    build-data --source sweethome3d --points 128``: the split counts must be the manifest's) and
+    add it to the shipped files, for a pipeline shipped before it had one."""
+    from common.errors import InputError
+    from common.shipped import add_file, read_manifest, resolve_checkpoint
+    from generation3d.data import PartDataset, read_meta
+    from generation3d.library import LIBRARY_FILE, ComponentLibrary, read_records
+    from generation3d.sampling import MoCAPipeline
+
+    meta, shipped = read_meta(data), resolve_checkpoint(NAME)
+    counts = f"train {meta.get('n_train')} / val {meta.get('n_val')} / test {meta.get('n_test')} shapes"
+    if not read_manifest(shipped)["split"].startswith(counts):
+        raise InputError(f"{data} holds {counts}, not the shipped model's dataset ({read_manifest(shipped)['split']})")
+    library = ComponentLibrary.build(MoCAPipeline.load(NAME), PartDataset.load(data, with_meshes=True), read_records(data))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = add_file(shipped, LIBRARY_FILE, library.save(tmp))
+    print(f"added {path} ({len(library)} components, {path.stat().st_size / 2**20:.1f} MiB)")
     return path
 
 
@@ -194,13 +217,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="only evaluate (and cache) the snapshots written so far, e.g. while the runs train")
     p.add_argument("--readme-only", action="store_true",
                    help="only rewrite the README's shipped-model section from the committed shipped.json")
+    p.add_argument("--library", type=Path, default=None, metavar="DATA",
+                   help="only add the component library, built from the shipped model's dataset DATA")
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--overwrite", action="store_true")
     a = p.parse_args(argv)
     from common.errors import MoeAppsError
 
     try:
-        if a.readme_only:
+        if a.library:
+            ship_library(a.library)
+        elif a.readme_only:
             readme_only(a.results)
         elif a.curves_only:
             print(f"{curves_only(a.runs, a.n, a.steps, a.curve_every)} snapshot evaluations (cached beside the snapshots)")

@@ -109,6 +109,26 @@ def test_ship_refuses_oversize_bad_names_and_existing_dirs(pkg_root, monkeypatch
         _ship(pkg_root, name="toy-big")
 
 
+def test_add_file_hashes_a_new_file_into_the_manifest_and_keeps_the_rest(pkg_root, tmp_path, monkeypatch):
+    _, path = _ship(pkg_root)
+    before = json.loads((path / shipped.MANIFEST).read_text())
+    extra = tmp_path / "library.npz"
+    extra.write_bytes(b"0123456789")
+    shipped.add_file(path, "library.npz", extra)
+    after = shipped.verify(path)
+    assert set(after["files"]) == {"model.safetensors", "config.json", "library.npz"}
+    assert after["size_bytes"] == before["size_bytes"] + 10
+    assert {k: v for k, v in after.items() if k not in ("files", "size_bytes")} == \
+        {k: v for k, v in before.items() if k not in ("files", "size_bytes")}
+    (path / "library.npz").write_bytes(b"altered")
+    with pytest.raises(CheckpointError, match="library.npz does not match its sha256"):
+        shipped.verify(path)
+    (path / "library.npz").write_bytes(b"0123456789")
+    monkeypatch.setattr(shipped, "MAX_BYTES", 100)
+    with pytest.raises(CheckpointError, match="over the"):
+        shipped.add_file(path, "big.bin", extra)
+
+
 SHIPPED = shipped.shipped_models()
 
 
