@@ -23,10 +23,9 @@ from streaming.kss import k_subspaces_missing
 from streaming.linalg import batch_fit, fit_observed, grouse_step, orthonormalize
 from streaming.model import MoSAIC
 
-#: constant GROUSE step of the pretrained k-GROUSE, chosen from ``KGROUSE_ETA_GRID`` on the stress
-#: suite's tuning seeds (``python -m experiments.streaming.stress_tuning --eta-grid``; ``streaming.bench.TUNING_SEEDS``)
+#: constant GROUSE step of the pretrained k-GROUSE, chosen on the stress suite's tuning seeds
+#: (``python -m experiments.streaming.stress_tuning --eta-grid``)
 KGROUSE_ETA = 0.5
-KGROUSE_ETA_GRID = (0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 
 
 class SingleSubspace:
@@ -154,7 +153,7 @@ def offline_kss(values: np.ndarray, K: int, r: int, seed: int = 0, restarts: int
     """Batch k-subspaces on the whole ``(T, n)`` stream; returns ``(completed, routes, bases)``."""
     M = ~np.isnan(values)
     X0 = np.where(M, values, 0.0)
-    res = k_subspaces_missing(X0, M, K, r, restarts=restarts, online_passes=1, seed=seed)
+    res = k_subspaces_missing(X0, M, K, r, restarts=restarts, seed=seed)
     W, _ = batch_fit(res.bases, X0, M)
     est = np.einsum("tnr,tr->tn", res.bases[res.labels], W[np.arange(len(res.labels)), res.labels])
     return np.where(M, X0, est), res.labels, res.bases

@@ -109,9 +109,6 @@ class ChangeBuffer(StateComponent):
             M[j, idx] = True
         return X0, M
 
-    def nbytes(self) -> int:
-        return sum(i.nbytes + v.nbytes for i, v in zip(self.idx, self.values, strict=True))
-
 
 @dataclass(slots=True)
 class ProvisionalFit(StateComponent):

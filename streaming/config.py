@@ -96,11 +96,6 @@ class HyperParameters:
         """The floor of the sublinear step: ``eta_min``, capped at ``eta0``."""
         return min(self.eta_min, self.eta0)
 
-    @property
-    def config(self) -> MoSAICConfig:
-        """The hyper-parameters with the fitted ``n`` (a new ``MoSAICConfig``)."""
-        return MoSAICConfig(n=self.n, **self.hyper_parameters())
-
     def _checked_config(self, n: int) -> MoSAICConfig:
         """The hyper-parameters for ``n`` features, validated (InputError on a bad value)."""
         config = MoSAICConfig(n=n, **self.hyper_parameters())

@@ -73,14 +73,13 @@ from streaming.linalg import orthonormalize, random_bases
 FORMAT_VERSION = 1
 DRIFT_KINDS = ("none", "rotation", "abrupt", "shared_rotation", "independent_rotation", "random_walk", "mixed")
 
-#: the issue's standard (n, r, K) configurations; ``large`` is the memory-scaling check.
+#: the issue's standard (n, r, K) configurations (``mosaic simulate --config``)
 STANDARD_CONFIGS: dict[str, tuple[int, int, int]] = {
     "25-5-5": (25, 5, 5),
     "50-5-10": (50, 5, 10),
     "100-10-10": (100, 10, 10),
     "100-25-5": (100, 25, 5),
 }
-LARGE_CONFIG: tuple[int, int, int] = (10000, 10, 20)
 
 
 @dataclass

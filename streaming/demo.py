@@ -9,7 +9,6 @@ import numpy as np
 
 from common.cli import SEED_MAX
 
-DEMO_METHODS = ("mosaic", "kgrouse_pretrained", "k-grouse", "grouse-r", "petrels")
 RUN_LABEL = "Run stream"
 PLOT_LABEL = "Tracking error (NRMSE on unobserved entries)"
 TABLE_LABEL = "Summary"

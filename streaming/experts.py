@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from moe.routing import route_by_score
-from streaming.linalg import RIDGE, TINY, batch_fit, residual_scores
+from streaming.linalg import RIDGE, TINY, batch_fit
 from streaming.state import StateComponent
 
 
@@ -50,11 +50,6 @@ class ExpertBank(StateComponent):
 
     bases: np.ndarray
     ridge: float = RIDGE
-
-    def scores(self, idx: np.ndarray, xo: np.ndarray, xx: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``w (K, r)`` and the routing scores ``(K,)`` of one sample (``linalg.residual_scores``;
-        ``xx = xo @ xo`` when the caller has it)."""
-        return residual_scores(self.bases, idx, xo, self.ridge, xx)
 
     def batch_route(self, X0: np.ndarray, M: np.ndarray,
                     device: torch.device | None = None) -> tuple[np.ndarray, np.ndarray]:

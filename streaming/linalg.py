@@ -137,12 +137,11 @@ def als_subspace(
     r: int,
     U0: np.ndarray | None = None,
     iters: int = 15,
-    weights: np.ndarray | None = None,
     shrink: float = 0.0,
 ) -> np.ndarray:
     """Rank-``r`` subspace of partially observed samples by alternating least squares.
 
-    Minimises sum_j weights_j ||x_{j,Ω_j} - (U w_j)_{Ω_j}||² over ``U (n, r)`` and ``w_j``.
+    Minimises sum_j ||x_{j,Ω_j} - (U w_j)_{Ω_j}||² over ``U (n, r)`` and ``w_j``.
     ``X0 (N, n)`` zero-filled, ``M (N, n)`` bool. Initialised by ``U0`` or by the top-r left
     singular vectors of the zero-filled, column-rescaled data; a ``U0 (n, r0)`` with ``r0 < r``
     (orthonormal) is extended by the leading such directions orthogonal to it. Returns an
@@ -154,13 +153,12 @@ def als_subspace(
     """
     N, n = X0.shape
     Mf = M.astype(float)
-    wts = np.ones(N) if weights is None else np.asarray(weights, dtype=float)
     r0 = 0 if U0 is None else U0.shape[1]
     if r0 > r:
         raise ValueError(f"U0 has {r0} columns, more than the rank {r}")
     if r0 < r:
         frac = np.maximum(Mf.mean(0), 1e-12)
-        Y = (X0 * np.sqrt(wts)[:, None]) / frac
+        Y = X0 / frac
         if r0:  # a warm start of lower rank: extend it by the leading directions it misses
             Y = Y - (Y @ U0) @ U0.T
         _, _, Vt = np.linalg.svd(Y, full_matrices=False)
@@ -174,12 +172,11 @@ def als_subspace(
     for _ in range(iters):
         W, _ = batch_fit(U[None], X0, M, ridge=RIDGE + shrink * float(Mf.mean()))
         W = W[:, 0]  # (N, r)
-        Ww = W * wts[:, None]
-        A = (Mf.T @ np.einsum("ja,jb->jab", Ww, W).reshape(N, r * r)).reshape(n, r, r)
+        A = (Mf.T @ np.einsum("ja,jb->jab", W, W).reshape(N, r * r)).reshape(n, r, r)
         # relative Tikhonov term: scale-free, keeps rows seen by few samples solvable
         A += ((1e-8 + shrink) * np.trace(A, axis1=1, axis2=2)[:, None, None] / r + 1e-12) * np.eye(r)
-        rhs = (X0.T @ Ww)  # (n, r); X0 is zero off Ω
-        seen = (Mf.T @ (wts > 0)) >= r  # a row needs r observations to be determined
+        rhs = X0.T @ W  # (n, r); X0 is zero off Ω
+        seen = Mf.sum(0) >= r  # a row needs r observations to be determined
         U_new = U.copy()
         U_new[seen] = np.linalg.solve(A[seen], rhs[seen][..., None])[..., 0]
         U = orthonormalize(U_new)

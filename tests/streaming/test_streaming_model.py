@@ -15,6 +15,7 @@ from streaming.linalg import (
     grouse_step,
     orthonormalize,
     projection_distance,
+    residual_scores,
 )
 from streaming.model import MoSAIC
 
@@ -231,7 +232,7 @@ def test_batched_process_equals_one_sample_at_a_time_and_routes_by_route_by_scor
     for t in range(len(s.values)):
         idx = np.flatnonzero(M[t])
         xo = s.values[t, idx]
-        _, score = b.bank_.scores(idx, xo, float(xo @ xo))
+        _, score = residual_scores(b.bank_.bases, idx, xo, b.bank_.ridge)
         routed = int(route_by_score(torch.from_numpy(score[None])).indices[0, 0])
         c2[t : t + 1], r2[t : t + 1] = b.process(s.values[t : t + 1], epoch=s.epoch[t : t + 1])
         assert r2[t] == routed
@@ -547,8 +548,6 @@ def test_drift_floor_tracks_a_rotation_without_epoch_information():
 
 
 def test_the_streamed_step_is_the_schedules_step_size():
-    from streaming.linalg import residual_scores
-
     m, moved, still, x = _drifting_expert(0.3)
     idx = np.flatnonzero(~np.isnan(x))
     xo = x[idx]
