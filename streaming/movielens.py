@@ -162,8 +162,6 @@ def build_stream(ratings, movies: int = 500, holdout: float = 0.2, source_users:
         values=X[S:], heldout=H[S:], labels=labels[S:], label_names=names,
         column_ids=cols, sample_ids=np.asarray(users[S:], np.int64),
         source_values=X[:S] if S else None, source_labels=labels[:S] if S else None,
-        meta={"dataset": "movielens-latest-small (dslabs)", "movies": movies, "holdout": holdout,
-              "source_users": S, "seed": seed, "ratings": int(len(ratings))},
     )
 
 
