@@ -8,6 +8,7 @@ Missing data is given either as a zero-filled matrix ``X0 (N, n)`` plus a boolea
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -28,14 +29,12 @@ except ImportError:  # pragma: no cover - other NumPy layouts
 #: the floor of a denominator that may be zero (an all-zero sample's energy): far below any real value
 TINY = 1e-300
 RIDGE = 1e-10  # keeps the normal equations solvable when |Ω| <= r; negligible otherwise
-_EYE: dict[int, np.ndarray] = {}
 
 
-def _eye(r: int) -> np.ndarray:
-    e = _EYE.get(r)
-    if e is None:
-        e = _EYE[r] = np.eye(r)
-    return e
+@functools.lru_cache(maxsize=64)
+def _ridge_eye(r: int, ridge: float = 1.0) -> np.ndarray:
+    """``ridge · I_r``, read-only (cached: the per-sample fits use one or two ridges)."""
+    return ridge * np.eye(r)
 
 
 def orthonormalize(A: np.ndarray) -> np.ndarray:
@@ -49,19 +48,6 @@ def orthonormalize(A: np.ndarray) -> np.ndarray:
 def random_bases(rng: np.random.Generator, K: int, n: int, r: int) -> np.ndarray:
     """``(K, n, r)`` independent uniformly random orthonormal bases."""
     return orthonormalize(rng.standard_normal((K, n, r)))
-
-
-_RIDGE_EYE: dict[tuple[int, float], np.ndarray] = {}
-
-
-def _ridge_eye(r: int, ridge: float) -> np.ndarray:
-    """``ridge · I_r`` (cached: the per-sample fits use one or two ridges)."""
-    e = _RIDGE_EYE.get((r, ridge))
-    if e is None:
-        if len(_RIDGE_EYE) > 64:
-            _RIDGE_EYE.clear()
-        e = _RIDGE_EYE[(r, ridge)] = ridge * _eye(r)
-    return e
 
 
 def fit_observed(
@@ -100,7 +86,7 @@ def posterior_mean(L: np.ndarray, v: float, idx: np.ndarray, x_obs: np.ndarray) 
     ``e ~ N(0, v I)``: loadings ``L (n, q)``, observed ``idx (m,)`` / ``x_obs (m,)``. Observed
     entries are set to 0 (the caller writes ``x_obs`` there). Cost O(m q² + n q)."""
     Lo = L[idx]
-    a = _solve1(Lo.T @ Lo / v + _eye(L.shape[1]), Lo.T @ x_obs / v)
+    a = _solve1(Lo.T @ Lo / v + _ridge_eye(L.shape[1]), Lo.T @ x_obs / v)
     completion = L @ a
     completion[idx] = 0.0
     return completion
@@ -193,23 +179,20 @@ def soft_impute(
 
     ``X0 (N, n)`` zero-filled values, ``M (N, n)`` bool mask -> ``V (n, q)`` right singular vectors
     of the completed ``Z`` with nonzero singular values, those values ``sv (q,)`` and ``Z (N, n)``.
-    Cost O(iters · N n min(N, n)); meant for buffers of tens of rows. ``Z0 (N, n)`` warm-starts
-    the iteration (e.g. the previous solution of a buffer that has grown by a few rows); the
-    problem is convex, so it changes the number of iterations, not the optimum. The iteration is
-    proximal gradient with step 1 (``∇`` of the data term is 1-Lipschitz); ``accelerate`` adds
-    FISTA momentum (Beck & Teboulle 2009; "accelerated Soft-Impute", Yao & Kwok 2015), which on a
-    40 × 100 buffer at 40 % observed needs ~2.5× fewer iterations for the same ``tol``. Each
-    iteration is one ``singular_value_threshold``. Stops when an iterate moves by < ``tol·||X0||``.
+    ``Z0 (N, n)`` warm-starts the (convex) problem. ``accelerate`` adds FISTA momentum (Beck &
+    Teboulle 2009; Yao & Kwok 2015): ~2.5× fewer iterations on a 40 × 100 buffer at 40 % observed.
+    Stops when an iterate moves by < ``tol·||X0||``. Cost O(iters · N n min(N, n)).
     """
     Z = np.zeros_like(X0) if Z0 is None else np.array(Z0, dtype=X0.dtype)
     norm_x = max(float(np.linalg.norm(X0)), TINY)
     V, sv = np.zeros((X0.shape[1], 0)), np.zeros(0)
-    Y, t, last = Z, 1.0, None
+    Y, t, E = Z, 1.0, None
     for _ in range(iters):
-        Z_new, last = _shrink_singular_values(np.where(M, X0, Y), lam)  # only the last iterate's V is needed
+        Y_obs = np.where(M, X0, Y)
+        Z_new, E, sigma, wide = singular_value_threshold(Y_obs, lam)
         move = Z_new - Z
         step = float(np.linalg.norm(move))
-        if accelerate:  # FISTA momentum (Beck & Teboulle 2009) on the proximal-gradient iteration
+        if accelerate:
             t_new = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
             Y, t = Z_new + ((t - 1.0) / t_new) * move, t_new
         else:
@@ -217,27 +200,17 @@ def soft_impute(
         Z = Z_new
         if step < tol * norm_x:
             break
-    if last is not None:
-        V, sv = _right_singular_vectors(*last)
+    if E is not None:  # only the last iterate's right singular vectors are needed
+        V, sv = (Y_obs.T @ E) / sigma if wide else E, sigma - lam
     return V, sv, Z
 
 
-def singular_value_threshold(Y: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``S_lam(Y)`` of ``Y (N, n)``: ``Z (N, n)`` with every singular value lowered by ``lam``
-    (those below it dropped), its right singular vectors ``V (n, q)`` and values ``sv (q,)``.
-
-    Through the eigendecomposition of the smaller Gram matrix (``Y Yᵀ`` or ``Yᵀ Y``), about half
-    the cost of an SVD at buffer sizes; squaring loses precision only in singular values far
-    below the largest, and those are the ones the threshold removes.
-    """
-    Z, parts = _shrink_singular_values(Y, lam)
-    V, sv = _right_singular_vectors(*parts)
-    return Z, V, sv
-
-
-def _shrink_singular_values(Y: np.ndarray, lam: float) -> tuple[np.ndarray, tuple]:
-    """``Z = S_lam(Y)`` of ``Y (N, n)`` and what ``_right_singular_vectors`` needs to finish
-    ``singular_value_threshold`` (``Y``, the kept eigenvectors, ``σ``, ``σ - lam``, whether ``N <= n``)."""
+def singular_value_threshold(Y: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """``Z = S_lam(Y)`` of ``Y (N, n)``: every singular value lowered by ``lam`` (those below it
+    dropped), through the eigendecomposition of the smaller Gram matrix (``Y Yᵀ`` or ``Yᵀ Y``): about
+    half an SVD's cost at buffer sizes; squaring loses precision only in the values the threshold
+    removes. Also the kept eigenvectors ``E``, their singular values ``σ (q,)`` and whether ``E``
+    holds the left vectors (``N <= n``; then ``V = Yᵀ E / σ``), else the right ones."""
     wide = Y.shape[0] <= Y.shape[1]
     w, E = _eigh(Y @ Y.T if wide else Y.T @ Y)  # ascending
     sigma = np.sqrt(np.maximum(w, 0.0))
@@ -248,13 +221,7 @@ def _shrink_singular_values(Y: np.ndarray, lam: float) -> tuple[np.ndarray, tupl
         Z = (E * (sv / sigma)) @ (E.T @ Y)
     else:  # E = right vectors V: Z = Y V diag(sv/σ) Vᵀ
         Z = ((Y @ E) * (sv / sigma)) @ E.T
-    return Z, (Y, E, sigma, sv, wide)
-
-
-def _right_singular_vectors(Y: np.ndarray, E: np.ndarray, sigma: np.ndarray, sv: np.ndarray,
-                            wide: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``V (n, q)`` (``Yᵀ U / σ`` when ``E`` holds the left vectors ``U``) and ``sv (q,)``."""
-    return ((Y.T @ E) / sigma if wide else E), sv
+    return Z, E, sigma, wide
 
 
 def mppca_missing(
