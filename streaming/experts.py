@@ -19,8 +19,7 @@ from streaming.state import StateComponent
 
 def route_scores(score: np.ndarray, device: torch.device | None = None) -> np.ndarray:
     """Expert of each sample ``(B,)`` from its scores ``(B, K)`` (lower is better) by
-    ``moe.route_by_score`` (argmin, ties to the lower index), computed on ``device`` (None: on the
-    CPU, sharing numpy's memory)."""
+    ``moe.route_by_score`` (argmin, ties to the lower index) on ``device`` (None: the CPU)."""
     scores = torch.from_numpy(score)
     if device is not None:
         scores = scores.to(device)
@@ -29,12 +28,10 @@ def route_scores(score: np.ndarray, device: torch.device | None = None) -> np.nd
 
 def cap_completion(completion: np.ndarray, xo: np.ndarray, n: int, factor: float, typical: float = 0.0,
                    xx: float | None = None) -> np.ndarray:
-    """Scale the unobserved part of ``completion (n,)`` (0 on Ω, modified in place and returned)
-    down to at most ``factor`` × the energy that ``n - m`` entries would have at the larger of
-    the ``m`` observed values' mean square and ``typical`` (a running per-entry energy). A fit
-    through an ill-conditioned ``U_Ω`` (few observations, or an expert that is wrong for the
-    sample) can extrapolate to hundreds of times the sample's energy. ``xx``: ``xo @ xo`` when the
-    caller has it."""
+    """Scale the unobserved part of ``completion (n,)`` (0 on Ω; in place, returned) down to at most
+    ``factor`` × the energy of ``n - m`` entries at the larger of the observed values' mean square and
+    ``typical`` (a running per-entry energy): a fit through an ill-conditioned ``U_Ω`` can extrapolate
+    to hundreds of times the sample's energy. ``xx``: ``xo @ xo`` when the caller has it."""
     m = xo.size
     cap = factor * max((float(xo @ xo) if xx is None else xx) / m, typical) * (n - m)
     energy = float(completion @ completion)

@@ -76,13 +76,10 @@ def spectral_seed(
 ) -> np.ndarray:
     """Initial bases ``(K, n, r)`` from spectral clustering of co-observed affinities.
 
-    For samples i, j with co-observed set C = Ω_i ∩ Ω_j the affinity is
-    ``a_ij = |C| · cos²(x_{i,C}, x_{j,C})``: for samples of one rank-r subspace its expectation
-    exceeds that of two different subspaces even when |C| < r (the restricted bases share their
-    row norms). The top-K eigenvectors of the normalised affinity ``D^{-1/2} A D^{-1/2}`` of at
-    most ``max_samples`` samples are clustered by k-means, and each cluster's subspace is fitted
-    by ALS. This is what separates the clusters of (100, 25, 5) at 40% observed, where online
-    seeding from random bases stays in a mixed solution.
+    The affinity of samples i, j with co-observed set C = Ω_i ∩ Ω_j is ``a_ij = |C| · cos²(x_{i,C},
+    x_{j,C})``: larger in expectation within a subspace than across, even when |C| < r. The top-K
+    eigenvectors of ``D^{-1/2} A D^{-1/2}`` over at most ``max_samples`` samples are clustered by
+    k-means and each cluster's subspace is fitted by ALS.
     """
     from scipy.sparse.linalg import ArpackError, eigsh
 
@@ -122,13 +119,8 @@ def mppca_seed(
     anneal: float = 4.0, max_samples: int = 2000,
 ) -> np.ndarray:
     """Bases ``(K, n, r)`` from a mixture of probabilistic PCA fitted by annealed EM
-    (``linalg.mppca_missing``) to at most ``max_samples`` samples, started at the bases ``U0``
-    (with the loadings' scale of the data's energy per entry).
-
-    Soft assignments let EM move samples between clusters that hard k-subspaces leaves mixed: at
-    few observations per sample (m/r ≈ 2–3, e.g. (50, 5, 10) at 30 % observed) the spectral seed
-    alone refines to a mixed solution, and EM from it separates the clusters.
-    """
+    (``linalg.mppca_missing``) to at most ``max_samples`` samples, started at the bases ``U0``. Soft
+    assignments move samples between clusters that hard k-subspaces leaves mixed (at m/r ≈ 2–3)."""
     S, n = X0.shape
     K, _, r = U0.shape
     pick = np.sort(rng.choice(S, size=min(S, max_samples), replace=False))
@@ -142,11 +134,9 @@ def refine(
     U: np.ndarray, X0: np.ndarray, M: np.ndarray, energy: np.ndarray, iters: int, tol: float = 1e-3,
     device: torch.device | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Batch k-subspaces: alternate hard assignment and per-cluster ALS until at most a
-    fraction ``tol`` of the labels changes.
-
-    An expert left with fewer than ``2r`` samples is re-seeded on the worst-fitting samples.
-    """
+    """Batch k-subspaces: alternate hard assignment and per-cluster ALS until at most a fraction ``tol``
+    of the labels changes; an expert left with fewer than ``2r`` samples is re-seeded on the worst-fitting
+    samples."""
     K, _, r = U.shape
     U = U.copy()
     labels = None
@@ -172,18 +162,12 @@ def repair_clusters(
     U: np.ndarray, X0: np.ndarray, M: np.ndarray, energy: np.ndarray, labels: np.ndarray, score: np.ndarray,
     rng: np.random.Generator, factor: float = 3.0, subsets: int = 8,
 ) -> tuple[np.ndarray, list[int]]:
-    """Refit the experts whose cluster is explained far worse than the others' (median normalised
-    residual above ``factor`` × the median over experts), robustly to a few samples of another class.
-
-    A cluster that holds a handful of another class's samples can pull one direction of its ALS fit
-    towards them, and that fit keeps them assigned: a self-consistent local minimum that more ALS
-    iterations or a cold start on the whole cluster do not leave (on (50, 5, 10) at 30 % observed,
-    2 foreign samples of ~145 leave a projection distance ≈ 0.45 to the true subspace). Candidates:
-    a cold fit of the whole cluster and cold fits of ``subsets`` random halves (a half misses the
-    few foreign samples with fair probability); the one with the lowest **median** residual over
-    the whole cluster (which ignores the foreign samples) replaces the expert if it beats it.
-    Returns the bases ``(K, n, r)`` and the experts replaced; ``refine`` then reassigns the samples.
-    """
+    """Refit the experts whose cluster fits far worse than the others' (median normalised residual
+    above ``factor`` × the median over experts), robustly to a few samples of another class: those can
+    hold one direction of the ALS fit, a local minimum that more iterations do not leave. Candidates: a
+    cold fit of the whole cluster and of ``subsets`` random halves (a half misses the few foreign
+    samples with fair probability); the lowest **median** residual over the cluster wins if it beats
+    the expert. Returns the bases ``(K, n, r)`` and the experts replaced."""
     K, _, r = U.shape
     med = np.array([np.median(score[labels == k]) if (labels == k).any() else np.nan for k in range(K)])
     ref = float(np.nanmedian(med))
