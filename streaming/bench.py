@@ -77,10 +77,8 @@ def select_cells(patterns=None, families=None) -> list[str]:
     patterns = list(patterns or DEFAULT_CELLS)
     if "all" in patterns:
         patterns = ["*"]
-    cells = []
-    for c in all_cells():
-        if any(fnmatch.fnmatchcase(c, p) for p in patterns) and (not families or c.split("/")[0] in families):
-            cells.append(c)
+    cells = [c for c in all_cells()
+             if any(fnmatch.fnmatchcase(c, p) for p in patterns) and (not families or c.split("/")[0] in families)]
     if not cells:
         raise InputError(f"no stress cell matches {patterns} (cells are family/obsPP/spec/epochs, "
                          f"e.g. {all_cells()[0]}; families {sorted(FAMILIES)})")
