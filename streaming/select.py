@@ -90,11 +90,13 @@ class KrEstimate:
         return "; ".join(parts)
 
 
-def _bound(value, name: str, hi: int) -> int | None:
-    if value == "auto":
+def _check_int(value, name: str, hi: float = math.inf, auto: bool = False) -> int | None:
+    """``value`` as an int in [1, hi] (``"auto"``: None, where ``auto``); InputError otherwise."""
+    if auto and value == "auto":
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= hi:
-        raise InputError(f"{name} must be 'auto' or an integer in [1, {hi}], got {value!r}")
+        what = ("'auto' or " if auto else "") + (f"an integer in [1, {hi}]" if hi < math.inf else "an integer >= 1")
+        raise InputError(f"{name} must be {what}, got {value!r}")
     return int(value)
 
 
@@ -123,12 +125,11 @@ def estimate_K_r(
 
     X0, M = observed_mask(source, mask)
     S, n = X0.shape
-    for name, v, lo in (("k_max", k_max, 1), ("r_max", r_max, 1), ("restarts", restarts, 1), ("patience", patience, 1)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-            raise InputError(f"{name} must be an integer >= {lo}, got {v!r}")
+    for name, v in (("k_max", k_max), ("r_max", r_max), ("restarts", restarts), ("patience", patience)):
+        _check_int(v, name)
     if not 0.0 < holdout < 1.0:
         raise InputError(f"holdout must be in (0, 1), got {holdout!r}")
-    K_fixed, r_fixed = _bound(K, "K", max(k_max, S)), _bound(r, "r", n - 1)
+    K_fixed, r_fixed = _check_int(K, "K", max(k_max, S), auto=True), _check_int(r, "r", n - 1, auto=True)
     rng = np.random.default_rng([seed, 7])
     visible, hidden = split_entries(M, holdout, rng)
     Xv = np.where(visible, X0, 0.0)
