@@ -22,9 +22,7 @@ class MoSAICConfig:
     K: int
     eta0: float = 1.0  # with epoch_reset="detect", chosen on the tuning seeds
     eta_min: float = 0.05
-    # the drift floor's coefficient (``streaming.schedule.drift_floor``), chosen on the stress suite's tuning
-    # seeds; 0 = off (checkpoints before config version 5)
-    drift_floor: float = 0.3
+    drift_floor: float = 0.3  # ``streaming.schedule.drift_floor``'s coefficient, chosen on the tuning seeds; 0 = off
     schedule: str = "sublinear"  # or "constant" (η = eta0 always, k-GROUSE style)
     detect: bool = True  # change detection (novel samples -> change buffer -> re-seed)
     epoch_reset: str = "detect"  # restart the schedule at an epoch start: "detect" (only experts that moved), "always", "never"

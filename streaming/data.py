@@ -275,9 +275,7 @@ def generate_stream(cfg: StreamConfig) -> Stream:
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# file format
-# ---------------------------------------------------------------------------------------------
+# ---- file format
 _OPTIONAL = (
     "labels", "epoch", "bases", "full", "source_values", "source_labels",
     "heldout", "label_names", "column_ids", "sample_ids",

@@ -84,9 +84,7 @@ def validate_ratings(df, where: str = "ratings"):
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# the stream
-# ---------------------------------------------------------------------------------------------
+# ---- the stream
 def top_movies(ratings, movies: int) -> np.ndarray:
     """movieIds ``(movies,)`` of the most-rated movies, by count descending, ties by movieId."""
     counts = ratings.groupby("movieId").size()
@@ -153,9 +151,7 @@ def build_stream(ratings, movies: int = 500, holdout: float = 0.2, source_users:
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# held-out evaluation
-# ---------------------------------------------------------------------------------------------
+# ---- held-out evaluation
 def heldout_errors(predicted: np.ndarray, heldout: np.ndarray) -> dict[str, float]:
     """RMSE and NRMSE of ``predicted (T, n)`` on the held-out entries of ``heldout (T, n)`` (NaN
     elsewhere): ``rmse = sqrt(mean (x̂ − x)²)``, ``nrmse = sqrt(Σ (x̂ − x)² / Σ x²)`` (the bench's
