@@ -125,17 +125,12 @@ def als_subspace(
     iters: int = 15,
     shrink: float = 0.0,
 ) -> np.ndarray:
-    """Rank-``r`` subspace of partially observed samples by alternating least squares.
-
-    Minimises sum_j ||x_{j,Ω_j} - (U w_j)_{Ω_j}||² over ``U (n, r)`` and ``w_j``.
-    ``X0 (N, n)`` zero-filled, ``M (N, n)`` bool. Initialised by ``U0`` or by the top-r left
-    singular vectors of the zero-filled, column-rescaled data; a ``U0 (n, r0)`` with ``r0 < r``
-    (orthonormal) is extended by the leading such directions orthogonal to it. Returns an
-    orthonormal ``(n, r)``.
-    Rows of ``U`` observed fewer than ``r`` times keep their previous value. ``shrink > 0`` adds
-    a relative ridge to both least-squares steps (``shrink ×`` the mean diagonal of each normal
-    matrix): with few samples it keeps one direction from concentrating on a few coordinates
-    to fit their noise, which would make completions from those rows extrapolate wildly.
+    """Orthonormal rank-``r`` subspace ``U (n, r)`` of samples ``X0, M (N, n)`` (zero-filled, bool) by
+    alternating least squares: minimises ``Σ_j ||x_{j,Ω_j} - (U w_j)_{Ω_j}||²``. Starts at ``U0`` or the
+    top-r singular vectors of the zero-filled, column-rescaled data (a ``U0 (n, r0)``, ``r0 < r``, is
+    extended by the leading directions orthogonal to it). Rows observed fewer than ``r`` times keep
+    their value. ``shrink > 0`` adds ``shrink ×`` the mean diagonal of each normal matrix as a ridge:
+    with few samples it keeps a direction from fitting the noise of a few coordinates.
     """
     N, n = X0.shape
     Mf = M.astype(float)
