@@ -74,13 +74,9 @@ def recovery_times(
     err: np.ndarray, labels: np.ndarray, epoch: np.ndarray, bases: np.ndarray,
     threshold: float = RECOVERY_THRESHOLD, window: int = RECOVERY_WINDOW,
 ) -> list[dict]:
-    """Recovery after each drift point.
-
-    For the classes whose subspace changed at the drift, take their samples after it in order;
-    the recovery time is the number of those samples until the rolling median (``window``) of the
-    per-sample NRMSE first drops to ``threshold`` (``nan`` if it never does). Also reported in
-    stream samples (``stream_samples``).
-    """
+    """Recovery after each drift point: the number of samples of the classes whose subspace changed
+    until the rolling median (``window``) of their per-sample NRMSE ``err (T,)`` first drops to
+    ``threshold`` (``nan`` if it never does), also counted in stream samples (``stream_samples``)."""
     out = []
     starts = np.flatnonzero(np.diff(epoch) != 0) + 1
     for t0 in starts:
