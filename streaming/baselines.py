@@ -1,15 +1,8 @@
-"""Baselines in the same harness as MoSAIC (``step(idx, x_obs, epoch) -> (completion, route)``).
-
-* ``Grouse``: one subspace of rank ``d`` (``r`` or ``K·r``, capped at ``n - 1``), greedy GROUSE
-  steps with a constant step ``η``.
-* ``Petrels``: one rank-``d`` subspace, PETRELS (Chi, Eldar & Calderbank, 2013): per-row
-  recursive least squares with forgetting factor ``λ``.
-* ``KGrouse``: ``K`` experts routed by residual and updated by GROUSE steps of constant size; fitted,
-  with MoSAIC's pretraining and ``KGROUSE_ETA`` (the pretrained k-GROUSE, the baseline that isolates
-  MoSAIC's online mechanisms); unfitted, from random experts (k-GROUSE). MoSAIC without pretraining
-  is an unfitted ``MoSAIC``.
-* ``offline_kss``: batch k-subspaces on the whole stream (sees the future), a reference.
-* ``oracle_completion``: true subspace and label of every sample, a lower bound.
+"""Baselines, streamed as MoSAIC is (``process(x, epoch=) -> (completed, routes)``): ``Grouse`` and
+``Petrels`` (one subspace), ``KGrouse`` (routed constant-step GROUSE; fitted, the pretrained k-GROUSE
+that isolates MoSAIC's online mechanisms), ``offline_kss`` (batch k-subspaces on the whole stream,
+a reference) and ``oracle_completion`` (the true subspaces, a lower bound). MoSAIC without
+pretraining is an unfitted ``MoSAIC``.
 """
 
 from __future__ import annotations
@@ -23,18 +16,19 @@ from streaming.kss import k_subspaces_missing
 from streaming.linalg import batch_fit, fit_observed, grouse_step, orthonormalize
 from streaming.model import MoSAIC
 
-#: constant GROUSE step of the pretrained k-GROUSE, chosen from ``KGROUSE_ETA_GRID`` on the stress
-#: suite's tuning seeds (``python -m experiments.streaming.stress_tuning --eta-grid``; ``streaming.bench.TUNING_SEEDS``)
+#: constant GROUSE step of the pretrained k-GROUSE, chosen on the stress suite's tuning seeds
+#: (``python -m experiments.streaming.stress_tuning --eta-grid``)
 KGROUSE_ETA = 0.5
-KGROUSE_ETA_GRID = (0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 
 
 class SingleSubspace:
-    """A method tracking one subspace ``U (n, d)``, streamed as MoSAIC is: ``process`` completes and
-    updates on each sample in order (the subclass's ``step`` on its observed part) and returns the
-    completions ``(B, n)`` and routes ``(B,)`` (always −1); ``bases_`` is ``(1, n, d)``."""
+    """A method tracking one random-started subspace ``U (n, d)`` (``d`` capped at ``n - 1``), streamed
+    as MoSAIC is: ``process`` completes and updates on each sample in order (the subclass's ``step`` on
+    its observed part) and returns the completions ``(B, n)`` and routes ``(B,)`` (always −1)."""
 
-    U: np.ndarray
+    def __init__(self, n: int, d: int, seed: int = 0) -> None:
+        self.d = min(d, n - 1)
+        self.U = orthonormalize(np.random.default_rng(seed).standard_normal((n, self.d)))
 
     def step(self, idx: np.ndarray, xo: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -50,6 +44,7 @@ class SingleSubspace:
 
     @property
     def bases_(self) -> np.ndarray:
+        """``(1, n, d)``."""
         return self.U[None]
 
     def memory_bytes(self) -> int:
@@ -60,9 +55,7 @@ class Grouse(SingleSubspace):
     """GROUSE on one rank-``d`` subspace ``U (n, d)`` with a constant step ``eta``."""
 
     def __init__(self, n: int, d: int, eta: float = 0.3, seed: int = 0) -> None:
-        rng = np.random.default_rng(seed)
-        self.d = min(d, n - 1)
-        self.U = orthonormalize(rng.standard_normal((n, self.d)))
+        super().__init__(n, d, seed)
         self.eta = eta
 
     def step(self, idx: np.ndarray, xo: np.ndarray) -> np.ndarray:
@@ -80,9 +73,7 @@ class Petrels(SingleSubspace):
     inverse) and ``U_i ← U_i + (x_i − U_i w) R_i⁻¹ w``, with ``w`` the least-squares coefficient."""
 
     def __init__(self, n: int, d: int, lam: float = 0.98, delta: float = 1.0, seed: int = 0) -> None:
-        rng = np.random.default_rng(seed)
-        self.d = min(d, n - 1)
-        self.U = orthonormalize(rng.standard_normal((n, self.d)))
+        super().__init__(n, d, seed)
         self.Rinv = np.tile(np.eye(self.d) / delta, (n, 1, 1))
         self.lam = lam
 
@@ -141,20 +132,11 @@ class KGrouse(MoSAIC):
         return kg
 
 
-def _complete_with(bases_per_sample: np.ndarray, X0: np.ndarray, M: np.ndarray, ridge: float) -> np.ndarray:
-    """(Ridge) least-squares completion of each sample with its own basis ``(T, n, r)``."""
-    Ut = bases_per_sample
-    G = np.einsum("tn,tna,tnb->tab", M.astype(float), Ut, Ut) + ridge * np.eye(Ut.shape[2])
-    b = np.einsum("tn,tna->ta", X0, Ut)
-    w = np.linalg.solve(G, b[..., None])[..., 0]
-    return np.where(M, X0, np.einsum("tna,ta->tn", Ut, w))
-
-
 def offline_kss(values: np.ndarray, K: int, r: int, seed: int = 0, restarts: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Batch k-subspaces on the whole ``(T, n)`` stream; returns ``(completed, routes, bases)``."""
     M = ~np.isnan(values)
     X0 = np.where(M, values, 0.0)
-    res = k_subspaces_missing(X0, M, K, r, restarts=restarts, online_passes=1, seed=seed)
+    res = k_subspaces_missing(X0, M, K, r, restarts=restarts, seed=seed)
     W, _ = batch_fit(res.bases, X0, M)
     est = np.einsum("tnr,tr->tn", res.bases[res.labels], W[np.arange(len(res.labels)), res.labels])
     return np.where(M, X0, est), res.labels, res.bases
@@ -172,9 +154,11 @@ def oracle_completion(
     M = ~np.isnan(values)
     X0 = np.where(M, values, 0.0)
     out = np.empty_like(X0)
-    chunk = max(16, 4_000_000 // (bases.shape[2] * bases.shape[3]))
+    chunk = max(16, 4_000_000 // (n * r))
     for s in range(0, len(values), chunk):
         sl = slice(s, s + chunk)
-        Ut = bases[epoch[sl], labels[sl]] if sample_bases is None else sample_bases[sl]
-        out[sl] = _complete_with(Ut, X0[sl], M[sl], ridge)
+        Ut = bases[epoch[sl], labels[sl]] if sample_bases is None else sample_bases[sl]  # (t, n, r)
+        G = np.einsum("tn,tna,tnb->tab", M[sl].astype(float), Ut, Ut) + ridge * np.eye(r)
+        w = np.linalg.solve(G, np.einsum("tn,tna->ta", X0[sl], Ut)[..., None])[..., 0]
+        out[sl] = np.where(M[sl], X0[sl], np.einsum("tna,ta->tn", Ut, w))
     return out

@@ -1,26 +1,13 @@
 """The benchmark behind the README's table (``mosaic bench``, the stress suite): MoSAIC against the
-pretrained k-GROUSE, on streams from generator families it was not tuned on.
+pretrained k-GROUSE on streams from generator families it was not tuned on.
 
-A *cell* is ``family/obsPP/spec/epochs``:
-
-* ``family``: a generator of ``streaming.data`` (``FAMILIES``): drift kinds (per-subspace geodesic,
-  shared rotation, independent rotations, random walk inside epochs, abrupt replacement, abrupt +
-  gradual) and, on the geodesic drift, non-uniform observation probabilities, heavy-tailed noise,
-  class imbalance (one class 5 %), data not unit-scaled;
-* ``obsPP``: observed fraction 20 / 35 / 50 %;
-* ``spec``: the model's ``K`` and ``r`` exact, or over-/under-specified by one (``K+1``, ``K-1``,
-  ``r+1``, ``r-1``; the oracle always knows the truth);
-* ``epochs``: the epoch of every sample ``given`` to the models or ``withheld``.
-
-Every (family, obs, spec) stream is drawn once per seed; both epoch settings see the same stream
-and the same pretrained experts (paired). Test seeds and tuning seeds are disjoint
-(``TEST_SEEDS``, ``TUNING_SEEDS``): defaults and the k-GROUSE step are chosen on tuning seeds only
-(``python -m experiments.streaming.stress_tuning``: the tuning seeds, the ablations of MoSAIC's online
-mechanisms and the k-GROUSE step grid).
-
-Writes ``trials.csv`` (one row per cell, seed, method), ``summary.csv`` (mean, standard deviation,
-min and max over seeds per cell and method), ``cells.png`` (NRMSE per cell and method) and ``summary.json`` (the same, the per-cell comparison
-MoSAIC vs k-GROUSE vs oracle, the issue's targets, the seeds and the command).
+A *cell* is ``family/obsPP/spec/epochs``: a generator of ``streaming.data`` (``FAMILIES``: drift kinds
+and, on the geodesic drift, non-uniform observation, heavy-tailed noise, class imbalance, data not
+unit-scaled), the observed fraction (``OBS_FRACS``), the model's ``K`` and ``r`` exact or off by one
+(``SPECS``; the oracle always knows the truth), and the epochs ``given`` to the models or ``withheld``.
+Every (family, obs, spec) stream is drawn once per seed and both epoch settings share it and its
+pretrained experts (paired). Defaults and the k-GROUSE step were chosen on ``TUNING_SEEDS``
+(``python -m experiments.streaming.stress_tuning``), disjoint from the ``TEST_SEEDS`` reported.
 """
 
 from __future__ import annotations
@@ -90,10 +77,8 @@ def select_cells(patterns=None, families=None) -> list[str]:
     patterns = list(patterns or DEFAULT_CELLS)
     if "all" in patterns:
         patterns = ["*"]
-    cells = []
-    for c in all_cells():
-        if any(fnmatch.fnmatchcase(c, p) for p in patterns) and (not families or c.split("/")[0] in families):
-            cells.append(c)
+    cells = [c for c in all_cells()
+             if any(fnmatch.fnmatchcase(c, p) for p in patterns) and (not families or c.split("/")[0] in families)]
     if not cells:
         raise InputError(f"no stress cell matches {patterns} (cells are family/obsPP/spec/epochs, "
                          f"e.g. {all_cells()[0]}; families {sorted(FAMILIES)})")

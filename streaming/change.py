@@ -59,12 +59,6 @@ def identifiable_rank(n: int, r: int, m: float, s: int) -> int:
     return q
 
 
-def buffer_size_to_reseed(n: int, r: int, mean_m: float) -> int:
-    """Buffer size that triggers a re-seed: enough observations to pin down ``n r`` unknowns."""
-    dof = max(mean_m - r, 1.0)
-    return int(np.ceil(2.0 * n * r / dof)) + r
-
-
 @dataclass(slots=True)
 class ChangeBuffer(StateComponent):
     """Novel samples (observed indices ``idx[j] (m_j,)``, values ``values[j] (m_j,)``, arrival counts
@@ -109,9 +103,6 @@ class ChangeBuffer(StateComponent):
             M[j, idx] = True
         return X0, M
 
-    def nbytes(self) -> int:
-        return sum(i.nbytes + v.nbytes for i, v in zip(self.idx, self.values, strict=True))
-
 
 @dataclass(slots=True)
 class ProvisionalFit(StateComponent):
@@ -131,14 +122,11 @@ class ProvisionalFit(StateComponent):
         self.basis, self.loadings, self.noise, self.at = None, None, None, 0
 
     def fit_sample(self, idx: np.ndarray, xo: np.ndarray, m: int, n: int, ridge: float) -> tuple[float, np.ndarray | None]:
-        """Fit of a sample under the provisional basis ``(n, q)``: its residual relative to what a
-        random rank-q subspace leaves (``score / (1 - q/m)``), and a completion ``(n,)`` (0 on Ω).
-
-        With a probabilistic fit (``"posterior"``, what ``"auto"`` uses where m̄ >= 2.25 r): the
-        posterior mean under it, which shrinks what the buffer does not determine. Otherwise
-        (``"als"``): the least-squares completion shrunk by the unexplained fraction, or None when
-        ``rel >= PROVISIONAL_ACCEPT``. Either is capped at twice the sample's energy per observed
-        entry: a fit to few samples can extrapolate."""
+        """A sample's residual under the provisional basis ``(n, q)`` relative to a random rank-q
+        subspace's (``score / (1 - q/m)``) and its completion ``(n,)`` (0 on Ω): the posterior mean
+        when there are ``loadings``, else the least-squares completion shrunk by the unexplained
+        fraction (None when ``rel >= PROVISIONAL_ACCEPT``); capped at twice the sample's energy per
+        entry (a fit to few samples can extrapolate)."""
         U = self.basis
         q = U.shape[1]
         w, res = fit_observed(U[None], idx, xo, ridge)
@@ -175,16 +163,13 @@ class ProvisionalFit(StateComponent):
               floor_level: float, noise_seed: int) -> None:
         """Refit to the ``buffer`` of ``n``-dimensional samples (mean observed count ``mean_m``).
 
-        With ``q = min(r, q_id)``, ``q_id`` the identifiable rank of the ``s`` buffered samples
-        (``identifiable_rank``): while a rank-r subspace is still under-determined (``q_id < r``) the
-        posterior comes from Soft-Impute of the buffer (threshold ``lam_rel · rms(x_Ω) sqrt(m̄)``: its
-        directions, coefficient variances ``sv²/s`` and unexplained variance), which uses every
-        direction the data supports, shrunk; once it is determined, from probabilistic PCA of rank r
-        (EM, ``linalg.ppca_missing``, warm-started from the previous fit). The routing basis is a
-        rank-q ALS fit started at the Soft-Impute directions, then the span of the PPCA loadings.
+        ``q_id``: the identifiable rank of the ``s`` buffered samples. While ``q_id < r`` the posterior
+        comes from Soft-Impute of the buffer (threshold ``lam_rel · rms(x_Ω) sqrt(m̄)``) and the routing
+        basis is a rank-``q_id`` ALS fit started at its directions; then from rank-r probabilistic PCA
+        (``linalg.ppca_missing``, warm-started from the previous fit) and the span of its loadings.
         ``estimator="als"``: a rank-q ALS fit only. The unexplained variance is never below
-        ``floor_level`` (the other experts' median residual level) × the entry energy;
-        ``noise_seed`` seeds the small random start of directions Soft-Impute shrank away."""
+        ``floor_level`` (the other experts' median level) × the entry energy; ``noise_seed`` seeds the
+        random start of the directions Soft-Impute shrank away."""
         B = len(buffer)
         # the ALS rank: the q (n + s) <= m̄ s count of earlier versions
         q_id = int(mean_m * B / (n + B)) if estimator == "als" else identifiable_rank(n, r, mean_m, B)
@@ -249,11 +234,10 @@ def _ppca_start(L_si: np.ndarray, r: int, energy: float, noise_seed: int) -> np.
 
 
 def reseed_fit(X0: np.ndarray, M: np.ndarray, r: int, warm: np.ndarray | None):
-    """Rank-r ALS fit ``(n, r)`` of buffered samples ``X0, M (B, n)`` (a re-seed), from ``warm``
-    (``WARM_ITERS`` iterations) or cold (15), trimmed to its best-fitting 60 % (twice at most)
-    while < 90 % of the buffer are inliers, then refit on all inliers. Returns the basis, each
-    sample's normalised residual ``(B,)`` and the inlier mask (residual < half the novelty
-    threshold)."""
+    """Rank-r ALS fit ``(n, r)`` of buffered samples ``X0, M (B, n)`` (a re-seed) from ``warm`` or cold,
+    trimmed to its best-fitting 60 % (twice at most) while < 90 % of the buffer are inliers (residual
+    < half the novelty threshold), then refit on all inliers. Returns the basis, each sample's
+    normalised residual ``(B,)`` and the inlier mask."""
     energy = np.maximum((X0 * X0).sum(1), TINY)
     base = 1.0 - r / M.sum(1)
     U = als_subspace(X0, M, r, U0=warm, iters=15 if warm is None else WARM_ITERS, shrink=FIT_SHRINK)
@@ -286,18 +270,11 @@ class ChangeDetection:
 
     def reseed_min(self) -> int:
         """Buffer size that triggers a re-seed: enough observations to pin down ``n r`` unknowns."""
-        return buffer_size_to_reseed(self.n_features_in_, self.r, self.stream_stats_.mean_m)
+        dof = max(self.stream_stats_.mean_m - self.r, 1.0)
+        return int(np.ceil(2.0 * self.n_features_in_ * self.r / dof)) + self.r
 
     def _window_len(self) -> int:
         return max(MIN_WINDOW, self.K * self.reseed_min())
-
-    def _install_basis(self, k: int, U: np.ndarray) -> None:
-        """Replace expert ``k``'s basis by a re-seed ``U (n, r)``: its schedule restarts, and a pending
-        epoch-reset decision of the old basis goes."""
-        self.bank_.bases[k] = U
-        self.steps_.t[k] = 0.0
-        self.epochs_.pending[k] = False
-        self.expert_stats_.reseeded_at[k] = self.stream_stats_.n_seen
 
     def _novelty(self, idx: np.ndarray, xo: np.ndarray, s: float, k: int) -> tuple[bool, tuple | None]:
         """Change detection for a sample whose best score ``s`` is expert ``k``'s: whether it is novel,
@@ -357,7 +334,10 @@ class ChangeDetection:
             if not protected.all():
                 missed[protected] = -np.inf
             victim = int(np.argmax(missed))
-            self._install_basis(victim, U)
+            self.bank_.bases[victim] = U
+            self.steps_.t[victim] = 0.0  # its schedule restarts
+            self.epochs_.pending[victim] = False  # a pending epoch-reset decision was the old basis's
+            stats.reseeded_at[victim] = n_seen
             # a fit to few samples overfits their residuals: never trust a level tighter than the
             # typical level of the other experts
             typical = float(np.median(np.delete(stats.level, victim))) if self.K > 1 else 0.0
@@ -374,10 +354,9 @@ class ChangeDetection:
             buffer.next_try = len(buffer) + max(1, need // 4)
 
     def resolved_provisional_estimator(self) -> str:
-        """The provisional estimator in use: ``provisional_estimator``, with ``"auto"`` resolved by
-        the running mean observed count ``m̄``. The posterior (Soft-Impute, then rank-r PPCA) needs
-        observations to spare beyond the rank: with ``m̄ < 2.25 r`` (e.g. (100,25,5) at 40 %,
-        m̄/r = 1.6) it was both worse and ~10× slower than ALS on the tuning seeds."""
+        """``provisional_estimator``, with ``"auto"`` resolved by the running mean observed count ``m̄``:
+        the posterior needs observations to spare beyond the rank (with ``m̄ < 2.25 r`` it was both
+        worse and ~10× slower than ALS on the tuning seeds)."""
         if self.provisional_estimator != "auto":
             return self.provisional_estimator
         return "posterior" if self.stream_stats_.mean_m >= PROVISIONAL_MIN_RATIO * self.r else "als"

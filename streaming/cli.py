@@ -27,6 +27,7 @@ from common.device import add_device_arg, resolve_device
 from common.errors import DataError, InputError
 from common.io import atomic_write, dumps_json, read_npz, write_json
 from common.limits import add_force_arg, gib
+from streaming.data import STANDARD_CONFIGS
 from streaming.harness import announce, limit_threads
 from streaming.observed import fit_warning_lines, warn_low_observed
 
@@ -43,14 +44,10 @@ MAX_ITEMS = 100_000  # data --movies
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
-    from streaming.data import STANDARD_CONFIGS, StreamConfig, generate_stream, save_stream
+    from streaming.data import StreamConfig, generate_stream, save_stream
 
     check_outputs(files=[a.out], overwrite=a.overwrite)
-    n, r, K = a.n, a.r, a.K
-    if a.config:
-        if a.config not in STANDARD_CONFIGS:
-            raise InputError(f"unknown config {a.config!r}; choose from {sorted(STANDARD_CONFIGS)}")
-        n, r, K = STANDARD_CONFIGS[a.config]
+    n, r, K = STANDARD_CONFIGS[a.config] if a.config else (a.n, a.r, a.K)
     props = None if not a.proportions else _proportions(a.proportions)
     cfg = StreamConfig(
         n=n, r=r, K=K, obs_frac=a.obs_frac, noise_std=a.noise, proportions=props, epochs=a.epochs,
@@ -229,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("simulate", help="generate a stream file (.npz)")
-    s.add_argument("--config", default=None, help="standard (n,r,K): 25-5-5, 50-5-10, 100-10-10, 100-25-5")
+    s.add_argument("--config", default=None, choices=list(STANDARD_CONFIGS), help="a standard (n, r, K)")
     s.add_argument("--n", type=int_in(2, MAX_N), default=100, help=f"coordinates (at most {MAX_N:,})")
     s.add_argument("--r", type=int_in(1, MAX_RANK), default=10, help=f"rank (at most {MAX_RANK})")
     s.add_argument("--K", type=int_in(1, MAX_K), default=10, help=f"subspaces (at most {MAX_K})")

@@ -2,9 +2,7 @@
 
 ``MoSAIC``'s constructor takes the ones users set (``r``, ``K``, ``eta0``, ``pretrain_restarts``,
 ``seed``); the others are fixed class attributes of ``HyperParameters``, which a variant (a baseline,
-an ablation) overrides in a subclass. ``n`` is learned by ``fit``. ``MoSAIC.fit`` / ``partial_fit``
-validate all of them through ``validate``. Frozen: a model's hyper-parameters are changed on the
-model (``set_params``), never on a config copy.
+an ablation) overrides in a subclass. ``n`` is learned by ``fit``, which validates them all.
 """
 
 from __future__ import annotations
@@ -24,9 +22,7 @@ class MoSAICConfig:
     K: int
     eta0: float = 1.0  # with epoch_reset="detect", chosen on the tuning seeds
     eta_min: float = 0.05
-    # the drift floor's coefficient (``streaming.schedule.drift_floor``), chosen on the stress suite's tuning
-    # seeds; 0 = off (checkpoints before config version 5)
-    drift_floor: float = 0.3
+    drift_floor: float = 0.3  # ``streaming.schedule.drift_floor``'s coefficient, chosen on the tuning seeds; 0 = off
     schedule: str = "sublinear"  # or "constant" (η = eta0 always, k-GROUSE style)
     detect: bool = True  # change detection (novel samples -> change buffer -> re-seed)
     epoch_reset: str = "detect"  # restart the schedule at an epoch start: "detect" (only experts that moved), "always", "never"
@@ -50,19 +46,13 @@ class MoSAICConfig:
             raise InputError(f"rank r must satisfy 1 <= r < n, got r={self.r}, n={self.n}")
         if self.provisional_lambda <= 0:
             raise InputError(f"provisional_lambda must be > 0, got {self.provisional_lambda}")
-        if self.provisional_estimator not in ("auto", "posterior", "als"):
-            raise InputError(
-                f"provisional_estimator must be 'auto', 'posterior' or 'als', got {self.provisional_estimator!r}")
-        if self.completion_cap < 0:
-            raise InputError(f"completion_cap must be >= 0 (0 = off), got {self.completion_cap}")
-        if self.provisional_growth < 0:
-            raise InputError(f"provisional_growth must be >= 0 (0 = auto), got {self.provisional_growth}")
-        if self.epoch_reset not in ("detect", "always", "never"):
-            raise InputError(f"epoch_reset must be 'detect', 'always' or 'never', got {self.epoch_reset!r}")
-        if self.pretrain_repair < 0:
-            raise InputError(f"pretrain_repair must be >= 0 (0 = off), got {self.pretrain_repair}")
-        if self.schedule not in ("sublinear", "constant"):
-            raise InputError(f"schedule must be 'sublinear' or 'constant', got {self.schedule!r}")
+        for name, choices in (("provisional_estimator", ("auto", "posterior", "als")),
+                              ("epoch_reset", ("detect", "always", "never")), ("schedule", ("sublinear", "constant"))):
+            if getattr(self, name) not in choices:
+                raise InputError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+        for name in ("completion_cap", "provisional_growth", "pretrain_repair"):
+            if getattr(self, name) < 0:
+                raise InputError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not (0 < self.eta0 <= 1 and 0 <= self.eta_min <= self.eta0):
             raise InputError("step sizes must satisfy 0 <= eta_min <= eta0 <= 1, eta0 > 0")
         if not (0 <= self.drift_floor <= 1):
@@ -95,11 +85,6 @@ class HyperParameters:
     def step_floor(self) -> float:
         """The floor of the sublinear step: ``eta_min``, capped at ``eta0``."""
         return min(self.eta_min, self.eta0)
-
-    @property
-    def config(self) -> MoSAICConfig:
-        """The hyper-parameters with the fitted ``n`` (a new ``MoSAICConfig``)."""
-        return MoSAICConfig(n=self.n, **self.hyper_parameters())
 
     def _checked_config(self, n: int) -> MoSAICConfig:
         """The hyper-parameters for ``n`` features, validated (InputError on a bad value)."""

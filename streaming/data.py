@@ -1,67 +1,37 @@
 """Streams of partially observed samples on a drifting union of subspaces, and their file format.
 
-Stream file format (``.npz``, format version 1)
------------------------------------------------
-=================  ==========================  ==================================================
-key                shape / dtype               meaning
-=================  ==========================  ==================================================
-``format_version`` ``()`` int                  ``1``; any other value is rejected
-``values``         ``(T, n)`` float            observed values, NaN where not observed (required)
-``labels``         ``(T,)`` int, optional      true subspace (class) of each sample
-``epoch``          ``(T,)`` int, optional      epoch of each sample (non-decreasing)
-``bases``          ``(E, K, n, r)``, optional  true orthonormal bases of each epoch
-``full``           ``(T, n)`` float, optional  every entry of each sample (for NRMSE on the unobserved)
-``source_values``  ``(S, n)`` float, optional  pretraining samples (NaN where not observed)
-``source_labels``  ``(S,)`` int, optional      their classes
-``heldout``        ``(T, n)`` float, optional  entries hidden from ``values`` for evaluation, NaN
-                                               elsewhere (never where ``values`` is observed)
-``label_names``    ``(C,)`` str, optional      name of each label value (``labels`` index it)
-``column_ids``     ``(n,)`` int, optional      external id of each coordinate (e.g. a movieId)
-``sample_ids``     ``(T,)`` int, optional      external id of each sample (e.g. a userId)
-=================  ==========================  ==================================================
-
-Only ``values`` is needed to stream a file (``mosaic stream`` works on any such file); the other
-keys enable evaluation: ``full`` where every entry is known (synthetic streams), ``heldout`` where
-only some hidden entries are (real data, e.g. ``streaming.movielens``). The last four keys were
-added within version 1: older files simply lack them. ``mosaic stream`` writes an output ``.npz`` with ``format_version``,
-``completed (T, n)`` (the estimate of every entry when the sample arrived; observed entries are
-kept) and ``routes (T,)`` (the expert each sample was routed to).
+The stream file (``.npz``, format version 1; ``save_stream`` / ``load_stream``) is the table of
+streaming/README.md: only ``values (T, n)`` (NaN = unobserved) is required; ``full`` (synthetic
+streams) or ``heldout`` (real data, ``streaming.movielens``) enable evaluation.
 
 Generative model: sample ``t`` of class ``k_t`` in epoch ``e`` is ``x = U_{e,k} w + σ ε`` with
 ``w ~ N(0, (n/r) I_r)`` (unit variance per entry), ``ε ~ N(0, I_n)`` (or Student-t with
-``noise_dof`` degrees of freedom: heavy tails), and each coordinate ``i`` observed independently
-with probability ``obs_frac`` (or ``p_i``: with ``obs_spread = s > 0`` the ``p_i`` are evenly
-spread over ``obs_frac (1 ± s)`` in a random order, clipped to [0.01, 1]). Class proportions are
-``proportions`` (uniform by default). With ``scale != 1`` or ``coord_scale_spread = c > 0`` every
-entry is multiplied by ``scale · d_i`` (``log d_i ~ N(0, c²)``): the samples of class ``k`` then lie
-near the subspace spanned by ``D U_k``, and ``bases`` holds its orthonormal basis. Drift:
+``noise_dof`` degrees of freedom), and each coordinate ``i`` observed independently with probability
+``obs_frac`` (or ``p_i``: with ``obs_spread = s > 0`` evenly spread over ``obs_frac (1 ± s)`` in a
+random order, clipped to [0.01, 1]). Class proportions are ``proportions`` (default uniform). With
+``scale != 1`` or ``coord_scale_spread = c > 0`` every entry is multiplied by ``scale · d_i``
+(``log d_i ~ N(0, c²)``): class ``k`` then lies near ``span(D U_k)``, whose orthonormal basis
+``bases`` holds. Drift:
 
-* ``rotation`` (per-subspace geodesic): each subspace moves along a fixed Grassmann geodesic,
-  ``U_e = exp(e θ A_k) U_0`` with the skew-symmetric generator ``A_k = Q_k U_0ᵀ - U_0 Q_kᵀ``
-  (``Q_k ⟂ U_0`` orthonormal), i.e. ``U_e = U_0 cos(eθ) + Q_k sin(eθ)``: every principal angle
-  grows by ``θ = angle_rad`` per epoch.
+* ``rotation`` (per-subspace geodesic): ``U_e = U_0 cos(eθ) + Q_k sin(eθ)`` (``Q_k ⟂ U_0``
+  orthonormal, ``θ = angle_rad``): every principal angle grows by ``θ`` per epoch.
 * ``shared_rotation``: at each epoch boundary every subspace is rotated by the same random
-  orthogonal ``R_e = P diag(rot(θ), …) Pᵀ`` (``P`` uniformly random orthogonal): every vector
-  turns by exactly ``θ`` in its own plane, so each principal angle between ``U_{e-1,k}`` and
-  ``U_{e,k}`` is at most ``θ``, and the Gram matrices ``U_jᵀ U_k`` between classes are unchanged.
+  orthogonal ``R_e = P diag(rot(θ), …) Pᵀ`` (``plane_rotation``): each principal angle between
+  consecutive epochs is at most ``θ`` and the Gram matrices between classes are unchanged.
 * ``independent_rotation``: the same, with an independent ``R_{e,k}`` per subspace.
-* ``random_walk``: no jumps at all; before every sample each subspace takes a step of
-  ``walk_rad`` rad in a uniformly random tangent direction (``U ← orth(U + walk_rad G)``,
-  ``G ⟂ U``, ``||G||_F = 1``). ``bases[e]`` holds the subspaces at the first sample of epoch ``e``,
-  so consecutive epochs differ by about ``walk_rad · sqrt(samples_per_epoch)`` rad (Frobenius
-  norm of the principal angles); epochs are mere time segments. ``Stream.sample_bases`` holds the
-  true basis of every sample (in memory only; not part of the file).
-* ``abrupt``: at each epoch boundary ``n_replace`` randomly chosen subspaces are replaced by
-  fresh random ones (the class index is kept).
-* ``mixed``: at each boundary ``n_replace`` subspaces are replaced (abrupt) and the others move on
-  along their geodesic by ``angle_rad`` (gradual).
+* ``random_walk``: before every sample each subspace takes a step of ``walk_rad`` rad in a random
+  tangent direction; ``bases[e]`` holds the subspaces at the first sample of epoch ``e`` (epochs
+  are mere time segments) and ``Stream.sample_bases`` the true basis of every sample (not saved).
+* ``abrupt``: at each epoch boundary ``n_replace`` random subspaces are replaced by fresh ones.
+* ``mixed``: at each boundary ``n_replace`` subspaces are replaced and the others move on along
+  their geodesic by ``angle_rad``.
 * ``none``: fixed subspaces.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -73,14 +43,13 @@ from streaming.linalg import orthonormalize, random_bases
 FORMAT_VERSION = 1
 DRIFT_KINDS = ("none", "rotation", "abrupt", "shared_rotation", "independent_rotation", "random_walk", "mixed")
 
-#: the issue's standard (n, r, K) configurations; ``large`` is the memory-scaling check.
+#: the issue's standard (n, r, K) configurations (``mosaic simulate --config``)
 STANDARD_CONFIGS: dict[str, tuple[int, int, int]] = {
     "25-5-5": (25, 5, 5),
     "50-5-10": (50, 5, 10),
     "100-10-10": (100, 10, 10),
     "100-25-5": (100, 25, 5),
 }
-LARGE_CONFIG: tuple[int, int, int] = (10000, 10, 20)
 
 
 @dataclass
@@ -140,7 +109,7 @@ class StreamConfig:
 
 @dataclass
 class Stream:
-    """A stream in memory; fields mirror the file keys (see the module docstring)."""
+    """A stream in memory; fields mirror the file keys (streaming/README.md)."""
 
     values: np.ndarray  # (T, n), NaN = unobserved
     labels: np.ndarray | None = None  # (T,)
@@ -153,7 +122,6 @@ class Stream:
     label_names: np.ndarray | None = None  # (C,) str
     column_ids: np.ndarray | None = None  # (n,)
     sample_ids: np.ndarray | None = None  # (T,)
-    meta: dict = field(default_factory=dict)
     sample_bases: np.ndarray | None = None  # (T, n, r) true basis of each sample (random walk; not saved)
 
     @property
@@ -303,14 +271,11 @@ def generate_stream(cfg: StreamConfig) -> Stream:
         full=full,
         source_values=src_values,
         source_labels=src_labels,
-        meta={"config": asdict(cfg)},
         sample_bases=sample_bases,
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# file format
-# ---------------------------------------------------------------------------------------------
+# ---- file format
 _OPTIONAL = (
     "labels", "epoch", "bases", "full", "source_values", "source_labels",
     "heldout", "label_names", "column_ids", "sample_ids",
@@ -383,12 +348,12 @@ def load_stream(path: str | os.PathLike) -> Stream:
     if out.epoch is not None and (np.diff(out.epoch) < 0).any():
         raise DataError(f"{path.name}: epoch must be non-decreasing")
     if out.heldout is not None:
-        if out.heldout.dtype.kind != "f" or np.isinf(out.heldout).any():
+        if np.isinf(out.heldout).any():
             raise DataError(f"{path.name}: heldout must be finite floats with NaN where nothing is held out")
         if (~np.isnan(out.heldout) & ~np.isnan(values)).any():
             raise DataError(f"{path.name}: heldout overlaps the observed values")
     if out.label_names is not None:
-        if out.label_names.ndim != 1 or out.label_names.dtype.kind != "U":
+        if out.label_names.ndim != 1:
             raise DataError(f"{path.name}: label_names must be a 1-d array of strings")
         if out.labels is not None and out.labels.size and not 0 <= out.labels.min() <= out.labels.max() < out.label_names.size:
             raise DataError(f"{path.name}: labels must index label_names (0..{out.label_names.size - 1})")

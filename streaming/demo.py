@@ -9,11 +9,6 @@ import numpy as np
 
 from common.cli import SEED_MAX
 
-DEMO_METHODS = ("mosaic", "kgrouse_pretrained", "k-grouse", "grouse-r", "petrels")
-RUN_LABEL = "Run stream"
-PLOT_LABEL = "Tracking error (NRMSE on unobserved entries)"
-TABLE_LABEL = "Summary"
-
 
 def tracking_figure(errs: dict, drifts: list[int], T: int):
     """Rolling-mean NRMSE of each method over the stream, drift points dashed (a ``Figure``)."""
@@ -133,8 +128,8 @@ def build_tab() -> None:
     with gr.Row():
         spe = gr.Slider(200, 3000, value=800, step=100, label="samples per epoch")
         seed = gr.Number(value=0, precision=0, label="seed")
-    run = gr.Button(RUN_LABEL, variant="primary")
-    plot = gr.Plot(label=PLOT_LABEL)
-    table = gr.Dataframe(headers=["method", "NRMSE so far", "NRMSE last chunk"], label=TABLE_LABEL)
+    run = gr.Button("Run stream", variant="primary")
+    plot = gr.Plot(label="Tracking error (NRMSE on unobserved entries)")
+    table = gr.Dataframe(headers=["method", "NRMSE so far", "NRMSE last chunk"], label="Summary")
 
     run.click(run_tab, [n, r, K, obs, noise, drift, spe, seed], [plot, table], api_name="mosaic_run")

@@ -74,13 +74,9 @@ def recovery_times(
     err: np.ndarray, labels: np.ndarray, epoch: np.ndarray, bases: np.ndarray,
     threshold: float = RECOVERY_THRESHOLD, window: int = RECOVERY_WINDOW,
 ) -> list[dict]:
-    """Recovery after each drift point.
-
-    For the classes whose subspace changed at the drift, take their samples after it in order;
-    the recovery time is the number of those samples until the rolling median (``window``) of the
-    per-sample NRMSE first drops to ``threshold`` (``nan`` if it never does). Also reported in
-    stream samples (``stream_samples``).
-    """
+    """Recovery after each drift point: the number of samples of the classes whose subspace changed
+    until the rolling median (``window``) of their per-sample NRMSE ``err (T,)`` first drops to
+    ``threshold`` (``nan`` if it never does), also counted in stream samples (``stream_samples``)."""
     out = []
     starts = np.flatnonzero(np.diff(epoch) != 0) + 1
     for t0 in starts:
@@ -100,13 +96,8 @@ def recovery_times(
     return out
 
 
-def subspace_error_curve(snapshot_t: list[int], snapshots: list, epoch: np.ndarray, bases: np.ndarray) -> np.ndarray:
-    """``(len(snapshots),)`` matched subspace error of each snapshot vs that epoch's true bases."""
-    return np.array([subspace_error(S, bases[epoch[t]])[0] for t, S in zip(snapshot_t, snapshots, strict=True)])
-
-
-def summarize(stream, completed: np.ndarray, routes: np.ndarray | None, run=None) -> dict:
-    """All metrics of one method on one stream (keys are the CSV columns)."""
+def summarize(stream, completed: np.ndarray, routes: np.ndarray | None) -> dict:
+    """All metrics of one completion ``(T, n)`` of a stream (keys are the CSV columns)."""
     row: dict = {}
     row["nrmse"] = nrmse_unobserved(completed, stream.full, stream.values) if stream.full is not None else float("nan")
     if stream.full is not None and stream.epoch is not None:
@@ -114,20 +105,9 @@ def summarize(stream, completed: np.ndarray, routes: np.ndarray | None, run=None
         row["nrmse_last_epoch"] = nrmse_unobserved(completed[last], stream.full[last], stream.values[last])
     routed = routes is not None and stream.labels is not None and (np.asarray(routes) >= 0).any()
     row["routing_acc"] = routing_accuracy(routes, stream.labels, stream.epoch) if routed else float("nan")
-    row["subspace_err_final"] = float("nan")
-    row["subspace_err_after_drift"] = float("nan")
-    if run is not None and stream.bases is not None and run.snapshots and run.snapshots[0].shape[0] > 1:
-        curve = subspace_error_curve(run.snapshot_t, run.snapshots, stream.epoch, stream.bases)
-        row["subspace_err_final"] = float(curve[-1])
-        drifts = stream.drift_points()
-        after = np.asarray(run.snapshot_t) >= (drifts[0] if drifts else 0)
-        row["subspace_err_after_drift"] = float(curve[after].mean()) if after.any() else float(curve.mean())
     if stream.full is not None and stream.bases is not None and stream.labels is not None:
         rec = recovery_times(per_sample_nrmse(completed, stream.full, stream.values), stream.labels, stream.epoch, stream.bases)
         vals = [r["recovery_samples"] for r in rec]
         row["recovery_mean"] = float(np.mean(vals)) if vals and np.isfinite(vals).all() else float("nan")
         row["recovered_frac"] = float(np.mean(np.isfinite(vals))) if vals else float("nan")
-    if run is not None:
-        row["us_per_sample"] = run.time_per_sample_s * 1e6
-        row["memory_bytes"] = run.memory_bytes
     return row

@@ -13,14 +13,13 @@ import numpy as np
 import torch
 
 from moe.routing import route_by_score
-from streaming.linalg import RIDGE, TINY, batch_fit, residual_scores
+from streaming.linalg import RIDGE, TINY, batch_fit
 from streaming.state import StateComponent
 
 
 def route_scores(score: np.ndarray, device: torch.device | None = None) -> np.ndarray:
     """Expert of each sample ``(B,)`` from its scores ``(B, K)`` (lower is better) by
-    ``moe.route_by_score`` (argmin, ties to the lower index), computed on ``device`` (None: on the
-    CPU, sharing numpy's memory)."""
+    ``moe.route_by_score`` (argmin, ties to the lower index) on ``device`` (None: the CPU)."""
     scores = torch.from_numpy(score)
     if device is not None:
         scores = scores.to(device)
@@ -29,12 +28,10 @@ def route_scores(score: np.ndarray, device: torch.device | None = None) -> np.nd
 
 def cap_completion(completion: np.ndarray, xo: np.ndarray, n: int, factor: float, typical: float = 0.0,
                    xx: float | None = None) -> np.ndarray:
-    """Scale the unobserved part of ``completion (n,)`` (0 on Ω, modified in place and returned)
-    down to at most ``factor`` × the energy that ``n - m`` entries would have at the larger of
-    the ``m`` observed values' mean square and ``typical`` (a running per-entry energy). A fit
-    through an ill-conditioned ``U_Ω`` (few observations, or an expert that is wrong for the
-    sample) can extrapolate to hundreds of times the sample's energy. ``xx``: ``xo @ xo`` when the
-    caller has it."""
+    """Scale the unobserved part of ``completion (n,)`` (0 on Ω; in place, returned) down to at most
+    ``factor`` × the energy of ``n - m`` entries at the larger of the observed values' mean square and
+    ``typical`` (a running per-entry energy): a fit through an ill-conditioned ``U_Ω`` can extrapolate
+    to hundreds of times the sample's energy. ``xx``: ``xo @ xo`` when the caller has it."""
     m = xo.size
     cap = factor * max((float(xo @ xo) if xx is None else xx) / m, typical) * (n - m)
     energy = float(completion @ completion)
@@ -50,11 +47,6 @@ class ExpertBank(StateComponent):
 
     bases: np.ndarray
     ridge: float = RIDGE
-
-    def scores(self, idx: np.ndarray, xo: np.ndarray, xx: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``w (K, r)`` and the routing scores ``(K,)`` of one sample (``linalg.residual_scores``;
-        ``xx = xo @ xo`` when the caller has it)."""
-        return residual_scores(self.bases, idx, xo, self.ridge, xx)
 
     def batch_route(self, X0: np.ndarray, M: np.ndarray,
                     device: torch.device | None = None) -> tuple[np.ndarray, np.ndarray]:

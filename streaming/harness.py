@@ -1,5 +1,6 @@
-"""The online stream harness: feed a stream to an online method in order, timing it and taking
-snapshots of its subspaces (``run_online``); shared by the benches, the demo and the experiments."""
+"""The online stream harness: feed a stream to an online method in order, timed (``run_online``), and
+the process plumbing of the long commands (threads, status line, worker pool); shared by the bench and
+the experiments."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -62,52 +63,21 @@ def map_jobs(fn: Callable, jobs: Sequence, workers: int = 1) -> list:
 
 @dataclass
 class StreamRun:
-    """What an online method produced on a stream.
+    """What an online method produced on a stream: ``completed (T, n)`` (the estimate when each sample
+    arrived), ``routes (T,)`` (−1 for single-subspace methods), the mean wall time per sample and the
+    bytes of the method's state."""
 
-    ``completed (T, n)``: estimate at arrival time; ``routes (T,)`` (−1 for single-subspace
-    methods); ``snapshot_t``: sample indices after which ``snapshots`` (each ``(K, n, r)``) were
-    taken; ``time_per_sample_s``: mean wall time per sample; ``memory_bytes`` of the state.
-    """
-
-    method: str
     completed: np.ndarray
     routes: np.ndarray
-    snapshot_t: list[int]
-    snapshots: list[np.ndarray | None]
     time_per_sample_s: float
     memory_bytes: int
-    reseeds: list = field(default_factory=list)
 
 
-def run_online(
-    model, values: np.ndarray, epoch: np.ndarray | None = None, snapshot_every: int = 0, name: str = ""
-) -> StreamRun:
-    """Feed the ``(T, n)`` stream (NaN = unobserved) to ``model`` in order: ``model.process(x (B, n),
-    epoch=(B,)) -> (completed (B, n), routes (B,))`` on chunks of ``snapshot_every`` samples (the whole
-    stream when 0), with a snapshot of ``model.bases_`` after each; ``epoch (T,)`` is passed on when
-    given. ``model`` also has ``memory_bytes()``. Timing covers ``process`` (validation included).
-    """
-    T, n = values.shape
-    completed = np.empty((T, n))
-    routes = np.empty(T, np.int64)
-    snap_t, snaps = [], []
-    elapsed = 0.0
-    chunk = snapshot_every or T
-    for s in range(0, T, chunk):
-        e = min(s + chunk, T)
-        t0 = time.perf_counter()
-        completed[s:e], routes[s:e] = model.process(values[s:e], epoch=None if epoch is None else epoch[s:e])
-        elapsed += time.perf_counter() - t0
-        if snapshot_every:
-            snap_t.append(e - 1)
-            snaps.append(model.bases_.copy())
-    return StreamRun(
-        method=name or type(model).__name__,
-        completed=completed,
-        routes=routes,
-        snapshot_t=snap_t,
-        snapshots=snaps,
-        time_per_sample_s=elapsed / T,
-        memory_bytes=model.memory_bytes(),
-        reseeds=list(getattr(model, "reseeds_", [])),
-    )
+def run_online(model, values: np.ndarray, epoch: np.ndarray | None = None) -> StreamRun:
+    """Feed the ``(T, n)`` stream (NaN = unobserved) to ``model`` in order through ``model.process(values,
+    epoch=epoch) -> (completed (T, n), routes (T,))``, timed (validation included); ``epoch (T,)`` is
+    optional. ``model`` also has ``memory_bytes()``."""
+    t0 = time.perf_counter()
+    completed, routes = model.process(values, epoch=epoch)
+    elapsed = time.perf_counter() - t0
+    return StreamRun(completed, routes, elapsed / values.shape[0], model.memory_bytes())

@@ -7,7 +7,7 @@ Samples are zero-filled ``X0 (S, n)`` with their mask ``M (S, n)`` (True = obser
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -18,25 +18,20 @@ from streaming.linalg import (
     TINY,
     als_subspace,
     batch_fit,
-    fit_observed,
-    grouse_step,
     mppca_missing,
     orthonormalize,
-    random_bases,
 )
 
 
 @dataclass
 class KSSResult:
     """Result of k-subspaces: ``bases (K, n, r)``, hard ``labels (S,)``, each sample's normalised
-    residual under its subspace ``scores (S,)``, the total ``cost`` and the winning restart."""
+    residual under its subspace ``scores (S,)`` and their total ``cost``."""
 
     bases: np.ndarray
     labels: np.ndarray
     scores: np.ndarray
     cost: float
-    restart: int
-    costs: list[float] = field(default_factory=list)
 
 
 def _assign(U: np.ndarray, X0: np.ndarray, M: np.ndarray, energy: np.ndarray,
@@ -46,27 +41,6 @@ def _assign(U: np.ndarray, X0: np.ndarray, M: np.ndarray, energy: np.ndarray,
     score = res / energy[:, None]
     labels = route_scores(score, device)
     return labels, score[np.arange(len(labels)), labels]
-
-
-def online_seed(
-    U: np.ndarray, X0: np.ndarray, M: np.ndarray, order: np.ndarray, passes: int, device: torch.device | None = None
-) -> np.ndarray:
-    """k-GROUSE passes (route each sample, update its expert with ``η = 1/sqrt(1 + c_k / 2r)``)
-    over the samples in ``order``; returns the updated ``U (K, n, r)``."""
-    U = U.copy()
-    K, _, r = U.shape
-    counts = np.zeros(K)
-    for _ in range(passes):
-        for j in order:
-            idx = np.flatnonzero(M[j])
-            if idx.size <= r:
-                continue
-            xo = X0[j, idx]
-            w, res = fit_observed(U, idx, xo)
-            k = int(route_scores((res / max(float(xo @ xo), TINY))[None], device)[0])
-            grouse_step(U[k], idx, xo, w[k], 1.0 / np.sqrt(1.0 + counts[k] / (2 * r)))
-            counts[k] += 1
-    return orthonormalize(U)
 
 
 def kmeans(V: np.ndarray, K: int, rng: np.random.Generator, n_init: int = 10, iters: int = 100) -> np.ndarray:
@@ -102,13 +76,10 @@ def spectral_seed(
 ) -> np.ndarray:
     """Initial bases ``(K, n, r)`` from spectral clustering of co-observed affinities.
 
-    For samples i, j with co-observed set C = Ω_i ∩ Ω_j the affinity is
-    ``a_ij = |C| · cos²(x_{i,C}, x_{j,C})``: for samples of one rank-r subspace its expectation
-    exceeds that of two different subspaces even when |C| < r (the restricted bases share their
-    row norms). The top-K eigenvectors of the normalised affinity ``D^{-1/2} A D^{-1/2}`` of at
-    most ``max_samples`` samples are clustered by k-means, and each cluster's subspace is fitted
-    by ALS. This is what separates the clusters of (100, 25, 5) at 40% observed, where online
-    seeding from random bases stays in a mixed solution.
+    The affinity of samples i, j with co-observed set C = Ω_i ∩ Ω_j is ``a_ij = |C| · cos²(x_{i,C},
+    x_{j,C})``: larger in expectation within a subspace than across, even when |C| < r. The top-K
+    eigenvectors of ``D^{-1/2} A D^{-1/2}`` over at most ``max_samples`` samples are clustered by
+    k-means and each cluster's subspace is fitted by ALS.
     """
     from scipy.sparse.linalg import ArpackError, eigsh
 
@@ -148,13 +119,8 @@ def mppca_seed(
     anneal: float = 4.0, max_samples: int = 2000,
 ) -> np.ndarray:
     """Bases ``(K, n, r)`` from a mixture of probabilistic PCA fitted by annealed EM
-    (``linalg.mppca_missing``) to at most ``max_samples`` samples, started at the bases ``U0``
-    (with the loadings' scale of the data's energy per entry).
-
-    Soft assignments let EM move samples between clusters that hard k-subspaces leaves mixed: at
-    few observations per sample (m/r ≈ 2–3, e.g. (50, 5, 10) at 30 % observed) the spectral seed
-    alone refines to a mixed solution, and EM from it separates the clusters.
-    """
+    (``linalg.mppca_missing``) to at most ``max_samples`` samples, started at the bases ``U0``. Soft
+    assignments move samples between clusters that hard k-subspaces leaves mixed (at m/r ≈ 2–3)."""
     S, n = X0.shape
     K, _, r = U0.shape
     pick = np.sort(rng.choice(S, size=min(S, max_samples), replace=False))
@@ -168,11 +134,9 @@ def refine(
     U: np.ndarray, X0: np.ndarray, M: np.ndarray, energy: np.ndarray, iters: int, tol: float = 1e-3,
     device: torch.device | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Batch k-subspaces: alternate hard assignment and per-cluster ALS until at most a
-    fraction ``tol`` of the labels changes.
-
-    An expert left with fewer than ``2r`` samples is re-seeded on the worst-fitting samples.
-    """
+    """Batch k-subspaces: alternate hard assignment and per-cluster ALS until at most a fraction ``tol``
+    of the labels changes; an expert left with fewer than ``2r`` samples is re-seeded on the worst-fitting
+    samples."""
     K, _, r = U.shape
     U = U.copy()
     labels = None
@@ -198,18 +162,12 @@ def repair_clusters(
     U: np.ndarray, X0: np.ndarray, M: np.ndarray, energy: np.ndarray, labels: np.ndarray, score: np.ndarray,
     rng: np.random.Generator, factor: float = 3.0, subsets: int = 8,
 ) -> tuple[np.ndarray, list[int]]:
-    """Refit the experts whose cluster is explained far worse than the others' (median normalised
-    residual above ``factor`` × the median over experts), robustly to a few samples of another class.
-
-    A cluster that holds a handful of another class's samples can pull one direction of its ALS fit
-    towards them, and that fit keeps them assigned: a self-consistent local minimum that more ALS
-    iterations or a cold start on the whole cluster do not leave (on (50, 5, 10) at 30 % observed,
-    2 foreign samples of ~145 leave a projection distance ≈ 0.45 to the true subspace). Candidates:
-    a cold fit of the whole cluster and cold fits of ``subsets`` random halves (a half misses the
-    few foreign samples with fair probability); the one with the lowest **median** residual over
-    the whole cluster (which ignores the foreign samples) replaces the expert if it beats it.
-    Returns the bases ``(K, n, r)`` and the experts replaced; ``refine`` then reassigns the samples.
-    """
+    """Refit the experts whose cluster fits far worse than the others' (median normalised residual
+    above ``factor`` × the median over experts), robustly to a few samples of another class: those can
+    hold one direction of the ALS fit, a local minimum that more iterations do not leave. Candidates: a
+    cold fit of the whole cluster and of ``subsets`` random halves (a half misses the few foreign
+    samples with fair probability); the lowest **median** residual over the cluster wins if it beats
+    the expert. Returns the bases ``(K, n, r)`` and the experts replaced."""
     K, _, r = U.shape
     med = np.array([np.median(score[labels == k]) if (labels == k).any() else np.nan for k in range(K)])
     ref = float(np.nanmedian(med))
@@ -239,41 +197,32 @@ def k_subspaces_missing(
     K: int,
     r: int,
     restarts: int = 6,
-    online_passes: int = 2,
     iters: int = 30,
     seed: int = 0,
-    spectral: bool = True,
-    em: bool = True,
     repair_rounds: int = 2,
     device: torch.device | None = None,
 ) -> KSSResult:
-    """k-subspaces with missing data (cf. Balzano et al., 2012), seeded by online passes.
+    """k-subspaces with missing data (cf. Balzano et al., 2012) on ``X0 (S, n)`` zero-filled samples with
+    their ``M (S, n)`` bool mask.
 
-    ``X0 (S, n)`` zero-filled samples, ``M (S, n)`` bool mask. The first restart is seeded by
-    spectral clustering of co-observed affinities (``spectral_seed``, when ``spectral``); the
-    later ones (when ``em`` and the first is not clean) by annealed mixture-of-PPCA EM
-    (``mppca_seed``) started at that spectral seed (second restart), then alternately at the best
-    solution so far (it keeps improving a partly separated one) and at a fresh spectral seed
-    (another k-means draw). Without ``spectral`` or ``em``, restarts start from random
-    orthonormal bases -> ``online_passes`` k-GROUSE passes in a random order.
-    Each is refined by batch k-subspaces (hard assignment + per-cluster ALS). Restarts stop at the
-    first clean solution (almost every sample explained far better than by a random subspace), so
-    a generous ``restarts`` costs only where the clusters are hard to separate. The restart with
-    the lowest total normalised residual wins; then, up to ``repair_rounds`` times, an expert whose
-    cluster fits far worse than the others is refitted robustly (``repair_clusters``) and the
-    refinement rerun, kept if it lowers the total. The routing runs on ``device`` (None: the CPU).
+    The first restart is seeded by spectral clustering of co-observed affinities (``spectral_seed``);
+    the later ones by annealed mixture-of-PPCA EM (``mppca_seed``) started at that spectral seed
+    (second restart), then alternately at the best solution so far (it keeps improving a partly
+    separated one) and at a fresh spectral seed (another k-means draw). Each is refined by batch
+    k-subspaces (``refine``); restarts stop at the first clean solution (almost every sample explained
+    far better than by a random subspace), so a generous ``restarts`` costs only where the clusters are
+    hard to separate. The lowest total normalised residual wins; then, up to ``repair_rounds`` times,
+    an expert whose cluster fits far worse than the others is refitted robustly (``repair_clusters``)
+    and the refinement rerun, kept if it lowers the total. The routing runs on ``device`` (None: the CPU).
     """
-    S, n = X0.shape
     rng = np.random.default_rng(seed)
     energy = np.maximum((X0 * X0).sum(1), TINY)
     base = np.maximum(1.0 - r / np.maximum(M.sum(1), 1), 0.0)  # residual left by a random subspace
     best: KSSResult | None = None
-    costs = []
-    spectral_U = None
     for rs in range(max(1, restarts)):
-        if rs == 0 and spectral:
+        if rs == 0:
             U = spectral_U = spectral_seed(X0, M, K, r, rng)
-        elif em and spectral_U is not None:
+        else:
             if rs == 1:
                 start = spectral_U
             elif rs % 2 == 0:
@@ -281,15 +230,10 @@ def k_subspaces_missing(
             else:
                 start = spectral_seed(X0, M, K, r, rng)
             U = mppca_seed(start, X0, M, rng)
-        else:
-            U = random_bases(rng, K, n, r)
-            if online_passes > 0:
-                U = online_seed(U, X0, M, rng.permutation(S), online_passes, device)
         U, labels, score = refine(U, X0, M, energy, iters, device=device)
         cost = float(score.sum())
-        costs.append(cost)
         if best is None or cost < best.cost:
-            best = KSSResult(U, labels, score, cost, rs)
+            best = KSSResult(U, labels, score, cost)
         # a clean solution cannot be improved by further restarts
         if np.mean(score < 0.15 * base) >= 0.95:
             break
@@ -301,8 +245,7 @@ def k_subspaces_missing(
         U, labels, score = refine(U, X0, M, energy, iters, device=device)
         if float(score.sum()) >= best.cost:
             break
-        best = KSSResult(U, labels, score, float(score.sum()), best.restart)
-    best.costs = costs
+        best = KSSResult(U, labels, score, float(score.sum()))
     return best
 
 

@@ -8,6 +8,7 @@ Missing data is given either as a zero-filled matrix ``X0 (N, n)`` plus a boolea
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -28,14 +29,12 @@ except ImportError:  # pragma: no cover - other NumPy layouts
 #: the floor of a denominator that may be zero (an all-zero sample's energy): far below any real value
 TINY = 1e-300
 RIDGE = 1e-10  # keeps the normal equations solvable when |Ω| <= r; negligible otherwise
-_EYE: dict[int, np.ndarray] = {}
 
 
-def _eye(r: int) -> np.ndarray:
-    e = _EYE.get(r)
-    if e is None:
-        e = _EYE[r] = np.eye(r)
-    return e
+@functools.lru_cache(maxsize=64)
+def _ridge_eye(r: int, ridge: float = 1.0) -> np.ndarray:
+    """``ridge · I_r``, read-only (cached: the per-sample fits use one or two ridges)."""
+    return ridge * np.eye(r)
 
 
 def orthonormalize(A: np.ndarray) -> np.ndarray:
@@ -49,19 +48,6 @@ def orthonormalize(A: np.ndarray) -> np.ndarray:
 def random_bases(rng: np.random.Generator, K: int, n: int, r: int) -> np.ndarray:
     """``(K, n, r)`` independent uniformly random orthonormal bases."""
     return orthonormalize(rng.standard_normal((K, n, r)))
-
-
-_RIDGE_EYE: dict[tuple[int, float], np.ndarray] = {}
-
-
-def _ridge_eye(r: int, ridge: float) -> np.ndarray:
-    """``ridge · I_r`` (cached: the per-sample fits use one or two ridges)."""
-    e = _RIDGE_EYE.get((r, ridge))
-    if e is None:
-        if len(_RIDGE_EYE) > 64:
-            _RIDGE_EYE.clear()
-        e = _RIDGE_EYE[(r, ridge)] = ridge * _eye(r)
-    return e
 
 
 def fit_observed(
@@ -100,7 +86,7 @@ def posterior_mean(L: np.ndarray, v: float, idx: np.ndarray, x_obs: np.ndarray) 
     ``e ~ N(0, v I)``: loadings ``L (n, q)``, observed ``idx (m,)`` / ``x_obs (m,)``. Observed
     entries are set to 0 (the caller writes ``x_obs`` there). Cost O(m q² + n q)."""
     Lo = L[idx]
-    a = _solve1(Lo.T @ Lo / v + _eye(L.shape[1]), Lo.T @ x_obs / v)
+    a = _solve1(Lo.T @ Lo / v + _ridge_eye(L.shape[1]), Lo.T @ x_obs / v)
     completion = L @ a
     completion[idx] = 0.0
     return completion
@@ -137,30 +123,23 @@ def als_subspace(
     r: int,
     U0: np.ndarray | None = None,
     iters: int = 15,
-    weights: np.ndarray | None = None,
     shrink: float = 0.0,
 ) -> np.ndarray:
-    """Rank-``r`` subspace of partially observed samples by alternating least squares.
-
-    Minimises sum_j weights_j ||x_{j,Ω_j} - (U w_j)_{Ω_j}||² over ``U (n, r)`` and ``w_j``.
-    ``X0 (N, n)`` zero-filled, ``M (N, n)`` bool. Initialised by ``U0`` or by the top-r left
-    singular vectors of the zero-filled, column-rescaled data; a ``U0 (n, r0)`` with ``r0 < r``
-    (orthonormal) is extended by the leading such directions orthogonal to it. Returns an
-    orthonormal ``(n, r)``.
-    Rows of ``U`` observed fewer than ``r`` times keep their previous value. ``shrink > 0`` adds
-    a relative ridge to both least-squares steps (``shrink ×`` the mean diagonal of each normal
-    matrix): with few samples it keeps one direction from concentrating on a few coordinates
-    to fit their noise, which would make completions from those rows extrapolate wildly.
+    """Orthonormal rank-``r`` subspace ``U (n, r)`` of samples ``X0, M (N, n)`` (zero-filled, bool) by
+    alternating least squares: minimises ``Σ_j ||x_{j,Ω_j} - (U w_j)_{Ω_j}||²``. Starts at ``U0`` or the
+    top-r singular vectors of the zero-filled, column-rescaled data (a ``U0 (n, r0)``, ``r0 < r``, is
+    extended by the leading directions orthogonal to it). Rows observed fewer than ``r`` times keep
+    their value. ``shrink > 0`` adds ``shrink ×`` the mean diagonal of each normal matrix as a ridge:
+    with few samples it keeps a direction from fitting the noise of a few coordinates.
     """
     N, n = X0.shape
     Mf = M.astype(float)
-    wts = np.ones(N) if weights is None else np.asarray(weights, dtype=float)
     r0 = 0 if U0 is None else U0.shape[1]
     if r0 > r:
         raise ValueError(f"U0 has {r0} columns, more than the rank {r}")
     if r0 < r:
         frac = np.maximum(Mf.mean(0), 1e-12)
-        Y = (X0 * np.sqrt(wts)[:, None]) / frac
+        Y = X0 / frac
         if r0:  # a warm start of lower rank: extend it by the leading directions it misses
             Y = Y - (Y @ U0) @ U0.T
         _, _, Vt = np.linalg.svd(Y, full_matrices=False)
@@ -174,12 +153,11 @@ def als_subspace(
     for _ in range(iters):
         W, _ = batch_fit(U[None], X0, M, ridge=RIDGE + shrink * float(Mf.mean()))
         W = W[:, 0]  # (N, r)
-        Ww = W * wts[:, None]
-        A = (Mf.T @ np.einsum("ja,jb->jab", Ww, W).reshape(N, r * r)).reshape(n, r, r)
+        A = (Mf.T @ np.einsum("ja,jb->jab", W, W).reshape(N, r * r)).reshape(n, r, r)
         # relative Tikhonov term: scale-free, keeps rows seen by few samples solvable
         A += ((1e-8 + shrink) * np.trace(A, axis1=1, axis2=2)[:, None, None] / r + 1e-12) * np.eye(r)
-        rhs = (X0.T @ Ww)  # (n, r); X0 is zero off Ω
-        seen = (Mf.T @ (wts > 0)) >= r  # a row needs r observations to be determined
+        rhs = X0.T @ W  # (n, r); X0 is zero off Ω
+        seen = Mf.sum(0) >= r  # a row needs r observations to be determined
         U_new = U.copy()
         U_new[seen] = np.linalg.solve(A[seen], rhs[seen][..., None])[..., 0]
         U = orthonormalize(U_new)
@@ -196,23 +174,20 @@ def soft_impute(
 
     ``X0 (N, n)`` zero-filled values, ``M (N, n)`` bool mask -> ``V (n, q)`` right singular vectors
     of the completed ``Z`` with nonzero singular values, those values ``sv (q,)`` and ``Z (N, n)``.
-    Cost O(iters · N n min(N, n)); meant for buffers of tens of rows. ``Z0 (N, n)`` warm-starts
-    the iteration (e.g. the previous solution of a buffer that has grown by a few rows); the
-    problem is convex, so it changes the number of iterations, not the optimum. The iteration is
-    proximal gradient with step 1 (``∇`` of the data term is 1-Lipschitz); ``accelerate`` adds
-    FISTA momentum (Beck & Teboulle 2009; "accelerated Soft-Impute", Yao & Kwok 2015), which on a
-    40 × 100 buffer at 40 % observed needs ~2.5× fewer iterations for the same ``tol``. Each
-    iteration is one ``singular_value_threshold``. Stops when an iterate moves by < ``tol·||X0||``.
+    ``Z0 (N, n)`` warm-starts the (convex) problem. ``accelerate`` adds FISTA momentum (Beck &
+    Teboulle 2009; Yao & Kwok 2015): ~2.5× fewer iterations on a 40 × 100 buffer at 40 % observed.
+    Stops when an iterate moves by < ``tol·||X0||``. Cost O(iters · N n min(N, n)).
     """
     Z = np.zeros_like(X0) if Z0 is None else np.array(Z0, dtype=X0.dtype)
     norm_x = max(float(np.linalg.norm(X0)), TINY)
     V, sv = np.zeros((X0.shape[1], 0)), np.zeros(0)
-    Y, t, last = Z, 1.0, None
+    Y, t, E = Z, 1.0, None
     for _ in range(iters):
-        Z_new, last = _shrink_singular_values(np.where(M, X0, Y), lam)  # only the last iterate's V is needed
+        Y_obs = np.where(M, X0, Y)
+        Z_new, E, sigma, wide = singular_value_threshold(Y_obs, lam)
         move = Z_new - Z
         step = float(np.linalg.norm(move))
-        if accelerate:  # FISTA momentum (Beck & Teboulle 2009) on the proximal-gradient iteration
+        if accelerate:
             t_new = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
             Y, t = Z_new + ((t - 1.0) / t_new) * move, t_new
         else:
@@ -220,27 +195,17 @@ def soft_impute(
         Z = Z_new
         if step < tol * norm_x:
             break
-    if last is not None:
-        V, sv = _right_singular_vectors(*last)
+    if E is not None:  # only the last iterate's right singular vectors are needed
+        V, sv = (Y_obs.T @ E) / sigma if wide else E, sigma - lam
     return V, sv, Z
 
 
-def singular_value_threshold(Y: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``S_lam(Y)`` of ``Y (N, n)``: ``Z (N, n)`` with every singular value lowered by ``lam``
-    (those below it dropped), its right singular vectors ``V (n, q)`` and values ``sv (q,)``.
-
-    Through the eigendecomposition of the smaller Gram matrix (``Y Yᵀ`` or ``Yᵀ Y``), about half
-    the cost of an SVD at buffer sizes; squaring loses precision only in singular values far
-    below the largest, and those are the ones the threshold removes.
-    """
-    Z, parts = _shrink_singular_values(Y, lam)
-    V, sv = _right_singular_vectors(*parts)
-    return Z, V, sv
-
-
-def _shrink_singular_values(Y: np.ndarray, lam: float) -> tuple[np.ndarray, tuple]:
-    """``Z = S_lam(Y)`` of ``Y (N, n)`` and what ``_right_singular_vectors`` needs to finish
-    ``singular_value_threshold`` (``Y``, the kept eigenvectors, ``σ``, ``σ - lam``, whether ``N <= n``)."""
+def singular_value_threshold(Y: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """``Z = S_lam(Y)`` of ``Y (N, n)``: every singular value lowered by ``lam`` (those below it
+    dropped), through the eigendecomposition of the smaller Gram matrix (``Y Yᵀ`` or ``Yᵀ Y``): about
+    half an SVD's cost at buffer sizes; squaring loses precision only in the values the threshold
+    removes. Also the kept eigenvectors ``E``, their singular values ``σ (q,)`` and whether ``E``
+    holds the left vectors (``N <= n``; then ``V = Yᵀ E / σ``), else the right ones."""
     wide = Y.shape[0] <= Y.shape[1]
     w, E = _eigh(Y @ Y.T if wide else Y.T @ Y)  # ascending
     sigma = np.sqrt(np.maximum(w, 0.0))
@@ -251,13 +216,7 @@ def _shrink_singular_values(Y: np.ndarray, lam: float) -> tuple[np.ndarray, tupl
         Z = (E * (sv / sigma)) @ (E.T @ Y)
     else:  # E = right vectors V: Z = Y V diag(sv/σ) Vᵀ
         Z = ((Y @ E) * (sv / sigma)) @ E.T
-    return Z, (Y, E, sigma, sv, wide)
-
-
-def _right_singular_vectors(Y: np.ndarray, E: np.ndarray, sigma: np.ndarray, sv: np.ndarray,
-                            wide: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``V (n, q)`` (``Yᵀ U / σ`` when ``E`` holds the left vectors ``U``) and ``sv (q,)``."""
-    return ((Y.T @ E) / sigma if wide else E), sv
+    return Z, E, sigma, wide
 
 
 def mppca_missing(

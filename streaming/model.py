@@ -1,54 +1,26 @@
 """MoSAIC: a mixture of subspace experts for online matrix completion on a drifting union of subspaces.
 
-Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``. For a sample ``x`` observed on
-``Ω`` (``m = |Ω|`` entries):
+Each of ``K`` experts is an orthonormal basis ``U_k (n, r)``; a sample ``x`` is observed on ``Ω``
+(``m = |Ω|`` entries). Per sample (in full: streaming/README.md, "How it works"):
 
-1. **Route** (hard, score-based, through ``moe.route_by_score``): the score of expert ``k`` is the
-   normalised least-squares residual ``s_k = min_w (||x_Ω - U_{k,Ω} w||² + λ||w||²) / ||x_Ω||²``
-   (``λ = σ̂²/var(w)`` estimated at pretraining, the MAP fit; ~0 without pretraining); the sample
-   goes to ``k* = argmin_k s_k`` (ties to the lower index).
-2. **Complete**: ``x̂ = U_{k*} w_{k*}`` on the unobserved entries, ``x_Ω`` on the observed ones.
-3. **Update only expert k*** with one greedy GROUSE step (``streaming.linalg.grouse_step``) of
-   angle ``θ = η_t · arctan(||ρ||/||p||)``, with the step-size schedule (sublinear contraction
-   within an epoch)
+1. **Route** (``moe.route_by_score``'s rule, ties to the lower index): ``k* = argmin_k s_k`` with
+   ``s_k = min_w (||x_Ω - U_{k,Ω} w||² + λ||w||²) / ||x_Ω||²`` (``λ = σ̂²/var(w)``, the MAP ridge
+   estimated at pretraining; ~0 without).
+2. **Complete**: ``x̂ = U_{k*} w_{k*}`` off Ω (energy capped), ``x_Ω`` on Ω.
+3. **Update expert k* only**: one GROUSE step (``streaming.linalg.grouse_step``) of size
+   ``η_t = max(η_min, f_k, η_0 / sqrt(1 + t_k / 2r))``; ``t_k`` restarts at a re-seed, when the
+   expert's fast residual level exceeds ``DRIFT_FACTOR`` × its slow one, and at an epoch start for
+   the experts the new epoch moved; ``f_k`` is the drift floor (``streaming.schedule``).
+4. **Change detection** (``streaming.change``): a sample whose best score exceeds both
+   ``NOVELTY · (1 - r/m)`` and ``SPIKE_FACTOR ×`` its expert's level is novel: it updates no expert
+   and goes to a change buffer, completed by a provisional fit of the buffer; once the buffer holds
+   ``reseed_min()`` samples, a rank-r fit of it re-seeds the expert that lost the most of its traffic.
 
-       η_t = max(η_min, f_k, η_0 / sqrt(1 + t_k / τ)),
-
-   where ``t_k`` counts the updates of expert ``k`` since its schedule last restarted: at its
-   last re-seed, at pretraining, when its fast residual average exceeds ``DRIFT_FACTOR`` × its
-   slow average, or at the start of an epoch (epoch changes are given by the caller) *if the
-   expert moved*: with ``epoch_reset="detect"`` (default) an expert restarts only when the mean
-   normalised residual of its first ``RESET_CHECK`` accepted samples of the new epoch exceeds
-   ``RESET_FACTOR`` × its slow average, so experts whose subspace did not change (the others of an
-   abrupt replacement) keep their small steps (``"always"``: every expert restarts;
-   ``"never"``). The drift floor ``f_k = min(η_0, drift_floor · sqrt(max(ℓ_k / ℓ_ref,k − 1, 0)))``
-   keeps the step of an expert whose fast residual level ``ℓ_k`` stays above its level at the end of
-   pretraining ``ℓ_ref,k`` (a subspace that drifts, with or without epochs; ``streaming.schedule``).
-4. **Change detection** (abrupt replacement of a subspace): a sample whose best score exceeds
-   both ``NOVELTY · (1 - r/m)`` (a fraction of what a random subspace leaves) and
-   ``SPIKE_FACTOR ×`` the routed expert's running residual level is *novel*: it updates no
-   expert and goes to a change buffer. Its unobserved entries come from a *provisional*
-   probabilistic fit of the buffer (the posterior mean: Soft-Impute directions while a rank-r
-   subspace is still under-determined by the buffer, then probabilistic PCA of rank r; where the
-   mean observed count is below 2.25 r, a shrunk rank-q least-squares fit instead), or are
-   predicted as 0 (abstention) while the buffer is too small for any fit. Once the buffer holds
-   ``reseed_min()`` samples, a rank-r subspace is fitted to it (ALS with trimming); when at least half the buffer fits it, it re-seeds the
-   expert whose recent share of traffic fell most relative to its long-run share (experts
-   re-seeded within the last window are protected).
-
-Per-sample cost: O(K m r²) for routing, O(n r) for the update. State is O(K n r).
-
-The state lives in components (``COMPONENTS``, dataclasses saved through ``streaming.state``): the
-expert bank and statistics (``streaming.experts``), the step-size schedule and epoch handling
-(``streaming.schedule``), the change buffer and its provisional fit (``streaming.change``).
-Pretraining (``fit``) is batch k-subspaces with missing data, seeded by spectral clustering of
-co-observed affinities, then by annealed mixture-of-PPCA EM on further restarts, with a robust
-refit of any cluster that fits far worse than the others (``streaming.train.fit``,
-``streaming.kss``).
-
-``MoSAIC`` is assembled from mixins, one role each: its hyper-parameters
-(``streaming.config.HyperParameters``), what happens to a novel sample (``streaming.change.ChangeDetection``)
-and the state's size and checkpoint (``streaming.state.ComponentState``).
+Per-sample cost O(K m r²) to route, O(n r) to update; state O(K n r), held in the components of
+``COMPONENTS`` (``streaming.state``). Pretraining (``fit``) is ``streaming.train.fit``. ``MoSAIC`` is
+assembled from mixins, one role each: its hyper-parameters (``streaming.config.HyperParameters``),
+what happens to a novel sample (``streaming.change.ChangeDetection``) and the state's size and
+checkpoint (``streaming.state.ComponentState``).
 """
 
 from __future__ import annotations
@@ -90,18 +62,12 @@ ORTHONORMALIZE_EVERY = 100
 
 @register_model("mosaic")
 class MoSAIC(HyperParameters, ChangeDetection, ComponentState, PretrainedMixin, TransformerMixin, BaseEstimator):
-    """Mixture of subspace experts (see the module docstring for the algorithm).
+    """Mixture of subspace experts (the module docstring has the algorithm), a scikit-learn estimator.
 
-    Shapes: ``n`` ambient dimension (learned from the data: ``n_features_in_``), ``r`` rank, ``K``
-    experts; ``bases_`` is ``(K, n, r)``. A scikit-learn estimator whose constructor only stores
-    ``r``, ``K``, ``eta0``, ``pretrain_restarts`` and ``seed`` (validated by ``fit`` / ``partial_fit``):
-    ``fit(X)`` pretrains on source samples; ``process(X, epoch=)`` streams samples (route, complete,
-    update; an unfitted model starts from random bases) and returns the completions and routes,
-    ``partial_fit`` is the same returning the model; ``transform(X)`` completes and ``route(X)`` routes
-    without updating. NaN marks an unobserved entry (or pass ``mask``); sparse input is refused.
-    Learned: the state components (``bank_``, ``expert_stats_``, ``steps_``, ``epochs_``,
-    ``stream_stats_``, ``change_buffer_``, ``provisional_fit_``), ``bases_``, ``ridge_``,
-    ``n_features_in_``, ``n_samples_seen_``, ``reseeds_``. Deterministic under ``seed``.
+    Shapes: ``n`` ambient dimension (learned: ``n_features_in_``), ``r`` rank, ``K`` experts; ``bases_``
+    is ``(K, n, r)``. The constructor only stores what users set (validated by ``fit`` /
+    ``partial_fit``). NaN marks an unobserved entry (or pass ``mask``); sparse input is refused.
+    Deterministic under ``seed``.
     """
 
     config_version = 7  # 7: the five constructor arguments; older checkpoints are refused
@@ -136,10 +102,8 @@ class MoSAIC(HyperParameters, ChangeDetection, ComponentState, PretrainedMixin, 
         return tags
 
     def to(self, device: torch.device | None) -> MoSAIC:
-        """Run the torch part (the routing of ``fit``, ``route`` and ``transform`` through
-        ``moe.route_by_score``) on ``device`` (a ``torch.device`` from ``common.device.resolve_device``;
-        None: the CPU). The state stays in host numpy arrays (the per-sample path of ``process`` is
-        numpy throughout) and checkpoints hold no device. Returns the model."""
+        """Run the routing of ``fit``, ``route`` and ``transform`` (``moe.route_by_score``) on ``device``
+        (None: the CPU); the state and ``process`` stay numpy, checkpoints hold no device. Returns self."""
         self._device = device
         return self
 
@@ -200,15 +164,10 @@ class MoSAIC(HyperParameters, ChangeDetection, ComponentState, PretrainedMixin, 
 
     # ------------------------------------------------------------------ pretraining
     def fit(self, X: np.ndarray, y=None, *, mask: np.ndarray | None = None) -> MoSAIC:
-        """Pretrain the experts on source samples ``X (S, n)`` (NaN = unobserved, or ``mask``); the
-        state starts over and ``n_features_in_ = n``. ``y`` is ignored (scikit-learn's signature).
-
-        Runs k-subspaces with missing data (online seeding passes + restarts + batch
-        refinement), then sets each expert's residual level from its assigned samples. Samples with
-        at most ``r`` observed entries cannot identify a rank-``r`` subspace: a
-        ``LowObservationWarning`` when most samples are so, an ``InputError`` when all are (and when
-        every observed entry is zero).
-        """
+        """Pretrain the experts on source samples ``X (S, n)`` (NaN = unobserved, or ``mask``;
+        ``streaming.train.fit``), then set each expert's residual level from its assigned samples; the
+        state starts over. ``LowObservationWarning`` when most samples have at most ``r`` observed
+        entries, ``InputError`` when all have (or every observed entry is zero)."""
         X0, M = check_samples(self, X, mask, reset=True, min_samples=2)
         self._checked_config(X0.shape[1])
         check_observed(M, self.r, "source samples")
@@ -231,16 +190,11 @@ class MoSAIC(HyperParameters, ChangeDetection, ComponentState, PretrainedMixin, 
 
     # ------------------------------------------------------------------ streaming
     def process(self, x: np.ndarray, mask: np.ndarray | None = None, epoch: np.ndarray | int | None = None):
-        """Route, complete and update on each sample in order (the fast path of a stream).
-
-        ``x (B, n)`` or ``(n,)`` (NaN = unobserved, or ``mask``); ``epoch`` ``(B,)`` or one int,
-        optional; an unfitted model starts from random bases. Returns ``completed (B, n)``
-        (the estimate when the sample arrived, observed entries kept) and ``routes (B,)``. The whole
-        batch is validated first, the observed indices of every sample are split out in one pass,
-        and each sample is then routed by ``moe.route_by_score``'s rule (argmin of the scores, ties
-        to the lower index) applied inline: a torch call per sample would cost more than the rest of
-        the step. The result is identical to processing the samples one by one (tested).
-        """
+        """Route, complete and update on each sample of ``x (B, n)`` / ``(n,)`` in order (NaN =
+        unobserved, or ``mask``; ``epoch``: ``(B,)`` or one int, optional); an unfitted model starts
+        from random bases. Returns ``completed (B, n)`` (the estimate when each sample arrived) and
+        ``routes (B,)``, identical to processing the samples one by one. ``moe.route_by_score``'s rule
+        is applied inline: a torch call per sample would cost more than the rest of the step."""
         X0, M = self._stream_samples(x, mask)
         B = X0.shape[0]
         epochs = None if epoch is None else np.broadcast_to(np.asarray(epoch, np.int64), (B,)).tolist()

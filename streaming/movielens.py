@@ -1,29 +1,20 @@
 """MovieLens "latest-small" as a real stream of partially observed users, and its held-out errors.
 
 Data: the ``movielens`` data frame of the R package dslabs (Debian ``r-cran-dslabs``, Artistic-2.0;
-the ratings are GroupLens' "ml-latest-small" of October 2016, free for research use: 100,004
-ratings, 671 users x 9,066 movies, timestamps 1995-2016). It is read in place from the package's
-R lazy-load database with PyPI ``rdata`` and zlib (``streaming.rlazyload.read_lazyload``); nothing is copied.
+GroupLens' "ml-latest-small" of October 2016, research use: 100,004 ratings, 671 users x 9,066
+movies), read in place from the package's R lazy-load database (``streaming.rlazyload``).
 
-Stream (``build_stream``): the ``movies`` most-rated movies are the ``n`` coordinates (500 give
-about 13 % density); users are streamed in the order of their first rating (any movie; ties by
-userId), each as a vector of their star ratings on those movies with NaN where they did not rate.
-Users without a rating of those movies are dropped. Of each stream user's ``m`` ratings,
-``h = min(⌊holdout · m + ½⌋, m − 1)`` chosen at random (seeded) go to ``heldout`` and are removed
-from ``values``, so no user arrives empty and no held-out rating is visible. The first
-``source_users`` users (100 by default, about 15 % of them) are the pretraining source: all their
-ratings, nothing held out, and they are not part of the stream. 100 users x ~65 ratings is the
-least that identifies a handful of rank-few subspaces of n = 500 (K·r·n unknowns ≈ observed
-ratings), and taking the earliest users keeps the stream causal: nothing is pretrained on the
-future. Each user's ``label`` is a rough group: the genre that occurs most often among the movies
-they rated (each movie counts each of its genres; ties alphabetical); ``label_names`` maps it.
-
-Evaluation: ``heldout_errors`` scores a completion on the held-out entries (``mosaic eval``); the
-comparison of the online methods on them is ``python -m experiments.streaming.movielens_users``.
+Stream (``build_stream``; streaming/README.md, "MovieLens stream"): the ``movies`` most-rated movies
+are the coordinates; users arrive in the order of their first rating (ties by userId), each a vector
+of stars with NaN where unrated (users who rated none of them are dropped). Of each stream user's
+``m`` ratings, ``h = min(⌊holdout · m + ½⌋, m − 1)`` (seeded) go to ``heldout``, so no user arrives
+empty. The first ``source_users`` users, all their ratings, are the pretraining source (earliest:
+nothing is pretrained on the future). ``labels``: each user's most frequent genre (ties alphabetical).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -93,9 +84,7 @@ def validate_ratings(df, where: str = "ratings"):
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# the stream
-# ---------------------------------------------------------------------------------------------
+# ---- the stream
 def top_movies(ratings, movies: int) -> np.ndarray:
     """movieIds ``(movies,)`` of the most-rated movies, by count descending, ties by movieId."""
     counts = ratings.groupby("movieId").size()
@@ -112,10 +101,7 @@ def user_order(ratings) -> np.ndarray:
 
 
 def _user_genre(genres_of_rated: list[str]) -> str:
-    counts: dict[str, int] = {}
-    for g in genres_of_rated:
-        for name in g.split("|"):
-            counts[name] = counts.get(name, 0) + 1
+    counts = Counter(name for g in genres_of_rated for name in g.split("|"))
     return min(counts, key=lambda name: (-counts[name], name))
 
 
@@ -162,14 +148,10 @@ def build_stream(ratings, movies: int = 500, holdout: float = 0.2, source_users:
         values=X[S:], heldout=H[S:], labels=labels[S:], label_names=names,
         column_ids=cols, sample_ids=np.asarray(users[S:], np.int64),
         source_values=X[:S] if S else None, source_labels=labels[:S] if S else None,
-        meta={"dataset": "movielens-latest-small (dslabs)", "movies": movies, "holdout": holdout,
-              "source_users": S, "seed": seed, "ratings": int(len(ratings))},
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# held-out evaluation
-# ---------------------------------------------------------------------------------------------
+# ---- held-out evaluation
 def heldout_errors(predicted: np.ndarray, heldout: np.ndarray) -> dict[str, float]:
     """RMSE and NRMSE of ``predicted (T, n)`` on the held-out entries of ``heldout (T, n)`` (NaN
     elsewhere): ``rmse = sqrt(mean (x̂ − x)²)``, ``nrmse = sqrt(Σ (x̂ − x)² / Σ x²)`` (the bench's

@@ -1,12 +1,9 @@
-"""Samples at the API boundary: validation of partially observed samples and the observed-count check.
+"""Samples at the API boundary: validation of partially observed samples and the observed-count checks.
 
-A sample of ambient dimension ``n`` is given as ``x (n,)`` or a batch ``(B, n)`` with NaN marking
-the unobserved entries (or an explicit boolean ``mask``, True = observed). A rank-``r`` subspace is
-identified by a sample only through ``m > r`` observed entries (with ``m <= r`` any subspace fits
-it exactly): ``check_observed`` warns (``LowObservationWarning``) when most samples are at
-``m <= r`` and refuses (``InputError``) when all are, since nothing can be learnt.
-``check_source`` does the same count for ``K`` experts learnt together: pretraining identifies them
-only when the source's observations outnumber their degrees of freedom.
+Samples are ``x (n,)`` or ``(B, n)`` with NaN marking the unobserved entries (or a boolean ``mask``,
+True = observed). A sample identifies a rank-``r`` subspace only through ``m > r`` observed entries
+(``check_observed``), and ``K`` experts are identified only by more observations than their degrees
+of freedom (``check_source``).
 """
 
 from __future__ import annotations
@@ -38,13 +35,9 @@ class UnderdeterminedSourceWarning(UserWarning):
 
 
 def as_observed(x: np.ndarray, mask: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Validate samples at the API boundary.
-
-    ``x (n,)`` or ``(B, n)``; ``mask`` bool of the same shape (True = observed) or None, meaning
-    "observed where x is not NaN". Returns ``(X0 (B, n) zero-filled float64, M (B, n) bool)``.
-    Raises ``InvalidSamples`` (an InputError) for a wrong dimension, a sample with no observed entry,
-    or a NaN/inf observed value. Nothing is modified, so a rejected batch leaves a model untouched.
-    """
+    """``x (n,)`` or ``(B, n)`` and ``mask`` (bool, same shape; None: observed where x is not NaN) ->
+    ``(X0 (B, n) zero-filled float64, M (B, n) bool)``. ``InvalidSamples`` for a wrong dimension, a
+    sample with no observed entry or a non-finite observed value; nothing is modified."""
     x = np.asarray(x, dtype=np.float64)
     if x.ndim == 1:
         x = x[None]
@@ -69,11 +62,10 @@ def as_observed(x: np.ndarray, mask: np.ndarray | None, n: int) -> tuple[np.ndar
 
 def check_samples(estimator, X, mask: np.ndarray | None = None, *, reset: bool, allow_1d: bool = False,
                   min_samples: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's input validation (``validate_data``: dense numeric 2-D, at least 2 features and
-    ``min_samples`` samples; ``reset`` learns ``estimator.n_features_in_``, otherwise checks it), then
-    ``as_observed``. ``allow_1d``: a single sample ``(n,)`` is read as ``(1, n)``. NaN marks an
-    unobserved entry unless ``mask`` is given (then the values under ``~mask`` are not looked at).
-    Returns ``(X0 (B, n), M (B, n))``; ``InvalidSamples`` on anything else."""
+    """scikit-learn's ``validate_data`` (dense numeric 2-D, at least 2 features and ``min_samples``
+    samples; ``reset`` learns ``estimator.n_features_in_``, otherwise checks it), then ``as_observed``
+    (the values under ``~mask`` are not looked at). ``allow_1d``: a sample ``(n,)`` is read as
+    ``(1, n)``. Returns ``(X0 (B, n), M (B, n))``; ``InvalidSamples`` on anything else."""
     from sklearn.utils.validation import validate_data
 
     if allow_1d and np.ndim(X) == 1:
@@ -89,12 +81,9 @@ def check_samples(estimator, X, mask: np.ndarray | None = None, *, reset: bool, 
 
 
 def check_observed(M: np.ndarray, r: int, what: str = "samples", warn: bool = True) -> str | None:
-    """Observed-count check for rank ``r`` on ``M (S, n)`` bool (True = observed).
-
-    Raises InputError when no sample has more than ``r`` observed entries (no subspace of rank
-    ``r`` can be learnt or tracked); returns a one-line message, and issues it as a
-    ``LowObservationWarning`` when ``warn``, when more than half of the samples have ``m <= r``
-    (their completion is unconstrained); returns None otherwise."""
+    """Observed-count check for rank ``r`` on ``M (S, n)`` bool: InputError when no sample has more than
+    ``r`` observed entries (with ``m <= r`` any subspace fits a sample exactly); a one-line message
+    (a ``LowObservationWarning`` too when ``warn``) when more than half have ``m <= r``; else None."""
     m = np.asarray(M, dtype=bool).sum(1)
     if m.size == 0:
         return None
@@ -113,14 +102,10 @@ def check_observed(M: np.ndarray, r: int, what: str = "samples", warn: bool = Tr
 
 
 def check_source(M: np.ndarray, K: int, r: int, warn: bool = True) -> str | None:
-    """Identifiability of ``K`` rank-``r`` experts pretrained on the source ``M (S, n)`` bool.
-
-    Each sample with ``m`` observed entries gives ``m - r`` constraints beyond its own ``r``
-    coefficients; the experts have ``K (n - r) r`` degrees of freedom (a rank-``r`` subspace of
-    ``R^n`` each). With fewer constraints than that, k-subspaces fits *every* partition of the
-    source exactly, so which experts come out is decided by floating-point rounding (it differs
-    between BLAS kernels and CPUs) and the pretraining carries no information. Returns a one-line
-    message (issued as an ``UnderdeterminedSourceWarning`` when ``warn``) in that case, else None."""
+    """Identifiability of ``K`` rank-``r`` experts pretrained on the source ``M (S, n)`` bool: each
+    sample gives ``m - r`` constraints beyond its coefficients, the experts have ``K (n - r) r`` degrees
+    of freedom. With fewer constraints every partition of the source fits exactly and rounding picks
+    the experts: a one-line message (an ``UnderdeterminedSourceWarning`` too when ``warn``), else None."""
     M = np.asarray(M, dtype=bool)
     S, n = M.shape
     m = M.sum(1)

@@ -3,6 +3,9 @@ their data) with PyPI ``rdata`` and zlib / bz2 / xz, in place: nothing is copied
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import struct
 import warnings
 import zlib
@@ -29,6 +32,10 @@ def parse_r(raw: bytes, what: str) -> Any:
         raise DataError(f"{what} is not a readable R serialisation: {type(exc).__name__}: {exc}") from None
 
 
+#: R's compression type bytes (``serialize.c``): none, zlib, bzip2, xz
+_CODECS = {"0": bytes, "1": zlib.decompress, "2": bz2.decompress, "Z": lzma.decompress}
+
+
 def decompress_chunk(chunk: bytes, kind: int, what: str) -> bytes:
     """One ``.rdb`` chunk: 4-byte big-endian uncompressed length, then the payload (R's
     ``R_decompress1/2/3`` in ``serialize.c``): ``kind`` 1 = zlib; 2 and 3 carry a type byte
@@ -39,21 +46,10 @@ def decompress_chunk(chunk: bytes, kind: int, what: str) -> bytes:
     body, codec = chunk[4:], "1"
     if kind in (2, 3):
         codec, body = chr(chunk[4]), chunk[5:]
+    if codec not in _CODECS:
+        raise DataError(f"{what}: unknown compression type {codec!r}")
     try:
-        if codec == "0":
-            raw = body
-        elif codec == "1":
-            raw = zlib.decompress(body)
-        elif codec == "2":
-            import bz2
-
-            raw = bz2.decompress(body)
-        elif codec == "Z":
-            import lzma
-
-            raw = lzma.decompress(body)
-        else:
-            raise DataError(f"{what}: unknown compression type {codec!r}")
+        raw = _CODECS[codec](body)
     except (zlib.error, OSError, ValueError, EOFError) as exc:
         raise DataError(f"{what}: cannot decompress ({exc})") from None
     if len(raw) != length:
@@ -77,8 +73,6 @@ def read_lazyload(folder: str | Path, name: str, db: str = "Rdata") -> Any:
             raise DataError(f"R lazy-load database not found: {path}")
     raw = rdx.read_bytes()
     if raw[:2] == b"\x1f\x8b":
-        import gzip
-
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error) as exc:

@@ -2,13 +2,9 @@
 
 The step of expert ``k`` is ``η_t = max(η_min, f_k, η_0 / sqrt(1 + t_k / τ))`` (``"sublinear"``, ``τ = 2 r``)
 or ``η_0`` (``"constant"``), ``t_k`` counting its updates since the schedule last restarted. The
-*drift floor* ``f_k = min(η_0, c · sqrt(max(ℓ_k / ℓ_ref,k − 1, 0)))`` (``c = drift_floor``) keeps the step
-up while the expert's fast residual level ``ℓ_k`` stays above its reference ``ℓ_ref,k``, its level at
-the end of pretraining (the residual of a subspace that fits, i.e. the noise; a re-seed keeps it): an
-expert whose subspace drifts (slowly, inside epochs, or without epoch information) keeps tracking it,
-one that fits as well as at pretraining lets its step decay. The schedule restarts at a re-seed, when
-the expert's fast residual level jumps (``DRIFT_FACTOR``), and at an epoch start for the experts that
-moved (``EpochReset``).
+*drift floor* ``f_k = min(η_0, c · sqrt(max(ℓ_k / ℓ_ref,k − 1, 0)))`` keeps the step up while the
+expert's fast residual level ``ℓ_k`` stays above ``ℓ_ref,k``, its level at the end of pretraining (the
+noise): a drifting subspace keeps being tracked, one that fits as well as then lets its step decay.
 """
 
 from __future__ import annotations
@@ -32,8 +28,8 @@ RESET_FACTOR = 2.0
 
 
 def drift_floor(c: float, eta0: float, level: float, level_ref: float) -> float:
-    """The drift floor ``min(η_0, c · sqrt(max(level / level_ref − 1, 0)))`` of an expert's step
-    (``c = 0``: none; ``level_ref <= 0``: none)."""
+    """The drift floor ``min(η_0, c · sqrt(max(level / level_ref − 1, 0)))`` (0 when ``c`` or
+    ``level_ref`` is not positive)."""
     if c <= 0.0 or level_ref <= 0.0 or level <= level_ref:
         return 0.0
     return min(eta0, c * math.sqrt(level / level_ref - 1.0))

@@ -1,34 +1,15 @@
-"""Unknown ``K`` and ``r``: model selection for MoSAIC's pretraining.
+"""Unknown ``K`` and ``r``: model selection for MoSAIC's pretraining (streaming/README.md, "Unknown K and r").
 
-``estimate_K_r(source)`` picks the number of subspaces ``K`` and their rank ``r`` from partially
-observed source samples ``(S, n)`` by **entry-wise cross-validation** of k-subspaces with missing
-data (``streaming.kss.k_subspaces_missing``, MoSAIC's own pretraining, with a few restarts):
-
-1. Hide a share ``holdout`` of every sample's observed entries (``floor(holdout · m)`` at random;
-   samples with ``m <= 2`` keep all theirs). The rest are the visible entries.
-2. For a candidate ``(K, r)``, fit ``K`` rank-``r`` subspaces to the visible entries, route each
-   sample to the subspace with the lowest MAP-ridge residual on its visible entries and predict its
-   hidden entries from it: the completion a stream would get. Its error ``e_s = Σ_hidden (x̂ - x)²``
-   per sample, over the mean hidden energy, has mean ``cv`` (``cv_nrmse = sqrt(Σ e / Σ x²)``).
-   Too small a ``K`` or ``r`` leaves signal unexplained; too large an ``r`` fits each sample's
-   coefficients to noise (they are pinned by ``m - r`` entries); too large a ``K`` only splits
-   clusters, so its error is flat.
-3. Search: for ``K = 1, 2, …`` the best rank ``r*(K)`` by a scan ``r = 1, 2, …`` that stops after
-   ``LOOKAHEAD`` ranks in a row without a lower error (below the true rank the error of a wrong
-   clustering need not fall monotonically); the ``K`` loop stops after ``patience`` values of ``K``
-   that lower the best error by less than ``1 %`` (the error is flat beyond the true ``K``). A fixed
-   ``K`` or ``r`` (an int) is kept and only the other is searched.
-4. **One-standard-error rule** (Hastie, Tibshirani & Friedman, ESL §7.10): among the evaluated
-   points whose mean paired difference to the lowest-error point is within one standard error of
-   that difference (over samples), the one with the fewest parameters ``S r + K r (n - r)``
-   (coefficients + bases; ties to the lower ``K``) wins; a point within ``REL_TOL`` (10 %) of the
-   lowest mean error is admitted too. Extra experts or directions that do not
-   lower the error beyond noise are not kept.
-
-The evidence (``KrEstimate``): every evaluated point with its ``cv_nrmse``, paired difference and
-standard error to the best point, parameter count and eligibility; the chosen and the lowest-error
-points; the ``margin`` (relative error increase of the best evaluated model with one expert or one
-direction fewer: how clearly the smaller models lose) and warnings (grid edge, low observed counts).
+``estimate_K_r(source)`` cross-validates MoSAIC's own pretraining (``streaming.kss``) entry-wise: a
+share ``holdout`` of every sample's observed entries is hidden; for a candidate ``(K, r)`` the
+subspaces are fitted to the visible entries and each sample's hidden entries predicted by the
+subspace that fits its visible ones best (MAP ridge). Too small a ``K`` or ``r`` leaves signal
+unexplained, too large an ``r`` fits noise, too large a ``K`` only splits clusters (flat error).
+For ``K = 1, 2, …`` ranks are scanned upwards until ``LOOKAHEAD`` in a row fail to lower the error;
+``K`` stops after ``patience`` values that gain less than ``K_GAIN``. The **one-standard-error rule**
+(ESL §7.10) then picks, among the points within one paired standard error (or ``REL_TOL``) of the
+lowest error, the one with the fewest parameters ``S r + K r (n - r)``. ``KrEstimate`` keeps the
+evidence: every point's score, the margins of the neighbours and warnings.
 """
 
 from __future__ import annotations
@@ -109,11 +90,13 @@ class KrEstimate:
         return "; ".join(parts)
 
 
-def _bound(value, name: str, hi: int) -> int | None:
-    if value == "auto":
+def _check_int(value, name: str, hi: float = math.inf, auto: bool = False) -> int | None:
+    """``value`` as an int in [1, hi] (``"auto"``: None, where ``auto``); InputError otherwise."""
+    if auto and value == "auto":
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= hi:
-        raise InputError(f"{name} must be 'auto' or an integer in [1, {hi}], got {value!r}")
+        what = ("'auto' or " if auto else "") + (f"an integer in [1, {hi}]" if hi < math.inf else "an integer >= 1")
+        raise InputError(f"{name} must be {what}, got {value!r}")
     return int(value)
 
 
@@ -142,12 +125,11 @@ def estimate_K_r(
 
     X0, M = observed_mask(source, mask)
     S, n = X0.shape
-    for name, v, lo in (("k_max", k_max, 1), ("r_max", r_max, 1), ("restarts", restarts, 1), ("patience", patience, 1)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-            raise InputError(f"{name} must be an integer >= {lo}, got {v!r}")
+    for name, v in (("k_max", k_max), ("r_max", r_max), ("restarts", restarts), ("patience", patience)):
+        _check_int(v, name)
     if not 0.0 < holdout < 1.0:
         raise InputError(f"holdout must be in (0, 1), got {holdout!r}")
-    K_fixed, r_fixed = _bound(K, "K", max(k_max, S)), _bound(r, "r", n - 1)
+    K_fixed, r_fixed = _check_int(K, "K", max(k_max, S), auto=True), _check_int(r, "r", n - 1, auto=True)
     rng = np.random.default_rng([seed, 7])
     visible, hidden = split_entries(M, holdout, rng)
     Xv = np.where(visible, X0, 0.0)

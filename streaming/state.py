@@ -1,20 +1,12 @@
 """The state of MoSAIC's components and its one save/load path.
 
-Every component of ``streaming.model.MoSAIC`` (expert bank, per-expert statistics, step-size schedule,
-epoch handling, change buffer, provisional fit, stream statistics) is a ``StateComponent``: a
-dataclass with ``slots=True`` whose fields are its whole state. Setting an attribute that is not a
-field raises ``AttributeError``, and ``to_state`` / ``load_state`` walk the fields, so a new piece
-of state is either a field (and then saved and restored) or an error, never silently dropped.
-
-A field's value is encoded by its type:
-
-* ``np.ndarray``: a tensor ``"<component>.<field>"`` (dtype and shape kept);
-* a list of arrays: tensors ``"<component>.<field>.<j>"``;
-* ``None``, bool, int, float, str, and lists / dicts of them: the JSON ``state`` of the checkpoint.
-
-The JSON entry of an array field is ``{"__array__": key}``, of a list of arrays
-``{"__arrays__": [key, ...]}``. ``load_state`` raises ``CheckpointError`` for a missing or
-unknown field and for a missing tensor.
+Every component of ``streaming.model.MoSAIC`` is a ``StateComponent``: a dataclass with ``slots=True``
+whose fields are its whole state, so a new piece of state is either a field (saved and restored) or
+an ``AttributeError``, never silently dropped. ``to_state`` encodes a field by its type: an array as
+the tensor ``"<component>.<field>"`` (JSON entry ``{"__array__": key}``), a list of arrays as tensors
+``"<component>.<field>.<j>"`` (``{"__arrays__": [key, ...]}``), anything else (None, bool, int, float,
+str, lists and dicts of them) as JSON. ``load_state`` raises ``CheckpointError`` for a missing or
+unknown field and a missing tensor.
 """
 
 from __future__ import annotations
@@ -104,10 +96,9 @@ class StateComponent:
 
 
 class ComponentState:
-    """Mixin of a model whose whole state is ``StateComponent``s: the class attribute ``COMPONENTS``
-    (checkpoint name -> class), each held in the attribute ``<name>_``. Gives the components, their
-    size in bytes and their checkpoint state (``common.pretrained``'s ``checkpoint_state``; the
-    model's ``load_checkpoint_state`` reads it back with ``components_from_state``)."""
+    """Mixin of a model whose whole state is the ``StateComponent``s of ``COMPONENTS`` (checkpoint name
+    -> class), each in the attribute ``<name>_``: their size and ``common.pretrained``'s
+    ``checkpoint_state`` (read back by the model's ``load_checkpoint_state``)."""
 
     COMPONENTS: ClassVar[dict[str, type[StateComponent]]] = {}
     #: layout of the JSON state of a checkpoint
@@ -118,16 +109,8 @@ class ComponentState:
         return {name: getattr(self, name + "_") for name in self.COMPONENTS}
 
     def memory_bytes(self) -> int:
-        """Bytes of every array the components hold."""
-        total = 0
-        for comp in self.components().values():
-            for name in comp.field_names():
-                value = getattr(comp, name)
-                if isinstance(value, np.ndarray):
-                    total += value.nbytes
-                elif isinstance(value, list):
-                    total += sum(v.nbytes for v in value if isinstance(v, np.ndarray))
-        return int(total)
+        """Bytes of every array the components hold (the tensors of ``checkpoint_state``)."""
+        return sum(t.nbytes for t in self.checkpoint_state()[0].values())
 
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict]:
         """``(tensors, state)``: every field of every component."""

@@ -11,13 +11,10 @@ from streaming.observed import check_source
 
 def fit(X0: np.ndarray, M: np.ndarray, K: int, r: int, *, device: torch.device | None = None,
         **kss) -> tuple[KSSResult, float]:
-    """Pretrain ``K`` rank-``r`` experts on the source samples ``X0, M (S, n)`` (zero-filled values
-    and their mask): k-subspaces with missing data (``streaming.kss.k_subspaces_missing``; ``kss``
-    are its keyword arguments, the routing runs on ``device``), then the MAP ridge of the fitted
-    experts (``streaming.kss.map_ridge``). Shared by ``MoSAIC.fit`` and the pretrained k-GROUSE
-    baseline. Returns ``(result, ridge)``, ``result.bases (K, n, r)``. A source too small to
-    identify the experts (``streaming.observed.check_source``) gives an
-    ``UnderdeterminedSourceWarning``: the experts it returns are then an arbitrary exact fit."""
+    """Pretrain ``K`` rank-``r`` experts on the source samples ``X0, M (S, n)`` (zero-filled, mask):
+    ``streaming.kss.k_subspaces_missing`` (``kss``: its keyword arguments; routing on ``device``), then
+    its MAP ridge (``map_ridge``). Returns ``(result, ridge)``, ``result.bases (K, n, r)``; an
+    ``UnderdeterminedSourceWarning`` when the source cannot identify the experts (``check_source``)."""
     check_source(M, K, r)
     result = k_subspaces_missing(X0, M, K, r, device=device, **kss)
     return result, map_ridge(result.bases, X0, M, result.labels)

@@ -60,7 +60,7 @@ def _stream(config: str, s: int, obs_frac: float = 0.4):
 
 def _mosaic(stream, cfg, s: int, **overrides) -> np.ndarray:
     model = mosaic_variant(cfg.r, cfg.K, seed=100 + s, **overrides).fit(stream.source_values)
-    return run_online(model, stream.values, stream.epoch, snapshot_every=10**9, name="mosaic").completed
+    return run_online(model, stream.values, stream.epoch).completed
 
 
 def breakdown(config: str, obs_frac: float = 0.4) -> dict:

@@ -69,5 +69,4 @@ def fashion_mnist_stream(
         full=np.concatenate(fulls),
         source_values=mask(src),
         source_labels=sl,
-        meta={"dataset": "fashion-mnist", "classes": list(classes), "side": side, "obs_frac": obs_frac},
     )

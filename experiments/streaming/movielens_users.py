@@ -120,7 +120,8 @@ def default_methods(seed: int = 0, device: torch.device | None = None) -> dict[s
     step size η0), the pretrained k-GROUSE (MoSAIC's pretraining, then plain routed GROUSE steps of
     a constant size from ``KGROUSE_ETA_GRID``), all four on the baseline's residuals; the offline
     Soft-Impute reference. MoSAIC's and k-GROUSE's routing runs on ``device`` (None: the CPU)."""
-    from streaming.baselines import KGROUSE_ETA_GRID, Grouse, KGrouse, Petrels
+    from experiments.streaming.stress_tuning import KGROUSE_ETA_GRID
+    from streaming.baselines import Grouse, KGrouse, Petrels
     from streaming.model import MoSAIC
 
     def grouse(r, eta):

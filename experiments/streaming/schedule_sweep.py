@@ -56,7 +56,7 @@ def _scenario(args) -> list[dict]:
     rows = []
     for name, overrides in variants.items():
         model = mosaic_variant(r, K, seed=100 + s, **overrides).fit(stream.source_values)
-        completed = run_online(model, stream.values, stream.epoch, snapshot_every=10**9, name="mosaic").completed
+        completed = run_online(model, stream.values, stream.epoch).completed
         rows.append({"config": config, "drift": drift, "obs_frac": obs, "seed": s, "variant": name,
                      "nrmse": nrmse_unobserved(completed, stream.full, stream.values)})
     return rows

@@ -29,8 +29,47 @@ OBS_FRAC = {"25-5-5": 0.5}
 #: the offline reference sees the whole stream and costs more than all online methods together:
 #: it runs on the first seeds only (its rows say how many), so the 10-seed bench fits in ~20 min
 REFERENCE_SEEDS = 2
+#: (n, r, K) of the memory-scaling check (``--large``)
+LARGE_CONFIG: tuple[int, int, int] = (10000, 10, 20)
 METRICS = ("nrmse", "nrmse_last_epoch", "subspace_err_final", "subspace_err_after_drift", "routing_acc",
            "recovery_mean", "recovered_frac", "us_per_sample", "memory_bytes")
+
+
+def run_with_snapshots(model, stream, every: int) -> dict:
+    """Stream ``stream`` through ``model`` in chunks of ``every`` samples (``model.process`` is the same
+    on any chunking), with a copy of ``model.bases_`` after each: ``completed (T, n)``, ``routes (T,)``,
+    ``snapshot_t`` (the last sample of each chunk), ``snapshots`` (each ``(K, n, r)``), the time per
+    sample and ``memory_bytes``."""
+    T = stream.values.shape[0]
+    completed, routes, snapshot_t, snapshots = [], [], [], []
+    elapsed = 0.0
+    for s in range(0, T, every):
+        e = min(s + every, T)
+        t0 = time.perf_counter()
+        c, r = model.process(stream.values[s:e], epoch=stream.epoch[s:e])
+        elapsed += time.perf_counter() - t0
+        completed.append(c), routes.append(r), snapshot_t.append(e - 1), snapshots.append(model.bases_.copy())
+    return {"completed": np.concatenate(completed), "routes": np.concatenate(routes), "snapshot_t": snapshot_t,
+            "snapshots": snapshots, "time_per_sample_s": elapsed / T, "memory_bytes": model.memory_bytes()}
+
+
+def snapshot_metrics(stream, run: dict | None) -> dict:
+    """Matched subspace error (``streaming.evaluate.subspace_error``) of the last snapshot and the mean
+    after the first drift point, time per sample and state bytes of a ``run_with_snapshots`` run
+    (NaN without a run or for single-subspace methods)."""
+    from streaming.evaluate import subspace_error
+
+    row = {"subspace_err_final": float("nan"), "subspace_err_after_drift": float("nan")}
+    if run is None:
+        return row
+    if run["snapshots"][0].shape[0] > 1:
+        curve = np.array([subspace_error(S, stream.bases[stream.epoch[t]])[0]
+                          for t, S in zip(run["snapshot_t"], run["snapshots"], strict=True)])
+        drifts = stream.drift_points()
+        after = np.asarray(run["snapshot_t"]) >= (drifts[0] if drifts else 0)
+        row["subspace_err_final"] = float(curve[-1])
+        row["subspace_err_after_drift"] = float(curve[after].mean()) if after.any() else float(curve.mean())
+    return {**row, "us_per_sample": run["time_per_sample_s"] * 1e6, "memory_bytes": run["memory_bytes"]}
 
 
 def run_trial(
@@ -43,7 +82,6 @@ def run_trial(
     from streaming.baselines import Grouse, KGrouse, Petrels, offline_kss, oracle_completion
     from streaming.data import STANDARD_CONFIGS, StreamConfig, generate_stream
     from streaming.evaluate import per_sample_nrmse, summarize
-    from streaming.harness import run_online
     from streaming.model import MoSAIC
 
     limit_threads()
@@ -82,9 +120,10 @@ def run_trial(
                 model = Petrels(n, r, seed=seed)
             else:
                 raise ValueError(f"unknown method {method}")
-            run = run_online(model, stream.values, stream.epoch, snapshot_every=every, name=method)
-            completed, routes = run.completed, run.routes
-        row = {**base, "method": method, **summarize(stream, completed, routes, run), "wall_s": time.perf_counter() - t0}
+            run = run_with_snapshots(model, stream, every)
+            completed, routes = run["completed"], run["routes"]
+        row = {**base, "method": method, **summarize(stream, completed, routes), **snapshot_metrics(stream, run),
+               "wall_s": time.perf_counter() - t0}
         rows.append(row)
         if keep_curves:
             curves[method] = per_sample_nrmse(completed, stream.full, stream.values)
@@ -137,7 +176,7 @@ def fashion_trial(seed: int = 0, quick: bool = False, K_r: tuple[int, int] = (5,
     for name, make in models.items():
         t0 = time.perf_counter()
         model = make()  # (the shared pretraining is not in MoSAIC's and k-GROUSE's wall_s)
-        run = run_online(model, stream.values, stream.epoch, name=name)
+        run = run_online(model, stream.values, stream.epoch)
         rows.append({
             "config": "fashion-mnist", "drift": "mix+appearance", "seed": seed, "method": name,
             "nrmse": nrmse_unobserved(run.completed, stream.full, stream.values),
@@ -274,7 +313,7 @@ def run_bench(
 
 def large_config_check(quick: bool = False, seed: int = 0, device: torch.device | None = None) -> list[dict]:
     """(10000, 10, 20): pretrain + stream a short stream; reports memory of the model state."""
-    from streaming.data import LARGE_CONFIG, StreamConfig, generate_stream
+    from streaming.data import StreamConfig, generate_stream
     from streaming.evaluate import nrmse_unobserved
     from streaming.harness import run_online
     from streaming.model import MoSAIC

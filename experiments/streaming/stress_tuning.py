@@ -41,11 +41,13 @@ ABLATIONS: dict[str, dict] = {
     "mosaic-no_change_detect": {"detect": False},
     "mosaic-no_provisional": {"provisional": False},
 }
+#: the constant steps of the pretrained k-GROUSE tried with ``--eta-grid`` (``streaming.baselines.KGROUSE_ETA``)
+KGROUSE_ETA_GRID = (0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 
 
 def extra_rows(args) -> list[dict]:
     """The ablation and k-GROUSE step-grid rows of one group (the bench's stream and pretraining)."""
-    from streaming.baselines import KGROUSE_ETA_GRID, KGrouse
+    from streaming.baselines import KGrouse
     from streaming.model import MoSAIC
 
     family, obs_frac, spec, seed_index, seed, epoch_settings, ablations, eta_grid = args

@@ -13,7 +13,7 @@ import torch
 
 from common.io import write_csv, write_json
 from common.report import markdown_table
-from experiments.streaming.standard_bench import OBS_FRAC
+from experiments.streaming.standard_bench import LARGE_CONFIG, OBS_FRAC
 from streaming.harness import limit_threads
 
 
@@ -137,7 +137,7 @@ def large_memory(samples: int = 400, seed: int = 0, device: torch.device | None 
     """
     import tracemalloc
 
-    from streaming.data import LARGE_CONFIG, StreamConfig, generate_stream
+    from streaming.data import StreamConfig, generate_stream
     from streaming.evaluate import nrmse_unobserved
     from streaming.model import MoSAIC
 

@@ -70,7 +70,7 @@ def test_save_load_round_trips_every_field_of_every_component(busy, tmp_path):
     back = MoSAIC.from_pretrained(tmp_path / "ckpt")
     for name, comp in m.components().items():
         assert state_equal(comp, getattr(back, name + "_")) == [], name
-    assert back.config == m.config
+    assert back.hyper_parameters() == m.hyper_parameters() and back.n == m.n
     a = copy.deepcopy(m).process(x, mask, epoch)  # the fixture itself stays as it is
     b = back.process(x, mask, epoch)
     np.testing.assert_array_equal(a[0], b[0])
@@ -160,7 +160,7 @@ def test_set_params_only_stores_fit_and_partial_fit_validate():
         m.partial_fit(X)
     assert not hasattr(m, "bank_")  # nothing was learned from a rejected call
     m.set_params(eta0=0.5, pretrain_restarts=1).fit(X)
-    assert m.config.n == 10 and m.config.eta0 == 0.5 and m.bases_.shape == (3, 10, 2)
+    assert m.n == 10 and m.eta0 == 0.5 and m.bases_.shape == (3, 10, 2)
     m.set_params(K=4)  # the fitted experts keep their shape until the next fit
     with pytest.raises(InputError, match="call fit"):
         m.partial_fit(X[:2])

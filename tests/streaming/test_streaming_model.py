@@ -15,6 +15,7 @@ from streaming.linalg import (
     grouse_step,
     orthonormalize,
     projection_distance,
+    residual_scores,
 )
 from streaming.model import MoSAIC
 
@@ -231,7 +232,7 @@ def test_batched_process_equals_one_sample_at_a_time_and_routes_by_route_by_scor
     for t in range(len(s.values)):
         idx = np.flatnonzero(M[t])
         xo = s.values[t, idx]
-        _, score = b.bank_.scores(idx, xo, float(xo @ xo))
+        _, score = residual_scores(b.bank_.bases, idx, xo, b.bank_.ridge)
         routed = int(route_by_score(torch.from_numpy(score[None])).indices[0, 0])
         c2[t : t + 1], r2[t : t + 1] = b.process(s.values[t : t + 1], epoch=s.epoch[t : t + 1])
         assert r2[t] == routed
@@ -306,7 +307,7 @@ def test_soft_impute_warm_start_reaches_the_same_optimum_in_fewer_iterations():
 
 @pytest.mark.parametrize("shape", [(30, 80), (80, 30)])
 def test_singular_value_threshold_matches_the_svd_reference(shape):
-    from streaming.linalg import singular_value_threshold
+    from streaming.linalg import soft_impute
 
     rng = np.random.default_rng(3)
     Y = rng.standard_normal((shape[0], 6)) @ rng.standard_normal((6, shape[1])) + 0.05 * rng.standard_normal(shape)
@@ -314,11 +315,11 @@ def test_singular_value_threshold_matches_the_svd_reference(shape):
     lam = 1.0
     keep = s > lam
     Z_ref = (U[:, keep] * (s[keep] - lam)) @ Vt[keep]
-    Z, V, sv = singular_value_threshold(Y, lam)
+    V, sv, Z = soft_impute(Y, np.ones(shape, bool), lam)  # fully observed: one threshold, then a fixed point
     np.testing.assert_allclose(Z, Z_ref, atol=1e-10)
     np.testing.assert_allclose(sv, s[keep] - lam, atol=1e-10)
     np.testing.assert_allclose(np.abs((V.T @ Vt[keep].T).diagonal()), 1.0, atol=1e-10)
-    assert not singular_value_threshold(Y, 10 * s[0])[0].any()  # everything thresholded away
+    assert not soft_impute(Y, np.ones(shape, bool), 10 * s[0])[2].any()  # everything thresholded away
 
 
 def test_accelerated_soft_impute_reaches_the_plain_optimum_faster():
@@ -547,8 +548,6 @@ def test_drift_floor_tracks_a_rotation_without_epoch_information():
 
 
 def test_the_streamed_step_is_the_schedules_step_size():
-    from streaming.linalg import residual_scores
-
     m, moved, still, x = _drifting_expert(0.3)
     idx = np.flatnonzero(~np.isnan(x))
     xo = x[idx]
