@@ -29,10 +29,13 @@ def with_library(tiny_data, tiny_pipeline, tmp_path_factory):
 
 def test_fitted_scale_is_exact_within_the_cap_and_capped_beyond_it():
     assert np.allclose(fitted_scale([2.0, 1.0, 1.5], [1.6, 1.0, 1.2]), [1.25, 1.0, 1.25])
-    a = fitted_scale([4.0, 1.0, 1.0], [1.0, 1.0, 1.0])
-    assert a.max() / a.min() == pytest.approx(MAX_DISTORTION)
+    assert np.allclose(fitted_scale([4.0, 1.0, 1.0], [1.0, 1.0, 1.0], max_distortion=5.0), [4.0, 1.0, 1.0])
+    a = fitted_scale([4.0, 1.0, 1.0], [1.0, 1.0, 1.0], max_distortion=1.5)
+    assert a.max() / a.min() == pytest.approx(1.5)
     centre = np.log(4.0) / 3  # clipped around the geometric mean of the wanted scales
-    assert np.allclose(np.log(a), centre + np.log(MAX_DISTORTION) / 2 * np.array([1, -1, -1]))
+    assert np.allclose(np.log(a), centre + np.log(1.5) / 2 * np.array([1, -1, -1]))
+    assert fitted_scale([4.0, 1.0, 1.0], [1.0, 1.0, 1.0]).max() / fitted_scale([4.0, 1.0, 1.0], [1.0, 1.0, 1.0]).min() \
+        == pytest.approx(MAX_DISTORTION)
     # a thin axis (a flat board) takes the mean scale instead of stretching a zero-thickness extent
     thin = fitted_scale([1.0, 1.0, 0.5], [1.0, 1.0, 1e-4])
     assert np.allclose(thin, 1.0)
