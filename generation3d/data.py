@@ -33,6 +33,24 @@ SPLITS = {"train": 0, "test": 1, "val": 2}  # values of the dataset's ``split`` 
 DATASET_FILE = "parts.npz"
 DATASET_ARRAYS = ("points", "boxes", "offsets", "category", "split", "part_names")  # what PartDataset reads
 MESH_ARRAYS = ("mesh_vertices", "mesh_faces", "vertex_offsets", "face_offsets")  # the part meshes, read when present
+COLOUR_ARRAY = "mesh_face_colors"  # (F, 3) uint8 per face of the part meshes (datasets built before it lack it)
+
+
+def face_colours(mesh: trimesh.Trimesh) -> np.ndarray:
+    """``(F, 3)`` uint8 colour per face: a coloured mesh's own, a material's main colour (a
+    texture's mean colour times the diffuse one), else trimesh's default grey."""
+    visual = mesh.visual
+    if visual.kind in ("face", "vertex"):
+        return np.asarray(visual.face_colors, np.uint8)[:, :3]
+    colour = np.asarray(trimesh.visual.DEFAULT_COLOR[:3], np.float64)
+    material = getattr(visual, "material", None)
+    if material is not None:
+        colour = np.asarray(material.main_color, np.float64)[:3]
+        image = getattr(material, "image", None)
+        if image is not None:
+            mean = np.asarray(image.convert("RGB"), np.float64).reshape(-1, 3).mean(0)
+            colour = mean * colour / 255.0
+    return np.tile(np.clip(colour, 0, 255).astype(np.uint8), (len(mesh.faces), 1))
 
 
 @dataclass
@@ -119,6 +137,7 @@ def shapes_to_arrays(shapes: list[Shape]) -> dict[str, np.ndarray]:
         "mesh_vertices": np.concatenate(verts), "mesh_faces": np.concatenate(faces),
         "vertex_offsets": np.cumsum([0] + [len(v) for v in verts]).astype(np.int64),
         "face_offsets": np.cumsum([0] + [len(f) for f in faces]).astype(np.int64),
+        "mesh_face_colors": np.concatenate([face_colours(p.mesh) for p in parts]),
     }
 
 
@@ -149,7 +168,8 @@ class PartDataset:
                     raise DataError(f"{path} is not a MoCA dataset: no {', '.join(missing)} array "
                                     f"(expected {', '.join(DATASET_ARRAYS)}; rebuild it with `moca build-data`)")
                 arrays = {k: z[k] for k in DATASET_ARRAYS}
-                meshes = {k: z[k] for k in MESH_ARRAYS} if with_meshes and set(MESH_ARRAYS) <= set(z.files) else None
+                meshes = {k: z[k] for k in MESH_ARRAYS + (COLOUR_ARRAY,) if k in z.files} if with_meshes else None
+                meshes = meshes if meshes and set(MESH_ARRAYS) <= set(meshes) else None
         except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
             raise DataError(f"corrupt dataset {path}: {exc}") from exc
         _check_arrays(path, arrays)
@@ -162,7 +182,8 @@ class PartDataset:
         m = self.meshes
         v = m["mesh_vertices"][m["vertex_offsets"][p]: m["vertex_offsets"][p + 1]]
         f = m["mesh_faces"][m["face_offsets"][p]: m["face_offsets"][p + 1]]
-        return trimesh.Trimesh(np.asarray(v, np.float64), f, process=False)
+        colours = m[COLOUR_ARRAY][m["face_offsets"][p]: m["face_offsets"][p + 1]] if COLOUR_ARRAY in m else None
+        return trimesh.Trimesh(np.asarray(v, np.float64), f, face_colors=colours, process=False)
 
     def __len__(self) -> int:
         return len(self.category)

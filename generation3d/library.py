@@ -5,7 +5,7 @@ ComplementMe, Sung et al. 2017): every training part's mesh is kept in its box f
 autoencoder latent and its box size. A generated part (latents ``z (T, d)`` + box) takes one of
 the ``k`` library components nearest to it, the seed choosing which, scaled into the generated box
 in its source orientation by an anisotropic scale whose largest / smallest axis ratio is capped at
-``MAX_DISTORTION`` (the part is centred in its box when the cap binds).
+``MAX_DISTORTION`` (``fitted_scale``; the part is centred in its box when the cap binds).
 
 Distance: the mean squared difference of the standardised, flattened latents plus ``SIZE_WEIGHT``
 × the squared difference of the log box sizes, among the components of the requested category (all
@@ -18,8 +18,8 @@ their box-frame vertices stored in float16.
 On disk, ``library.npz`` beside a pipeline's files: per component ``latents (N, T·d)``
 (standardised with the stored ``z_mean`` / ``z_std``), ``sizes (N, 3)``, ``category (N,)`` (index
 into ``data.CATEGORIES``), ``source (N,)`` (row of the per-shape ``source_*`` columns: name,
-creator, licence) and ``part_names (N,)``; the meshes as ``vertices`` / ``faces`` with
-``vertex_offsets`` / ``face_offsets (N + 1,)``.
+creator, licence) and ``part_names (N,)``; the meshes as ``vertices`` / ``faces`` / ``face_colors``
+(uint8 RGB per face, the archive's materials) with ``vertex_offsets`` / ``face_offsets (N + 1,)``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import trimesh
 
 from common.errors import CheckpointError, DataError
 from common.io import atomic_write
-from generation3d.data import CATEGORIES, PartDataset
+from generation3d.data import CATEGORIES, PartDataset, face_colours
 from generation3d.geometry import to_canonical
 
 LIBRARY_FILE = "library.npz"
@@ -50,26 +50,33 @@ SIZE_WEIGHT = 1.0  # weight of the squared log-size difference against the laten
 MAX_DISTORTION = 2.0  # largest / smallest axis scale when a component is fitted into a box
 SHARE_DISTANCE = 0.05  # parts closer than this to an earlier part of the shape reuse its component
 THIN = 0.05  # an axis below this fraction of the component's largest size is not stretched alone
-ARRAYS = ("latents", "sizes", "category", "source", "part_names", "vertices", "faces", "vertex_offsets",
-          "face_offsets", "z_mean", "z_std", "source_name", "source_creator", "source_license")
+ARRAYS = ("latents", "sizes", "category", "source", "part_names", "vertices", "faces", "face_colors",
+          "vertex_offsets", "face_offsets", "z_mean", "z_std", "source_name", "source_creator", "source_license")
 
 
 def decimate(mesh: trimesh.Trimesh, max_faces: int = MAX_FACES) -> trimesh.Trimesh:
-    """``mesh`` with at most ``max_faces`` triangles (open3d quadric decimation above it)."""
+    """``mesh`` with at most ``max_faces`` triangles (open3d quadric decimation above it), its face
+    colours carried through vertex colours (a vertex takes the colour of a face it belongs to)."""
     if len(mesh.faces) <= max_faces:
         return mesh
     import open3d as o3d
 
+    vertex_colours = np.zeros((len(mesh.vertices), 3))
+    vertex_colours[mesh.faces.reshape(-1)] = np.repeat(face_colours(mesh), 3, axis=0) / 255.0
     m = o3d.geometry.TriangleMesh(o3d.utility.Vector3dVector(np.asarray(mesh.vertices, np.float64)),
                                   o3d.utility.Vector3iVector(np.asarray(mesh.faces, np.int32)))
+    m.vertex_colors = o3d.utility.Vector3dVector(vertex_colours)
     m = m.simplify_quadric_decimation(target_number_of_triangles=max_faces)
-    return trimesh.Trimesh(np.asarray(m.vertices), np.asarray(m.triangles), process=False)
+    faces = np.asarray(m.triangles)
+    colours = np.asarray(m.vertex_colors)[faces].mean(1) * 255.0
+    return trimesh.Trimesh(np.asarray(m.vertices), faces, face_colors=np.round(colours).astype(np.uint8), process=False)
 
 
 def fitted_scale(target: np.ndarray, source: np.ndarray, max_distortion: float = MAX_DISTORTION) -> np.ndarray:
-    """Per-axis scale ``(3,)`` taking a box of size ``source`` towards ``target``: exact while the
-    axis scales stay within ``max_distortion`` of each other, else each is clipped around their
-    geometric mean. Thin axes of the source (under ``THIN`` of its largest) take the mean scale."""
+    """Per-axis scale ``(3,)`` taking a box of size ``source`` towards ``target``: each axis's
+    wanted scale clipped to within a factor ``sqrt(max_distortion)`` of their geometric mean, so
+    exact for a near-uniform stretch and never more than ``max_distortion`` between axes. Thin
+    axes of the source (under ``THIN`` of its largest) take the mean scale."""
     source = np.asarray(source, np.float64)
     target = np.asarray(target, np.float64)
     wide = source > THIN * source.max()
@@ -90,6 +97,7 @@ class ComponentLibrary:
     part_names: np.ndarray
     vertices: np.ndarray
     faces: np.ndarray
+    face_colors: np.ndarray
     vertex_offsets: np.ndarray
     face_offsets: np.ndarray
     z_mean: np.ndarray
@@ -118,18 +126,20 @@ class ComponentLibrary:
         z = torch.cat([ae.encode(c) for c in canon.split(256)]).numpy()  # (N, T, d)
         z_mean = np.broadcast_to(pipe.stats["z_mean"].cpu().numpy(), z.shape[1:])
         z_std = np.broadcast_to(pipe.stats["z_std"].cpu().numpy(), z.shape[1:])
-        verts, faces = [], []
+        verts, faces, colours = [], [], []
         for p in parts:
             mesh = decimate(ds.part_mesh(int(p)), max_faces)
             centre, half = ds.boxes[p, :3], np.maximum(ds.boxes[p, 3:] / 2, 1e-9)
             verts.append(((np.asarray(mesh.vertices) - centre) / half).astype(np.float16))
             faces.append(np.asarray(mesh.faces, np.int32))
+            colours.append(face_colours(mesh))
         rec = records if records is not None else [{} for _ in range(len(ds))]
         col = lambda key: np.array([str(rec[int(i)].get(key, "")) for i in ids])  # noqa: E731
         return cls(
             latents=((z - z_mean) / z_std).reshape(len(parts), -1).astype(np.float32), sizes=ds.boxes[parts, 3:].astype(np.float32),
             category=ds.category[ids][owner].astype(np.int16), source=owner.astype(np.int32),
             part_names=ds.part_names[parts], vertices=np.concatenate(verts), faces=np.concatenate(faces),
+            face_colors=np.concatenate(colours),
             vertex_offsets=np.cumsum([0] + [len(v) for v in verts]).astype(np.int64),
             face_offsets=np.cumsum([0] + [len(f) for f in faces]).astype(np.int64),
             z_mean=np.asarray(z_mean, np.float32).reshape(-1), z_std=np.asarray(z_std, np.float32).reshape(-1),
@@ -161,6 +171,7 @@ class ComponentLibrary:
         if not (lib.sizes.shape == (n, 3) and len(lib.category) == n and len(lib.source) == n
                 and len(lib.vertex_offsets) == n + 1 and len(lib.face_offsets) == n + 1
                 and lib.vertex_offsets[-1] == len(lib.vertices) and lib.face_offsets[-1] == len(lib.faces)
+                and lib.face_colors.shape == (len(lib.faces), 3)
                 and (lib.source < len(lib.source_name)).all()):
             raise CheckpointError(f"corrupt component library {file}: its arrays do not fit together")
         return lib
@@ -169,7 +180,13 @@ class ComponentLibrary:
         """Component ``i`` in its box frame (vertices in ``[-1, 1]³``)."""
         v = self.vertices[self.vertex_offsets[i]: self.vertex_offsets[i + 1]].astype(np.float64)
         f = self.faces[self.face_offsets[i]: self.face_offsets[i + 1]]
-        return trimesh.Trimesh(v, f, process=False)
+        return trimesh.Trimesh(v, f, face_colors=self.face_colors[self.face_offsets[i]: self.face_offsets[i + 1]],
+                               process=False)
+
+    def coloured(self, i: int) -> bool:
+        """Whether component ``i`` has colours of its own (not only trimesh's default grey)."""
+        c = self.face_colors[self.face_offsets[i]: self.face_offsets[i + 1]]
+        return bool((c != np.asarray(trimesh.visual.DEFAULT_COLOR[:3], np.uint8)).any())
 
     def distances(self, z: np.ndarray, size: np.ndarray, candidates: np.ndarray,
                   size_weight: float = SIZE_WEIGHT) -> np.ndarray:
@@ -208,7 +225,7 @@ class ComponentLibrary:
         return mesh
 
     def decode(self, latents: np.ndarray, boxes: np.ndarray, category: str, seed: int) -> tuple[list[trimesh.Trimesh], np.ndarray]:
-        """Meshes of a generated shape's parts and the components used ``(P,)``."""
+        """Meshes of a generated shape's parts (in their components' colours) and the components used ``(P,)``."""
         chosen = self.choose(latents, boxes, category, seed)
         return [self.fit(int(i), b) for i, b in zip(chosen, boxes, strict=True)], chosen
 

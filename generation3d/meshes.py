@@ -10,7 +10,7 @@ import numpy as np
 import trimesh
 
 from common.errors import DataError
-from generation3d.data import Part, Shape
+from generation3d.data import Part, Shape, face_colours
 
 
 def mesh_problem(mesh: trimesh.Trimesh) -> str | None:
@@ -44,11 +44,13 @@ MESH_SUFFIXES = (".glb", ".gltf", ".obj", ".ply")
 MAX_MESH_BYTES = 512 * 2**20  # a larger file is refused before parsing (the parsers hold it all in memory)
 
 
-def read_named_meshes(path: str | Path, data: bytes | None = None) -> list[tuple[str, trimesh.Trimesh]]:
+def read_named_meshes(path: str | Path, data: bytes | None = None,
+                      resolver: trimesh.resolvers.Resolver | None = None) -> list[tuple[str, trimesh.Trimesh]]:
     """The triangle meshes of a GLB/GLTF/OBJ/PLY file as ``(name, mesh)`` in the file's frame: one
-    per scene node (GLB/GLTF, node transforms applied) or per OBJ ``o`` object / ``g`` group. With
-    ``data`` the file's bytes are parsed (``path`` gives the name and format) and OBJ materials
-    are skipped, so nothing beside it is looked up. DataError when the file cannot be parsed."""
+    per scene node (GLB/GLTF, node transforms applied) or per OBJ ``o`` object / ``g`` group, each
+    coloured per face (``face_colours``). With ``data`` the file's bytes are parsed (``path`` gives
+    the name and format) and OBJ materials are skipped unless a ``resolver`` reads the files beside
+    it. DataError when the file cannot be parsed."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in MESH_SUFFIXES:
@@ -63,8 +65,8 @@ def read_named_meshes(path: str | Path, data: bytes | None = None) -> list[tuple
                 raise DataError(f"mesh file not found: {path}")
             scene = trimesh.load(str(path), force="scene", **kw)
         else:
-            kw = {**kw, "skip_materials": True} if suffix == ".obj" else kw
-            scene = trimesh.load(io.BytesIO(data), file_type=suffix[1:], force="scene", **kw)
+            kw = {**kw, "skip_materials": True} if suffix == ".obj" and resolver is None else kw
+            scene = trimesh.load(io.BytesIO(data), file_type=suffix[1:], force="scene", resolver=resolver, **kw)
     except DataError:
         raise
     except Exception as exc:  # trimesh raises many types on malformed files
@@ -75,7 +77,7 @@ def read_named_meshes(path: str | Path, data: bytes | None = None) -> list[tuple
         geom = scene.geometry[geom_name]
         if not isinstance(geom, trimesh.Trimesh):
             continue
-        m = geom.copy()
+        m = trimesh.Trimesh(geom.vertices, geom.faces, face_colors=face_colours(geom), process=False)
         m.apply_transform(transform)
         meshes.append((str(node), m))
     return meshes

@@ -179,17 +179,19 @@ class MoCAPipeline:
         return ckpt.eval()
 
     def meshes(self, g: GeneratedShape, decoder: str = "retrieve") -> tuple[list, list[dict]]:
-        """The part meshes of ``g`` a user gets, one colour per part, and the source items of the
-        components used (``[]`` for points). ``retrieve``: real training components fitted into
-        the boxes (``library.py``); ``points``: the decoded points meshed (``export.shape_meshes``),
-        also what ``retrieve`` falls back to without a library (``self.library is None``)."""
+        """The part meshes of ``g`` a user gets (real components in their materials' colours, else
+        one colour per part) and the source items of the components used (``[]`` for points).
+        ``retrieve``: real training components fitted into the boxes (``library.py``); ``points``:
+        the decoded points meshed (``export.shape_meshes``), also what ``retrieve`` falls back to
+        without a library (``self.library is None``)."""
         if decoder not in DECODERS:
             raise InputError(f"unknown decoder {decoder!r}; choose from {', '.join(DECODERS)}")
         if decoder == "points" or self.library is None or g.latents is None:
             return shape_meshes(g.points, g.boxes), []
         meshes, used = self.library.decode(g.latents, g.boxes, g.category, g.seed)
-        for m, colour in zip(meshes, part_colours(len(meshes)), strict=True):
-            m.visual.face_colors = np.tile(colour, (len(m.faces), 1))
+        for m, i, colour in zip(meshes, used, part_colours(len(meshes)), strict=True):
+            if not self.library.coloured(int(i)):  # a component without materials: one colour per part
+                m.visual.face_colors = np.tile(colour, (len(m.faces), 1))
         return meshes, self.library.attribution(used)
 
     def embed_text(self, text: str) -> torch.Tensor:

@@ -32,7 +32,7 @@ from common.errors import DataError, InputError
 from common.io import atomic_write, write_csv
 from generation3d.data import CATEGORIES, SPLITS, Part, Shape, write_dataset
 from generation3d.furniture import furniture_type
-from generation3d.meshes import MESH_SUFFIXES, mesh_problem, read_named_meshes
+from generation3d.meshes import MESH_SUFFIXES, face_colours, mesh_problem, read_named_meshes
 
 TINY_FRACTION = 0.05  # parts with a box diagonal below this fraction of the shape's are merged
 VAL_FRACTION, TEST_FRACTION = 0.1, 0.2
@@ -109,7 +109,7 @@ def merge_tiny(parts: list[Part], tiny_fraction: float = TINY_FRACTION) -> list[
 def split_components(part: Part, max_parts: int, tiny_fraction: float = TINY_FRACTION) -> list[Part] | None:
     """``part`` split into connected components (vertices welded by position), tiny ones merged;
     None unless that gives 2..``max_parts`` parts."""
-    mesh = trimesh.Trimesh(part.mesh.vertices, part.mesh.faces, process=True)
+    mesh = trimesh.Trimesh(part.mesh.vertices, part.mesh.faces, face_colors=face_colours(part.mesh), process=True)
     comps = [c for c in mesh.split(only_watertight=False) if mesh_problem(c) is None]
     if len(comps) < 2:
         return None
@@ -125,7 +125,7 @@ def build_parts(meshes: list[tuple[str, trimesh.Trimesh]], max_parts: int,
     for name, m in meshes:
         problem = mesh_problem(m)
         if problem is None:
-            usable.append(Part(name, trimesh.Trimesh(m.vertices, m.faces, process=False)))
+            usable.append(Part(name, trimesh.Trimesh(m.vertices, m.faces, face_colors=face_colours(m), process=False)))
         else:
             problems[problem] += 1
     if not usable:
@@ -213,6 +213,28 @@ def _safe(fn, skips: Skips, key: str, name: str):
 
 
 # ---------------------------------------------------------------- Sweet Home 3D
+class ArchiveResolver(trimesh.resolvers.Resolver):
+    """Reads the files an item's model names (its materials and textures) from beside the model in
+    the item's archive; a missing one is read as absent (trimesh then skips that material)."""
+
+    def __init__(self, item):
+        self.item, self.folder = item, Path(item.model).parent
+
+    def keys(self):
+        return []
+
+    def get(self, name: str) -> bytes:
+        from common.sweethome3d import read_member
+
+        return read_member(self.item, (self.folder / name).as_posix())
+
+    def write(self, name, data):
+        raise NotImplementedError("the furniture archives are read-only")
+
+    def namespaced(self, namespace):
+        return self
+
+
 def load_sweethome3d(furniture_dir=None, n_points: int = 256, max_parts: int = 64, seed: int = 0,
                      progress: bool = False) -> RealShapes:
     """Every Sweet Home 3D item with a furniture type as a ``Shape`` (category = type), read from
@@ -238,7 +260,8 @@ def load_sweethome3d(furniture_dir=None, n_points: int = 256, max_parts: int = 6
 
         def read(item=item, ftype=ftype, k=k):
             data = read_member(item, item.model)
-            parts = build_parts(read_named_meshes(Path(item.model).name, data), max_parts)
+            meshes = read_named_meshes(Path(item.model).name, data, ArchiveResolver(item))
+            parts = build_parts(meshes, max_parts)
             matrix = sweethome3d_matrix(parts, item.model_rotation, (item.width_cm, item.depth_cm, item.height_cm))
             shape = finish_shape(ftype, transform_parts(parts, matrix), n_points, seed * 1_000_003 + 1000 * k)
             return shape, hashlib.sha1(data).hexdigest()

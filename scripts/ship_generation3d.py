@@ -192,13 +192,15 @@ def ship_library(data: Path) -> Path:
     from common.shipped import add_file, read_manifest, resolve_checkpoint
     from generation3d.data import PartDataset, read_meta
     from generation3d.library import LIBRARY_FILE, ComponentLibrary, read_records
+    from generation3d.model import PipelineCheckpoint
     from generation3d.sampling import MoCAPipeline
 
     meta, shipped = read_meta(data), resolve_checkpoint(NAME)
     counts = f"train {meta.get('n_train')} / val {meta.get('n_val')} / test {meta.get('n_test')} shapes"
     if not read_manifest(shipped)["split"].startswith(counts):
         raise InputError(f"{data} holds {counts}, not the shipped model's dataset ({read_manifest(shipped)['split']})")
-    library = ComponentLibrary.build(MoCAPipeline.load(NAME), PartDataset.load(data, with_meshes=True), read_records(data))
+    pipe = MoCAPipeline.from_checkpoint(PipelineCheckpoint.from_pretrained(shipped))  # without the old library
+    library = ComponentLibrary.build(pipe, PartDataset.load(data, with_meshes=True), read_records(data))
     with tempfile.TemporaryDirectory() as tmp:
         path = add_file(shipped, LIBRARY_FILE, library.save(tmp))
     print(f"added {path} ({len(library)} components, {path.stat().st_size / 2**20:.1f} MiB)")
