@@ -44,6 +44,28 @@ MESH_SUFFIXES = (".glb", ".gltf", ".obj", ".ply")
 MAX_MESH_BYTES = 512 * 2**20  # a larger file is refused before parsing (the parsers hold it all in memory)
 
 
+class ArchiveResolver(trimesh.resolvers.Resolver):
+    """Reads the files an item's model names (its materials and textures) from beside the model in
+    the item's archive; a missing one is read as absent (trimesh then skips that material)."""
+
+    def __init__(self, item):
+        self.item, self.folder = item, Path(item.model).parent
+
+    def keys(self):
+        return []
+
+    def get(self, name: str) -> bytes:
+        from common.sweethome3d import read_member
+
+        return read_member(self.item, (self.folder / name).as_posix())
+
+    def write(self, name, data):
+        raise NotImplementedError("the furniture archives are read-only")
+
+    def namespaced(self, namespace):
+        return self
+
+
 def read_named_meshes(path: str | Path, data: bytes | None = None,
                       resolver: trimesh.resolvers.Resolver | None = None) -> list[tuple[str, trimesh.Trimesh]]:
     """The triangle meshes of a GLB/GLTF/OBJ/PLY file as ``(name, mesh)`` in the file's frame: one

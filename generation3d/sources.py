@@ -30,9 +30,9 @@ import trimesh
 
 from common.errors import DataError, InputError
 from common.io import atomic_write, write_csv
-from generation3d.data import CATEGORIES, SPLITS, Part, Shape, write_dataset
+from generation3d.data import CATEGORIES, SPLITS, Part, Shape, face_colours, write_dataset
 from generation3d.furniture import furniture_type
-from generation3d.meshes import MESH_SUFFIXES, face_colours, mesh_problem, read_named_meshes
+from generation3d.meshes import MESH_SUFFIXES, ArchiveResolver, mesh_problem, read_named_meshes
 
 TINY_FRACTION = 0.05  # parts with a box diagonal below this fraction of the shape's are merged
 VAL_FRACTION, TEST_FRACTION = 0.1, 0.2
@@ -213,28 +213,6 @@ def _safe(fn, skips: Skips, key: str, name: str):
 
 
 # ---------------------------------------------------------------- Sweet Home 3D
-class ArchiveResolver(trimesh.resolvers.Resolver):
-    """Reads the files an item's model names (its materials and textures) from beside the model in
-    the item's archive; a missing one is read as absent (trimesh then skips that material)."""
-
-    def __init__(self, item):
-        self.item, self.folder = item, Path(item.model).parent
-
-    def keys(self):
-        return []
-
-    def get(self, name: str) -> bytes:
-        from common.sweethome3d import read_member
-
-        return read_member(self.item, (self.folder / name).as_posix())
-
-    def write(self, name, data):
-        raise NotImplementedError("the furniture archives are read-only")
-
-    def namespaced(self, namespace):
-        return self
-
-
 def load_sweethome3d(furniture_dir=None, n_points: int = 256, max_parts: int = 64, seed: int = 0,
                      progress: bool = False) -> RealShapes:
     """Every Sweet Home 3D item with a furniture type as a ``Shape`` (category = type), read from
