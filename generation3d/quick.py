@@ -21,13 +21,13 @@ from common.seed import seed_everything
 from generation3d.bench import bench_attention, plot_bench
 from generation3d.data import PartDataset, trained_categories
 from generation3d.evaluate import evaluate_generator, penetration_rate, reconstruction_metrics
-from generation3d.export import export_meshes, shape_meshes
+from generation3d.export import export_meshes
 from generation3d.model import AEConfig, GenConfig
 from generation3d.render import render_preview
 from generation3d.sampling import MoCAPipeline
 from generation3d.shapes import build_dataset
 from generation3d.text import shape_descriptions
-from generation3d.train import fit, pretrain
+from generation3d.train import component_library, fit, pretrain
 
 DEMO_MODEL = "demo_model"
 QUICK = {
@@ -67,6 +67,7 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, config
                        "classifier_test_acc"):
             rows.append({"method": attention, "metric": metric, "value": res[metric]})
     write_json(out / "eval.json", {"results": results, "config": cfg, "seed": seed, "ae": rec})
+    pipes["moca"].library = component_library(pipes["moca"], ds)  # the retrieve decoder's parts
     pipes["moca"].save(out / "pipeline_moca")
     demo = cache_dir("generation3d") / DEMO_MODEL
     shutil.rmtree(demo, ignore_errors=True)
@@ -75,18 +76,18 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, config
     t0 = time.perf_counter()
     scene = pipes["moca"].sample("scene", 64, seed=seed, steps=cfg["sample_steps"])[0]
     scene_s = time.perf_counter() - t0
-    meshes = shape_meshes(scene.points, scene.boxes)
+    meshes = pipes["moca"].meshes(scene)[0]
     export_meshes(meshes, out / "scene_64parts.glb")
     render_preview(meshes, out / "scene_64parts.png", title="MoCA scene, 64 parts")
     rows += [{"method": "moca", "metric": "scene64_sample_s", "value": scene_s},
              {"method": "moca", "metric": "scene64_penetration", "value": penetration_rate(scene.boxes)}]
     chair = pipes["moca"].sample("chair", 12, seed=seed, steps=cfg["sample_steps"])[0]
-    cm = shape_meshes(chair.points, chair.boxes)
+    cm = pipes["moca"].meshes(chair)[0]
     export_meshes(cm, out / "chair_12parts.glb")
     render_preview(cm, out / "chair_12parts.png", title="MoCA chair, 12 parts")
     text = "a chair with arms and a solid back"
     tc = pipes["moca"].sample("none", 9, seed=seed, steps=cfg["sample_steps"], text=text)[0]
-    tm = shape_meshes(tc.points, tc.boxes)
+    tm = pipes["moca"].meshes(tc)[0]
     export_meshes(tm, out / "text_chair_9parts.glb")
     render_preview(tm, out / "text_chair_9parts.png", title=text)
 
