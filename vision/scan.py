@@ -31,9 +31,11 @@ from torch.autograd.function import once_differentiable
 
 # exp(80) ~ 5.5e34 < float32 max (3.4e38): the cumulative-sum form is safe below this.
 _MAX_EXPONENT = 80.0
-# selective_scan runs the recurrent form up to this length and the chunked scan above it
-# (CPU, one thread: experiments/vision/scan_step.py, docs/results/vision/scan_step.json).
-RECURRENT_MAX_LEN = 64
+# selective_scan runs the recurrent form up to this length and the chunked scan above it: on one
+# CPU thread the recurrent form was 1.4-14x faster at every length measured, 16 to 4096
+# (experiments/vision/scan_step.py, docs/results/vision/scan_step.json); not yet timed on a GPU,
+# where its L small kernels per pass may lose to the chunked scan at long lengths.
+RECURRENT_MAX_LEN = 4096
 
 
 def _check(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None) -> None:

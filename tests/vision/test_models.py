@@ -177,8 +177,8 @@ def test_checkpoint_carries_its_prediction_type_and_refuses_without_one(tmp_path
 
 @pytest.mark.parametrize("name", ["moh-fmnist", "mamba-fmnist"])
 def test_shipped_weights_predict_the_same_with_the_reference_scan(name):
-    """The shipped weights were trained with the chunked scan; the model's scan (recurrent at 64
-    tokens) must give the function they were trained as, i.e. the reference recurrence's."""
+    """The shipped weights were trained with the chunked scan; the model's scan (now the recurrent
+    form) must give the function they were trained as, the reference recurrence's."""
     from common.shipped import shipped_models
 
     model = load_backbone(shipped_models()[name]).eval()
