@@ -91,6 +91,16 @@ def _chunk_states(x: Tensor, log_decay: Tensor, S: Tensor) -> Tensor:
     return h
 
 
+def _sum_over_states(x: Tensor, w: Tensor) -> Tensor:
+    """``Σ_n x[:, :, n] ⊙ w_n -> (b, L, d)`` for ``x (b, L, n, d)`` and ``w (b, L, n)`` or
+    ``(n, d)``: one multiply-add per state, without a ``(b, L, n, d)`` temporary."""
+    per_row = w.dim() == 3
+    out = x[:, :, 0] * (w[:, :, 0, None] if per_row else w[0])
+    for k in range(1, x.shape[2]):
+        out.addcmul_(x[:, :, k], w[:, :, k, None] if per_row else w[k])
+    return out
+
+
 class _RecurrentScan(torch.autograd.Function):
     """``y = S6(u; Δ, A, B, C, D)`` with the states ``h (b, L, n, d)`` kept for the backward pass.
 
@@ -99,7 +109,7 @@ class _RecurrentScan(torch.autograd.Function):
     ``g_t = ∂L/∂h_t`` obeys ``g_{L-1} = C ⊗ ∂L/∂y``, ``g_t = C_t ⊗ ∂L/∂y_t + a_{t+1} ⊙ g_{t+1}``;
     then ``∂L/∂x_t = g_t`` and ``∂L/∂(Δ_t A) = g_t ⊙ a_t ⊙ h_{t-1}``, from which the input
     gradients follow by the chain rule. ``n`` sits before ``d`` so every step is one contiguous
-    ``(b, n, d)`` slab.
+    ``(b, n, d)`` slab; the backward reuses its two ``(b, L, n, d)`` buffers in place.
     """
 
     @staticmethod
@@ -109,7 +119,7 @@ class _RecurrentScan(torch.autograd.Function):
         h = B[..., None] * (delta * u)[:, :, None, :]  # x, overwritten by the states
         for t in range(1, h.shape[1]):
             h[:, t].addcmul_(decay[:, t], h[:, t - 1])
-        y = (h * C[..., None]).sum(2)
+        y = _sum_over_states(h, C)
         if D is not None:
             y = y.addcmul_(u, D)
         ctx.save_for_backward(u, delta, A_nd, B, C, D, decay, h)
@@ -123,12 +133,13 @@ class _RecurrentScan(torch.autograd.Function):
         for t in range(h.shape[1] - 2, -1, -1):
             g[:, t].addcmul_(decay[:, t + 1], g[:, t + 1])
         grad_C = (h * grad_y[:, :, None, :]).sum(-1)
-        grad_B = (g * (delta * u)[:, :, None, :]).sum(-1)
-        g_x = (g * B[..., None]).sum(2)  # ∂L/∂(Δ u), (b, L, d)
-        g_log_decay = torch.zeros_like(h)  # ∂L/∂(Δ A); h_{-1} = 0
+        g_x = _sum_over_states(g, B)  # ∂L/∂(Δ u), (b, L, d)
+        g_log_decay = torch.empty_like(h)  # ∂L/∂(Δ A); h_{-1} = 0
+        g_log_decay[:, 0].zero_()
         torch.mul(g[:, 1:], decay[:, 1:], out=g_log_decay[:, 1:]).mul_(h[:, :-1])
-        grad_delta = (g_log_decay * A_nd).sum(2).addcmul_(g_x, u)
-        grad_A = (g_log_decay * delta[:, :, None, :]).sum((0, 1)).t()
+        grad_B = g.mul_((delta * u)[:, :, None, :]).sum(-1)
+        grad_delta = _sum_over_states(g_log_decay, A_nd).addcmul_(g_x, u)
+        grad_A = g_log_decay.mul_(delta[:, :, None, :]).sum((0, 1)).t()
         grad_u = g_x * delta
         grad_D = None
         if D is not None:
