@@ -9,7 +9,7 @@
     moh bench --suite quick|full --out runs/bench [--json results.json]
     moh bench --suite scaling --out runs/scaling --json docs/results/vision/scaling.json
     moh bench --suite sizes --json docs/results/vision/sizes.json
-    moh bench --suite compute --out runs/compute --json docs/results/vision/compute.json
+    moh bench --suite compute --workers 4 --out runs/compute --json docs/results/vision/compute.json
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ SUITES = ("quick", "full", "scaling", "sizes", "compute")
 # options that only some suites read (any other suite refuses them)
 SUITE_OPTIONS = {"n_samples": ("quick", "full", "compute"), "budgets": ("scaling",), "datasets": ("scaling",),
                  "resume": ("scaling",), "sizes": ("sizes",), "batch_size": ("sizes",), "budget_min": ("compute",),
-                 "model_size": ("compute",)}
+                 "model_size": ("compute",), "workers": ("compute",)}
 
 
 def _data_input(spec: str | None) -> str | None:
@@ -292,7 +292,8 @@ def _bench_compute(a, json_path: Path | None) -> int:
     plot_path = json_path.with_suffix(".png") if json_path else None
     check_outputs(files=[p for p in (json_path, plot_path) if p], dirs=[out], overwrite=a.overwrite)
     overrides = {k: v for k, v in (("budget_min", a.budget_min), ("model_size", a.model_size), ("seed", a.seed),
-                                   ("n_samples", a.n_samples), ("models", a.models and tuple(a.models))) if v is not None}
+                                   ("n_samples", a.n_samples), ("models", a.models and tuple(a.models)),
+                                   ("workers", a.workers)) if v is not None}
     result = run_compute(out, ComputeConfig(**overrides), device=a.device, precision=a.precision)
     if json_path is not None:  # the README's source, plot beside it
         write_json(json_path, result)
@@ -385,8 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sizes", nargs="+", choices=tuple(MODEL_SIZES), help="sizes: model sizes to measure")
     b.add_argument("--batch-size", type=positive_int, help="sizes: batch of the timed training steps")
     b.add_argument("--budget-min", type=positive_float,
-                   help="compute: training minutes per model (CPU time on the CPU; default 6)")
+                   help="compute: training minutes per model (CPU time on the CPU; default 5)")
     b.add_argument("--model-size", choices=tuple(MODEL_SIZES), help="compute: the models' size (default Ti)")
+    b.add_argument("--workers", type=int_in(1, 8), help="compute: models trained at once, one process each")
     b.set_defaults(fn=cmd_bench)
     return p
 

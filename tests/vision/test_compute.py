@@ -71,3 +71,14 @@ def test_cli_writes_json_and_plot_beside_it(tmp_path, untrained_classifier, monk
     assert len(data["curve"]) == 3
     assert path.with_suffix(".png").is_file()
     assert moh_main(argv) == 2  # refuses to overwrite without --overwrite
+
+
+def test_workers_train_each_model_in_its_own_process(tmp_path):
+    """With workers the rows come back per model, in the order asked (the shipped classifier scores
+    them in the worker processes)."""
+    cfg = compute.ComputeConfig(models=("dit", "moh"), workers=2, **{**TINY, "budget_min": 0.001})
+    result = compute.run_compute(tmp_path, cfg, log=lambda msg: None, device="cpu")
+    assert [m["model"] for m in result["models"]] == ["dit", "moh"]
+    assert [(c["model"], c["budget_fraction"]) for c in result["curve"]] == [
+        (m, f) for m in ("dit", "moh") for f in cfg.fractions]
+    assert (tmp_path / "samples_moh.png").is_file() and (tmp_path / "samples_dit.png").is_file()
