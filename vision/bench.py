@@ -59,9 +59,9 @@ QUICK = BenchConfig(steps=120, batch_size=32, n_samples=96, sample_steps=10, tra
 
 def bench_scan(lengths=(256, 1024), batch: int = 2, d_inner: int = 64, d_state: int = 8, repeats: int = 3,
                seed: int = 0) -> list[dict]:
-    """Wall time of the chunked parallel (``selective_scan_chunked``) vs the sequential S6 scan
+    """Wall time of the model's S6 scan (``selective_scan``) vs the sequential reference
     (forward + backward, float32), and their max abs difference, at each sequence length. Median of ``repeats`` runs."""
-    from vision.scan import selective_scan_chunked, selective_scan_sequential
+    from vision.scan import selective_scan, selective_scan_sequential
 
     g = torch.Generator().manual_seed(seed)
     rows = []
@@ -71,7 +71,7 @@ def bench_scan(lengths=(256, 1024), batch: int = 2, d_inner: int = 64, d_state: 
         A = -torch.arange(1, d_state + 1, dtype=torch.float32).repeat(d_inner, 1)
         B, C = torch.randn(batch, L, d_state, generator=g), torch.randn(batch, L, d_state, generator=g)
         times, ys = {}, {}
-        for name, fn in (("sequential", selective_scan_sequential), ("parallel", selective_scan_chunked)):
+        for name, fn in (("sequential", selective_scan_sequential), ("parallel", selective_scan)):
             runs = []
             for _ in range(repeats):
                 args = [t.clone().requires_grad_() for t in (u, delta, A, B, C)]
