@@ -59,9 +59,9 @@ QUICK = BenchConfig(steps=120, batch_size=32, n_samples=96, sample_steps=10, tra
 
 def bench_scan(lengths=(256, 1024), batch: int = 2, d_inner: int = 64, d_state: int = 8, repeats: int = 3,
                seed: int = 0) -> list[dict]:
-    """Wall time of the parallel vs the sequential S6 scan (forward + backward, float32), and
-    their max abs difference, at each sequence length. Median of ``repeats`` runs."""
-    from vision.scan import selective_scan_parallel, selective_scan_sequential
+    """Wall time of the model's S6 scan (``selective_scan``) vs the sequential reference
+    (forward + backward, float32), and their max abs difference, at each sequence length. Median of ``repeats`` runs."""
+    from vision.scan import selective_scan, selective_scan_sequential
 
     g = torch.Generator().manual_seed(seed)
     rows = []
@@ -71,7 +71,7 @@ def bench_scan(lengths=(256, 1024), batch: int = 2, d_inner: int = 64, d_state: 
         A = -torch.arange(1, d_state + 1, dtype=torch.float32).repeat(d_inner, 1)
         B, C = torch.randn(batch, L, d_state, generator=g), torch.randn(batch, L, d_state, generator=g)
         times, ys = {}, {}
-        for name, fn in (("sequential", selective_scan_sequential), ("parallel", selective_scan_parallel)):
+        for name, fn in (("sequential", selective_scan_sequential), ("parallel", selective_scan)):
             runs = []
             for _ in range(repeats):
                 args = [t.clone().requires_grad_() for t in (u, delta, A, B, C)]
@@ -194,11 +194,12 @@ def run_bench(out_dir: str | Path, cfg: BenchConfig | None = None, log=None, dev
 
 def time_train_step(model_size: str, backbone: str, device="auto", precision: str = "32", steps: int = 3,
                     batch_size: int = 32, image_size: int = 32, in_channels: int = 1,
-                    forward_only: bool = False) -> dict:
+                    forward_only: bool = False, clock=time.perf_counter) -> dict:
     """Time the training step of ``backbone`` (``moh``, ``mamba``, ``dit``, ``unet``) of
     ``model_size`` on ``device`` at ``precision``: AdamW on the x0 loss of random images
     ``(batch_size, in_channels, image_size, image_size)`` at random timesteps. One untimed warm-up
-    step, then ``steps`` timed ones (``forward_only``: forward passes without gradients).
+    step, then ``steps`` timed ones (``forward_only``: forward passes without gradients), read on
+    ``clock`` (wall time; ``time.process_time`` for CPU time on a shared machine).
 
     Returns ``{"model_size", "backbone", "device", "precision", "batch_size", "image_size",
     "tokens", "params", "steps", "ms_per_step" (median), "ms_per_step_all", "peak_memory_mb",
@@ -227,7 +228,7 @@ def time_train_step(model_size: str, backbone: str, device="auto", precision: st
     for _ in range(steps + 1):
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
-        t0 = time.perf_counter()
+        t0 = clock()
         if forward_only:
             with torch.no_grad(), autocast(dev, precision):
                 backbone_call(model, xt, t)
@@ -241,7 +242,7 @@ def time_train_step(model_size: str, backbone: str, device="auto", precision: st
             scaler.update()
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
-        times.append(1000 * (time.perf_counter() - t0))
+        times.append(1000 * (clock() - t0))
     if dev.type == "cuda":
         memory, peak = "cuda max allocated", torch.cuda.max_memory_allocated(dev) / 2**20
     else:

@@ -9,6 +9,7 @@
     moh bench --suite quick|full --out runs/bench [--json results.json]
     moh bench --suite scaling --out runs/scaling --json docs/results/vision/scaling.json
     moh bench --suite sizes --json docs/results/vision/sizes.json
+    moh bench --suite compute --workers 4 --out runs/compute --json docs/results/vision/compute.json
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ from common.errors import InputError  # noqa: E402
 from common.limits import add_force_arg  # noqa: E402
 from vision.limits import MAX_IMAGES, MAX_SAMPLES, MAX_THREADS, check_max, check_sampling, check_training  # noqa: E402
 
-SUITES = ("quick", "full", "scaling", "sizes")
+SUITES = ("quick", "full", "scaling", "sizes", "compute")
 # options that only some suites read (any other suite refuses them)
-SUITE_OPTIONS = {"n_samples": ("quick", "full"), "budgets": ("scaling",), "datasets": ("scaling",),
-                 "resume": ("scaling",), "sizes": ("sizes",), "batch_size": ("sizes",)}
+SUITE_OPTIONS = {"n_samples": ("quick", "full", "compute"), "budgets": ("scaling",), "datasets": ("scaling",),
+                 "resume": ("scaling",), "sizes": ("sizes",), "batch_size": ("sizes",), "budget_min": ("compute",),
+                 "model_size": ("compute",), "workers": ("compute",)}
 
 
 def _data_input(spec: str | None) -> str | None:
@@ -214,6 +216,8 @@ def cmd_bench(a) -> int:
         return _bench_scaling(a, json_path)
     if a.suite == "sizes":
         return _bench_sizes(a, json_path)
+    if a.suite == "compute":
+        return _bench_compute(a, json_path)
     from common.io import write_json
     from vision.bench import QUICK, BenchConfig, run_bench
 
@@ -271,6 +275,30 @@ def _bench_sizes(a, json_path: Path | None) -> int:
     if json_path is not None:
         write_json(json_path, result)
         print(f"wrote {json_path}")
+    return 0
+
+
+def _bench_compute(a, json_path: Path | None) -> int:
+    import shutil
+
+    from common.io import write_json
+    from vision.compute import ComputeConfig, run_compute
+    from vision.limits import MAX_BUDGET_MIN
+
+    if a.steps:
+        raise InputError("--steps does not apply to --suite compute (the budget is --budget-min)")
+    check_max("--budget-min", a.budget_min, MAX_BUDGET_MIN, "a day of training per model", a.force)
+    out = Path(a.out or "runs/vision_compute")
+    plot_path = json_path.with_suffix(".png") if json_path else None
+    check_outputs(files=[p for p in (json_path, plot_path) if p], dirs=[out], overwrite=a.overwrite)
+    overrides = {k: v for k, v in (("budget_min", a.budget_min), ("model_size", a.model_size), ("seed", a.seed),
+                                   ("n_samples", a.n_samples), ("models", a.models and tuple(a.models)),
+                                   ("workers", a.workers)) if v is not None}
+    result = run_compute(out, ComputeConfig(**overrides), device=a.device, precision=a.precision)
+    if json_path is not None:  # the README's source, plot beside it
+        write_json(json_path, result)
+        shutil.copyfile(out / "compute.png", plot_path)
+        print(f"wrote {json_path} and {plot_path}")
     return 0
 
 
@@ -345,7 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="quick: 120 steps, MoH / plain Mamba / DiT (minutes); full: 500 steps, all four models; "
                         "scaling: all models at budgets S/M/L on both datasets (EfficientNet-Lite0 FID; with --json "
                         "also the plot beside it, same name, .png); sizes: parameters, memory and step time of "
-                        "every model size (default full)")
+                        "every model size; compute: all models for the same training minutes, quality against "
+                        "minutes (with --json also the plot beside it, .png) (default full)")
     b.add_argument("--steps", type=positive_int, help="quick / full: training steps; sizes: timed steps")
     b.add_argument("--n-samples", type=positive_int, help="quick / full: samples scored")
     b.add_argument("--models", nargs="+", choices=MODEL_NAMES)
@@ -356,6 +385,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scaling: continue in an existing --out directory, keeping its finished runs")
     b.add_argument("--sizes", nargs="+", choices=tuple(MODEL_SIZES), help="sizes: model sizes to measure")
     b.add_argument("--batch-size", type=positive_int, help="sizes: batch of the timed training steps")
+    b.add_argument("--budget-min", type=positive_float,
+                   help="compute: training minutes per model (CPU time on the CPU; default 5)")
+    b.add_argument("--model-size", choices=tuple(MODEL_SIZES), help="compute: the models' size (default Ti)")
+    b.add_argument("--workers", type=int_in(1, 8), help="compute: models trained at once, one process each")
     b.set_defaults(fn=cmd_bench)
     return p
 

@@ -30,6 +30,7 @@ MAX_IMAGES = 1_000_000
 MAX_SAMPLES = 4096
 MAX_SAMPLING_STEPS = 1000  # NUM_TRAIN_TIMESTEPS of vision.sampling: a hard limit
 MAX_THREADS = 256
+MAX_BUDGET_MIN = 24 * 60  # bench --suite compute: training minutes per model
 FLOAT_BYTES = 4
 
 

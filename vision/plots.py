@@ -1,6 +1,7 @@
-"""The figures of ``moh bench``: routing statistics per timestep, FID against training steps, and
-the scaling trend. Each writes a PNG from its own ``matplotlib.figure.Figure`` (no pyplot state is
-shared, so they are safe to call from several threads)."""
+"""The figures of ``moh bench``: routing statistics per timestep, FID against training steps, the
+scaling trend, and quality against training compute. Each writes a PNG from its own
+``matplotlib.figure.Figure`` (no pyplot state is shared, so they are safe to call from several
+threads)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,25 @@ def plot_scaling(summary: list[dict], path: Path) -> None:
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set(xlabel="budget (width and steps grow together)", ylabel="EfficientNet-Lite0 FID / plain Mamba's",
                title=ds)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    _save_png(fig, path)
+
+
+def plot_compute(curve: list[dict], path: Path, clock: str = "CPU time") -> None:
+    """FMNIST-classifier FID, precision, recall and confident share against the training minutes
+    measured up to each snapshot (``vision.compute``), one curve per model."""
+    from matplotlib.figure import Figure
+
+    panels = (("fmnist_classifier_fid", "FMNIST-classifier FID (lower is better)"), ("precision", "precision"),
+              ("recall", "recall"), ("confident_share", "confident share (classifier p >= 0.8)"))
+    fig = Figure(figsize=(18, 3.4))
+    axes = fig.subplots(1, len(panels))
+    for ax, (key, label) in zip(axes, panels, strict=True):
+        for m in dict.fromkeys(c["model"] for c in curve):
+            pts = sorted((c["train_min"], c[key]) for c in curve if c["model"] == m)
+            ax.plot(*zip(*pts, strict=True), "o-", label=m)
+        ax.set(xlabel=f"training minutes ({clock})", ylabel=label, title=label.split(" (")[0])
         ax.legend(fontsize=7)
     fig.tight_layout()
     _save_png(fig, path)

@@ -4,10 +4,13 @@ import pytest
 import torch
 
 from vision.scan import (
+    RECURRENT_MAX_LEN,
     SCAN_ORDERS,
     inverse_permutation,
     scan_order,
-    selective_scan_parallel,
+    selective_scan,
+    selective_scan_chunked,
+    selective_scan_recurrent,
     selective_scan_sequential,
 )
 
@@ -34,7 +37,7 @@ def test_sequential_matches_hand_computed_recurrence():
     h1 = 0.5 * 3.0 * 1.0
     h2 = math.exp(0.25 * -2.0) * h1 + 0.25 * 1.0 * 2.0
     expected = torch.tensor([[[h1 + 0.5], [-h2 + 1.0]]], dtype=torch.float64)
-    for scan in (selective_scan_sequential, selective_scan_parallel):
+    for scan in (selective_scan_sequential, selective_scan_chunked, selective_scan_recurrent, selective_scan):
         assert torch.allclose(scan(u, delta, A, B, C, D), expected)
 
 
@@ -43,11 +46,60 @@ def test_parallel_equals_sequential_values_and_gradients(L, chunk):
     args = [t.requires_grad_() for t in _inputs(2, L, 3, 4, seed=L)]
     y_seq = selective_scan_sequential(*args)
     g_seq = torch.autograd.grad(y_seq.pow(2).sum(), args)
-    y_par = selective_scan_parallel(*args, chunk_size=chunk)
+    y_par = selective_scan_chunked(*args, chunk_size=chunk)
     g_par = torch.autograd.grad(y_par.pow(2).sum(), args)
     assert torch.allclose(y_par, y_seq, atol=1e-10, rtol=1e-9)
     for a, b in zip(g_par, g_seq, strict=False):
         assert torch.allclose(a, b, atol=1e-9, rtol=1e-8)
+
+
+@pytest.mark.parametrize("L", [1, 2, 9, RECURRENT_MAX_LEN, 100])
+@pytest.mark.parametrize("with_D", [True, False])
+def test_recurrent_equals_sequential_values_and_gradients(L, with_D):
+    u, delta, A, B, C, D = _inputs(2, L, 3, 4, seed=L)
+    args = [t.requires_grad_() for t in (u, delta, A, B, C) + ((D,) if with_D else ())]
+    y_seq = selective_scan_sequential(*args)
+    g_out = torch.randn(y_seq.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    g_seq = torch.autograd.grad(y_seq, args, g_out)
+    y_rec = selective_scan_recurrent(*args)
+    g_rec = torch.autograd.grad(y_rec, args, g_out)
+    assert torch.allclose(y_rec, y_seq, atol=1e-12, rtol=1e-10)
+    for name, a, b in zip("u delta A B C D".split(), g_rec, g_seq, strict=False):
+        assert torch.allclose(a, b, atol=1e-11, rtol=1e-9), name
+
+
+def test_recurrent_backward_passes_gradcheck():
+    args = [t.requires_grad_() for t in _inputs(2, 5, 3, 2, seed=11)]
+    assert torch.autograd.gradcheck(selective_scan_recurrent, args)
+
+
+def test_recurrent_float32_strong_decay_is_finite_and_matches():
+    # Δ·|A| up to ~50 per step: no exp(-S) anywhere, so no overflow path is needed
+    args = [t.float().requires_grad_() for t in _inputs(1, 40, 4, 3, seed=3, delta_scale=20.0)]
+    y_seq, y_rec = selective_scan_sequential(*args), selective_scan_recurrent(*args)
+    assert torch.isfinite(y_rec).all()
+    assert torch.allclose(y_rec, y_seq, atol=1e-5, rtol=1e-5)
+    for a, b in zip(torch.autograd.grad(y_rec.sum(), args), torch.autograd.grad(y_seq.sum(), args), strict=False):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_recurrent_promotes_mixed_dtypes():
+    u, delta, A, B, C, D = _inputs(1, 6, 2, 3, dtype=torch.float32)
+    y = selective_scan_recurrent(u.bfloat16(), delta.bfloat16(), A, B.bfloat16(), C.bfloat16(), D)
+    assert y.dtype == torch.float32
+    ref = selective_scan_sequential(*(t.bfloat16().float() for t in (u, delta)), A, *(t.bfloat16().float() for t in (B, C)), D)
+    assert torch.allclose(y, ref, atol=1e-6)
+
+
+def test_selective_scan_picks_the_form_by_length(monkeypatch):
+    import vision.scan as scan_module
+
+    called = []
+    monkeypatch.setattr(scan_module, "selective_scan_recurrent", lambda *a: called.append("recurrent"))
+    monkeypatch.setattr(scan_module, "selective_scan_chunked", lambda *a: called.append("chunked"))
+    for L in (RECURRENT_MAX_LEN, RECURRENT_MAX_LEN + 1):
+        selective_scan(*_inputs(1, L, 2, 2))
+    assert called == ["recurrent", "chunked"]
 
 
 def test_strong_decay_uses_stable_path_and_still_matches():
@@ -55,7 +107,7 @@ def test_strong_decay_uses_stable_path_and_still_matches():
     args = [t.float() for t in _inputs(1, 96, 4, 3, seed=3, delta_scale=20.0)]
     args = [t.requires_grad_() for t in args]
     y_seq = selective_scan_sequential(*args)
-    y_par = selective_scan_parallel(*args, chunk_size=32)
+    y_par = selective_scan_chunked(*args, chunk_size=32)
     assert torch.isfinite(y_par).all()
     assert torch.allclose(y_par, y_seq, atol=1e-4, rtol=1e-4)
     g_seq = torch.autograd.grad(y_seq.sum(), args)
@@ -68,16 +120,18 @@ def test_strong_decay_uses_stable_path_and_still_matches():
 def test_float32_long_sequence_precision():
     args64 = _inputs(1, 1024, 8, 8, seed=5, delta_scale=0.2)
     ref = selective_scan_sequential(*args64)
-    par32 = selective_scan_parallel(*[t.float() for t in args64])
+    par32 = selective_scan_chunked(*[t.float() for t in args64])
     assert (par32.double() - ref).abs().max() / ref.abs().max() < 1e-5
 
 
 def test_shape_errors():
     u, delta, A, B, C, D = _inputs(1, 5, 2, 3)
     with pytest.raises(ValueError, match="B must be"):
-        selective_scan_parallel(u, delta, A, B[:, :4], C, D)
+        selective_scan_chunked(u, delta, A, B[:, :4], C, D)
     with pytest.raises(ValueError, match="A must be"):
-        selective_scan_parallel(u, delta, A.t(), B, C, D)
+        selective_scan_chunked(u, delta, A.t(), B, C, D)
+    with pytest.raises(ValueError, match="B must be"):
+        selective_scan_recurrent(u, delta, A, B[:, :4], C, D)
 
 
 @pytest.mark.parametrize("name", SCAN_ORDERS)

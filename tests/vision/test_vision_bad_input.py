@@ -59,6 +59,9 @@ def ckpt(tmp_path_factory) -> Path:
     (["bench", "--suite", "quick", "--steps", BIG], "--steps 1,000,000,000,000 is over the documented maximum"),
     (["bench", "--suite", "quick", "--n-samples", BIG], "--n-samples 1,000,000,000,000 is over"),
     (["bench", "--suite", "sizes", "--batch-size", BIG], "--batch-size 1,000,000,000,000 is over"),
+    (["bench", "--suite", "compute", "--budget-min", BIG], "--budget-min 1,000,000,000,000"),
+    (["bench", "--suite", "compute", "--steps", "5"], "--steps does not apply to --suite compute"),
+    (["bench", "--suite", "quick", "--budget-min", "5"], "--budget-min applies to --suite compute only"),
     (["train", "--threads", "100000"], "in [1, 256]"),
 ])
 def test_absurd_counts_are_refused_before_work(argv, match, ckpt, tmp_path):

@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from common.errors import InputError
 from common.pretrained import PretrainedMixin
-from vision.scan import inverse_permutation, scan_order, selective_scan_parallel, selective_scan_sequential
+from vision.scan import inverse_permutation, scan_order, selective_scan, selective_scan_sequential
 
 
 @dataclass
@@ -176,7 +176,7 @@ class MambaMixer(nn.Module):
         x = F.silu(self.conv(x.transpose(1, 2))[..., :seq_len].transpose(1, 2))
         dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         delta = F.softplus(self.dt_proj(dt))
-        scan = selective_scan_sequential if self.sequential_scan else selective_scan_parallel
+        scan = selective_scan_sequential if self.sequential_scan else selective_scan
         if self.checkpoint_scan and torch.is_grad_enabled():
             y = checkpoint(scan, x, delta, -torch.exp(self.A_log), B, C, self.D, use_reentrant=False)
         else:
