@@ -30,7 +30,16 @@ u_j of the modification text per group and keeps the best clause::
 (a text names a group when *one* of its clauses does; a mean over clauses would wash a clause
 out). ``moe.route_topk`` (sigmoid, top-k over groups, not renormalised) turns z into per-group
 weights a_g (zero outside the top k); the composed slot is ``c_g = (1 - a_g) r_g + a_g t_g``
-(keep unmentioned attributes from the reference, take mentioned ones from the text). Query / gallery embeddings
+(keep unmentioned attributes from the reference, take mentioned ones from the text).
+
+Relative groups (``render.RELATIVE_GROUPS``: lightness, saturation; K ordered levels) compose by
+value instead: the attribute head reads the reference's level, the text slot a signed step, and the
+composed slot is the level's embedding on a learned line of K prototypes P_g (K, d_s)::
+
+    v_r = sum_k k softmax(head_g(r_g))_k      v = clamp(v_r + a_g * w_g . t_g, 0, K - 1)
+    c_g = sum_k max(0, 1 - |v - k|) P_g[k]    (gallery: s_g -> sum_k softmax(head_g(s_g))_k P_g[k])
+
+so "darker" moves the reference's lightness down a step whatever it was. Query / gallery embeddings
 are the concatenation of unit-norm slots divided by sqrt(G), so ``q . g = mean_g cos(c_g, s_g)``.
 Attribute heads on every slot supervise the group specialisation; the router is supervised
 with the attribute groups the text mentions.
@@ -49,7 +58,7 @@ from torch import nn
 from common.pretrained import register_model, register_to_config
 from moe import Routing, route_topk
 
-from .render import GROUPS, NUM_VALUES
+from .render import GROUPS, NUM_VALUES, RELATIVE_GROUPS
 from .towers import DEFAULT_IMAGE_ENCODER, CIRTowers, attribute_loss, check_image_encoder, tiny_cir_batch
 
 
@@ -175,10 +184,13 @@ class MoA3CIR(CIRTowers):
     ``ref_img`` (b,3,32,32), ``ref_desc`` (b,ld,384), ``ref_desc_mask`` (b,ld) bool,
     ``text`` (b,lt,384), ``text_mask`` (b,lt) bool; gallery: ``img``, ``desc``, ``desc_mask``;
     with a frozen pretrained encoder optionally ``ref_img_tokens`` / ``img_tokens`` (b, g*g, c).
-    Phase-1 features are slots (b, G, d_s) (``CIRTowers.alignment_terms``).
+    Phase-1 features are slots (b, G, d_s) (``CIRTowers.alignment_terms``). ``relative_groups``:
+    the indices of the groups composed by value (module docstring), (b, R) levels in
+    ``info["relative_levels"]``.
     """
 
     describes_attributes = True
+    relative_groups: tuple[int, ...] = tuple(GROUPS.index(g) for g in RELATIVE_GROUPS)
 
     @register_to_config
     def __init__(self, config: MoA3Config | None = None):
@@ -193,6 +205,11 @@ class MoA3CIR(CIRTowers):
         if c.attention == "moa3":
             self.text_pool = GroupedAttentionPool(c.d_model, groups, heads, d_slot)
             self.router = ClauseRouter(c.d_model, c.num_groups)
+        self.relative = self.relative_groups if c.attention == "moa3" else ()
+        if self.relative:  # per relative group: the level prototypes and the text's signed step
+            self.level_protos = nn.ParameterList(nn.Parameter(torch.randn(c.num_values[g], d_slot) / math.sqrt(d_slot))
+                                                 for g in self.relative)
+            self.step = nn.ModuleList(nn.Linear(d_slot, 1) for _ in self.relative)
         self.attr_heads = AttributeHeads(d_slot, c.num_values, shared_input=c.attention == "plain")
         self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / c.init_temperature)))
 
@@ -231,6 +248,8 @@ class MoA3CIR(CIRTowers):
         else:
             weights = torch.full(ref_slots.shape[:2], 0.5, device=ref_slots.device)
         composed = (1 - weights[..., None]) * ref_slots + weights[..., None] * text_slots
+        if self.relative:
+            composed, info["relative_levels"] = self.compose_relative(composed, ref_slots, text_slots, weights)
         info.update(
             group_weights=weights, ref_slots=ref_slots, text_slots=text_slots, composed_slots=composed
         )
@@ -238,11 +257,30 @@ class MoA3CIR(CIRTowers):
             return slots_to_embedding(composed), info
         return emphasised_embedding(composed, 1 + c.request_emphasis * weights), info
 
+    def compose_relative(self, composed: torch.Tensor, ref_slots: torch.Tensor, text_slots: torch.Tensor,
+                         weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Composed slots (b, G, d_s) with the relative groups' slots replaced by the embedding of the
+        reference's level plus the text's routed step; returns them and those levels (b, R)."""
+        out, levels = list(composed.unbind(1)), []
+        for n, g in enumerate(self.relative):
+            k = torch.arange(self.config.num_values[g], device=ref_slots.device, dtype=ref_slots.dtype)
+            v_ref = (self.attr_heads.heads[g](ref_slots[:, g]).softmax(-1) * k).sum(-1)
+            v = (v_ref + weights[:, g] * self.step[n](text_slots[:, g])[:, 0]).clamp(0, len(k) - 1)
+            out[g] = (1 - (v[:, None] - k).abs()).clamp(min=0) @ self.level_protos[n]
+            levels.append(v)
+        return torch.stack(out, 1), torch.stack(levels, 1)
+
     def gallery_slots(self, batch: dict) -> torch.Tensor:
         tok, mask = self._tokens(
             self.g_image, self.g_desc, self.image_input(batch, "img"), batch.get("desc"), batch.get("desc_mask")
         )
-        return self.gal_pool(tok, mask)[0]
+        slots = self.gal_pool(tok, mask)[0]
+        if not self.relative:
+            return slots
+        out = list(slots.unbind(1))
+        for n, g in enumerate(self.relative):  # a relative slot is its level's embedding (class docstring)
+            out[g] = self.attr_heads.heads[g](slots[:, g]).softmax(-1) @ self.level_protos[n]
+        return torch.stack(out, 1)
 
     def encode_gallery(self, batch: dict) -> torch.Tensor:
         return slots_to_embedding(self.gallery_slots(batch))
@@ -283,6 +321,9 @@ class MoA3CIR(CIRTowers):
             loss = loss + c.attr_weight * attribute_loss(
                 self.attr_heads(info["ref_slots"]), batch["ref_attrs"]
             )
+        if "relative_levels" in info and batch.get("tgt_attrs") is not None:  # the step lands on the target
+            loss = loss + c.attr_weight * F.mse_loss(info["relative_levels"],
+                                                     batch["tgt_attrs"][:, list(self.relative)].float())
         if "routing" in info and batch.get("changed") is not None:
             logits = info["routing"].logits
             loss = loss + c.router_weight * F.binary_cross_entropy_with_logits(

@@ -252,7 +252,7 @@ class CIRTowers(PretrainedMixin, nn.Module):
     says whether the attribute heads also supervise the description features in phase 1.
     """
 
-    config_version = 2  # 2: image_encoder (version 1, before it, is refused)
+    config_version = 3  # 2: image_encoder; 3: the relative groups lightness, saturation (older ones are refused)
     describes_attributes = False
 
     def build_towers(self, c) -> None:

@@ -6,6 +6,7 @@ import torch
 from moe import Routing
 from retrieval.baselines import CombinerCIR
 from retrieval.model import GroupedAttentionPool, MoA3CIR, MoA3Config
+from retrieval.render import GROUPS
 from retrieval.registry import MODEL_KINDS, build_model, load_model, save_model
 from retrieval.towers import ImageTower, TextTower, info_nce
 
@@ -48,12 +49,12 @@ def test_moa3_query_gallery_shapes_and_routing():
     torch.manual_seed(0)
     m = MoA3CIR(MoA3Config(route_k=3)).eval()
     q, info = m.encode_query(_batch())
-    assert q.shape == (4, 192) and torch.allclose(q.norm(dim=-1), torch.ones(4), atol=1e-5)
-    assert m.encode_gallery(_batch()).shape == (4, 192)
+    assert q.shape == (4, 256) and torch.allclose(q.norm(dim=-1), torch.ones(4), atol=1e-5)
+    assert m.encode_gallery(_batch()).shape == (4, 256)
     r = info["routing"]
     assert isinstance(r, Routing) and r.weights.shape == (4, 3) and r.indices.shape == (4, 3)
     w = info["group_weights"]
-    assert w.shape == (4, 6) and ((w > 0).sum(1) == 3).all() and (w <= 1).all()
+    assert w.shape == (4, 8) and ((w > 0).sum(1) == 3).all() and (w <= 1).all()
 
 
 def test_router_zero_weight_keeps_reference_slots():
@@ -61,12 +62,47 @@ def test_router_zero_weight_keeps_reference_slots():
     m = MoA3CIR(MoA3Config(route_k=1)).eval()
     with torch.no_grad():
         m.router.net[-1].weight.zero_()
-        m.router.net[-1].bias.copy_(torch.tensor([30.0, -30, -30, -30, -30, -30]))  # all to 'category'
+        m.router.net[-1].bias.copy_(torch.tensor([30.0, -30, -30, -30, -30, -30, -30, -30]))  # all to 'category'
     _, info = m.encode_query(_batch())
     w = info["group_weights"]
     assert torch.allclose(w[:, 0], torch.ones(4)) and torch.all(w[:, 1:] == 0)
     c, r, t = info["composed_slots"], info["ref_slots"], info["text_slots"]
-    assert torch.allclose(c[:, 1:], r[:, 1:]) and torch.allclose(c[:, 0], t[:, 0], atol=1e-6)
+    assert torch.allclose(c[:, 1:6], r[:, 1:6]) and torch.allclose(c[:, 0], t[:, 0], atol=1e-6)
+
+
+def _one_hot_head(m, g, level, scale=50.0):
+    """Make relative group g's attribute head read ``level`` from any slot (bias only)."""
+    head = m.attr_heads.heads[g]
+    head.weight.zero_()
+    head.bias.copy_(torch.nn.functional.one_hot(torch.tensor(level), head.out_features).float() * scale)
+
+
+def test_relative_path_adds_the_texts_step_to_the_reference_level():
+    """Reference level 2 (read by the head) plus a routed step -1 lands on level 1: the composed slot is
+    prototype 1; unrouted, it stays the reference's prototype 2, and the gallery slot of an item the
+    head reads as level 1 is that same prototype 1."""
+    torch.manual_seed(0)
+    m = MoA3CIR(MoA3Config(route_k=1)).eval()
+    g = GROUPS.index("lightness")
+    n = m.relative_groups.index(g)
+    with torch.no_grad():
+        _one_hot_head(m, g, 2)
+        m.step[n].weight.zero_()
+        m.step[n].bias.fill_(-1.0)
+        m.router.net[-1].weight.zero_()
+        m.router.net[-1].bias.copy_(torch.tensor([-30.0] * 8).index_fill(0, torch.tensor(g), 30.0))
+    _, info = m.encode_query(_batch())
+    protos = m.level_protos[n]
+    assert torch.allclose(info["relative_levels"][:, n], torch.ones(4), atol=1e-4)
+    assert torch.allclose(info["composed_slots"][:, g], protos[1].expand(4, -1), atol=1e-4)
+    other = GROUPS.index("saturation")  # not routed: a = 0, the level the head reads is kept
+    with torch.no_grad():
+        _one_hot_head(m, other, 3)
+    _, info = m.encode_query(_batch())
+    assert torch.allclose(info["composed_slots"][:, other], m.level_protos[1 - n][3].expand(4, -1), atol=1e-4)
+    with torch.no_grad():
+        _one_hot_head(m, g, 1)
+    assert torch.allclose(m.gallery_slots(_batch())[:, g], protos[1].expand(4, -1), atol=1e-4)
 
 
 def test_uniform_routing_and_plain_attention():
@@ -75,7 +111,7 @@ def test_uniform_routing_and_plain_attention():
     assert torch.all(info["group_weights"] == 0.5) and "routing" not in info
     p = MoA3CIR(MoA3Config(attention="plain")).eval()
     q, info = p.encode_query(_batch())
-    assert q.shape == (4, 192) and "group_weights" not in info
+    assert q.shape == (4, 256) and "group_weights" not in info
     with pytest.raises(ValueError):
         MoA3Config(attention="nope")
 
