@@ -6,8 +6,8 @@ import torch
 from moe import Routing
 from retrieval.baselines import CombinerCIR
 from retrieval.model import GroupedAttentionPool, MoA3CIR, MoA3Config
-from retrieval.render import GROUPS
 from retrieval.registry import MODEL_KINDS, build_model, load_model, save_model
+from retrieval.render import GROUPS
 from retrieval.towers import ImageTower, TextTower, info_nce
 
 
