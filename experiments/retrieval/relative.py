@@ -48,6 +48,10 @@ REAL_REQUESTS = {"train": {-1: "make it darker", 1: "make it lighter"},
 TODAY = "docs/results/retrieval/compliance.json"  # MoA3CIR before the relative groups, same budget
 
 
+def _percent(hits: list) -> float | None:
+    return round(100 * float(np.mean(hits)), 2) if hits else None
+
+
 class NoRelativePath(MoA3CIR):
     """The isolating variant: lightness and saturation are routed and composed like absolute groups."""
 
@@ -65,8 +69,7 @@ def relative_compliance(split: CIRSplit, top1: list[str]) -> dict:
                 and np.sign(level(t.target, group) - level(t.reference, group)) == step]
         moved = [np.sign(level(top1[n], group) - level(split.triplets[n].reference, group)) == step for n in rows]
         exact = [level(top1[n], group) == level(split.triplets[n].target, group) for n in rows]
-        out[name] = {"n": len(rows), "obeyed": round(100 * float(np.mean(moved)), 2),
-                     "exact": round(100 * float(np.mean(exact)), 2)}
+        out[name] = {"n": len(rows), "obeyed": _percent(moved), "exact": _percent(exact)}
     col = GROUPS.index("colour")
     for n, t in enumerate(split.triplets):
         steps = [g for g in RELATIVE_GROUPS if g in t.changed]
@@ -75,7 +78,7 @@ def relative_compliance(split: CIRSplit, top1: list[str]) -> dict:
             for g in steps:
                 ok &= np.sign(level(top1[n], g) - level(t.reference, g)) == np.sign(level(t.target, g) - level(t.reference, g))
             both.append(bool(ok))
-    out["combined (colour + step)"] = {"n": len(both), "obeyed": round(100 * float(np.mean(both)), 2)}
+    out["combined (colour + step)"] = {"n": len(both), "obeyed": _percent(both)}
     return out
 
 
@@ -120,7 +123,7 @@ def real_path(model, n: int, queries: int, seed: int) -> dict:
                 k += 1
             rows = slice(k - len(refs), k)
             out[f"{RELATIONS[('lightness', step)]} ({phrasing}: '{text}')"] = {
-                "obeyed": round(100 * float(np.mean(hits)), 2), "chance": round(100 * float(np.mean(chance)), 2),
+                "obeyed": _percent(hits), "chance": _percent(chance),
                 "lightness_weight": None if w is None else round(float(w[rows, GROUPS.index("lightness")].mean()), 3)}
     return out
 
