@@ -5,7 +5,7 @@ import torch
 
 from moe import Routing
 from retrieval.baselines import CombinerCIR
-from retrieval.model import GroupedAttentionPool, MoA3CIR, MoA3Config
+from retrieval.model import LEVEL_FREQUENCIES, GroupedAttentionPool, MoA3CIR, MoA3Config, level_embedding
 from retrieval.registry import MODEL_KINDS, build_model, load_model, save_model
 from retrieval.render import GROUPS
 from retrieval.towers import ImageTower, TextTower, info_nce
@@ -70,39 +70,45 @@ def test_router_zero_weight_keeps_reference_slots():
     assert torch.allclose(c[:, 1:6], r[:, 1:6]) and torch.allclose(c[:, 0], t[:, 0], atol=1e-6)
 
 
-def _one_hot_head(m, g, level, scale=50.0):
-    """Make relative group g's attribute head read ``level`` from any slot (bias only)."""
-    head = m.attr_heads.heads[g]
-    head.weight.zero_()
-    head.bias.copy_(torch.nn.functional.one_hot(torch.tensor(level), head.out_features).float() * scale)
+def _constant(linear: torch.nn.Linear, value: float) -> None:
+    linear.weight.zero_()
+    linear.bias.fill_(value)
+
+
+def test_level_embedding_similarity_depends_only_on_the_level_difference():
+    x, y = torch.tensor([0.0, 1.0, 2.5]), torch.tensor([1.0, 1.0, 0.5])
+    cos = torch.nn.functional.cosine_similarity
+    w = torch.linspace(*LEVEL_FREQUENCIES, 16)
+    expected = torch.cos((x - y)[:, None] * w).mean(-1)  # mean over the bank of cos(w_k (x - y))
+    assert torch.allclose(cos(level_embedding(x, 32), level_embedding(y, 32)), expected, atol=1e-5)
+    assert torch.allclose(cos(level_embedding(x + 7, 32), level_embedding(y + 7, 32)), expected, atol=1e-5)
+    assert level_embedding(x, 9).shape == (3, 9)
 
 
 def test_relative_path_adds_the_texts_step_to_the_reference_level():
-    """Reference level 2 (read by the head) plus a routed step -1 lands on level 1: the composed slot is
-    prototype 1; unrouted, it stays the reference's prototype 2, and the gallery slot of an item the
-    head reads as level 1 is that same prototype 1."""
+    """Reference level 2 (query readout) plus a routed step -1 embeds level 1: exactly the gallery
+    embedding of an item read as level 1; unrouted (saturation) the step is 0."""
     torch.manual_seed(0)
     m = MoA3CIR(MoA3Config(route_k=1)).eval()
-    g = GROUPS.index("lightness")
-    n = m.relative_groups.index(g)
+    g, other = GROUPS.index("lightness"), GROUPS.index("saturation")
+    n, k = m.relative_groups.index(g), len(m.relative_groups)
     with torch.no_grad():
-        _one_hot_head(m, g, 2)
-        m.step[n].weight.zero_()
-        m.step[n].bias.fill_(-1.0)
+        _constant(m.level[n], 2.0)
+        _constant(m.level[k + n], 1.0)
+        _constant(m.step[n], -1.0)
+        _constant(m.step[1 - n], 5.0)
         m.router.net[-1].weight.zero_()
         m.router.net[-1].bias.copy_(torch.tensor([-30.0] * 8).index_fill(0, torch.tensor(g), 30.0))
     _, info = m.encode_query(_batch())
-    protos = m.level_protos[n]
-    assert torch.allclose(info["relative_levels"][:, n], torch.ones(4), atol=1e-4)
-    assert torch.allclose(info["composed_slots"][:, g], protos[1].expand(4, -1), atol=1e-4)
-    other = GROUPS.index("saturation")  # not routed: a = 0, the level the head reads is kept
-    with torch.no_grad():
-        _one_hot_head(m, other, 3)
-    _, info = m.encode_query(_batch())
-    assert torch.allclose(info["composed_slots"][:, other], m.level_protos[1 - n][3].expand(4, -1), atol=1e-4)
-    with torch.no_grad():
-        _one_hot_head(m, g, 1)
-    assert torch.allclose(m.gallery_slots(_batch())[:, g], protos[1].expand(4, -1), atol=1e-4)
+    assert torch.allclose(info["relative_levels"][:, n], torch.full((4,), 2.0))
+    assert torch.allclose(info["relative_steps"][:, n], torch.full((4,), -1.0), atol=1e-5)
+    assert torch.allclose(info["relative_steps"][:, 1 - n], torch.zeros(4), atol=1e-5)
+    d = m.config.d_slot
+    assert torch.allclose(info["composed_slots"][:, g], level_embedding(torch.ones(4), d), atol=1e-5)
+    gal = m.encode_gallery(_batch()).reshape(4, 8, d)[:, g]
+    assert torch.allclose(gal, torch.nn.functional.normalize(level_embedding(torch.ones(4), d), dim=-1) / 8 ** 0.5,
+                          atol=1e-5)
+    assert other in m.relative_groups
 
 
 def test_uniform_routing_and_plain_attention():

@@ -36,4 +36,4 @@ def test_real_photos_are_un_negated_with_the_garments_lightness():
 
 def test_the_isolating_variant_has_no_relative_path():
     model = NoRelativePath(MoA3Config(d_model=16, d_slot=8, heads_per_group=1))
-    assert model.relative == () and not hasattr(model, "level_protos")
+    assert model.relative == () and not hasattr(model, "level")
