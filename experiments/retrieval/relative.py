@@ -1,7 +1,8 @@
 """Does MoA³CIR obey relative requests ("darker", "more colourful")? MoA³CIR with its relative path
 beside the isolating variant without it (the relative groups composed like the absolute ones,
 ``c_g = (1 - a_g) r_g + a_g t_g``), same data and budget (the bench's MoA3CIR row: frozen
-EfficientNet-Lite0, 1 + 3 epochs, 800 self-reflective augmentation proposals), on two paths:
+EfficientNet-Lite0, 800 self-reflective augmentation proposals, but ``--phase1-epochs`` 2 +
+``--phase2-epochs`` 20 instead of the bench's 1 + 3: the relative levels need them), on two paths:
 
 * the small benchmark's controlled **test** split, whose relative requests use phrasings no
   training triplet uses (``retrieval.captions.PHRASINGS``): R@k, absolute compliance (the top-1 has
@@ -147,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--augment", type=int, default=800)
+    p.add_argument("--phase1-epochs", type=int, default=2)
+    p.add_argument("--phase2-epochs", type=int, default=20)
     p.add_argument("--real-n", type=int, default=600)
     p.add_argument("--real-queries", type=int, default=200)
     args = p.parse_args(argv)
@@ -169,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             if cls is not MoA3CIR:
                 torch.manual_seed(args.seed)
                 model = cls(model.config)
-            fit(model, aug, TrainConfig(1, 3, seed=args.seed))
+            fit(model, aug, TrainConfig(args.phase1_epochs, args.phase2_epochs, seed=args.seed))
             if cls is MoA3CIR:
                 save_model(model, out / "models" / "MoA3CIR")
             cached[name] = measure(name, model, root, args)
