@@ -40,7 +40,7 @@ FUSIONS = ("image", "text", "sum", "combiner")
 class CombinerConfig:
     fusion: str = "combiner"
     d_model: int = 64
-    embed_dim: int = 192
+    embed_dim: int = 256  # MoA³CIR size S: 8 groups x 32
     use_descriptions: bool = True
     num_values: list[int] = field(default_factory=lambda: list(NUM_VALUES))
     attr_weight: float = 0.5
