@@ -16,7 +16,7 @@ their own weights)
 * target-image tower, target-description tower: same architectures, gallery side.
 
 MoA³ (``GroupedAttentionPool``): H = G*h heads split into G head groups, one per attribute
-group (category, colour, pattern, scale, finish, fabric). Group g pools the tokens X with its
+group (category, colour, pattern, scale, finish, fabric, lightness, saturation). Group g pools the tokens X with its
 own queries::
 
     slot_g = W_o^g [ softmax(q_{g,j} K_j^T / sqrt(d_h)) V_j ]_{j in heads of g}     (b, G, d_s)
