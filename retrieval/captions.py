@@ -91,14 +91,10 @@ _FUSED_TEMPLATES = {
 }
 
 
-def relative_step(group: str, ref: Attributes, tgt: Attributes) -> int:
-    """+1 / -1: the direction ``group`` (a relative group) moves from ``ref`` to ``tgt``."""
-    i = GROUPS.index(group)
-    return 1 if tgt.as_list()[i] > ref.as_list()[i] else -1
-
-
 def _comparative(group: str, ref: Attributes, tgt: Attributes, rng: np.random.Generator) -> str:
-    options = COMPARATIVES[(group, relative_step(group, ref, tgt))]
+    """A comparative for the step relative ``group`` takes from ``ref`` to ``tgt`` ("darker")."""
+    i = GROUPS.index(group)
+    options = COMPARATIVES[(group, 1 if tgt.as_list()[i] > ref.as_list()[i] else -1)]
     return options[int(rng.integers(len(options)))]
 
 
