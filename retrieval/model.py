@@ -16,8 +16,8 @@ their own weights)
 * target-image tower, target-description tower: same architectures, gallery side.
 
 MoA³ (``GroupedAttentionPool``): H = G*h heads split into G head groups, one per attribute
-group (category, colour, pattern, scale, finish, fabric, lightness, saturation). Group g pools the tokens X with its
-own queries::
+group (category, colour, pattern, scale, finish, fabric, lightness, saturation). Group g pools
+the tokens X with its own queries::
 
     slot_g = W_o^g [ softmax(q_{g,j} K_j^T / sqrt(d_h)) V_j ]_{j in heads of g}     (b, G, d_s)
 
@@ -41,7 +41,8 @@ embed the level on a circle bank, so the match depends only on the difference of
 
 (w_k fixed, ``LEVEL_FREQUENCIES``). A garment's absolute lightness is ambiguous in the image (hue,
 finish and shading shift it), a difference between two looks of one garment is not: the readouts
-are trained on level *differences* (target minus reference), the step on the asked one. So "darker" moves the reference's lightness down a step whatever it was. Query / gallery embeddings
+are trained on level *differences* (target minus reference), the step on the asked one, so
+"darker" moves the reference's lightness down a step whatever it was. Query / gallery embeddings
 are the concatenation of unit-norm slots divided by sqrt(G), so ``q . g = mean_g cos(c_g, s_g)``.
 Attribute heads on every slot supervise the group specialisation; the router is supervised
 with the attribute groups the text mentions.
