@@ -15,7 +15,9 @@ EfficientNet-Lite0, 800 self-reflective augmentation proposals, but ``--phase1-e
   references each asked "darker" and "lighter" in a training and an evaluation phrasing; the top-1
   (reference excluded) obeys when its garment's mean pixel lightness differs from the reference's
   in the asked direction by more than two standard errors of that difference (the measurement's
-  noise). ``chance``: the share of the gallery that would obey, averaged over the queries.
+  noise). ``chance``: the share of the gallery that would obey, averaged over the queries. Measured
+  as trained (request emphasis 0) and with the shipped model's request emphasis 5; and the shipped
+  ``moa3cir-fmnist`` on the same path.
 
     python -m experiments.retrieval.relative --root runs/rel/data --out runs/rrel \\
         --json docs/results/retrieval/relative.json
@@ -38,7 +40,7 @@ from retrieval.embed import embed_gallery, embed_queries
 from retrieval.evaluate import attribute_compliance, evaluate_split, top1_items
 from retrieval.features import prepare_features
 from retrieval.model import MoA3CIR
-from retrieval.registry import build_model, save_model
+from retrieval.registry import build_model, load_model, save_model
 from retrieval.render import GROUPS, RELATIVE_GROUPS
 from retrieval.train import TrainConfig, fit
 
@@ -103,26 +105,24 @@ def real_path(model, n: int, queries: int, seed: int) -> dict:
     """Relative compliance on the real-image user path (module docstring) per phrasing and relation."""
     images, light, se = real_photos(n, seed)
     ids = [f"fmnist_{i}" for i in range(n)]
-    refs = list(range(queries))
-    trips = [Triplet(ids[r], ids[r], text, "all", ["lightness"]) for r in refs
-             for texts in REAL_REQUESTS.values() for text in texts.values()]
+    asked = [(phrasing, step, text, r) for phrasing, texts in REAL_REQUESTS.items() for step, text in texts.items()
+             for r in range(queries)]
+    trips = [Triplet(ids[r], ids[r], text, "all", ["lightness"]) for _, _, text, r in asked]
     split = CIRSplit("fmnist-photos", "test", ids, images, trips, {"all": ids}, exclude_reference=True)
     f = prepare_features(split)
     q, w = embed_queries(model, f)
-    top1 = [split.index[i] for i in top1_items(split, q, embed_gallery(model, f))]
+    top1 = np.array([split.index[i] for i in top1_items(split, q, embed_gallery(model, f))])
     out: dict = {"gallery": n, "references": queries}
-    k = 0
     for phrasing, texts in REAL_REQUESTS.items():
         for step, text in texts.items():
+            rows = [k for k, a in enumerate(asked) if a[:2] == (phrasing, step)]
             hits, chance = [], []
-            for r in refs:
-                margin = 2 * np.sqrt(se[r] ** 2 + se ** 2)
-                obeys = step * (light - light[r]) > margin
+            for k in rows:
+                r = asked[k][3]
+                obeys = step * (light - light[r]) > 2 * np.sqrt(se[r] ** 2 + se**2)
                 obeys[r] = False
                 hits.append(bool(obeys[top1[k]]))
                 chance.append(obeys.sum() / (n - 1))
-                k += 1
-            rows = slice(k - len(refs), k)
             out[f"{RELATIONS[('lightness', step)]} ({phrasing}: '{text}')"] = {
                 "obeyed": _percent(hits), "chance": _percent(chance),
                 "lightness_weight": None if w is None else round(float(w[rows, GROUPS.index("lightness")].mean()), 3)}
@@ -138,7 +138,18 @@ def measure(name: str, model, root: Path, args) -> dict:
     return {"method": name, "test_recall": {k: round(v, 2) for k, v in recall.items()},
             "absolute_compliance": {k: round(v, 2) for k, v in attribute_compliance(te, q, g).items()},
             "relative_compliance": relative_compliance(te, top1_items(te, q, g)),
-            "real_path": real_path(model, args.real_n, args.real_queries, args.seed)}
+            "real_path": real_path(model, args.real_n, args.real_queries, args.seed),
+            "real_path_request_emphasis_5": real_path(_emphasised(model, 5.0), args.real_n, args.real_queries,
+                                                      args.seed)}
+
+
+def _emphasised(model, emphasis: float):
+    """``model`` searching with request emphasis ``emphasis`` (as the shipped model does)."""
+    import copy
+
+    out = copy.deepcopy(model)
+    out.config.request_emphasis = emphasis
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         print(rows[-1])
     today = read_json(Path(TODAY))["rows"] if Path(TODAY).is_file() else []
     before = next((r for r in today if r.get("method") == "MoA3CIR"), None)
-    result = {"config": vars(args), "rows": rows,
+    shipped, _ = load_model("moa3cir-fmnist")  # what the hub searches with
+    shipped = {"model": "moa3cir-fmnist", "request_emphasis": shipped.config.request_emphasis,
+               "real_path": real_path(shipped, args.real_n, args.real_queries, args.seed)}
+    result = {"config": vars(args), "rows": rows, "shipped_model": shipped,
               "before_relative_groups": None if before is None else
               {k: before[k] for k in ("R@1", "R@10", "R@50", "compliance/colour", "compliance/pattern")} | {
                   "source": TODAY}}
