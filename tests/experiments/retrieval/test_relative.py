@@ -37,3 +37,28 @@ def test_real_photos_are_un_negated_with_the_garments_lightness():
 def test_the_isolating_variant_has_no_relative_path():
     model = NoRelativePath(MoA3Config(d_model=16, d_slot=8, heads_per_group=1))
     assert model.relative == () and not hasattr(model, "level")
+
+
+def test_real_path_scores_each_request_against_its_own_top1(monkeypatch):
+    """Five photos of lightness 0.1 ... 0.9; a fake search returns the darkest other photo for
+    "darker" and the lightest for "lighter", for references 0 and 1: darker is obeyed by reference
+    1 only (50 %), lighter by both (100 %); chance 1/8 and 7/8."""
+    import experiments.retrieval.relative as rel
+    from retrieval.render import GROUPS
+
+    light = np.array([0.1, 0.3, 0.5, 0.7, 0.9])
+    monkeypatch.setattr(rel, "real_photos", lambda n, seed: (np.zeros((5, 32, 32, 3), np.uint8), light,
+                                                             np.full(5, 1e-3)))
+    monkeypatch.setattr(rel, "prepare_features", lambda split: split)
+    monkeypatch.setattr(rel, "embed_gallery", lambda model, f: None)
+    monkeypatch.setattr(rel, "embed_queries", lambda model, f: (None, np.ones((len(f.triplets), len(GROUPS)))))
+
+    def top1(split, q, g):
+        darkest = lambda t: "fmnist_1" if t.reference == "fmnist_0" else "fmnist_0"  # noqa: E731
+        return [darkest(t) if "darker" in t.text else "fmnist_4" for t in split.triplets]
+
+    monkeypatch.setattr(rel, "top1_items", top1)
+    out = rel.real_path(None, 5, 2, 0)
+    for phrasing, texts in rel.REAL_REQUESTS.items():
+        assert out[f"darker ({phrasing}: '{texts[-1]}')"] == {"obeyed": 50.0, "chance": 12.5, "lightness_weight": 1.0}
+        assert out[f"lighter ({phrasing}: '{texts[1]}')"] == {"obeyed": 100.0, "chance": 87.5, "lightness_weight": 1.0}
