@@ -36,7 +36,7 @@ from common.pretrained import PretrainedMixin, register_model, register_to_confi
 from .captions import SYNONYMS, describe, modification_text
 from .data import CIRSplit, Triplet
 from .features import RowIndex
-from .render import ATTRIBUTES, GROUPS, NUM_VALUES, Attributes, render
+from .render import ATTRIBUTES, GROUPS, NUM_VALUES, RELATIVE_GROUPS, Attributes, render
 from .synth import change_attribute
 from .towers import ImageTower
 
@@ -334,7 +334,8 @@ def self_reflective_augment(
     for p in range(n):
         r = int(rng.integers(len(split.ids)))
         ref_id, ref = split.ids[r], Attributes(*[int(v) for v in split.attributes[r]])
-        options = [g for g in GROUPS if g != "category" and not (g == "scale" and ref.pattern == 0)]
+        options = [g for g in GROUPS if g not in ("category", *RELATIVE_GROUPS)  # the critic checks named values
+                   and not (g == "scale" and ref.pattern == 0)]
         intended = str(rng.choice(options))
         prop = editor.propose(ref, silhouettes[garment_of(ref_id)], ref_id, intended, rng)
         verdict = critic.check(split.images[r], prop, ref)

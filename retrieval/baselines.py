@@ -1,6 +1,6 @@
 """Baselines on the same towers as MoA³CIR: image-only, text-only, sum fusion, CLIP4Cir combiner.
 
-All use global tower features of E dims (image: CLIP-style 12-head attention pooling over the
+All use global tower features of E dims (image: CLIP-style 8-head attention pooling over the
 image tower's token grid with positional embeddings, the same image towers and
 ``image_encoder`` choice as MoA³CIR; text: mean over tokens, then a linear projection):
 ``f_i`` (reference image), ``f_d`` (reference description), ``f_t`` (modification text);
@@ -40,7 +40,7 @@ FUSIONS = ("image", "text", "sum", "combiner")
 class CombinerConfig:
     fusion: str = "combiner"
     d_model: int = 64
-    embed_dim: int = 192
+    embed_dim: int = 256  # MoA³CIR size S: 8 groups x 32
     use_descriptions: bool = True
     num_values: list[int] = field(default_factory=lambda: list(NUM_VALUES))
     attr_weight: float = 0.5
@@ -62,11 +62,11 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 class _AttnPool(nn.Module):
-    """(b, l, d) image tokens -> (b, E) by 12-head attention pooling (one head group)."""
+    """(b, l, d) image tokens -> (b, E) by 8-head attention pooling (one head group)."""
 
     def __init__(self, d: int, embed_dim: int):
         super().__init__()
-        self.pool = GroupedAttentionPool(d, groups=1, heads_per_group=12, d_slot=embed_dim)
+        self.pool = GroupedAttentionPool(d, groups=1, heads_per_group=8, d_slot=embed_dim)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         mask = torch.ones(tokens.shape[:2], dtype=torch.bool, device=tokens.device)

@@ -5,13 +5,16 @@ the splitting of texts into the model's clause / sentence tokens.
 Item descriptions (title + attribute text) use varied wording, random order, omissions and typos;
 modification texts are built from clauses ("make it red", "with bold stripes") joined by ", " /
 " and "; relative captions ("is darker", "has bigger dots") each name only part of a change.
+The relative groups (lightness, saturation) are asked for by a step ("make it darker", "a lighter
+blue one"); their phrasings come in two disjoint sets, ``"train"`` and ``"eval"`` (``PHRASINGS``),
+so a test split asks with wordings no model trained on.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .render import COLOURS, Attributes
+from .render import COLOURS, GROUPS, RELATIVE_GROUPS, Attributes
 
 SYNONYMS = {
     "colour": {
@@ -67,6 +70,32 @@ _FILLER = [
     "Limited stock.",
     "Pairs well with anything.",
 ]
+
+
+# (group, step) -> comparatives; the templates around them differ between the phrasing sets
+COMPARATIVES = {
+    ("lightness", -1): ["darker", "deeper"],
+    ("lightness", 1): ["lighter", "paler"],
+    ("saturation", 1): ["more colourful", "brighter", "more vivid"],
+    ("saturation", -1): ["less colourful", "duller", "more muted"],
+}
+PHRASINGS = ("train", "eval")
+_RELATIVE_TEMPLATES = {
+    "train": ["make it {c}", "{c} please", "a {c} shade", "go {c}"],
+    "eval": ["I want it {c}", "could it be {c}", "a bit {c}", "the same but {c}"],
+}
+# one clause naming a colour and a relative step ("a darker blue one"): {c} comparative, {v} colour
+_FUSED_TEMPLATES = {
+    "train": ["a {c} {v} one", "make it {c} {v}"],
+    "eval": ["a {c} one in {v}", "I'd like a {c} {v}"],
+}
+
+
+def _comparative(group: str, ref: Attributes, tgt: Attributes, rng: np.random.Generator) -> str:
+    """A comparative for the step relative ``group`` takes from ``ref`` to ``tgt`` ("darker")."""
+    i = GROUPS.index(group)
+    options = COMPARATIVES[(group, 1 if tgt.as_list()[i] > ref.as_list()[i] else -1)]
+    return options[int(rng.integers(len(options)))]
 
 
 def _typo(word: str, rng: np.random.Generator) -> str:
@@ -136,8 +165,13 @@ def describe(attrs: Attributes, rng: np.random.Generator, noise: float = 0.1) ->
     return " ".join([title] + out)
 
 
-def modification_clause(group: str, ref: Attributes, tgt: Attributes, rng: np.random.Generator) -> str:
-    """One clause saying how attribute ``group`` changes from ``ref`` to ``tgt``."""
+def modification_clause(group: str, ref: Attributes, tgt: Attributes, rng: np.random.Generator,
+                        phrasing: str = "train") -> str:
+    """One clause saying how attribute ``group`` changes from ``ref`` to ``tgt`` (a relative group: by
+    a step, in the ``phrasing`` set's wording)."""
+    if group in RELATIVE_GROUPS:
+        templates = _RELATIVE_TEMPLATES[phrasing]
+        return templates[int(rng.integers(len(templates)))].format(c=_comparative(group, ref, tgt, rng))
     new = tgt.names()[group]
     old = ref.names()[group]
     if group == "colour":
@@ -177,11 +211,21 @@ def modification_clause(group: str, ref: Attributes, tgt: Attributes, rng: np.ra
     raise ValueError(f"unknown attribute group {group!r}")
 
 
-def modification_text(ref: Attributes, tgt: Attributes, groups: list[str], rng: np.random.Generator) -> str:
-    """Modification text naming the changes of ``groups`` (other differences go unmentioned)."""
+def modification_text(ref: Attributes, tgt: Attributes, groups: list[str], rng: np.random.Generator,
+                      phrasing: str = "train") -> str:
+    """Modification text naming the changes of ``groups`` (other differences go unmentioned). A colour
+    and a relative step are said in one clause half of the time ("a darker blue one")."""
     if not groups:
         raise ValueError("a modification needs at least one attribute group")
-    clauses = [modification_clause(g, ref, tgt, rng) for g in groups]
+    relative = [g for g in groups if g in RELATIVE_GROUPS]
+    if "colour" in groups and relative and rng.random() < 0.5:
+        fused = _FUSED_TEMPLATES[phrasing][int(rng.integers(2))].format(
+            c=_comparative(relative[0], ref, tgt, rng), v=_syn("colour", tgt.names()["colour"], rng))
+        groups = [g for g in groups if g not in ("colour", relative[0])]
+        clauses = [fused] + [modification_clause(g, ref, tgt, rng, phrasing) for g in groups]
+        rng.shuffle(clauses)
+    else:
+        clauses = [modification_clause(g, ref, tgt, rng, phrasing) for g in groups]
     if len(clauses) == 1:
         return clauses[0]
     return ", ".join(clauses[:-1]) + " and " + clauses[-1]
@@ -226,8 +270,8 @@ _CATEGORY_HINTS = {
 _FINISH_RELATIVE = {
     "matte": ["is less shiny", "is more matte", "has a flat look"],
     "glossy": ["is shinier", "is shiny", "has a satin sheen"],
-    "faded": ["is lighter", "is more faded", "looks washed out", "is paler"],
-    "dark": ["is darker", "is deeper in tone", "is a darker shade"],
+    "faded": ["is more faded", "looks washed out", "has a faded look"],  # "lighter" is a lightness step
+    "dark": ["has a dark finish", "is dark-toned", "looks dark-toned"],
 }
 _FABRIC_RELATIVE = {
     "cotton": ["looks like cotton", "is cotton"],
@@ -239,13 +283,17 @@ _CHATTER = ["is more fashionable", "looks nicer", "is cuter", "has a similar sty
 
 
 def relative_clause(group: str, ref: Attributes, tgt: Attributes, rng: np.random.Generator,
-                    disagree: float = 0.15) -> str:
+                    disagree: float = 0.15, phrasing: str = "train") -> str:
     """One FashionIQ-style clause about the target relative to the reference (``"is darker"``,
     ``"has bigger stripes"``, ``"is not red"``), often vaguer than :func:`modification_clause`.
 
     With probability ``disagree`` a colour is named as the neighbouring hue (annotators perceive
     colour differently, more so under a colour cast).
     """
+    if group in RELATIVE_GROUPS:
+        if phrasing == "train":
+            return "is " + _comparative(group, ref, tgt, rng)
+        return modification_clause(group, ref, tgt, rng, phrasing)
     new, old = tgt.names()[group], ref.names()[group]
     r = rng.random()
     if group == "colour":
@@ -286,7 +334,8 @@ def relative_clause(group: str, ref: Attributes, tgt: Attributes, rng: np.random
 
 
 def annotator_captions(ref: Attributes, tgt: Attributes, groups: list[str], rng: np.random.Generator,
-                       disagree: float = 0.15, chatter: float = 0.2, typo: float = 0.05) -> list[str]:
+                       disagree: float = 0.15, chatter: float = 0.2, typo: float = 0.05,
+                       phrasing: str = "train") -> list[str]:
     """Two annotators' captions of one triplet, as in FashionIQ: lower case, relative phrasing,
     each naming only part of the change.
 
@@ -304,7 +353,7 @@ def annotator_captions(ref: Attributes, tgt: Attributes, groups: list[str], rng:
             who[int(rng.integers(len(who)))] = 2
     captions = []
     for k in (0, 1):
-        clauses = [relative_clause(g, ref, tgt, rng, disagree) for g, w in zip(groups, who, strict=True)
+        clauses = [relative_clause(g, ref, tgt, rng, disagree, phrasing) for g, w in zip(groups, who, strict=True)
                    if w in (k, 2)]
         rng.shuffle(clauses)
         if rng.random() < chatter:

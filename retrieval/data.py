@@ -11,7 +11,7 @@ description files)::
     <out>/<variant>/image_splits/split.<cat>.<split>.json   list of image ids
     <out>/<variant>/captions/cap.<cat>.<split>.json  [{"candidate","target","captions",...}]
     <out>/<variant>/descriptions/desc.<split>.json   {id: description}
-    <out>/<variant>/attributes/attr.<split>.json     {id: [6 attribute indices]}
+    <out>/<variant>/attributes/attr.<split>.json     {id: [8 attribute indices]}
     <out>/<variant>/meta.json
 
 Every file is read as UTF-8 JSON (the Shoes name lists as UTF-8 text) and checked at the
@@ -52,7 +52,7 @@ class CIRSplit:
     """One split of a CIR dataset held in memory.
 
     images: (N, 32, 32, 3) uint8, row i is ``ids[i]``; descriptions/attributes may be None
-    (real datasets); attributes: (N, 6) int64 with -1 for "not applicable".
+    (real datasets); attributes: (N, 8) int64 with -1 for "not applicable".
     galleries: evaluation gallery per category (lists of ids); ``exclude_reference`` follows the
     dataset's official protocol.
     """
@@ -264,7 +264,7 @@ def _fashioniq_triplet(c, where: str, cat: str) -> Triplet:
 
 
 def _read_attributes(path: Path, ids: list[str]) -> np.ndarray:
-    """(len(ids), 6) int64 attribute indices from ``{id: [6 integers]}``, -1 = not applicable."""
+    """(len(ids), 8) int64 attribute indices from ``{id: [8 integers]}``, -1 = not applicable."""
     table = read_json(path, "attribute file")
     if not isinstance(table, dict):
         raise DataError(f"attribute file {path} must hold a JSON object {{image id: [{len(GROUPS)} integers]}}")

@@ -284,8 +284,9 @@ def build_tab() -> None:
     products are on the page when it opens."""
     gr.Markdown(
         "**MoA³CIR**: composed image retrieval with item descriptions. Pick a product (or upload "
-        "an image), describe the change, and get the top-10 products; the bars show how the "
-        "`moe/` router weights the attribute head groups for your text."
+        "an image), describe the change (\"make it red\", or a step: \"make it darker\", \"a lighter one in "
+        "red\", \"more colourful\"), and get the top-10 products; the bars show how the `moe/` router "
+        "weights the attribute head groups for your text (lightness and saturation take a step from the reference)."
     )
     with gr.Row():
         products = gr.Button("Demo products")

@@ -16,8 +16,8 @@ their own weights)
 * target-image tower, target-description tower: same architectures, gallery side.
 
 MoA³ (``GroupedAttentionPool``): H = G*h heads split into G head groups, one per attribute
-group (category, colour, pattern, scale, finish, fabric). Group g pools the tokens X with its
-own queries::
+group (category, colour, pattern, scale, finish, fabric, lightness, saturation). Group g pools
+the tokens X with its own queries::
 
     slot_g = W_o^g [ softmax(q_{g,j} K_j^T / sqrt(d_h)) V_j ]_{j in heads of g}     (b, G, d_s)
 
@@ -30,7 +30,19 @@ u_j of the modification text per group and keeps the best clause::
 (a text names a group when *one* of its clauses does; a mean over clauses would wash a clause
 out). ``moe.route_topk`` (sigmoid, top-k over groups, not renormalised) turns z into per-group
 weights a_g (zero outside the top k); the composed slot is ``c_g = (1 - a_g) r_g + a_g t_g``
-(keep unmentioned attributes from the reference, take mentioned ones from the text). Query / gallery embeddings
+(keep unmentioned attributes from the reference, take mentioned ones from the text).
+
+Relative groups (``render.RELATIVE_GROUPS``: lightness, saturation; ordered levels) compose by
+value instead: a readout gives the reference's level, the text slot a signed step, and both sides
+embed the level on a circle bank, so the match depends only on the difference of levels::
+
+    v = l_g(r_g) + a_g * w_g . t_g          (query)      v' = l'_g(s_g)          (gallery)
+    e(v) = [cos(w_k v), sin(w_k v)]_k       cos(e(v), e(v')) = mean_k cos(w_k (v - v'))
+
+(w_k fixed, ``LEVEL_FREQUENCIES``). A garment's absolute lightness is ambiguous in the image (hue,
+finish and shading shift it), a difference between two looks of one garment is not: the readouts
+are trained on level *differences* (target minus reference), the step on the asked one, so
+"darker" moves the reference's lightness down a step whatever it was. Query / gallery embeddings
 are the concatenation of unit-norm slots divided by sqrt(G), so ``q . g = mean_g cos(c_g, s_g)``.
 Attribute heads on every slot supervise the group specialisation; the router is supervised
 with the attribute groups the text mentions.
@@ -49,8 +61,18 @@ from torch import nn
 from common.pretrained import register_model, register_to_config
 from moe import Routing, route_topk
 
-from .render import GROUPS, NUM_VALUES
+from .render import GROUPS, NUM_VALUES, RELATIVE_GROUPS
 from .towers import DEFAULT_IMAGE_ENCODER, CIRTowers, attribute_loss, check_image_encoder, tiny_cir_batch
+
+LEVEL_FREQUENCIES = (0.3, 2.0)  # range of w_k: one level apart -> cosine 0.36, two -> -0.39
+
+
+def level_embedding(v: torch.Tensor, d: int) -> torch.Tensor:
+    """Levels (b,) -> (b, d) circle-bank features ``[cos(w_k v), sin(w_k v)]`` (zero-padded to odd d),
+    whose cosine similarity is a function of the level difference only (module docstring)."""
+    w = torch.linspace(*LEVEL_FREQUENCIES, d // 2, device=v.device, dtype=v.dtype)
+    x = torch.cat([torch.cos(v[:, None] * w), torch.sin(v[:, None] * w)], -1)
+    return F.pad(x, (0, d - x.shape[-1]))
 
 
 @dataclass
@@ -175,10 +197,13 @@ class MoA3CIR(CIRTowers):
     ``ref_img`` (b,3,32,32), ``ref_desc`` (b,ld,384), ``ref_desc_mask`` (b,ld) bool,
     ``text`` (b,lt,384), ``text_mask`` (b,lt) bool; gallery: ``img``, ``desc``, ``desc_mask``;
     with a frozen pretrained encoder optionally ``ref_img_tokens`` / ``img_tokens`` (b, g*g, c).
-    Phase-1 features are slots (b, G, d_s) (``CIRTowers.alignment_terms``).
+    Phase-1 features are slots (b, G, d_s) (``CIRTowers.alignment_terms``). ``relative_groups``:
+    the indices of the groups composed by value (module docstring); ``info["relative_levels"]``
+    (b, R) the reference's levels l_g(r_g), ``info["relative_steps"]`` (b, R) the routed steps.
     """
 
     describes_attributes = True
+    relative_groups: tuple[int, ...] = tuple(GROUPS.index(g) for g in RELATIVE_GROUPS)
 
     @register_to_config
     def __init__(self, config: MoA3Config | None = None):
@@ -193,6 +218,10 @@ class MoA3CIR(CIRTowers):
         if c.attention == "moa3":
             self.text_pool = GroupedAttentionPool(c.d_model, groups, heads, d_slot)
             self.router = ClauseRouter(c.d_model, c.num_groups)
+        self.relative = self.relative_groups if c.attention == "moa3" else ()
+        if self.relative:  # per relative group: level readouts (query, gallery) and the text's signed step
+            self.level = nn.ModuleList(nn.Linear(d_slot, 1) for _ in range(2 * len(self.relative)))
+            self.step = nn.ModuleList(nn.Linear(d_slot, 1) for _ in self.relative)
         self.attr_heads = AttributeHeads(d_slot, c.num_values, shared_input=c.attention == "plain")
         self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / c.init_temperature)))
 
@@ -231,6 +260,9 @@ class MoA3CIR(CIRTowers):
         else:
             weights = torch.full(ref_slots.shape[:2], 0.5, device=ref_slots.device)
         composed = (1 - weights[..., None]) * ref_slots + weights[..., None] * text_slots
+        if self.relative:
+            composed, info["relative_levels"], info["relative_steps"] = self.compose_relative(
+                composed, ref_slots, text_slots, weights)
         info.update(
             group_weights=weights, ref_slots=ref_slots, text_slots=text_slots, composed_slots=composed
         )
@@ -238,14 +270,40 @@ class MoA3CIR(CIRTowers):
             return slots_to_embedding(composed), info
         return emphasised_embedding(composed, 1 + c.request_emphasis * weights), info
 
+    def compose_relative(self, composed: torch.Tensor, ref_slots: torch.Tensor, text_slots: torch.Tensor,
+                         weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Composed slots (b, G, d_s) with each relative group's slot replaced by ``e(v)`` of the
+        reference's level plus the routed step; returns them, the levels (b, R) and the steps (b, R)."""
+        out, levels, steps = list(composed.unbind(1)), [], []
+        for n, g in enumerate(self.relative):
+            levels.append(self.level[n](ref_slots[:, g])[:, 0])
+            steps.append(weights[:, g] * self.step[n](text_slots[:, g])[:, 0])
+            out[g] = level_embedding(levels[-1] + steps[-1], out[g].shape[-1])
+        return torch.stack(out, 1), torch.stack(levels, 1), torch.stack(steps, 1)
+
     def gallery_slots(self, batch: dict) -> torch.Tensor:
+        """Gallery slots (b, G, d_s) as pooled (``gallery_embedding`` turns them into the match)."""
         tok, mask = self._tokens(
             self.g_image, self.g_desc, self.image_input(batch, "img"), batch.get("desc"), batch.get("desc_mask")
         )
         return self.gal_pool(tok, mask)[0]
 
+    def gallery_levels(self, slots: torch.Tensor) -> torch.Tensor:
+        """Gallery slots (b, G, d_s) -> the relative groups' levels l'_g(s_g) (b, R)."""
+        k = len(self.relative)
+        return torch.stack([self.level[k + n](slots[:, g])[:, 0] for n, g in enumerate(self.relative)], 1)
+
+    def gallery_embedding(self, slots: torch.Tensor) -> torch.Tensor:
+        """Gallery slots (b, G, d_s) -> (b, E), the relative groups embedded by level."""
+        if self.relative:
+            out, levels = list(slots.unbind(1)), self.gallery_levels(slots)
+            for n, g in enumerate(self.relative):
+                out[g] = level_embedding(levels[:, n], out[g].shape[-1])
+            slots = torch.stack(out, 1)
+        return slots_to_embedding(slots)
+
     def encode_gallery(self, batch: dict) -> torch.Tensor:
-        return slots_to_embedding(self.gallery_slots(batch))
+        return self.gallery_embedding(self.gallery_slots(batch))
 
     # -- phase-1 hooks (CIRTowers.alignment_terms)
     def _pool(self, side: str) -> GroupedAttentionPool:
@@ -272,9 +330,9 @@ class MoA3CIR(CIRTowers):
         c = self.config
         loss = batch["ref_img"].new_zeros(())
         if batch.get("tgt_attrs") is not None:
-            loss = loss + c.attr_weight * attribute_loss(
-                self.attr_heads(info["composed_slots"]), batch["tgt_attrs"]
-            )
+            composed_attrs = batch["tgt_attrs"].clone()
+            composed_attrs[:, list(self.relative)] = -1  # composed relative slots are level embeddings
+            loss = loss + c.attr_weight * attribute_loss(self.attr_heads(info["composed_slots"]), composed_attrs)
             if gallery_slots is not None:
                 loss = loss + c.attr_weight * attribute_loss(
                     self.attr_heads(gallery_slots), batch["tgt_attrs"]
@@ -283,6 +341,13 @@ class MoA3CIR(CIRTowers):
             loss = loss + c.attr_weight * attribute_loss(
                 self.attr_heads(info["ref_slots"]), batch["ref_attrs"]
             )
+        if "relative_levels" in info and batch.get("tgt_attrs") is not None:
+            # level differences in level units: the readouts (target minus reference) and the step
+            rel = list(self.relative)
+            asked = (batch["tgt_attrs"][:, rel] - batch["ref_attrs"][:, rel]).float()
+            loss = loss + F.mse_loss(info["relative_steps"], asked)
+            if gallery_slots is not None:
+                loss = loss + F.mse_loss(self.gallery_levels(gallery_slots) - info["relative_levels"], asked)
         if "routing" in info and batch.get("changed") is not None:
             logits = info["routing"].logits
             loss = loss + c.router_weight * F.binary_cross_entropy_with_logits(

@@ -4,16 +4,23 @@ renders and (hard preset) photos. The caption text lives in ``retrieval.captions
 A *product* is a Fashion-MNIST garment (its 28x28 silhouette fixes the category and shape)
 rendered as a 32x32 RGB image with controllable attributes:
 
-======== ======================================================= ==========================
-group    values                                                  how it shows
-======== ======================================================= ==========================
-category the 10 Fashion-MNIST classes                           garment silhouette
-colour   8 hues                                                  base colour
-pattern  solid, striped, checked, dotted                        secondary-colour motif
-scale    fine, bold (patterned items only; -1 for solid)        motif period 4 px vs 8 px
-finish   matte, glossy, faded, dark                             shading / brightness look
-fabric   cotton, linen, wool, silk                              faint grain texture only
-======== ======================================================= ==========================
+========== ======================================================= ==========================
+group      values                                                  how it shows
+========== ======================================================= ==========================
+category   the 10 Fashion-MNIST classes                           garment silhouette
+colour     8 hues                                                  base colour
+pattern    solid, striped, checked, dotted                        secondary-colour motif
+scale      fine, bold (patterned items only; -1 for solid)        motif period 4 px vs 8 px
+finish     matte, glossy, faded, dark                             shading / brightness look
+fabric     cotton, linen, wool, silk                              faint grain texture only
+lightness  deep, medium, light, pale (ordered)                    base colour to black / white
+saturation greyed, muted, rich, vivid (ordered)                   base colour to its own grey
+========== ======================================================= ==========================
+
+``lightness`` and ``saturation`` are the *relative* groups (``RELATIVE_GROUPS``): ordered levels that
+requests change by a step ("darker", "more colourful") instead of naming a value. One lightness step
+moves the base colour's luma by at least 0.073 (3.6 times the std of the render's colour jitter), one
+saturation step its chroma (max - min channel) by at least 0.058.
 
 ``fabric`` is nearly invisible in the image (as in real product photos), so the item
 description carries information that the image lacks.
@@ -42,6 +49,8 @@ PATTERNS = ["solid", "striped", "checked", "dotted"]
 SCALES = ["fine", "bold"]
 FINISHES = ["matte", "glossy", "faded", "dark"]
 FABRICS = ["cotton", "linen", "wool", "silk"]
+LIGHTNESS = ["deep", "medium", "light", "pale"]  # darkest first
+SATURATION = ["greyed", "muted", "rich", "vivid"]  # dullest first
 
 ATTRIBUTES: dict[str, list[str]] = {
     "category": CATEGORIES,
@@ -50,8 +59,14 @@ ATTRIBUTES: dict[str, list[str]] = {
     "scale": SCALES,
     "finish": FINISHES,
     "fabric": FABRICS,
+    "lightness": LIGHTNESS,
+    "saturation": SATURATION,
 }
 GROUPS: list[str] = list(ATTRIBUTES)
+RELATIVE_GROUPS: tuple[str, ...] = ("lightness", "saturation")  # ordered levels, asked for by a step
+# base colour -> lightness level: negative scales towards black, positive mixes towards white
+LIGHTNESS_SHIFT = (-0.5, -0.25, 0.0, 0.35)
+SATURATION_KEEP = (0.2, 0.45, 0.7, 1.0)  # share of the base colour's chroma kept per level
 NUM_VALUES: list[int] = [len(v) for v in ATTRIBUTES.values()]
 IMAGE_SIZE = 32
 
@@ -86,9 +101,12 @@ class Attributes:
     scale: int  # -1 when pattern is solid
     finish: int
     fabric: int
+    lightness: int = 2  # the defaults render the hue as it is
+    saturation: int = 3
 
     def as_list(self) -> list[int]:
-        return [self.category, self.colour, self.pattern, self.scale, self.finish, self.fabric]
+        return [self.category, self.colour, self.pattern, self.scale, self.finish, self.fabric, self.lightness,
+                self.saturation]
 
     def names(self) -> dict[str, str | None]:
         return {
@@ -106,6 +124,15 @@ class Attributes:
 
     def differs(self, other: Attributes) -> list[str]:
         return [g for g, a, b in zip(GROUPS, self.as_list(), other.as_list(), strict=False) if a != b]
+
+
+def tone(base: np.ndarray, lightness: int, saturation: int) -> np.ndarray:
+    """Base colour (3,) in [0, 1] at a saturation level (mixed towards its own luma) and a lightness
+    level (scaled towards black or mixed towards white): (3,)."""
+    luma = float(base @ np.array([0.299, 0.587, 0.114], np.float32))
+    c = luma + SATURATION_KEEP[saturation] * (base - luma)
+    shift = LIGHTNESS_SHIFT[lightness]
+    return (c * (1 + shift) if shift < 0 else c + shift * (1 - c)).astype(np.float32)
 
 
 def _surface(attrs: Attributes, base: np.ndarray, shade: np.ndarray, x: np.ndarray, y: np.ndarray,
@@ -161,7 +188,7 @@ def render(silhouette: np.ndarray, attrs: Attributes, rng: np.random.Generator |
     shade = np.clip(mask * 1.25, 0, 1)  # garment luminance detail (folds, seams)
     alpha = (mask > 0.08).astype(np.float32)
 
-    base = _RGB[attrs.colour].copy()
+    base = tone(_RGB[attrs.colour], attrs.lightness, attrs.saturation)
     if rng is not None:
         base = np.clip(base + rng.normal(0, 0.03, 3), 0, 1)
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
@@ -261,7 +288,8 @@ def render_photo(
 
     shade = np.clip(mask * 1.25, 0, 1)
     alpha = np.clip((mask - 0.05) / 0.1, 0, 1)
-    base = np.clip(_RGB[attrs.colour] + rng.normal(0, 0.03, 3), 0, 1).astype(np.float32)
+    base = np.clip(tone(_RGB[attrs.colour], attrs.lightness, attrs.saturation) + rng.normal(0, 0.03, 3), 0, 1)
+    base = base.astype(np.float32)
     colour = _surface(attrs, base, shade, u, v, extent=28, dot_offset=0.0)
 
     img = _background(size, rng, j.backgrounds)

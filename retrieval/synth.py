@@ -1,10 +1,12 @@
 """The synthetic e-commerce CIR benchmark builder (``moa3cir build-data``).
 
-:func:`build_benchmark` renders Fashion-MNIST garments with six controllable attribute groups
+:func:`build_benchmark` renders Fashion-MNIST garments with eight controllable attribute groups
 (``retrieval.render``), writes item descriptions and modification texts (``retrieval.captions``)
 and lays both variants out the way :func:`retrieval.data.load_synthetic` reads them (see
 ``retrieval.data`` for the layout). ``controlled``: only the mentioned attributes differ;
-``confounded``: most triplets also change an unmentioned attribute, as in scraped data.
+``confounded``: most triplets also change an unmentioned attribute, as in scraped data. The test
+split asks for relative steps ("darker") in phrasings the train and val splits never use
+(``retrieval.captions.PHRASINGS``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .render import (
     FIQ_CATEGORIES,
     GROUPS,
     IMAGE_SIZE,
+    RELATIVE_GROUPS,
     Attributes,
     PhotoJitter,
     render,
@@ -131,13 +134,18 @@ def _random_attrs(category: int, rng: np.random.Generator) -> Attributes:
         -1 if pattern == 0 else int(rng.integers(2)),
         int(rng.integers(4)),
         int(rng.integers(4)),
+        int(rng.integers(len(ATTRIBUTES["lightness"]))),
+        int(rng.integers(len(ATTRIBUTES["saturation"]))),
     )
 
 
 def change_attribute(attrs: Attributes, group: str, rng: np.random.Generator) -> Attributes:
-    """Attributes with ``group`` set to a different valid value (category stays in its FIQ group)."""
+    """Attributes with ``group`` set to a different valid value (category stays in its FIQ group; a
+    relative group moves one step, the answer to "darker" / "more colourful")."""
     cur = attrs.as_list()[GROUPS.index(group)]
-    if group == "category":
+    if group in RELATIVE_GROUPS:
+        pool = [v for v in (cur - 1, cur + 1) if 0 <= v < len(ATTRIBUTES[group])]
+    elif group == "category":
         pool = [c for c in FIQ_CATEGORIES[CATEGORY_TO_FIQ[cur]] if c != cur]
     elif group == "scale":
         pool = [1 - cur]
@@ -248,10 +256,11 @@ def build_benchmark(out: Path, config: BuildConfig | None = None, overwrite: boo
                     cands = by_cat[tgt.category]
                     tgt_garment = cands[int(vrng.integers(len(cands)))]
                 tgt_id = _add_item(items, key_to_id, prefix, tgt_garment, tgt)
+                phrasing = "eval" if split == "test" else "train"
                 if config.annotators:
-                    captions = annotator_captions(ref, tgt, mentioned, vrng)
+                    captions = annotator_captions(ref, tgt, mentioned, vrng, phrasing=phrasing)
                 else:
-                    captions = [modification_text(ref, tgt, mentioned, vrng)]
+                    captions = [modification_text(ref, tgt, mentioned, vrng, phrasing)]
                 triplets.append(
                     {
                         "candidate": ref_id,

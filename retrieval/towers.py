@@ -252,8 +252,12 @@ class CIRTowers(PretrainedMixin, nn.Module):
     says whether the attribute heads also supervise the description features in phase 1.
     """
 
-    config_version = 2  # 2: image_encoder (version 1, before it, is refused)
+    config_version = 3  # 2: image_encoder; 3: the relative groups lightness, saturation (older ones are refused)
     describes_attributes = False
+
+    def gallery_embedding(self, gallery_slots: torch.Tensor) -> torch.Tensor:
+        """The (b, E) match embedding of ``gallery_slots(batch)``'s features."""
+        return self.feature_embedding(gallery_slots)
 
     def build_towers(self, c) -> None:
         """The image input and the five towers of width ``c.d_model`` (in this order, so that a

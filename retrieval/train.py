@@ -26,7 +26,6 @@ from pathlib import Path
 import lightning.pytorch as L
 import numpy as np
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from torch.utils.data import DataLoader
 
@@ -46,7 +45,6 @@ from .features import (
     prepare_features,
     query_batch,
 )
-from .model import slots_to_embedding
 from .text import TextEncoder
 from .towers import info_nce
 
@@ -222,7 +220,7 @@ def _composed_loss(model, f: Features, idx: torch.Tensor, pools, rng, device: to
     tgt = f.tgt[idx]
     q, info = model.encode_query(qb)
     g_slots = model.gallery_slots(to_device(gallery_batch(f, tgt), device))
-    g = slots_to_embedding(g_slots) if g_slots.dim() == 3 else F.normalize(g_slots, dim=-1)
+    g = model.gallery_embedding(g_slots)
     same = (tgt[:, None] == tgt[None, :]).to(device)
     extra = neg_same = None
     if pools is not None:

@@ -114,7 +114,7 @@ def test_critic_save_load_round_trip(tmp_path):
     imgs = np.stack(
         [render(SIL, Attributes(0, c, p, -1 if p == 0 else 0, 0, 0)) for c in range(8) for p in range(2)]
     )
-    attrs = np.array([[0, c, p, -1 if p == 0 else 0, 0, 0] for c in range(8) for p in range(2)])
+    attrs = np.array([[0, c, p, -1 if p == 0 else 0, 0, 0, 2, 3] for c in range(8) for p in range(2)])
     critic = AttributeCritic(train_attribute_classifier(imgs, attrs, epochs=1, seed=0))
     critic.save(tmp_path / "critic")
     loaded = AttributeCritic.load(tmp_path / "critic")

@@ -91,9 +91,9 @@ def test_a_valid_fashioniq_layout_loads(tmp_path):
     ({"captions": "caf\xe9".encode("latin-1")}, "is not UTF-8"),
     ({"split_ids": b"[\"a1\", \"b\xff\"]"}, "is not UTF-8"),
     ({"captions": b"[{"}, "not valid JSON"),
-    ({"attributes": {"a1": [0, 0, 0, 0, 0, 0]}}, "no entry for image id 'b2'"),
-    ({"attributes": {"a1": [0, 0, 0, 0, 0, 0], "b2": [0, 0]}}, "entry 'b2': expected 6 integers"),
-    ({"attributes": {"a1": [0, 0, 0, 0, 0, 0], "b2": ["red", 0, 0, 0, 0, 0]}}, "expected 6 integers"),
+    ({"attributes": {"a1": [0] * 8}}, "no entry for image id 'b2'"),
+    ({"attributes": {"a1": [0] * 8, "b2": [0, 0]}}, "entry 'b2': expected 8 integers"),
+    ({"attributes": {"a1": [0] * 8, "b2": ["red"] + [0] * 7}}, "expected 8 integers"),
 ])
 def test_malformed_fashioniq_files_name_file_entry_and_expectation(kwargs, match, tmp_path):
     root = _fashioniq(tmp_path / "fiq", **kwargs)

@@ -127,7 +127,7 @@ def test_search_records_python_api_and_json(shop, model_dir, cached_env, capsys)
     out = json.loads(capsys.readouterr().out)
     assert len(out["results"]) == 4 and set(out["results"][0]) == {"id", "score", "path", "title", "description",
                                                                     "metadata"}
-    assert out["results"][0]["path"].endswith(".png") and len(out["routing"]) == 6
+    assert out["results"][0]["path"].endswith(".png") and len(out["routing"]) == 8
     assert main(argv) == 0
     text = capsys.readouterr().out.splitlines()
     assert text[0].split()[2] == out["results"][0]["id"] and "brand=" in text[0] and text[-1].startswith("routing:")

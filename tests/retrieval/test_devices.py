@@ -75,7 +75,7 @@ def test_named_sizes_scale_the_towers_and_match_the_baselines():
     for size, s in MODEL_SIZES.items():
         m, c = build_model("moa3cir", size), build_model("combiner", size)
         assert (m.config.d_model, m.config.d_slot, m.config.heads_per_group) == (s.d_model, s.d_slot, s.heads_per_group)
-        assert c.config.d_model == s.d_model and c.config.embed_dim == m.config.embed_dim == 6 * s.d_slot
+        assert c.config.d_model == s.d_model and c.config.embed_dim == m.config.embed_dim == 8 * s.d_slot
         params[size] = sum(p.numel() for p in m.parameters() if p.requires_grad)
     assert params["XS"] < params["S"] < params["B"]
     # an override wins over the size's width

@@ -104,7 +104,7 @@ def test_cli_trains_with_pretrained_encoder_and_evaluates(tiny_bench, prefilled_
     assert main(["train", "--root", str(root), "--out", str(model), "--image-encoder", PRE,
                  "--phase1-epochs", "1", "--phase2-epochs", "1"]) == 0
     cfg = json.loads((model / CONFIG).read_text())
-    assert cfg["config"]["config"]["image_encoder"] == PRE and cfg["config_version"] == 2
+    assert cfg["config"]["config"]["image_encoder"] == PRE and cfg["config_version"] == 3
     loaded, _ = load_model(model)
     assert loaded.image_input.encoder is not None
     out = tmp_path / "m.json"
@@ -178,7 +178,7 @@ def test_version_1_checkpoint_is_refused_in_one_line(tmp_path):
     meta["config_version"] = 1
     (tmp_path / "old" / CONFIG).write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match=r"retrieval 'moa3cir' config version 1, older than this version "
-                                              r"reads \(2\); retrain the model$"):
+                                              r"reads \(3\); retrain the model$"):
         load_model(tmp_path / "old")
 
 

@@ -5,8 +5,9 @@ import torch
 
 from moe import Routing
 from retrieval.baselines import CombinerCIR
-from retrieval.model import GroupedAttentionPool, MoA3CIR, MoA3Config
+from retrieval.model import LEVEL_FREQUENCIES, GroupedAttentionPool, MoA3CIR, MoA3Config, level_embedding
 from retrieval.registry import MODEL_KINDS, build_model, load_model, save_model
+from retrieval.render import GROUPS
 from retrieval.towers import ImageTower, TextTower, info_nce
 
 
@@ -48,12 +49,12 @@ def test_moa3_query_gallery_shapes_and_routing():
     torch.manual_seed(0)
     m = MoA3CIR(MoA3Config(route_k=3)).eval()
     q, info = m.encode_query(_batch())
-    assert q.shape == (4, 192) and torch.allclose(q.norm(dim=-1), torch.ones(4), atol=1e-5)
-    assert m.encode_gallery(_batch()).shape == (4, 192)
+    assert q.shape == (4, 256) and torch.allclose(q.norm(dim=-1), torch.ones(4), atol=1e-5)
+    assert m.encode_gallery(_batch()).shape == (4, 256)
     r = info["routing"]
     assert isinstance(r, Routing) and r.weights.shape == (4, 3) and r.indices.shape == (4, 3)
     w = info["group_weights"]
-    assert w.shape == (4, 6) and ((w > 0).sum(1) == 3).all() and (w <= 1).all()
+    assert w.shape == (4, 8) and ((w > 0).sum(1) == 3).all() and (w <= 1).all()
 
 
 def test_router_zero_weight_keeps_reference_slots():
@@ -61,12 +62,53 @@ def test_router_zero_weight_keeps_reference_slots():
     m = MoA3CIR(MoA3Config(route_k=1)).eval()
     with torch.no_grad():
         m.router.net[-1].weight.zero_()
-        m.router.net[-1].bias.copy_(torch.tensor([30.0, -30, -30, -30, -30, -30]))  # all to 'category'
+        m.router.net[-1].bias.copy_(torch.tensor([30.0, -30, -30, -30, -30, -30, -30, -30]))  # all to 'category'
     _, info = m.encode_query(_batch())
     w = info["group_weights"]
     assert torch.allclose(w[:, 0], torch.ones(4)) and torch.all(w[:, 1:] == 0)
     c, r, t = info["composed_slots"], info["ref_slots"], info["text_slots"]
-    assert torch.allclose(c[:, 1:], r[:, 1:]) and torch.allclose(c[:, 0], t[:, 0], atol=1e-6)
+    assert torch.allclose(c[:, 1:6], r[:, 1:6]) and torch.allclose(c[:, 0], t[:, 0], atol=1e-6)
+
+
+def _constant(linear: torch.nn.Linear, value: float) -> None:
+    linear.weight.zero_()
+    linear.bias.fill_(value)
+
+
+def test_level_embedding_similarity_depends_only_on_the_level_difference():
+    x, y = torch.tensor([0.0, 1.0, 2.5]), torch.tensor([1.0, 1.0, 0.5])
+    cos = torch.nn.functional.cosine_similarity
+    w = torch.linspace(*LEVEL_FREQUENCIES, 16)
+    expected = torch.cos((x - y)[:, None] * w).mean(-1)  # mean over the bank of cos(w_k (x - y))
+    assert torch.allclose(cos(level_embedding(x, 32), level_embedding(y, 32)), expected, atol=1e-5)
+    assert torch.allclose(cos(level_embedding(x + 7, 32), level_embedding(y + 7, 32)), expected, atol=1e-5)
+    assert level_embedding(x, 9).shape == (3, 9)
+
+
+def test_relative_path_adds_the_texts_step_to_the_reference_level():
+    """Reference level 2 (query readout) plus a routed step -1 embeds level 1: exactly the gallery
+    embedding of an item read as level 1; unrouted (saturation) the step is 0."""
+    torch.manual_seed(0)
+    m = MoA3CIR(MoA3Config(route_k=1)).eval()
+    g, other = GROUPS.index("lightness"), GROUPS.index("saturation")
+    n, k = m.relative_groups.index(g), len(m.relative_groups)
+    with torch.no_grad():
+        _constant(m.level[n], 2.0)
+        _constant(m.level[k + n], 1.0)
+        _constant(m.step[n], -1.0)
+        _constant(m.step[1 - n], 5.0)
+        m.router.net[-1].weight.zero_()
+        m.router.net[-1].bias.copy_(torch.tensor([-30.0] * 8).index_fill(0, torch.tensor(g), 30.0))
+    _, info = m.encode_query(_batch())
+    assert torch.allclose(info["relative_levels"][:, n], torch.full((4,), 2.0))
+    assert torch.allclose(info["relative_steps"][:, n], torch.full((4,), -1.0), atol=1e-5)
+    assert torch.allclose(info["relative_steps"][:, 1 - n], torch.zeros(4), atol=1e-5)
+    d = m.config.d_slot
+    assert torch.allclose(info["composed_slots"][:, g], level_embedding(torch.ones(4), d), atol=1e-5)
+    gal = m.encode_gallery(_batch()).reshape(4, 8, d)[:, g]
+    assert torch.allclose(gal, torch.nn.functional.normalize(level_embedding(torch.ones(4), d), dim=-1) / 8 ** 0.5,
+                          atol=1e-5)
+    assert other in m.relative_groups
 
 
 def test_uniform_routing_and_plain_attention():
@@ -75,7 +117,7 @@ def test_uniform_routing_and_plain_attention():
     assert torch.all(info["group_weights"] == 0.5) and "routing" not in info
     p = MoA3CIR(MoA3Config(attention="plain")).eval()
     q, info = p.encode_query(_batch())
-    assert q.shape == (4, 192) and "group_weights" not in info
+    assert q.shape == (4, 256) and "group_weights" not in info
     with pytest.raises(ValueError):
         MoA3Config(attention="nope")
 

@@ -35,7 +35,7 @@ def trained_router_model(tiny_bench):
     torch.manual_seed(0)
     model = MoA3CIR(MoA3Config())
     split = load_synthetic(root, "train", "controlled")
-    fit(model, prepare_features(split, enc), TrainConfig(0, 10, batch_size=32, hard_negatives=False))
+    fit(model, prepare_features(split, enc), TrainConfig(0, 20, batch_size=32, hard_negatives=False))
     return model, split, enc
 
 

@@ -37,8 +37,12 @@ def test_hub_example_reports_top_items_or_says_none(tiny_bench, prefilled_cache,
     monkeypatch.setenv("MOE_APPS_CACHE", str(prefilled_cache))
     torch.manual_seed(0)
     save_model(build_model("moa3cir", "XS", image_encoder="scratch"), tmp_path / "m")
-    assert "no test product" in hub_example(tmp_path / "m", root)["note"]  # the tiny gallery has no red checked coat
     first = load_synthetic(root, "test", "controlled")
+    have = {tuple(a[GROUPS.index(g)] for g in ("category", "colour", "pattern")) for a in first.attributes}
+    absent = next((c, k, n) for c in range(10) for k in range(8) for n in range(4) if (c, k, n) not in have)
+    monkeypatch.setattr(exp, "HUB_REFERENCE", {g: ATTRIBUTES[g][v] for g, v in zip(("category", "colour", "pattern"),
+                                                                               absent, strict=True)})
+    assert "no test product" in hub_example(tmp_path / "m", root)["note"]  # the tiny gallery has none of those
     a = first.attributes[0]
     want = {g: ATTRIBUTES[g][a[GROUPS.index(g)]] for g in ("category", "colour", "pattern")}
     monkeypatch.setattr(exp, "HUB_REFERENCE", want)
