@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from common.errors import DataError, InputError
-from common.io import write_json
+from common.io import signals_deferred, write_json
 
 from .captions import annotator_captions, describe, modification_text
 from .data import SPLITS, VARIANTS, image_from_array, load_meta
@@ -169,11 +169,12 @@ def _add_item(items: dict, key_to_id: dict, prefix: str, garment: int, attrs: At
 
 
 def _save_png(img: np.ndarray, path: Path) -> None:
-    """Encode in memory, then write in one call: Ctrl-C or SIGTERM (handled between Python calls)
-    never leaves a torn image behind."""
+    """Encode in memory, then write with Ctrl-C and SIGTERM held until the file is whole
+    (``write_bytes`` opens, then writes: a signal handled in between left an empty image)."""
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, format="PNG")
-    path.write_bytes(buf.getvalue())
+    with signals_deferred():
+        path.write_bytes(buf.getvalue())
 
 
 def build_benchmark(out: Path, config: BuildConfig | None = None, overwrite: bool = False) -> dict:
