@@ -167,8 +167,7 @@ def ship(model, name: str, app_dir: str | os.PathLike, *, command: str, data: st
         shutil.rmtree(out)
     model.save_pretrained(out)
     for file_name, source in (extra_files or {}).items():
-        if Path(file_name).name != file_name or file_name == MANIFEST:
-            raise ValueError(f"extra files are plain names other than {MANIFEST}, got {file_name!r}")
+        _check_file_name(file_name)
         shutil.copyfile(source, out / file_name)
     weights = out / "model.safetensors"
     with safe_open(str(weights), framework="pt") as f:
@@ -187,9 +186,18 @@ def ship(model, name: str, app_dir: str | os.PathLike, *, command: str, data: st
                 "data": data, "split": split, "steps": steps, "seed": seed, "commit": _git_commit(commit or "HEAD"),
                 "trained_on": trained_on, "wall_s": wall_s, "metrics": metrics, "smoke": smoke, "dtype": dtype,
                 "size_bytes": size, **({} if max_bytes is None else {"max_bytes": limit}), "files": files}
+    _write_manifest(out, manifest)
+    return out
+
+
+def _check_file_name(file_name: str) -> None:
+    if Path(file_name).name != file_name or file_name == MANIFEST:
+        raise ValueError(f"extra files are plain names other than {MANIFEST}, got {file_name!r}")
+
+
+def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
     with atomic_write(out / MANIFEST, "w", encoding="utf-8") as f:
         f.write(dumps_json(manifest, indent=2) + "\n")
-    return out
 
 
 def add_file(path_dir: str | os.PathLike, file_name: str, source: str | os.PathLike,
@@ -199,8 +207,7 @@ def add_file(path_dir: str | os.PathLike, file_name: str, source: str | os.PathL
     directory over ``max_bytes`` (the manifest's, else :data:`MAX_BYTES`)."""
     out = Path(path_dir)
     meta = verify(out)
-    if Path(file_name).name != file_name or file_name == MANIFEST:
-        raise ValueError(f"shipped files are plain names other than {MANIFEST}, got {file_name!r}")
+    _check_file_name(file_name)
     files = {**meta["files"], file_name: sha256_file(source)}
     size = sum((out / n).stat().st_size for n in files if n != file_name) + Path(source).stat().st_size
     limit = max_bytes or meta.get("max_bytes", MAX_BYTES)
@@ -208,9 +215,7 @@ def add_file(path_dir: str | os.PathLike, file_name: str, source: str | os.PathL
         raise CheckpointError(f"shipped model {out.name} would be {size / 2**20:.1f} MiB, over the "
                               f"{limit / 2**20:.0f} MiB limit")
     shutil.copyfile(source, out / file_name)
-    manifest = {**meta, "size_bytes": size, "files": dict(sorted(files.items()))}
-    with atomic_write(out / MANIFEST, "w", encoding="utf-8") as f:
-        f.write(dumps_json(manifest, indent=2) + "\n")
+    _write_manifest(out, {**meta, "size_bytes": size, "files": dict(sorted(files.items()))})
     return out / file_name
 
 

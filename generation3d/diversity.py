@@ -47,8 +47,7 @@ def mesh_cloud(meshes: list[trimesh.Trimesh], n_points: int = N_POINTS, seed: in
 
 def sample_cloud(pipe, g, decoder: str, n_points: int = N_POINTS, seed: int = 0) -> np.ndarray:
     """``mesh_cloud`` of the meshes a user gets for the generated shape ``g``."""
-    meshes = shape_meshes(g.points, g.boxes) if decoder == "points" else pipe.meshes(g, decoder)[0]
-    return mesh_cloud(meshes, n_points, seed)
+    return mesh_cloud(pipe.meshes(g, decoder)[0], n_points, seed)
 
 
 def _point_clouds(ds, ids, n_points: int, seed: int) -> list[np.ndarray]:

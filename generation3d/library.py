@@ -27,7 +27,7 @@ from __future__ import annotations
 import csv
 import zipfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -50,8 +50,6 @@ SIZE_WEIGHT = 1.0  # weight of the squared log-size difference against the laten
 MAX_DISTORTION = 2.0  # largest / smallest axis scale when a component is fitted into a box
 SHARE_DISTANCE = 0.05  # parts closer than this to an earlier part of the shape reuse its component
 THIN = 0.05  # an axis below this fraction of the component's largest size is not stretched alone
-ARRAYS = ("latents", "sizes", "category", "source", "part_names", "vertices", "faces", "face_colors",
-          "vertex_offsets", "face_offsets", "z_mean", "z_std", "source_name", "source_creator", "source_license")
 
 
 def decimate(mesh: trimesh.Trimesh, max_faces: int = MAX_FACES) -> trimesh.Trimesh:
@@ -119,11 +117,11 @@ class ComponentLibrary:
         ids = ds.shape_ids(split)
         if len(ids) == 0 or ds.meshes is None:
             raise DataError(f"no {split} shapes with meshes to build a component library from")
-        parts = np.concatenate([np.arange(ds.offsets[i], ds.offsets[i + 1]) for i in ids])
+        parts = ds.part_indices(split)
         owner = np.repeat(np.arange(len(ids)), [ds.n_parts(int(i)) for i in ids])
-        ae = pipe.ae.cpu()
+        dev = next(pipe.ae.parameters()).device  # encoded where the autoencoder is; nothing moves
         canon = torch.from_numpy(to_canonical(ds.points[parts], ds.boxes[parts])).float()
-        z = torch.cat([ae.encode(c) for c in canon.split(256)]).numpy()  # (N, T, d)
+        z = torch.cat([pipe.ae.encode(c.to(dev)).cpu() for c in canon.split(256)]).numpy()  # (N, T, d)
         z_mean = np.broadcast_to(pipe.stats["z_mean"].cpu().numpy(), z.shape[1:])
         z_std = np.broadcast_to(pipe.stats["z_std"].cpu().numpy(), z.shape[1:])
         verts, faces, colours = [], [], []
@@ -145,11 +143,16 @@ class ComponentLibrary:
             z_mean=np.asarray(z_mean, np.float32).reshape(-1), z_std=np.asarray(z_std, np.float32).reshape(-1),
             source_name=col("name"), source_creator=col("creator"), source_license=col("license"))
 
+    @classmethod
+    def arrays(cls) -> tuple[str, ...]:
+        """The names of the arrays ``library.npz`` holds: the fields."""
+        return tuple(f.name for f in fields(cls))
+
     def save(self, path: str | Path) -> Path:
         """Write ``library.npz`` into the directory ``path`` (atomically); returns its path."""
         out = Path(path) / LIBRARY_FILE
         with atomic_write(out, "wb") as f:
-            np.savez_compressed(f, **{k: getattr(self, k) for k in ARRAYS})
+            np.savez_compressed(f, **{k: getattr(self, k) for k in self.arrays()})
         return out
 
     @classmethod
@@ -161,10 +164,10 @@ class ComponentLibrary:
             return None
         try:
             with np.load(file, allow_pickle=False) as z:
-                missing = [k for k in ARRAYS if k not in z.files]
+                missing = [k for k in cls.arrays() if k not in z.files]
                 if missing:
                     raise CheckpointError(f"{file} is not a component library: no {', '.join(missing)} array")
-                lib = cls(**{k: z[k] for k in ARRAYS})
+                lib = cls(**{k: z[k] for k in cls.arrays()})
         except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
             raise CheckpointError(f"corrupt component library {file}: {exc}") from exc
         n = len(lib.latents)
@@ -188,14 +191,16 @@ class ComponentLibrary:
         c = self.face_colors[self.face_offsets[i]: self.face_offsets[i + 1]]
         return bool((c != np.asarray(trimesh.visual.DEFAULT_COLOR[:3], np.uint8)).any())
 
-    def distances(self, z: np.ndarray, size: np.ndarray, candidates: np.ndarray,
+    def standardise(self, z: np.ndarray) -> np.ndarray:
+        """Raw part latents ``(..., T, d)`` as the library's keys ``(..., T·d)``."""
+        z = np.asarray(z, np.float32)
+        return (z.reshape(*z.shape[:-2], -1) - self.z_mean) / self.z_std
+
+    def distances(self, key: np.ndarray, size: np.ndarray, candidates: np.ndarray,
                   size_weight: float = SIZE_WEIGHT) -> np.ndarray:
-        """Distance of one generated part (``z (T·d,)`` raw latents, box ``size (3,)``) to each of
-        ``candidates`` (see the module docstring)."""
-        zs = (np.asarray(z, np.float32).reshape(-1) - self.z_mean) / self.z_std
-        dz = ((self.latents[candidates] - zs) ** 2).mean(1)
-        ds = ((np.log(np.maximum(self.sizes[candidates], 1e-6)) - np.log(np.maximum(size, 1e-6))) ** 2).sum(1)
-        return dz + size_weight * ds
+        """Distance of one generated part (``key (T·d,)`` from ``standardise``, box ``size (3,)``)
+        to each of ``candidates`` (see the module docstring)."""
+        return part_distance(key, size, self.latents[candidates], self.sizes[candidates], size_weight)
 
     def choose(self, latents: np.ndarray, boxes: np.ndarray, category: str, seed: int,
                k: int = K_NEAREST) -> np.ndarray:
@@ -205,15 +210,15 @@ class ComponentLibrary:
         if len(candidates) == 0:
             candidates = np.arange(len(self))
         rng = np.random.default_rng([seed, len(boxes)])
-        keys = [(np.asarray(z, np.float32).reshape(-1) - self.z_mean) / self.z_std for z in latents]
+        keys = self.standardise(latents)
         chosen = np.zeros(len(boxes), dtype=np.int64)
         for p in range(len(boxes)):
             pick = rng.integers(min(k, len(candidates)))
-            twin = next((q for q in range(p) if _key_distance(keys[p], keys[q], boxes[p], boxes[q]) < SHARE_DISTANCE), None)
-            if twin is not None:
-                chosen[p] = chosen[twin]
+            alike = part_distance(keys[p], boxes[p, 3:], keys[:p], boxes[:p, 3:], 1.0) < SHARE_DISTANCE
+            if alike.any():  # the first earlier part generated alike lends its component
+                chosen[p] = chosen[int(np.argmax(alike))]
                 continue
-            d = self.distances(latents[p], boxes[p, 3:], candidates)
+            d = self.distances(keys[p], boxes[p, 3:], candidates)
             chosen[p] = candidates[np.argsort(d, kind="stable")[pick]]
         return chosen
 
@@ -236,9 +241,12 @@ class ComponentLibrary:
                  "license": str(self.source_license[s])} for s in seen]
 
 
-def _key_distance(a: np.ndarray, b: np.ndarray, box_a: np.ndarray, box_b: np.ndarray) -> float:
-    size = np.log(np.maximum(box_a[3:], 1e-6)) - np.log(np.maximum(box_b[3:], 1e-6))
-    return float(((a - b) ** 2).mean() + (size ** 2).sum())
+def part_distance(key: np.ndarray, size: np.ndarray, keys: np.ndarray, sizes: np.ndarray,
+                  size_weight: float) -> np.ndarray:
+    """Per row of ``keys (N, T·d)`` / ``sizes (N, 3)``: the mean squared key difference to ``key``
+    plus ``size_weight`` × the squared difference of the log sizes to ``size``."""
+    log_size = lambda s: np.log(np.maximum(s, 1e-6))  # noqa: E731
+    return ((keys - key) ** 2).mean(-1) + size_weight * ((log_size(sizes) - log_size(size)) ** 2).sum(-1)
 
 
 def credit_line(credits: list[dict], path) -> str:

@@ -385,7 +385,7 @@ def component_library(pipe, ds: PartDataset):
 
     if ds.root is None:
         return None
-    with_meshes = PartDataset.load(ds.root, with_meshes=True)
+    with_meshes = ds if ds.meshes is not None else PartDataset.load(ds.root, with_meshes=True)
     if with_meshes.meshes is None:
         return None
     return ComponentLibrary.build(pipe, with_meshes, read_records(ds.root))

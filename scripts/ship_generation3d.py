@@ -197,8 +197,9 @@ def ship_library(data: Path) -> Path:
 
     meta, shipped = read_meta(data), resolve_checkpoint(NAME)
     counts = f"train {meta.get('n_train')} / val {meta.get('n_val')} / test {meta.get('n_test')} shapes"
-    if not read_manifest(shipped)["split"].startswith(counts):
-        raise InputError(f"{data} holds {counts}, not the shipped model's dataset ({read_manifest(shipped)['split']})")
+    split = read_manifest(shipped)["split"]
+    if not split.startswith(counts):
+        raise InputError(f"{data} holds {counts}, not the shipped model's dataset ({split})")
     pipe = MoCAPipeline.from_checkpoint(PipelineCheckpoint.from_pretrained(shipped))  # without the old library
     library = ComponentLibrary.build(pipe, PartDataset.load(data, with_meshes=True), read_records(data))
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,6 +31,7 @@ from experiments.generation3d.mesher_choice import part_scores, summary
 from generation3d.data import CATEGORIES, PartDataset
 from generation3d.export import points_to_mesh
 from generation3d.geometry import from_canonical, to_canonical
+from generation3d.library import ComponentLibrary
 from generation3d.sampling import MoCAPipeline
 
 WEIGHTS = (0.0, 0.3, 1.0, 3.0)
@@ -60,7 +61,7 @@ def retrieve(weight: float, cap: float):
     def make(lib, z, box, cat, _decoded):
         pool = np.nonzero(lib.category == cat)[0]
         pool = pool if len(pool) else np.arange(len(lib))
-        return lib.fit(int(pool[np.argmin(lib.distances(z, box[3:], pool, weight))]), box, cap)
+        return lib.fit(int(pool[np.argmin(lib.distances(lib.standardise(z), box[3:], pool, weight))]), box, cap)
     return make
 
 
@@ -68,21 +69,32 @@ def points(lib, z, box, cat, decoded):
     return points_to_mesh(decoded, box)
 
 
+def with_setting(lib: ComponentLibrary, size_weight: float, max_distortion: float) -> ComponentLibrary:
+    """``lib``'s components under another size weight and distortion cap (a variant, not a flag)."""
+
+    class Setting(ComponentLibrary):
+        def distances(self, key, size, candidates, size_weight=size_weight):
+            return super().distances(key, size, candidates, size_weight)
+
+        def fit(self, i, box, max_distortion=max_distortion):
+            return super().fit(i, box, max_distortion)
+
+    return Setting(**{k: getattr(lib, k) for k in lib.arrays()})
+
+
 def system_rows(pipe, ds, settings: list[tuple[float, float]], steps: int = 20) -> list[dict]:
     """``evaluate_generator`` on every val shape with the retrieve decoder at each ``(w, c)``."""
-    from generation3d import library
     from generation3d.evaluate import evaluate_generator
 
-    rows, defaults = [], (library.ComponentLibrary.distances.__defaults__, library.ComponentLibrary.fit.__defaults__)
+    rows, library = [], pipe.library
     try:
         for w, c in settings:
-            library.ComponentLibrary.distances.__defaults__ = (w,)
-            library.ComponentLibrary.fit.__defaults__ = (c,)
+            pipe.library = with_setting(library, w, c)
             res = evaluate_generator(pipe, ds, n_shapes=len(ds), steps=steps, split="val", decoder="retrieve")
             rows.append({"method": f"retrieve w{w:g} c{c:g}", **{k: res[k] for k in
                          ("fidelity", "coverage", "mmd", "1nna", "cd", "fscore", "n_shapes")}})
     finally:
-        library.ComponentLibrary.distances.__defaults__, library.ComponentLibrary.fit.__defaults__ = defaults
+        pipe.library = library
     return rows
 
 

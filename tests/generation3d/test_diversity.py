@@ -7,6 +7,7 @@ import pytest
 
 from generation3d.data import CATEGORIES, PartDataset
 from generation3d.diversity import COPY_RATIO, diversity_report, final_mesh_set_metrics, spread_and_copies
+from generation3d.export import shape_meshes
 
 
 class _Sample:
@@ -27,6 +28,9 @@ class TrainingShapes:
         ids = [i for i in self.ds.shape_ids("train") if self.ds.category[i] == c]
         pts, boxes, _ = self.ds.shape(int(ids[0 if self.collapse else seed % len(ids)]))
         return [_Sample(pts, boxes)]
+
+    def meshes(self, g, decoder="points"):
+        return shape_meshes(g.points, g.boxes), []
 
 
 def test_a_collapsed_copier_has_no_spread_and_only_copies(tiny_data):

@@ -1,8 +1,10 @@
 """``experiments.generation3d.decoder_choice``: retrieved components scored against real parts."""
 
+import numpy as np
 import pytest
+import torch
 
-from experiments.generation3d.decoder_choice import points, retrieve, score, summary
+from experiments.generation3d.decoder_choice import points, retrieve, score, summary, with_setting
 from generation3d.data import PartDataset
 from generation3d.library import ComponentLibrary
 from generation3d.model import AEConfig, GenConfig
@@ -33,3 +35,15 @@ def test_a_training_part_retrieves_itself_and_scores_near_zero(tiny):
     table = {r["method"]: r for r in summary(rows) if r["category"] == "all"}
     assert table["retrieve"]["parts"] == table["points"]["parts"] == len(ds.part_indices("train"))
     assert table["points"]["chamfer"] > table["retrieve"]["chamfer"]  # a 2-step autoencoder is far off
+
+
+def test_a_setting_is_the_library_under_other_constants(tiny):
+    pipe, ds = tiny
+    lib = pipe.library
+    variant = with_setting(lib, 0.0, 100.0)
+    box = ds.boxes[ds.part_indices("train")[0]] * [1, 1, 1, 3, 1, 1]  # stretched 3x along x
+    assert (variant.fit(0, box).vertices == lib.fit(0, box, 100.0).vertices).all()
+    with torch.no_grad():
+        key = lib.standardise(pipe.ae.encode(torch.zeros(1, 8, 3)).numpy())[0]
+    pool = np.arange(len(lib))
+    assert (variant.distances(key, box[3:], pool) == lib.distances(key, box[3:], pool, 0.0)).all()
