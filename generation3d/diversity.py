@@ -70,17 +70,18 @@ def _mean_offdiagonal(d: np.ndarray) -> float:
 
 
 def spread_and_copies(pipe, ds, seeds: int = SEEDS, steps: int = 25, n_points: int = N_POINTS,
-                      decoder: str = "points") -> dict:
+                      decoder: str = "points", first_seed: int = 0) -> dict:
     """Per trained category: ``parts``, ``spread`` (samples' mean pairwise Chamfer), ``real_spread``
     (real shapes'), their ``spread_ratio``, each sample's ``nn_ratio`` (nearest / second-nearest
-    training shape) and ``copies``; over all categories ``copy_share`` and ``min_spread_ratio``."""
+    training shape) and ``copies``; over all categories ``copy_share`` and ``min_spread_ratio``. The
+    samples use seeds ``first_seed, ..., first_seed + seeds - 1``."""
     cats = typical_part_counts(ds, pipe.categories, pipe.gen.config.max_parts)
     if not cats:
         raise DataError("the dataset has no training shapes of the categories this model was trained on")
     rows, ratios = {}, []
     for cat, parts in cats.items():
         c = CATEGORIES.index(cat)
-        samples = [pipe.sample(cat, parts, seed=s, steps=steps)[0] for s in range(seeds)]
+        samples = [pipe.sample(cat, parts, seed=s, steps=steps)[0] for s in range(first_seed, first_seed + seeds)]
         gen = [sample_cloud(pipe, g, decoder, n_points, 0) for g in samples]  # one surface sampling: equal shapes, equal clouds
         ids = np.nonzero(ds.category == c)[0]
         real = _drawn_clouds(ds, ids, n_points, decoder)

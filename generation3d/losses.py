@@ -29,9 +29,12 @@ def chamfer_batch(a: Tensor, b: Tensor, exact: bool = False) -> Tensor:
 
 
 @torch.no_grad()
-def encode_parts(ae, ds: PartDataset, batch_size: int = 512) -> Tensor:
-    """Latents of every part in the dataset: ``(N_parts, T, d_z)`` on the CPU (encoded where ``ae`` is)."""
+def encode_parts(ae, ds: PartDataset, batch_size: int = 512, mirror: bool = False) -> Tensor:
+    """Latents of every part in the dataset: ``(N_parts, T, d_z)`` on the CPU (encoded where ``ae`` is);
+    ``mirror``: of the parts reflected in the box frame's x (``augment.MIRROR_AXIS``)."""
     pts = torch.from_numpy(to_canonical(ds.points, ds.boxes)).float()
+    if mirror:
+        pts[..., 0] = -pts[..., 0]
     dev = next(ae.parameters()).device
     return torch.cat([ae.encode(pts[i : i + batch_size].to(dev)).cpu() for i in range(0, len(pts), batch_size)])
 
@@ -47,10 +50,12 @@ def latent_stats(ds: PartDataset, latents: Tensor) -> dict:
     }
 
 
-def collate(ds: PartDataset, latents: Tensor, ids, stats: dict, text: Tensor | None = None) -> dict:
+def collate(ds: PartDataset, latents: Tensor, ids, stats: dict, text: Tensor | None = None,
+            replaced: dict | None = None) -> dict:
     """Pad shapes to the largest P in the batch: z (B,P,T,dz), box (B,P,6) as standardised
     ``box_to_param`` (centre, log size), valid (B,P), category (B,), n_parts (B,); ``text (B,
-    d_text)`` rows of the per-shape embeddings ``text (S, d_text)`` when given."""
+    d_text)`` rows of the per-shape embeddings ``text (S, d_text)`` when given. ``replaced``: batch
+    position -> ``(latents (P,T,dz), boxes (P,6))`` used instead of that shape's own (augmentation)."""
     p_max = max(ds.n_parts(i) for i in ids)
     t, dz = latents.shape[1:]
     z = torch.zeros(len(ids), p_max, t, dz)
@@ -58,8 +63,9 @@ def collate(ds: PartDataset, latents: Tensor, ids, stats: dict, text: Tensor | N
     valid = torch.zeros(len(ids), p_max, dtype=torch.bool)
     for j, i in enumerate(ids):
         a, b = ds.offsets[i], ds.offsets[i + 1]
-        z[j, : b - a] = (latents[a:b] - stats["z_mean"]) / stats["z_std"]
-        box[j, : b - a] = (box_to_param(torch.from_numpy(ds.boxes[a:b])) - stats["box_mean"]) / stats["box_std"]
+        z_i, box_i = replaced[j] if replaced and j in replaced else (latents[a:b], ds.boxes[a:b])
+        z[j, : b - a] = (z_i - stats["z_mean"]) / stats["z_std"]
+        box[j, : b - a] = (box_to_param(torch.from_numpy(box_i)) - stats["box_mean"]) / stats["box_std"]
         valid[j, : b - a] = True
     return {
         "z": z, "box": box, "valid": valid, "category": torch.from_numpy(np.asarray(ds.category[ids])).long(),

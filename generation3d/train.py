@@ -55,6 +55,7 @@ from common.engine import (
 )
 from common.engine import fit as engine_fit
 from common.errors import InputError
+from generation3d.augment import AUGMENT_PROB, ShapeAugmenter
 from generation3d.data import PartDataset
 from generation3d.geometry import to_canonical
 from generation3d.losses import (
@@ -195,24 +196,33 @@ class ShapeBatches(IterableDataset):
     from ``np.random.default_rng(seed)``, reshuffled every pass over the shapes) plus
     ``"noise"``, the step's ``draw_flow_noise`` from one ``torch.Generator`` seeded with ``seed``.
     ``start``: a resumed run's first step; the batches before it are drawn and dropped, so the
-    rest are those of an uninterrupted run."""
+    rest are those of an uninterrupted run. ``augmenter``: each shape is replaced by an
+    ``augment.ShapeAugmenter`` variant with probability ``augment.AUGMENT_PROB``, drawn from a
+    second generator (seeded ``[seed, 1]``, so the batches' order is that of a run without it)."""
 
     def __init__(self, ds: PartDataset, ids: np.ndarray, latents: Tensor, stats: dict, text: Tensor | None,
-                 batch_size: int, max_tokens: int | None, steps: int, seed: int, start: int = 0) -> None:
+                 batch_size: int, max_tokens: int | None, steps: int, seed: int, start: int = 0,
+                 augmenter: ShapeAugmenter | None = None) -> None:
         self.ds, self.ids, self.latents, self.stats, self.text = ds, ids, latents, stats, text
         self.batch_size, self.max_tokens, self.steps, self.seed, self.start = batch_size, max_tokens, steps, seed, start
+        self.augmenter = augmenter
 
     def __len__(self) -> int:
         return self.steps - self.start
 
     def __iter__(self):
         rng, gen = np.random.default_rng(self.seed), torch.Generator().manual_seed(self.seed)
+        aug_rng = np.random.default_rng([self.seed, 1])
         step = 0
         while step < self.steps:
             for ids_b in _shape_batches(self.ds, self.ids, self.batch_size, rng, self.max_tokens):
                 if step >= self.steps:
                     break
-                batch = collate(self.ds, self.latents, ids_b, self.stats, self.text)
+                replaced = None
+                if self.augmenter is not None:
+                    replaced = {j: self.augmenter(i, aug_rng) for j, i in enumerate(ids_b)
+                                if aug_rng.random() < AUGMENT_PROB}
+                batch = collate(self.ds, self.latents, ids_b, self.stats, self.text, replaced)
                 batch["noise"] = draw_flow_noise(batch, gen)
                 if step >= self.start:
                     yield batch
@@ -315,7 +325,7 @@ def fit(
     lr: float = 1e-3, seed: int = 0, progress: bool = False, max_tokens: int = 512, text_encoder=None,
     run_dir: str | Path | None = None, device: str = "auto", precision: str = "32",
     init: PartFlowTransformer | None = None, stats: dict | None = None, resume: bool = False,
-    checkpoint_every: int = 0, snapshot_every: int = 0,
+    checkpoint_every: int = 0, snapshot_every: int = 0, augment: bool = False,
 ) -> tuple[PartFlowTransformer, dict, list[dict]]:
     """Train the generator on training shapes with at most ``config.max_parts`` parts,
     conditioned on category, part count and the MiniLM embedding of each shape's description
@@ -327,7 +337,8 @@ def fit(
     ``checkpoint_every`` (> 0, needs ``run_dir``): Lightning's full state to
     ``run_dir/checkpoints/last.ckpt`` every so many steps; ``resume``: continue from it when it
     exists (module docstring; InputError for a state of other settings). ``snapshot_every`` (> 0,
-    needs ``run_dir``): ``PipelineSnapshots``. Returns (model on the CPU in eval mode, latent stats
+    needs ``run_dir``): ``PipelineSnapshots``. ``augment``: mirror, per-axis scale and component
+    swaps of the training shapes (``augment.py``). Returns (model on the CPU in eval mode, latent stats
     as lists, history); the history's ``time_s`` is the training time summed over sittings."""
     from generation3d.data import trained_categories
 
@@ -343,7 +354,7 @@ def fit(
     stats = latent_stats(ds, latents) if stats is None else {k: torch.as_tensor(v) for k, v in stats.items()}
     settings = {"config": asdict(config), "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
                 "max_tokens": max_tokens, "precision": precision, "train_shapes": [int(i) for i in ids],
-                "init": init is not None}
+                "init": init is not None, **({"augment": True} if augment else {})}
     start = check_resumable(run_dir, settings) if resume else 0
     callbacks: list[Callback] = []
     if snapshot_every:
@@ -354,7 +365,8 @@ def fit(
     trainer = _trainer(run_dir, steps, seed, progress, device, precision, callbacks)
     text = torch.from_numpy((text_encoder or default_encoder()).encode(shape_descriptions(ds)))
     model = (init if init is not None else PartFlowTransformer(config)).train()  # new: initialised after the seeding
-    batches = ShapeBatches(ds, ids, latents, stats, text, batch_size, max_tokens, steps, seed, start=start)
+    augmenter = ShapeAugmenter(ds, ids, latents, encode_parts(ae, ds, mirror=True)) if augment else None
+    batches = ShapeBatches(ds, ids, latents, stats, text, batch_size, max_tokens, steps, seed, start, augmenter)
     module = GeneratorModule(model, batches, steps, lr, seed, settings)
     _fit(trainer, module, resume=resume)
     return model.cpu().eval(), {k: v.tolist() for k, v in stats.items()}, module.history
