@@ -11,7 +11,7 @@ import copy
 
 import numpy as np
 
-from streaming.config import MoSAICConfig
+from streaming.config import PRETRAIN_RESTARTS, SEED
 from streaming.kss import k_subspaces_missing
 from streaming.linalg import batch_fit, fit_observed, grouse_step, orthonormalize
 from streaming.model import MoSAIC
@@ -110,7 +110,7 @@ class KGrouse(MoSAIC):
     completion_cap = 0.0
 
     def __init__(self, r: int, K: int, *, eta: float = KGROUSE_ETA,
-                 pretrain_restarts: int = MoSAICConfig.pretrain_restarts, seed: int = MoSAICConfig.seed) -> None:
+                 pretrain_restarts: int = PRETRAIN_RESTARTS, seed: int = SEED) -> None:
         self.r = r
         self.K = K
         self.eta = eta

@@ -383,8 +383,11 @@ def test_auto_provisional_estimator_follows_the_observed_count_per_rank():
         m = MoSAIC(r, 2, seed=0)
         started(m, orthonormalize(np.random.default_rng(0).standard_normal((2, 100, r))))  # n = 100
         m.stream_stats_.mean_m = 40.0
-        assert m.resolved_provisional_estimator() == expected
-        assert mosaic_variant(r, 2, provisional_estimator="als").resolved_provisional_estimator() == "als"
+        assert m._provisional_settings()[0] == expected
+        variant = mosaic_variant(r, 2, provisional_estimator="als")
+        started(variant, m.bases_)
+        variant.stream_stats_.mean_m = 40.0
+        assert variant._provisional_settings()[0] == "als"
     with pytest.raises(InputError, match="provisional_estimator"):
         mosaic_variant(2, 2, provisional_estimator="ppca").partial_fit(np.ones((1, 10)))
     with pytest.raises(InputError, match="provisional_growth"):
