@@ -325,6 +325,7 @@ def run_bench(
 
 def large_config_check(quick: bool = False, seed: int = 0, device: torch.device | None = None) -> list[dict]:
     """(10000, 10, 20): pretrain + stream a short stream; reports memory of the model state."""
+    from experiments.streaming.throughput import float32_stream
     from streaming.data import StreamConfig, generate_stream
     from streaming.evaluate import nrmse_unobserved
     from streaming.harness import run_online
@@ -333,8 +334,8 @@ def large_config_check(quick: bool = False, seed: int = 0, device: torch.device 
     n, r, K = LARGE_CONFIG
     # identifiability needs about 2 n r / (m - r) samples per class: 80 at 30% observed
     cfg = StreamConfig(n=n, r=r, K=K, obs_frac=0.3, epochs=2, samples_per_epoch=200 if quick else 1000,
-                       drift="rotation", source_per_class=80, seed=seed, dtype="float32")
-    stream = generate_stream(cfg)
+                       drift="rotation", source_per_class=80, seed=seed)
+    stream = float32_stream(generate_stream(cfg))
     model = MoSAIC(r, K, seed=seed, pretrain_restarts=1).to(device).fit(stream.source_values)
     run = run_online(model, stream.values, stream.epoch)
     return [{"config": "10000-10-20", "drift": "rotation", "seed": seed, "method": "large-check",
