@@ -16,7 +16,8 @@ CONSTRUCTOR = ("eta0", "pretrain_restarts", "seed")
 
 
 class MoSAICVariant(MoSAIC):
-    """MoSAIC with the provisional fit's settings as knobs: ``provisional_estimator`` ("auto": the
+    """MoSAIC whose fixed hyper-parameters are checked when set (``_check_hyper_parameters``), with the
+    provisional fit's settings as knobs too: ``provisional_estimator`` ("auto": the
     product's rule by the mean observed count; "posterior" or "als" at every m̄), ``provisional_growth``
     (refit when the buffer has grown by this fraction; 0 = the estimator's default) and
     ``provisional_lambda`` (Soft-Impute threshold, × rms(x_Ω) sqrt(m̄))."""
@@ -26,14 +27,21 @@ class MoSAICVariant(MoSAIC):
     provisional_lambda: float = PROVISIONAL_LAMBDA
 
     def _check_hyper_parameters(self, n: int) -> None:
+        """The product's check of what users set, then the fixed hyper-parameters a variant changes."""
         super()._check_hyper_parameters(n)
-        if self.provisional_estimator not in ("auto", "posterior", "als"):
-            raise InputError(f"provisional_estimator must be one of ('auto', 'posterior', 'als'), "
-                             f"got {self.provisional_estimator!r}")
-        if self.provisional_growth < 0:
-            raise InputError(f"provisional_growth must be >= 0, got {self.provisional_growth}")
         if self.provisional_lambda <= 0:
             raise InputError(f"provisional_lambda must be > 0, got {self.provisional_lambda}")
+        for name, choices in (("provisional_estimator", ("auto", "posterior", "als")),
+                              ("epoch_reset", ("detect", "always", "never")), ("schedule", ("sublinear", "constant"))):
+            if getattr(self, name) not in choices:
+                raise InputError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+        for name in ("completion_cap", "provisional_growth", "pretrain_repair"):
+            if getattr(self, name) < 0:
+                raise InputError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.step_floor <= self.eta0:
+            raise InputError("step sizes must satisfy 0 <= eta_min <= eta0 <= 1, eta0 > 0")
+        if not (0 <= self.drift_floor <= 1):
+            raise InputError(f"drift_floor must be in [0, 1] (0 = off), got {self.drift_floor}")
 
     def _provisional_settings(self) -> tuple[str, float, float]:
         estimator = super()._provisional_settings()[0]
