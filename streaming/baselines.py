@@ -1,7 +1,7 @@
 """Baselines, streamed as MoSAIC is (``process(x, epoch=) -> (completed, routes)``): ``Grouse`` and
 ``Petrels`` (one subspace), ``KGrouse`` (routed constant-step GROUSE; fitted, the pretrained k-GROUSE
-that isolates MoSAIC's online mechanisms), ``offline_kss`` (batch k-subspaces on the whole stream,
-a reference) and ``oracle_completion`` (the true subspaces, a lower bound). MoSAIC without
+that isolates MoSAIC's online mechanisms) and ``oracle_completion`` (the true subspaces, a lower
+bound). MoSAIC without
 pretraining is an unfitted ``MoSAIC``.
 """
 
@@ -11,9 +11,8 @@ import copy
 
 import numpy as np
 
-from streaming.config import MoSAICConfig
-from streaming.kss import k_subspaces_missing
-from streaming.linalg import batch_fit, fit_observed, grouse_step, orthonormalize
+from streaming.config import PRETRAIN_RESTARTS, SEED
+from streaming.linalg import fit_observed, grouse_step, orthonormalize
 from streaming.model import MoSAIC
 
 #: constant GROUSE step of the pretrained k-GROUSE, chosen on the stress suite's tuning seeds
@@ -110,7 +109,7 @@ class KGrouse(MoSAIC):
     completion_cap = 0.0
 
     def __init__(self, r: int, K: int, *, eta: float = KGROUSE_ETA,
-                 pretrain_restarts: int = MoSAICConfig.pretrain_restarts, seed: int = MoSAICConfig.seed) -> None:
+                 pretrain_restarts: int = PRETRAIN_RESTARTS, seed: int = SEED) -> None:
         self.r = r
         self.K = K
         self.eta = eta
@@ -130,16 +129,6 @@ class KGrouse(MoSAIC):
         for name, comp in copy.deepcopy(model.components()).items():
             setattr(kg, name + "_", comp)
         return kg
-
-
-def offline_kss(values: np.ndarray, K: int, r: int, seed: int = 0, restarts: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Batch k-subspaces on the whole ``(T, n)`` stream; returns ``(completed, routes, bases)``."""
-    M = ~np.isnan(values)
-    X0 = np.where(M, values, 0.0)
-    res = k_subspaces_missing(X0, M, K, r, restarts=restarts, seed=seed)
-    W, _ = batch_fit(res.bases, X0, M)
-    est = np.einsum("tnr,tr->tn", res.bases[res.labels], W[np.arange(len(res.labels)), res.labels])
-    return np.where(M, X0, est), res.labels, res.bases
 
 
 def oracle_completion(

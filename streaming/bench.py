@@ -186,10 +186,10 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _paired(rows: list[dict], cell: str, a: str, b: str, cell_b: str | None = None) -> np.ndarray:
-    """Per-seed ``nrmse(a) - nrmse(b)`` (``b`` in ``cell_b`` when given), seeds in common."""
+def _paired(rows: list[dict], cell: str, a: str, b: str) -> np.ndarray:
+    """Per-seed ``nrmse(a) - nrmse(b)`` in ``cell``, seeds in common."""
     va = {r["seed"]: r["nrmse"] for r in rows if r["cell"] == cell and r["method"] == a}
-    vb = {r["seed"]: r["nrmse"] for r in rows if r["cell"] == (cell_b or cell) and r["method"] == b}
+    vb = {r["seed"]: r["nrmse"] for r in rows if r["cell"] == cell and r["method"] == b}
     return np.array([va[s] - vb[s] for s in sorted(set(va) & set(vb))])
 
 

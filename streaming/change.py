@@ -43,9 +43,11 @@ PPCA_COLD_ITERS = 30  # a PPCA fit started at Soft-Impute's loadings
 #: subspace's
 PROVISIONAL_MIN_RATIO = 2.25
 PROVISIONAL_ACCEPT = 0.9
-#: the provisional fit is refit when the buffer has grown by this fraction (``provisional_growth`` = 0)
+#: the provisional fit is refit when the buffer has grown by this fraction (posterior, ALS)
 POSTERIOR_GROWTH = 0.05
 ALS_GROWTH = 0.2
+#: Soft-Impute threshold of the under-determined buffer, × rms(x_Ω) sqrt(m̄)
+PROVISIONAL_LAMBDA = 0.1
 #: the change window: at least this many samples (and K × the re-seed size)
 MIN_WINDOW = 50
 
@@ -266,7 +268,7 @@ class ChangeDetection:
     change buffer, the provisional fit of the buffer, and the re-seed of an expert from it. A mixin
     of ``MoSAIC``: it reads and writes the model's state components (``bank_``, ``expert_stats_``,
     ``steps_``, ``epochs_``, ``stream_stats_``, ``change_buffer_``, ``provisional_fit_``) and its
-    hyper-parameters (``detect``, ``provisional*``)."""
+    hyper-parameters (``detect``, ``provisional``)."""
 
     def reseed_min(self) -> int:
         """Buffer size that triggers a re-seed: enough observations to pin down ``n r`` unknowns."""
@@ -353,24 +355,24 @@ class ChangeDetection:
                 buffer.keep(np.arange(B) >= B - 2 * need)
             buffer.next_try = len(buffer) + max(1, need // 4)
 
-    def resolved_provisional_estimator(self) -> str:
-        """``provisional_estimator``, with ``"auto"`` resolved by the running mean observed count ``m̄``:
-        the posterior needs observations to spare beyond the rank (with ``m̄ < 2.25 r`` it was both
-        worse and ~10× slower than ALS on the tuning seeds)."""
-        if self.provisional_estimator != "auto":
-            return self.provisional_estimator
-        return "posterior" if self.stream_stats_.mean_m >= PROVISIONAL_MIN_RATIO * self.r else "als"
+    def _provisional_settings(self) -> tuple[str, float, float]:
+        """The provisional fit's estimator, the buffer growth that triggers a refit, and Soft-Impute's
+        threshold: by the running mean observed count ``m̄``, the posterior (``POSTERIOR_GROWTH``) when
+        ``m̄ >= PROVISIONAL_MIN_RATIO × r``, else ALS (``ALS_GROWTH``): the posterior needs observations
+        to spare beyond the rank (with ``m̄ < 2.25 r`` it was both worse and ~10× slower than ALS on the
+        tuning seeds); threshold ``PROVISIONAL_LAMBDA``."""
+        if self.stream_stats_.mean_m >= PROVISIONAL_MIN_RATIO * self.r:
+            return "posterior", POSTERIOR_GROWTH, PROVISIONAL_LAMBDA
+        return "als", ALS_GROWTH, PROVISIONAL_LAMBDA
 
     def _maybe_refit_provisional(self) -> None:
         """Refit the provisional fit of the change buffer (``ProvisionalFit.refit``) once it has
-        grown by ``provisional_growth`` (0: 0.05 for the posterior, 0.2 for ALS)."""
+        grown enough (``_provisional_settings``)."""
         fit = self.provisional_fit_
         if not self.provisional or len(self.change_buffer_) == 0:
             fit.reset()
             return
-        estimator = self.resolved_provisional_estimator()
-        growth = self.provisional_growth or (ALS_GROWTH if estimator == "als" else POSTERIOR_GROWTH)
+        estimator, growth, lam_rel = self._provisional_settings()
         if fit.due(len(self.change_buffer_), growth):
-            fit.refit(self.change_buffer_, self.n, self.r, self.stream_stats_.mean_m, estimator, self.provisional_lambda,
+            fit.refit(self.change_buffer_, self.n, self.r, self.stream_stats_.mean_m, estimator, lam_rel,
                       float(np.median(self.expert_stats_.level)), self.stream_stats_.n_seen)
-

@@ -31,7 +31,7 @@ random order, clipped to [0.01, 1]). Class proportions are ``proportions`` (defa
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -74,7 +74,6 @@ class StreamConfig:
     scale: float = 1.0  # every entry × scale · d_i
     coord_scale_spread: float = 0.0  # log d_i ~ N(0, spread²)
     seed: int = 0
-    dtype: str = field(default="float64")
 
     def validate(self) -> None:
         if self.K < 1:
@@ -147,7 +146,7 @@ def _draw_samples(rng, sample_bases: np.ndarray, cfg: StreamConfig, obs_prob: np
     empty = ~observed.any(1)  # every sample keeps at least one observed entry
     observed[empty, rng.integers(0, cfg.n, empty.sum())] = True
     values = np.where(observed, full, np.nan)
-    return values.astype(cfg.dtype), full.astype(cfg.dtype)
+    return values, full
 
 
 def _geodesic_directions(rng, U0: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ from common.errors import CheckpointError, InputError
 from common.pretrained import PretrainedMixin, register_model
 from streaming import train
 from streaming.change import NOVELTY, ChangeBuffer, ChangeDetection, ProvisionalFit
-from streaming.config import HyperParameters, MoSAICConfig
+from streaming.config import ETA0, PRETRAIN_RESTARTS, SEED, HyperParameters
 from streaming.experts import ExpertBank, ExpertStats, StreamStats, cap_completion
 from streaming.linalg import RIDGE, grouse_step, orthonormalize, random_bases, residual_scores
 from streaming.observed import check_observed, check_samples
@@ -73,8 +73,8 @@ class MoSAIC(HyperParameters, ChangeDetection, ComponentState, PretrainedMixin, 
     config_version = 7  # 7: the five constructor arguments; older checkpoints are refused
     COMPONENTS = COMPONENTS
 
-    def __init__(self, r: int, K: int, *, eta0: float = MoSAICConfig.eta0,
-                 pretrain_restarts: int = MoSAICConfig.pretrain_restarts, seed: int = MoSAICConfig.seed) -> None:
+    def __init__(self, r: int, K: int, *, eta0: float = ETA0, pretrain_restarts: int = PRETRAIN_RESTARTS,
+                 seed: int = SEED) -> None:
         self.r = r
         self.K = K
         self.eta0 = eta0
@@ -154,7 +154,7 @@ class MoSAIC(HyperParameters, ChangeDetection, ComponentState, PretrainedMixin, 
         starts from random bases drawn from ``seed`` for this ``n``."""
         fitted = self.__sklearn_is_fitted__()
         X0, M = check_samples(self, X, mask, reset=not fitted, allow_1d=True)
-        self._checked_config(X0.shape[1])
+        self._check_hyper_parameters(X0.shape[1])
         if not fitted:
             self._init_state(X0.shape[1])
         elif self.bank_.bases.shape != (self.K, X0.shape[1], self.r):
@@ -169,7 +169,7 @@ class MoSAIC(HyperParameters, ChangeDetection, ComponentState, PretrainedMixin, 
         state starts over. ``LowObservationWarning`` when most samples have at most ``r`` observed
         entries, ``InputError`` when all have (or every observed entry is zero)."""
         X0, M = check_samples(self, X, mask, reset=True, min_samples=2)
-        self._checked_config(X0.shape[1])
+        self._check_hyper_parameters(X0.shape[1])
         check_observed(M, self.r, "source samples")
         if not np.any(X0[M]):
             raise InputError("the source samples are all zero: there is no subspace to learn from them")

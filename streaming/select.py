@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 from common.errors import InputError
-from streaming.linalg import TINY
 from streaming.observed import as_observed, check_observed
 
 #: defaults of the grid bounds, the held-out share, the restarts per fit, the K patience
@@ -38,16 +37,6 @@ K_GAIN = 0.01
 #: the lowest (about half of it in NRMSE): at the noise floor the paired standard error is tiny, and an
 #: extra expert fitting a few samples' noise would otherwise count as a real gain
 REL_TOL = 0.1
-
-
-def observed_mask(x: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``x (S, n)`` (NaN = unobserved unless ``mask (S, n)`` bool is given) -> zero-filled
-    ``X0 (S, n)`` and ``M (S, n)``; InputError for a wrong shape, an empty sample or a non-finite
-    observed value."""
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2:
-        raise InputError(f"source samples must be a (S, n) array with S, n >= 2, got shape {x.shape}")
-    return as_observed(x, mask, x.shape[1])
 
 
 def split_entries(M: np.ndarray, holdout: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -120,10 +109,13 @@ def estimate_K_r(
     ``1 <= r <= min(r_max, n - 1, median visible count - 1)``; the fits' routing runs on ``device``
     (None: the CPU). Returns a ``KrEstimate``; InputError
     for bad samples or bounds; a ``LowObservationWarning`` when most samples have ``m <= r``."""
+    from streaming.experts import ExpertBank
     from streaming.kss import k_subspaces_missing, map_ridge
-    from streaming.linalg import batch_fit
 
-    X0, M = observed_mask(source, mask)
+    x = np.asarray(source, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2:
+        raise InputError(f"source samples must be a (S, n) array with S, n >= 2, got shape {x.shape}")
+    X0, M = as_observed(x, mask, x.shape[1])
     S, n = X0.shape
     for name, v in (("k_max", k_max), ("r_max", r_max), ("restarts", restarts), ("patience", patience)):
         _check_int(v, name)
@@ -156,11 +148,9 @@ def estimate_K_r(
         if (k, q) not in cache:
             res = k_subspaces_missing(Xv, visible, k, q, restarts=1 if k == 1 else restarts, seed=seed,
                                       device=device)
-            U = res.bases
-            ridge = map_ridge(U, Xv, visible, res.labels)
-            W, rv = batch_fit(U, Xv, visible, ridge=ridge)
-            route = np.argmin(rv / np.maximum((Xv * Xv).sum(1), TINY)[:, None], axis=1)
-            pred = np.einsum("sir,sr->si", U[route], W[np.arange(S), route])
+            bank = ExpertBank(res.bases, map_ridge(res.bases, Xv, visible, res.labels))
+            W, route = bank.batch_route(Xv, visible, device)
+            pred = np.einsum("sir,sr->si", res.bases[route], W[np.arange(S), route])
             cache[(k, q)] = (np.where(hidden, pred - X0, 0.0) ** 2).sum(1) / unit
         return cache[(k, q)]
 
@@ -220,24 +210,6 @@ def estimate_K_r(
                   "restarts": restarts, "patience": patience, "seed": seed, "samples": S, "n": n,
                   "K": K if K == "auto" else int(K), "r": r if r == "auto" else int(r)},
     )
-
-
-def fit_auto(source: np.ndarray, mask: np.ndarray | None = None, K: int | str = "auto", r: int | str = "auto",
-             k_max: int = K_MAX, r_max: int = R_MAX, device: torch.device | None = None, **config):
-    """Pretrain MoSAIC on source samples ``(S, n)`` with ``K`` and/or ``r`` = ``"auto"`` estimated
-    by ``estimate_K_r`` (with ``seed=config.get("seed", 0)``); ints are used as given. Returns the
-    fitted ``MoSAIC`` with the estimate in ``selection_`` (a ``KrEstimate``, None when both were
-    given); ``save_model`` keeps it in the checkpoint's metadata."""
-    from streaming.model import MoSAIC
-
-    X0, M = observed_mask(source, mask)
-    estimate = None
-    if K == "auto" or r == "auto":
-        estimate = estimate_K_r(X0, M, K=K, r=r, k_max=k_max, r_max=r_max, seed=config.get("seed", 0), device=device)
-        K, r = estimate.K, estimate.r
-    model = MoSAIC(int(r), int(K), **config).to(device).fit(X0, mask=M)
-    model.selection_ = estimate
-    return model
 
 
 def save_model(model, path_dir) -> None:

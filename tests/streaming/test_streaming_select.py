@@ -2,7 +2,6 @@
 are too small, the observed-count check, and ``mosaic pretrain --K auto --r auto`` end to end."""
 
 import json
-import warnings
 
 import numpy as np
 import pytest
@@ -10,8 +9,9 @@ import pytest
 from common.errors import InputError
 from streaming.cli import main
 from streaming.data import StreamConfig, generate_stream
+from streaming.model import MoSAIC
 from streaming.observed import LowObservationWarning, check_observed
-from streaming.select import estimate_K_r, fit_auto, save_model, selection_of
+from streaming.select import estimate_K_r, save_model, selection_of
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +70,6 @@ def test_check_observed_warns_on_most_samples_below_r_plus_1_and_refuses_when_al
 
 def test_mosaic_fit_applies_the_same_check_from_python(planted):
     """The estimator's own ``fit`` warns (or refuses) on source samples that cannot identify rank r."""
-    from streaming.model import MoSAIC
-
     X = planted.source_values.copy()
     rng = np.random.default_rng(0)
     for row in X[: int(0.8 * len(X))]:  # 80 % of the samples keep only 2 observed entries
@@ -84,19 +82,17 @@ def test_mosaic_fit_applies_the_same_check_from_python(planted):
         MoSAIC(2, 3, seed=0).fit(np.where(np.arange(20) < 2, 1.0, np.nan)[None].repeat(30, 0))
 
 
-def test_fit_auto_keeps_the_estimate_in_the_checkpoint(planted, tmp_path):
-    model = fit_auto(planted.source_values, seed=0, pretrain_restarts=2)
-    assert (model.K, model.r) == (3, 2) and model.selection_.K == 3
+def test_save_model_keeps_the_estimate_in_the_checkpoint(planted, tmp_path):
+    estimate = estimate_K_r(planted.source_values, seed=0)
+    model = MoSAIC(estimate.r, estimate.K, seed=0, pretrain_restarts=2).fit(planted.source_values)
+    model.selection_ = estimate
+    assert (model.K, model.r) == (3, 2)
     save_model(model, tmp_path / "ck")
     stored = selection_of(tmp_path / "ck")
-    assert (stored["K"], stored["r"]) == (3, 2) and len(stored["table"]) == len(model.selection_.table)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        fit_auto(planted.source_values, K=3, r=2, pretrain_restarts=1)  # no estimate, no warning
-    mask = np.zeros(planted.source_values.shape, bool)
-    mask[:, :3] = True  # m = 3 everywhere: a rank-3 subspace cannot be learnt
-    with pytest.raises(InputError, match="more than 3 observed entries"):
-        fit_auto(np.nan_to_num(planted.source_values), mask=mask, K=2, r=3)
+    assert (stored["K"], stored["r"]) == (3, 2) and len(stored["table"]) == len(estimate.table)
+    model.selection_ = None
+    save_model(model, tmp_path / "plain")
+    assert selection_of(tmp_path / "plain") is None
 
 
 def test_cli_pretrain_auto_end_to_end(tmp_path, capsys):
