@@ -262,16 +262,13 @@ def time_train_step(
 SIZE_PARTS = 16
 
 
-def run_sizes_bench(out_json: Path, sizes: tuple[str, ...] | None = None, parts: int = SIZE_PARTS,
-                    attention: str = "moca", steps: int = 3, device: str = "auto", precision: str = "32",
-                    seed: int = 0, threads: int | None = None) -> list[dict]:
-    """Sizes suite: ``time_train_step`` of every named size (its own T) on one scene of ``parts``
-    components -> markdown table on stdout and ``out_json`` (``{"rows", "settings"}``)."""
+def run_sizes_bench(out_json: Path, parts: int = SIZE_PARTS, steps: int = 3, device: str = "auto",
+                    precision: str = "32", seed: int = 0) -> list[dict]:
+    """Sizes suite: ``time_train_step`` of every named size (its own T) with MoCA attention on one
+    scene of ``parts`` components -> markdown table on stdout and ``out_json`` (``{"rows", "settings"}``)."""
     from generation3d.model import MODEL_SIZES
 
-    if threads:
-        torch.set_num_threads(threads)
-    names = tuple(sizes or MODEL_SIZES)
+    names, attention = tuple(MODEL_SIZES), "moca"
     rows = [{**time_train_step(n, attention, parts, MODEL_SIZES.lookup(n).tokens_per_part, device, precision, steps=steps,
                                seed=seed), "threads": torch.get_num_threads()} for n in names]
     write_json(Path(out_json), {"rows": rows, "settings": {"sizes": list(names), "parts": parts, "attention": attention,

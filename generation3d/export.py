@@ -100,7 +100,7 @@ def shape_meshes(points: np.ndarray, boxes: np.ndarray | None = None) -> list[tr
     return meshes
 
 
-def export_meshes(meshes: list[trimesh.Trimesh], path: str | Path, names: list[str] | None = None) -> Path:
+def export_meshes(meshes: list[trimesh.Trimesh], path: str | Path) -> Path:
     """Write parts to ``path``: .glb/.obj keep one node/object per part, .ply is merged (vertex
     colours per part). Written atomically (an existing file is only replaced on success)."""
     path = Path(path)
@@ -109,13 +109,13 @@ def export_meshes(meshes: list[trimesh.Trimesh], path: str | Path, names: list[s
         raise InputError(f"unsupported export format {ext or path.name!r}; use one of {', '.join(EXPORT_FORMATS)}")
     if not meshes:
         raise InputError("nothing to export: the shape has no parts")
-    names = names or [f"part_{i:03d}" for i in range(len(meshes))]
     if ext == ".ply":
         merged = trimesh.util.concatenate(meshes)
         data = merged.export(file_type="ply")
     else:
         scene = trimesh.Scene()
-        for name, m in zip(names, meshes, strict=True):
+        for i, m in enumerate(meshes):
+            name = f"part_{i:03d}"
             scene.add_geometry(m, node_name=name, geom_name=name)
         data = scene.export(file_type=ext[1:])
     if isinstance(data, str):
