@@ -12,8 +12,7 @@ MoCA (mixture of components attention), per layer:
 3. ``moe.topk_select`` keeps the top-k components per query component, the own one always;
 4. query tokens of component p attend, in ONE softmax, to the full T tokens of the k selected
    components and to C compressed tokens of each of the other P - k components
-   (learned-query pooling or mean-pooled chunks of the component's tokens, plus its box
-   encoding), so every component is still seen: ``L = k*T + C*(P-k)`` keys per query block.
+   (learned-query pooling of the component's tokens, plus its box encoding), so every component is still seen: ``L = k*T + C*(P-k)`` keys per query block.
 
 The joint softmax runs in ``kernels.py`` (fused CPU split-KV kernel, ``flex_attention`` with a block
 mask on CUDA, and a pure-PyTorch reference), chosen by device; memory stays linear in P*T. With
@@ -38,6 +37,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from generation3d.geometry import fourier
 from generation3d.kernels import chunk_ranges, sparse_component_attention, split_heads
 from moe import topk_select
 
@@ -48,16 +48,16 @@ DISTILL_QUERIES = 32  # router distillation: at most this many query components 
 class BoxEncoding(nn.Module):
     """Fourier features of part boxes: ``boxes (..., 6) -> (..., d)``.
 
-    ``gamma(b) = [sin(2^f * pi * b), cos(2^f * pi * b)]_{f < n_freq}`` followed by a linear map."""
+    ``gamma(b) = [b, sin(2^f * pi * b), cos(2^f * pi * b)]_{f < n_freq}`` (``geometry.fourier``)
+    followed by a linear map."""
 
     def __init__(self, d_model: int, n_freq: int = 6):
         super().__init__()
-        self.register_buffer("freqs", (2.0 ** torch.arange(n_freq)) * math.pi, persistent=False)
+        self.n_freq = n_freq
         self.proj = nn.Linear(6 * 2 * n_freq + 6, d_model)
 
     def forward(self, boxes: Tensor) -> Tensor:
-        ang = boxes.unsqueeze(-1) * self.freqs  # (..., 6, F)
-        feats = torch.cat([boxes, ang.sin().flatten(-2), ang.cos().flatten(-2)], dim=-1)
+        feats = fourier(boxes, self.n_freq)
         return self.proj(feats)
 
 
@@ -95,31 +95,22 @@ class ComponentRouter(nn.Module):
 class ComponentCompressor(nn.Module):
     """Compress each component's T tokens into C tokens carrying its box prior.
 
-    ``forward(x (B, P, T, d), box_pe (B, P, d) | None) -> (B, P, C, d)``.
-    ``mode="query"``: C learned queries attend (one head) over the component's tokens;
-    ``mode="chunk"``: mean of C contiguous chunks of T/C tokens (T must be divisible by C)."""
+    ``forward(x (B, P, T, d), box_pe (B, P, d) | None) -> (B, P, C, d)``: C learned queries
+    attend (one head) over the component's tokens."""
 
-    def __init__(self, d_model: int, n_tokens: int, mode: str = "query"):
+    def __init__(self, d_model: int, n_tokens: int):
         super().__init__()
-        if mode not in ("query", "chunk"):
-            raise ValueError(f"compression mode must be 'query' or 'chunk', got {mode!r}")
         if n_tokens < 1:
             raise ValueError(f"n_tokens must be >= 1, got {n_tokens}")
-        self.mode, self.n_tokens = mode, n_tokens
-        if mode == "query":
-            self.queries = nn.Parameter(torch.randn(n_tokens, d_model) / math.sqrt(d_model))
-            self.key = nn.Linear(d_model, d_model, bias=False)
+        self.n_tokens = n_tokens
+        self.queries = nn.Parameter(torch.randn(n_tokens, d_model) / math.sqrt(d_model))
+        self.key = nn.Linear(d_model, d_model, bias=False)
 
     def forward(self, x: Tensor, box_pe: Tensor | None = None) -> Tensor:
-        b, p, t, d = x.shape
-        if self.mode == "chunk":
-            if t % self.n_tokens:
-                raise ValueError(f"chunk compression needs T ({t}) divisible by C ({self.n_tokens})")
-            out = x.reshape(b, p, self.n_tokens, t // self.n_tokens, d).mean(3)
-        else:
-            # <q_c, W x_t> = <W^T q_c, x_t>: fold the queries into the key map (no (B,P,T,d) keys)
-            logits = torch.einsum("cd,bptd->bpct", self.queries @ self.key.weight, x) / math.sqrt(d)
-            out = torch.einsum("bpct,bptd->bpcd", logits.softmax(-1), x)
+        d = x.shape[-1]
+        # <q_c, W x_t> = <W^T q_c, x_t>: fold the queries into the key map (no (B,P,T,d) keys)
+        logits = torch.einsum("cd,bptd->bpct", self.queries @ self.key.weight, x) / math.sqrt(d)
+        out = torch.einsum("bpct,bptd->bpcd", logits.softmax(-1), x)
         if box_pe is not None:
             out = out + box_pe.unsqueeze(2)
         return out
@@ -173,8 +164,8 @@ class SparseComponentAttention(ComponentAttention):
     never gathered (only a ``(B, P*T, P*C)`` logit mask marks the selected ones)."""
 
     def __init__(
-        self, d_model: int, n_heads: int, top_k: int, n_compressed: int = 0, compression: str = "query",
-        gather_budget: float = 1.0, n_freq: int = 6,
+        self, d_model: int, n_heads: int, top_k: int, n_compressed: int = 0, gather_budget: float = 1.0,
+        n_freq: int = 6,
     ):
         super().__init__(d_model, n_heads)
         if top_k < 1:
@@ -184,7 +175,7 @@ class SparseComponentAttention(ComponentAttention):
         self.top_k, self.n_compressed = top_k, n_compressed
         self.gather_budget = gather_budget
         self.box_pe = BoxEncoding(d_model, n_freq)
-        self.compressor = ComponentCompressor(d_model, n_compressed, compression) if n_compressed else None
+        self.compressor = ComponentCompressor(d_model, n_compressed) if n_compressed else None
         self.last_selection: dict[str, Tensor] = {}
         self.kernel: str | None = None  # one of kernels.KERNELS; None: by device (flex on CUDA, fused on CPU)
 

@@ -1,14 +1,15 @@
-"""``moca bench --suite attention|scenes|sizes``: time and peak memory of MoCA against full attention.
+"""``moca bench --suite attention|sizes``: time and peak memory of MoCA against full attention.
 
 Suites (same run, same input, interleaved repeats so machine load hits all methods alike):
 
 - ``attention``: forward+backward of one attention layer vs P: ``full`` (fused SDPA over all P*T
   tokens), ``moca`` (router top-k + compressed tokens), ``topk`` (router top-k, no compressed
   tokens), ``local`` (nearest-k components by box centre);
-- ``scenes``: one whole generator training step (forward + backward + AdamW) on a P-component
-  scene, full attention vs MoCA in its sparse phase with and without router distillation;
 - ``sizes``: parameters, training-step time and peak memory of each named model size
   (``model.MODEL_SIZES``) through ``time_train_step``.
+
+A whole training step on P-component scenes, full attention vs MoCA with and without router
+distillation (the former ``scenes`` suite), is ``experiments/generation3d/scene_bench.py``.
 
 Peak memory on the CPU is measured with ``torch.profiler`` (``profile_memory=True``): the running
 sum of every CPU allocation/free during one step, maximum over time (inputs are allocated
@@ -67,14 +68,7 @@ def peak_memory_bytes(fn, device: torch.device | None = None) -> int:
     return peak
 
 
-def _keys_per_query(method: str, p: int, t: int, top_k: int, n_compressed: int) -> int:
-    if method == "full":
-        return p * t
-    k = min(top_k, p)
-    return k * t + (n_compressed * (p - k) if method == "moca" and k < p else 0)
-
-
-def _interleaved_median_ms(step, methods, repeats: int, device: torch.device | None = None) -> dict[str, float]:
+def interleaved_median_ms(step, methods, repeats: int, device: torch.device | None = None) -> dict[str, float]:
     """Median milliseconds of ``step(m)`` per method: one warm-up call each, then ``repeats`` rounds
     that call every method in turn (so load drifts hit all methods alike); GPU work is waited for."""
     times = {m: [] for m in methods}
@@ -92,15 +86,12 @@ def _interleaved_median_ms(step, methods, repeats: int, device: torch.device | N
 
 def bench_attention(
     parts: tuple[int, ...] = DEFAULT_PARTS, tokens: int = 64, d_model: int = 128, n_heads: int = 4,
-    top_k: int = 4, n_compressed: int = 2, repeats: int = 3, methods: tuple[str, ...] = METHODS,
-    seed: int = 0, threads: int | None = None, max_full_parts: int | None = None, device: str = "auto",
+    top_k: int = 4, n_compressed: int = 2, repeats: int = 3, seed: int = 0, threads: int | None = None,
+    device: str = "auto",
 ) -> list[dict]:
     """Rows ``{method, parts, tokens, time_ms (median fwd+bwd), peak_mem_mb, attn_matrix_mb, speedup_vs_full,
-    mem_ratio_vs_full, ...settings}`` on ``device``. ``max_full_parts`` skips full attention above that P."""
+    mem_ratio_vs_full, ...settings}`` of every method in ``METHODS`` on ``device``."""
     dev = resolve_device(device)
-    for m in methods:
-        if m not in METHODS:
-            raise InputError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
     if threads:
         torch.set_num_threads(threads)
     rows = []
@@ -110,9 +101,8 @@ def bench_attention(
         gen = torch.Generator().manual_seed(seed)
         x = torch.randn(1, p, tokens, d_model, generator=gen).to(dev)
         boxes = torch.rand(1, p, 6, generator=gen).to(dev)
-        active = [m for m in methods if not (m == "full" and max_full_parts and p > max_full_parts)]
         mods = {}
-        for m in active:
+        for m in METHODS:
             torch.manual_seed(seed)
             mods[m] = build_attention(m, d_model, n_heads, top_k=top_k, n_compressed=n_compressed).to(dev).train()
 
@@ -120,11 +110,11 @@ def bench_attention(
             xi = x.clone().requires_grad_(True)
             mods[m](xi, boxes).sum().backward()
 
-        times = _interleaved_median_ms(step, active, repeats, dev)
-        for m in active:
+        times = interleaved_median_ms(step, METHODS, repeats, dev)
+        for m in METHODS:
             mods[m].zero_grad(set_to_none=True)
             peak = peak_memory_bytes(lambda m=m: step(m), dev)
-            n_keys = _keys_per_query(m, p, tokens, top_k, n_compressed)
+            n_keys = p * tokens if m == "full" else mods[m].keys_per_query(p, tokens)
             rows.append({
                 "method": m, "parts": p, "tokens": tokens, "time_ms": times[m],
                 "peak_mem_mb": peak / 2**20, "attn_matrix_mb": 4 * n_heads * p * tokens * n_keys / 2**20,
@@ -132,11 +122,17 @@ def bench_attention(
                 "n_compressed": n_compressed, "repeats": repeats, "threads": torch.get_num_threads(),
                 **({} if dev.type == "cpu" else {"device": describe(dev)}),
             })
-    full = {r["parts"]: r for r in rows if r["method"] == "full"}
+    return ratios_vs_full(rows)
+
+
+def ratios_vs_full(rows: list[dict]) -> list[dict]:
+    """Add the same-run ratios ``speedup_vs_full`` (full's time / the row's) and ``mem_ratio_vs_full``
+    (the row's peak memory / full's) against the ``full`` row of the same parts and tokens."""
+    full = {(r["parts"], r["tokens"]): r for r in rows if r["method"] == "full"}
     for r in rows:
-        f = full.get(r["parts"])
-        r["speedup_vs_full"] = f["time_ms"] / r["time_ms"] if f else float("nan")
-        r["mem_ratio_vs_full"] = r["peak_mem_mb"] / f["peak_mem_mb"] if f else float("nan")
+        f = full[r["parts"], r["tokens"]]
+        r["speedup_vs_full"] = f["time_ms"] / r["time_ms"]
+        r["mem_ratio_vs_full"] = r["peak_mem_mb"] / f["peak_mem_mb"]
     return rows
 
 
@@ -145,7 +141,7 @@ def crossover(rows: list[dict], method: str = "moca") -> int | None:
     pts = sorted((r["parts"], r["speedup_vs_full"]) for r in rows if r["method"] == method)
     best = None
     for p, s in reversed(pts):
-        if s != s or s <= 1.0:
+        if s <= 1.0:
             break
         best = p
     return best
@@ -190,121 +186,33 @@ def run_attention_bench(out_dir: Path, **kw) -> list[dict]:
     return rows
 
 
-# ---------------------------------------------------------------- scenes: whole training steps
-SCENE_PARTS = (32, 64, 128, 256)
-SCENE_METHODS = ("full", "moca", "moca_no_distill")
-
-
-def bench_scene_training(
-    parts: tuple[int, ...] = SCENE_PARTS, tokens: tuple[int, ...] = (8,), d_model: int = 128, n_layers: int = 4,
-    top_k: int = 4, n_compressed: int = 2, repeats: int = 3, seed: int = 0, threads: int | None = None,
-    device: str = "auto",
-) -> list[dict]:
-    """Time and peak memory (on ``device``) of one generator training step (forward + backward + AdamW step of the
-    whole ``PartFlowTransformer``, rectified-flow loss, batch of one scene of P components of T
-    tokens), full attention vs MoCA in its sparse phase with router distillation (the recipe's
-    steady state) and without. Same inputs for all methods (content does not change the cost),
-    interleaved repeats; peak memory by ``peak_memory_bytes``. Rows ``{method, parts, tokens,
-    time_ms (median), peak_mem_mb, speedup_vs_full, mem_ratio_vs_full, ...settings}``."""
-    from generation3d.losses import draw_flow_noise, flow_matching_loss
-    from generation3d.model import GenConfig, PartFlowTransformer
-
-    dev = resolve_device(device)
-    if threads:
-        torch.set_num_threads(threads)
-    rows = []
-    for t in tokens:
-        for p in parts:
-            if p < 1 or t < 1:
-                raise InputError(f"parts and tokens must be >= 1, got {p} and {t}")
-            gen = torch.Generator().manual_seed(seed)
-            batch = {"z": torch.randn(1, p, t, 8, generator=gen), "box": torch.randn(1, p, 6, generator=gen),
-                     "valid": torch.ones(1, p, dtype=torch.bool), "category": torch.tensor([4]),
-                     "n_parts": torch.tensor([p]), "text": None}
-            noise = draw_flow_noise(batch, gen)
-            batch, noise = to_device(batch, dev), to_device(noise, dev)
-            models, opts = {}, {}
-            for m in SCENE_METHODS:
-                torch.manual_seed(seed)
-                cfg = GenConfig(n_latents=t, d_latent=8, max_parts=p, d_model=d_model, n_layers=n_layers,
-                                attention="full" if m == "full" else "moca", top_k=top_k, n_compressed=n_compressed,
-                                router_distill=0.5 if m == "moca" else 0.0, dense_warmup=0.0)
-                models[m] = PartFlowTransformer(cfg).to(dev).train()
-                models[m].set_sparse_training(distill=m == "moca", dense=False)
-                opts[m] = torch.optim.AdamW(models[m].parameters(), lr=1e-4)
-
-            def step(m, models=models, opts=opts, batch=batch, noise=noise):
-                model = models[m]
-                loss = flow_matching_loss(model, batch, noise)
-                aux = model.router_distill_loss()
-                (loss if aux is None else loss + 0.5 * aux).backward()
-                opts[m].step()
-                opts[m].zero_grad(set_to_none=True)
-
-            times = _interleaved_median_ms(step, SCENE_METHODS, repeats, dev)  # warm-up creates the optimizer state
-            for m in SCENE_METHODS:
-                rows.append({"method": m, "parts": p, "tokens": t, "time_ms": times[m],
-                             "peak_mem_mb": peak_memory_bytes(lambda m=m: step(m), dev) / 2**20, "d_model": d_model,
-                             "n_layers": n_layers, "top_k": top_k, "n_compressed": n_compressed, "repeats": repeats,
-                             "threads": torch.get_num_threads(), **({} if dev.type == "cpu" else {"device": describe(dev)})})
-    full = {(r["parts"], r["tokens"]): r for r in rows if r["method"] == "full"}
-    for r in rows:
-        f = full[r["parts"], r["tokens"]]
-        r["speedup_vs_full"] = f["time_ms"] / r["time_ms"]
-        r["mem_ratio_vs_full"] = r["peak_mem_mb"] / f["peak_mem_mb"]
-    return rows
-
-
-def run_scene_bench(out_json: Path, **kw) -> list[dict]:
-    """Scenes suite: ``bench_scene_training`` -> markdown table on stdout and ``out_json`` (``{"rows", "settings"}``)."""
-    rows = bench_scene_training(**kw)
-    write_json(Path(out_json), {"rows": rows, "settings": {k: list(v) if isinstance(v, tuple) else v
-                                                            for k, v in kw.items()}})
-    print(markdown_table(rows, ["method", "parts", "tokens", "time_ms", "speedup_vs_full", "peak_mem_mb",
-                                "mem_ratio_vs_full"]))
-    return rows
-
-
 # ---------------------------------------------------------------- sizes: one training step per named size
-def time_train_step(
-    model_size: str, attention: str, parts: int, tokens_per_part: int, device: str | torch.device = "auto",
-    precision: str = "32", steps: int = 3, batch_size: int = 1, seed: int = 0,
-) -> dict:
-    """Time one generator training step (forward + backward + AdamW; MoCA in its sparse phase with
-    its default router distillation, the recipe's steady state) of the named ``model_size``
-    (``model.MODEL_SIZES``: width, depth, heads; ``tokens_per_part`` overrides its T) with
-    ``attention`` on a batch of ``batch_size`` scenes of ``parts`` components, on ``device`` in
-    ``precision`` (autocast; 16-mixed with loss scaling). One warm-up step (optimizer state,
-    compilation), then ``steps`` timed ones. Returns ``{model_size, attention, parts,
-    tokens_per_part, batch_size, precision, device, time_ms (median), params, peak_mem_mb, loss,
-    ...}``; peak memory is that of one more step (``peak_memory_bytes``)."""
+def training_step(cfg, batch_size: int, device: torch.device, precision: str = "32", seed: int = 0):
+    """``(model, step)``: a ``PartFlowTransformer(cfg)`` on ``device`` in training mode (MoCA in its
+    sparse phase, with router distillation when ``cfg.router_distill > 0``: the recipe's steady
+    state) and ``step()``, one training step (forward + backward + AdamW) on a fixed batch of
+    ``batch_size`` scenes of ``cfg.max_parts`` components of ``cfg.n_latents`` tokens (drawn from
+    ``seed``; content does not change the cost) in ``precision`` (autocast; 16-mixed with loss
+    scaling), returning its detached loss."""
     from generation3d.losses import draw_flow_noise, flow_matching_loss
-    from generation3d.model import MODEL_SIZES, GenConfig, PartFlowTransformer
+    from generation3d.model import PartFlowTransformer
 
-    size = MODEL_SIZES.lookup(model_size)
-    dev = resolve_device(device)
-    check_precision(precision, dev)
-    if min(parts, tokens_per_part, steps, batch_size) < 1:
-        raise InputError(f"parts, tokens_per_part, steps and batch_size must be >= 1, got {parts}, {tokens_per_part}, "
-                         f"{steps}, {batch_size}")
+    parts = cfg.max_parts
     gen = torch.Generator().manual_seed(seed)
-    batch = {"z": torch.randn(batch_size, parts, tokens_per_part, 8, generator=gen),
+    batch = {"z": torch.randn(batch_size, parts, cfg.n_latents, cfg.d_latent, generator=gen),
              "box": torch.randn(batch_size, parts, 6, generator=gen),
              "valid": torch.ones(batch_size, parts, dtype=torch.bool), "category": torch.full((batch_size,), 4),
              "n_parts": torch.full((batch_size,), parts), "text": None}
-    noise = to_device(draw_flow_noise(batch, gen), dev)
-    batch = to_device(batch, dev)
+    noise = to_device(draw_flow_noise(batch, gen), device)
+    batch = to_device(batch, device)
     torch.manual_seed(seed)
-    cfg = GenConfig(n_latents=tokens_per_part, d_latent=8, max_parts=parts, d_model=size.d_model, n_heads=size.n_heads,
-                    n_layers=size.n_layers, attention=attention, dense_warmup=0.0)
-    model = PartFlowTransformer(cfg).to(dev).train()
+    model = PartFlowTransformer(cfg).to(device).train()
     model.set_sparse_training(distill=cfg.router_distill > 0, dense=False)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    scaler = torch.amp.GradScaler(dev.type, enabled=precision == "16-mixed")
-    losses = []
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "16-mixed")
 
-    def step():
-        with autocast(dev, precision):
+    def step() -> torch.Tensor:
+        with autocast(device, precision):
             loss = flow_matching_loss(model, batch, noise)
             aux = model.router_distill_loss()
             total = loss if aux is None else loss + cfg.router_distill * aux
@@ -312,10 +220,36 @@ def time_train_step(
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
-        losses.append(total.detach())
+        return total.detach()
 
-    times = _interleaved_median_ms(lambda _: step(), ["step"], steps, dev)["step"]
-    peak = peak_memory_bytes(step, dev)
+    return model, step
+
+
+def time_train_step(
+    model_size: str, attention: str, parts: int, tokens_per_part: int, device: str | torch.device = "auto",
+    precision: str = "32", steps: int = 3, batch_size: int = 1, seed: int = 0,
+) -> dict:
+    """Time one generator training step (``training_step``) of the named ``model_size``
+    (``model.MODEL_SIZES``: width, depth, heads; ``tokens_per_part`` overrides its T) with
+    ``attention`` on a batch of ``batch_size`` scenes of ``parts`` components, on ``device`` in
+    ``precision``. One warm-up step (optimizer state, compilation), then ``steps`` timed ones.
+    Returns ``{model_size, attention, parts, tokens_per_part, batch_size, precision, device,
+    time_ms (median), params, peak_mem_mb, loss, ...}``; peak memory is that of one more step
+    (``peak_memory_bytes``)."""
+    from generation3d.model import MODEL_SIZES, GenConfig
+
+    size = MODEL_SIZES.lookup(model_size)
+    dev = resolve_device(device)
+    check_precision(precision, dev)
+    if min(parts, tokens_per_part, steps, batch_size) < 1:
+        raise InputError(f"parts, tokens_per_part, steps and batch_size must be >= 1, got {parts}, {tokens_per_part}, "
+                         f"{steps}, {batch_size}")
+    cfg = GenConfig(n_latents=tokens_per_part, d_latent=8, max_parts=parts, d_model=size.d_model, n_heads=size.n_heads,
+                    n_layers=size.n_layers, attention=attention, dense_warmup=0.0)
+    model, step = training_step(cfg, batch_size, dev, precision, seed)
+    losses = []
+    times = interleaved_median_ms(lambda _: losses.append(step()), ["step"], steps, dev)["step"]
+    peak = peak_memory_bytes(lambda: losses.append(step()), dev)
     loss = float(torch.stack(losses).float().mean())
     if not math.isfinite(loss):
         raise RuntimeError(f"non-finite training loss {loss} in time_train_step({model_size!r}, {attention!r})")
@@ -328,16 +262,13 @@ def time_train_step(
 SIZE_PARTS = 16
 
 
-def run_sizes_bench(out_json: Path, sizes: tuple[str, ...] | None = None, parts: int = SIZE_PARTS,
-                    attention: str = "moca", steps: int = 3, device: str = "auto", precision: str = "32",
-                    seed: int = 0, threads: int | None = None) -> list[dict]:
-    """Sizes suite: ``time_train_step`` of every named size (its own T) on one scene of ``parts``
-    components -> markdown table on stdout and ``out_json`` (``{"rows", "settings"}``)."""
+def run_sizes_bench(out_json: Path, parts: int = SIZE_PARTS, steps: int = 3, device: str = "auto",
+                    precision: str = "32", seed: int = 0) -> list[dict]:
+    """Sizes suite: ``time_train_step`` of every named size (its own T) with MoCA attention on one
+    scene of ``parts`` components -> markdown table on stdout and ``out_json`` (``{"rows", "settings"}``)."""
     from generation3d.model import MODEL_SIZES
 
-    if threads:
-        torch.set_num_threads(threads)
-    names = tuple(sizes or MODEL_SIZES)
+    names, attention = tuple(MODEL_SIZES), "moca"
     rows = [{**time_train_step(n, attention, parts, MODEL_SIZES.lookup(n).tokens_per_part, device, precision, steps=steps,
                                seed=seed), "threads": torch.get_num_threads()} for n in names]
     write_json(Path(out_json), {"rows": rows, "settings": {"sizes": list(names), "parts": parts, "attention": attention,
@@ -349,7 +280,6 @@ def run_sizes_bench(out_json: Path, sizes: tuple[str, ...] | None = None, parts:
 
 SUITES = {  # per suite: default parts, tokens per component, output (a directory for attention, else a JSON file)
     "attention": ((8, 16, 32, 64, 128, 256), (64,), "results/generation3d_bench"),
-    "scenes": ((32, 64, 128, 256), (8,), "docs/results/generation3d/scenes.json"),
     "sizes": ((SIZE_PARTS,), None, "docs/results/generation3d/sizes.json"),
 }
 
@@ -382,7 +312,4 @@ def run_suite(suite: str, out: str | Path | None = None, parts: tuple[int, ...] 
     if suite == "attention":
         return run_attention_bench(out, parts=parts, tokens=tokens[0], repeats=repeats, top_k=top_k,
                                    n_compressed=n_compressed, seed=seed, **dev)
-    if suite == "scenes":
-        return run_scene_bench(out, parts=parts, tokens=tokens, repeats=repeats, top_k=top_k, n_compressed=n_compressed,
-                               seed=seed, **dev)
     return run_sizes_bench(out, parts=parts[0], steps=repeats, device=device, precision=precision, seed=seed)

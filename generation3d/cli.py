@@ -362,20 +362,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_device_arg(p)
     p.set_defaults(fn=cmd_eval)
 
-    p = sub.add_parser("bench", help="time/memory of MoCA vs full attention: one layer (attention), a training "
-                                     "step on P-component scenes (scenes) or each model size (sizes)")
+    p = sub.add_parser("bench", help="time/memory of MoCA vs full attention: one layer (attention) or a training "
+                                     "step of each model size (sizes)")
     add_common_args(p)
     add_device_arg(p)
     add_precision_arg(p)
-    p.add_argument("--suite", required=True, choices=["attention", "scenes", "sizes"],
+    p.add_argument("--suite", required=True, choices=["attention", "sizes"],
                    help="attention: one layer vs P, MoCA / full / top-k / local (writes bench_attention.csv/.json/.png "
-                        "into --out, default results/generation3d_bench); scenes: one generator training step, full vs "
-                        "MoCA (JSON, default docs/results/generation3d/scenes.json); sizes: parameters, step time and "
-                        "memory per model size (JSON, default docs/results/generation3d/sizes.json)")
-    p.add_argument("--parts", type=int_list(1), default=None,
-                   help="components P (attention: 8,16,32,64,128,256; scenes: 32,64,128,256; sizes: 16)")
-    p.add_argument("--tokens", type=int_list(1), default=None,
-                   help="tokens T per component (attention: one value, 64; scenes: 8 = the AE's default)")
+                        "into --out, default results/generation3d_bench); sizes: parameters, step time and memory per "
+                        "model size (JSON, default docs/results/generation3d/sizes.json). The former scenes suite (a "
+                        "training step on P-component scenes) is python -m experiments.generation3d.scene_bench")
+    p.add_argument("--parts", type=int_list(1), default=None, help="components P (attention: 8,16,32,64,128,256; sizes: 16)")
+    p.add_argument("--tokens", type=int_list(1), default=None, help="tokens T per component (attention: one value, 64)")
     p.add_argument("--repeats", type=lim.bounded(lim.MAX_REPEATS), default=3, help="timed repeats (sizes: timed steps)")
     p.add_argument("--top-k", type=lim.bounded(lim.MAX_TOP_K), default=4)
     p.add_argument("--compressed", type=lim.bounded(lim.MAX_COMPRESSED), default=2)

@@ -34,7 +34,6 @@ def part_colours(n: int) -> np.ndarray:
 ALPHA_SCALE = 0.2
 #: a cloud whose thinnest direction spreads less than this fraction of its widest is flat (no volume)
 FLAT = 1e-6
-MESHERS = ("alpha", "hull")
 
 
 def alpha_shape(points: np.ndarray, scale: float = ALPHA_SCALE) -> trimesh.Trimesh | None:
@@ -63,17 +62,19 @@ def alpha_shape(points: np.ndarray, scale: float = ALPHA_SCALE) -> trimesh.Trime
     return trimesh.Trimesh(np.asarray(mesh.vertices), faces, process=False)
 
 
-def points_to_mesh(points: np.ndarray, box: np.ndarray | None = None, mesher: str = "alpha") -> trimesh.Trimesh:
-    """A part cloud ``(M, 3)`` as a mesh: its alpha shape (``mesher="alpha"``) or convex hull
-    (``"hull"``); the hull when the alpha shape is empty, its box ``(6,)`` (or the cloud's AABB) when
-    the hull is degenerate too."""
+def points_to_mesh(points: np.ndarray, box: np.ndarray | None = None) -> trimesh.Trimesh:
+    """A part cloud ``(M, 3)`` as a mesh: its alpha shape, else ``hull_or_box``."""
     pts = np.asarray(points, dtype=np.float64)
     if len(pts) == 0:
         raise InputError("cannot mesh a part with no points")
-    if mesher not in MESHERS:
-        raise InputError(f"unknown mesher {mesher!r}; choose from {', '.join(MESHERS)}")
-    if mesher == "alpha" and (shape := alpha_shape(pts)) is not None:
-        return shape
+    shape = alpha_shape(pts)
+    return shape if shape is not None else hull_or_box(pts, box)
+
+
+def hull_or_box(points: np.ndarray, box: np.ndarray | None = None) -> trimesh.Trimesh:
+    """The convex hull of a non-empty cloud ``(M, 3)``, or its box ``(6,)`` (else the cloud's AABB)
+    when the hull is degenerate."""
+    pts = np.asarray(points, dtype=np.float64)
     try:
         hull = trimesh.convex.convex_hull(pts)
         if hull.volume > 1e-12 and len(hull.faces) >= 4:
@@ -88,18 +89,18 @@ def points_to_mesh(points: np.ndarray, box: np.ndarray | None = None, mesher: st
     return m
 
 
-def shape_meshes(points: np.ndarray, boxes: np.ndarray | None = None, mesher: str = "alpha") -> list[trimesh.Trimesh]:
+def shape_meshes(points: np.ndarray, boxes: np.ndarray | None = None) -> list[trimesh.Trimesh]:
     """One coloured mesh per part from ``points (P, M, 3)`` (``points_to_mesh``)."""
     colours = part_colours(len(points))
     meshes = []
     for i, pts in enumerate(points):
-        m = points_to_mesh(pts, None if boxes is None else boxes[i], mesher)
+        m = points_to_mesh(pts, None if boxes is None else boxes[i])
         m.visual.face_colors = np.tile(colours[i], (len(m.faces), 1))
         meshes.append(m)
     return meshes
 
 
-def export_meshes(meshes: list[trimesh.Trimesh], path: str | Path, names: list[str] | None = None) -> Path:
+def export_meshes(meshes: list[trimesh.Trimesh], path: str | Path) -> Path:
     """Write parts to ``path``: .glb/.obj keep one node/object per part, .ply is merged (vertex
     colours per part). Written atomically (an existing file is only replaced on success)."""
     path = Path(path)
@@ -108,13 +109,13 @@ def export_meshes(meshes: list[trimesh.Trimesh], path: str | Path, names: list[s
         raise InputError(f"unsupported export format {ext or path.name!r}; use one of {', '.join(EXPORT_FORMATS)}")
     if not meshes:
         raise InputError("nothing to export: the shape has no parts")
-    names = names or [f"part_{i:03d}" for i in range(len(meshes))]
     if ext == ".ply":
         merged = trimesh.util.concatenate(meshes)
         data = merged.export(file_type="ply")
     else:
         scene = trimesh.Scene()
-        for name, m in zip(names, meshes, strict=True):
+        for i, m in enumerate(meshes):
+            name = f"part_{i:03d}"
             scene.add_geometry(m, node_name=name, geom_name=name)
         data = scene.export(file_type=ext[1:])
     if isinstance(data, str):
@@ -122,11 +123,6 @@ def export_meshes(meshes: list[trimesh.Trimesh], path: str | Path, names: list[s
     with atomic_write(path, "wb") as f:
         f.write(data)
     return path
-
-
-def export_parts_separately(meshes: list[trimesh.Trimesh], out_dir: str | Path, ext: str = ".ply") -> list[Path]:
-    """One file per part in ``out_dir`` (``part_000.ply`` ...)."""
-    return [export_meshes([m], Path(out_dir) / f"part_{i:03d}{ext}") for i, m in enumerate(meshes)]
 
 
 def face_colour(mesh: trimesh.Trimesh, i: int) -> tuple:

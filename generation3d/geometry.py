@@ -3,10 +3,20 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 MIN_SIZE = 1e-3  # box sizes are clamped to this when normalising points into the box frame
+
+
+def fourier(x: torch.Tensor, n_freq: int) -> torch.Tensor:
+    """``x (..., c) -> (..., c * (2 * n_freq + 1))`` with ``[x, sin(2^f pi x), cos(2^f pi x)]``
+    (points in the autoencoder, boxes in the generator and the attention's box encoding)."""
+    freqs = (2.0 ** torch.arange(n_freq, device=x.device, dtype=x.dtype)) * math.pi
+    ang = x.unsqueeze(-1) * freqs
+    return torch.cat([x, ang.sin().flatten(-2), ang.cos().flatten(-2)], -1)
 
 
 def to_canonical(points: np.ndarray | torch.Tensor, boxes):

@@ -76,6 +76,12 @@ def split_heads(z: Tensor, h: int) -> Tensor:
     return z.view(n, length, h, d // h).transpose(1, 2)
 
 
+def _project(x, w_qkv, b_qkv):
+    """``x (B, N, d)`` -> ``[q, k, v]`` each ``(B, N, d)``, from the fused ``(3d, d)`` weight and ``(3d,)`` bias."""
+    d = x.shape[-1]
+    return [F.linear(x, w_qkv[i * d : (i + 1) * d], b_qkv[i * d : (i + 1) * d]) for i in range(3)]
+
+
 class GatheredAttention(torch.autograd.Function):
     """Block-sparse attention with linear memory in the selected blocks (CPU fused flash kernel).
 
@@ -99,7 +105,7 @@ class GatheredAttention(torch.autograd.Function):
     def forward(ctx, x, w_qkv, b_qkv, kc, vc, gate, sel, bias, comp_ok, p, h, step):
         b, n, d = x.shape
         t, e = n // p, d // h
-        q, k, v = (F.linear(x, w_qkv[i * d : (i + 1) * d], b_qkv[i * d : (i + 1) * d]) for i in range(3))
+        q, k, v = _project(x, w_qkv, b_qkv)
         kb, vb = k.view(b * p, t * d), v.view(b * p, t * d)
         q5 = q.view(b, p, t, d)
         out = torch.empty(b, p, t, h, e, dtype=x.dtype, device=x.device)
@@ -183,7 +189,7 @@ def gathered_attention_reference(x, w_qkv, b_qkv, kc, vc, gate, sel, bias, comp_
     the fallback off CPU / without the fused kernel, and the test reference."""
     b, n, d = x.shape
     t = n // p
-    q, k, v = (F.linear(x, w_qkv[i * d : (i + 1) * d], b_qkv[i * d : (i + 1) * d]) for i in range(3))
+    q, k, v = _project(x, w_qkv, b_qkv)
     kb, vb = k.reshape(b * p, t * d), v.reshape(b * p, t * d)
     q5 = q.reshape(b, p, t, d)
     outs = []
@@ -203,11 +209,6 @@ def gathered_attention_reference(x, w_qkv, b_qkv, kc, vc, gate, sel, bias, comp_
         o = F.scaled_dot_product_attention(split_heads(q5[:, a:z].reshape(b * g, t, d), h), split_heads(kf, h), split_heads(vf, h), attn_mask=mask)
         outs.append(o.transpose(1, 2).reshape(b, g, t, d))
     return torch.cat(outs, 1)
-
-
-def _project(x, w_qkv, b_qkv):
-    d = x.shape[-1]
-    return [F.linear(x, w_qkv[i * d : (i + 1) * d], b_qkv[i * d : (i + 1) * d]) for i in range(3)]
 
 
 def component_block_mask(sel: Tensor, bias: Tensor | None, comp_ok: Tensor | None, p: int, t: int, c: int):

@@ -19,7 +19,7 @@ there is no text). DiT blocks with adaLN-Zero; the token mixer is a component at
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -30,14 +30,8 @@ from common.pretrained import PretrainedMixin, register_model, register_to_confi
 from common.sizes import SizeTable
 from generation3d.attention import ATTENTION_KINDS, MoCAAttention, build_attention
 from generation3d.data import CATEGORIES
+from generation3d.geometry import fourier
 from generation3d.text import TEXT_DIM
-
-
-def fourier(x: Tensor, n_freq: int) -> Tensor:
-    """``x (..., c) -> (..., c * (2 * n_freq + 1))`` with ``[x, sin(2^f pi x), cos(2^f pi x)]``."""
-    freqs = (2.0 ** torch.arange(n_freq, device=x.device, dtype=x.dtype)) * math.pi
-    ang = x.unsqueeze(-1) * freqs
-    return torch.cat([x, ang.sin().flatten(-2), ang.cos().flatten(-2)], -1)
 
 
 @dataclass
@@ -110,7 +104,6 @@ MODEL_SIZES = SizeTable({
     "B": ModelSize(d_model=256, n_layers=6, n_heads=8, tokens_per_part=16),
     "L": ModelSize(d_model=384, n_layers=8, n_heads=12, tokens_per_part=32),
 }, default="S")
-DEFAULT_SIZE = MODEL_SIZES.default
 
 
 MOCA_ROUTER_DISTILL = 0.5  # default router distillation weight of MoCA
@@ -314,7 +307,3 @@ class PipelineCheckpoint(PretrainedMixin, nn.Module):
         g = torch.Generator().manual_seed(0)
         return model, (torch.randn(1, 3, 2, 3, generator=g), torch.randn(1, 3, 6, generator=g), torch.tensor([500.0]),
                        torch.tensor([0]), torch.tensor([3]))
-
-
-def config_dict(cfg) -> dict:
-    return asdict(cfg)

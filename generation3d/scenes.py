@@ -49,7 +49,6 @@ MAX_FAILURES = 60  # consecutive groups that find no free spot before the room i
 ROOM_GROWTH = 1.25  # area factor when a room cannot reach its minimum part count
 GROUPS = ("dining", "shelf", "sofa", "bed", "lamp")
 GROUP_WEIGHTS = (0.35, 0.25, 0.17, 0.13, 0.10)
-WALL_TYPES = ("shelf", "sofa", "bed")
 
 
 @dataclass

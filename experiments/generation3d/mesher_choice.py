@@ -24,7 +24,7 @@ from scipy.spatial import cKDTree
 
 from common.report import markdown_table
 from generation3d.data import CATEGORIES, PartDataset
-from generation3d.export import alpha_shape, points_to_mesh
+from generation3d.export import alpha_shape, hull_or_box
 
 SCALES = (0.03, 0.05, 0.08, 0.12, 0.2, 0.3, 0.5)
 SAMPLES = 2000
@@ -75,9 +75,9 @@ def main(argv=None) -> int:
     ds = PartDataset.load(a.data_dir)
 
     def alpha(scale):
-        return lambda half, box: alpha_shape(half, scale) or points_to_mesh(half, box, "hull")
+        return lambda half, box: alpha_shape(half, scale) or hull_or_box(half, box)
 
-    hull = {"hull": lambda half, box: points_to_mesh(half, box, "hull")}
+    hull = {"hull": hull_or_box}
     val = summary(score(ds, "val", {**hull, **{f"alpha{s:g}": alpha(s) for s in SCALES}}, a.seed, a.max_shapes))
     best = min((r for r in val if r["category"] == "all" and r["method"] != "hull"), key=lambda r: r["chamfer"])
     scale = float(best["method"][5:])

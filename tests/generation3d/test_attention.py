@@ -73,21 +73,13 @@ def test_moca_exposes_router_choices_and_key_count():
     assert m.keys_per_query(7, 4) == 3 * 4 + 2 * (7 - 3)
 
 
-@pytest.mark.parametrize("mode", ["query", "chunk"])
-def test_compression_shapes_and_box_prior(mode):
-    comp = ComponentCompressor(16, 2, mode)
+def test_compression_shapes_and_box_prior():
+    comp = ComponentCompressor(16, 2)
     x = torch.randn(3, 5, 8, 16)
     pe = torch.randn(3, 5, 16)
     out = comp(x)
     assert out.shape == (3, 5, 2, 16)
     torch.testing.assert_close(comp(x, pe) - out, pe[:, :, None].expand(-1, -1, 2, -1))
-    if mode == "chunk":
-        torch.testing.assert_close(out[:, :, 0], x[:, :, :4].mean(2))
-
-
-def test_chunk_compression_requires_divisible_tokens():
-    with pytest.raises(ValueError, match="divisible"):
-        ComponentCompressor(8, 3, "chunk")(torch.randn(1, 2, 4, 8))
 
 
 def test_unselected_components_still_reach_the_output_only_with_compression():

@@ -45,7 +45,7 @@ def test_cli_end_to_end(tmp_path, capsys, monkeypatch):
         (["bench", "--suite", "attention", "--parts", "8,x"], "comma-separated"),
         (["bench", "--suite", "attention", "--tokens", "8,16", "--out", str(tmp_path / "y_bench")], "one --tokens"),
         (["bench", "--suite", "sizes", "--parts", "4,8", "--out", str(tmp_path / "y.json")], "one --parts"),
-        (["bench", "--suite", "scenes", "--precision", "bf16-mixed", "--out", str(tmp_path / "y.json")], "sizes only"),
+        (["bench", "--suite", "attention", "--precision", "bf16-mixed", "--out", str(tmp_path / "y_bench")], "sizes only"),
         (["train", "--ae", str(ae), "--data-dir", str(data), "--model-size", "S", "--d-model", "32",
           "--out", str(tmp_path / "y_run")], "omit --d-model"),
         (["train", "--ae", str(ae), "--data-dir", str(data), "--model-size", "B", "--out", str(tmp_path / "y_run")],
@@ -72,15 +72,6 @@ def test_bench_attention_writes_csv_and_ratios(tmp_path):
     moca8 = next(r for r in rows if r["method"] == "moca" and r["parts"] == "8")
     assert int(moca8["keys_per_query"]) == 4 * 8 + 2 * 4
     assert (tmp_path / "bench_attention.png").stat().st_size > 0
-
-
-def test_bench_scenes_suite_writes_the_step_rows(tmp_path):
-    out = tmp_path / "scenes.json"
-    assert main(["bench", "--suite", "scenes", "--parts", "3", "--tokens", "2", "--repeats", "1", "--out", str(out)]) == 0
-    saved = json.loads(out.read_text())
-    assert [r["method"] for r in saved["rows"]] == ["full", "moca", "moca_no_distill"]
-    assert saved["settings"] == {"parts": [3], "tokens": [2], "repeats": 1, "top_k": 4, "n_compressed": 2, "seed": 0}
-    assert main(["bench", "--suite", "scenes", "--out", str(out)]) == 2  # exists: --overwrite needed
 
 
 def test_demo_tab_builds_and_generates(tiny_pipeline, tmp_path, monkeypatch):

@@ -126,7 +126,7 @@ def test_empty_parts_and_files_with_bad_parts_are_rejected(tmp_path):
 
 
 def test_alpha_shape_keeps_four_legs_apart_and_flat_clouds_fall_back():
-    from generation3d.export import points_to_mesh
+    from generation3d.export import hull_or_box, points_to_mesh
 
     rng = np.random.default_rng(0)
     legs = []
@@ -134,11 +134,9 @@ def test_alpha_shape_keeps_four_legs_apart_and_flat_clouds_fall_back():
         t, z = rng.uniform(0, 2 * np.pi, 64), rng.uniform(0, 2, 64)
         legs.append(np.stack([cx + 0.08 * np.cos(t), cy + 0.08 * np.sin(t), z], 1))
     legs = np.concatenate(legs)
-    alpha, hull = points_to_mesh(legs), points_to_mesh(legs, mesher="hull")
+    alpha, hull = points_to_mesh(legs), hull_or_box(legs)
     assert alpha.area < 0.3 * hull.area  # the hull spans the legs; the alpha shape does not
     centres = alpha.triangles_center[:, :2]
     assert np.all(np.abs(np.abs(centres) - 1).max(1) < 0.3)  # every face lies on a leg, none spans two
     flat = np.c_[rng.uniform(-1, 1, (50, 2)), np.zeros(50)]  # no volume: the box fallback
     assert len(points_to_mesh(flat, np.array([0, 0, 0, 2, 2, 0.0])).faces) == 12
-    with pytest.raises(InputError, match="mesher"):
-        points_to_mesh(legs, mesher="poisson")

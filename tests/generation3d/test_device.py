@@ -11,7 +11,7 @@ from common.device import DeviceError
 from common.errors import InputError
 from generation3d.bench import run_sizes_bench, time_train_step
 from generation3d.cli import main
-from generation3d.model import DEFAULT_SIZE, MODEL_SIZES, AEConfig, GenConfig, PartFlowTransformer
+from generation3d.model import MODEL_SIZES, AEConfig, GenConfig, PartFlowTransformer
 from generation3d.sampling import MoCAPipeline
 
 
@@ -69,7 +69,7 @@ def test_sampling_follows_the_pipeline_device(tiny_pipeline):
 
 
 def test_the_default_size_is_the_results_recipe():
-    s, cfg, ae = MODEL_SIZES.lookup(DEFAULT_SIZE), GenConfig(), AEConfig()
+    s, cfg, ae = MODEL_SIZES.lookup(MODEL_SIZES.default), GenConfig(), AEConfig()
     assert (s.d_model, s.n_layers, s.n_heads, s.tokens_per_part) == (cfg.d_model, cfg.n_layers, cfg.n_heads, ae.n_latents)
     widths = [MODEL_SIZES[n].d_model for n in MODEL_SIZES]
     assert widths == sorted(widths) and all(m.d_model % m.n_heads == 0 for m in MODEL_SIZES.values())

@@ -15,12 +15,11 @@ VALID = torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]], dtype=torch.bool)
 
 def _layers():
     torch.manual_seed(0)
-    return {"moca": MoCAAttention(16, 2, top_k=2, n_compressed=2), "moca_chunk": MoCAAttention(16, 2, top_k=3, n_compressed=1,
-                                                                                               compression="chunk"),
+    return {"moca": MoCAAttention(16, 2, top_k=2, n_compressed=2), "moca_c1": MoCAAttention(16, 2, top_k=3, n_compressed=1),
             "topk": TopKAttention(16, 2, top_k=2), "local": LocalWindowAttention(16, 2, window=3)}
 
 
-@pytest.mark.parametrize("name", ["moca", "moca_chunk", "topk", "local"])
+@pytest.mark.parametrize("name", ["moca", "moca_c1", "topk", "local"])
 @pytest.mark.parametrize("valid", [None, VALID])
 def test_flex_forward_matches_the_cpu_kernel_and_the_reference(name, valid):
     m = _layers()[name].double().eval()
