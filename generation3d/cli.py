@@ -124,11 +124,11 @@ def cmd_train(a) -> int:
     cfg = GenConfig(n_latents=ae.config.n_latents, d_latent=ae.config.d_latent, max_parts=a.max_parts,
                     d_model=width, n_layers=depth, n_heads=size.n_heads, attention=a.attention, top_k=a.top_k,
                     n_compressed=a.compressed, router_distill=a.router_distill, dense_warmup=a.dense_warmup)
-    extra = {"seed": a.seed, "steps": steps, **({"preset": a.preset, "ae_train_s": info["ae_train_s"]} if a.preset else {})}
+    extra = {"seed": a.seed, "steps": steps, "augment": a.augment, **({"preset": a.preset, "ae_train_s": info["ae_train_s"]} if a.preset else {})}
     ae_extra = checkpoint_info(out / "ae").extra if a.preset else None  # the recipe the autoencoder was trained with
     pipe, hist = train_pipeline(ds, ae, cfg, out, extra, ae_extra, steps=steps, batch_size=a.batch_size, lr=a.lr,
                                 seed=a.seed, device=a.device, precision=a.precision, resume=a.resume,
-                                checkpoint_every=every, snapshot_every=snapshot_every)
+                                checkpoint_every=every, snapshot_every=snapshot_every, augment=a.augment)
     train_s = hist[-1]["time_s"]
     print(f"trained {a.attention} generator for {steps} steps: final loss {hist[-1]['loss']:.4f}, "
           f"{train_s:.0f} s of training; saved {out}")
@@ -319,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="router distillation loss weight (default 0.5 for moca, else 0)")
     p.add_argument("--dense-warmup", type=probability, default=None, metavar="FRAC",
                    help="first FRAC of the steps dense, k = P (default 0.25 for moca, else 0)")
+    p.add_argument("--augment", action="store_true",
+                   help="mirror, per-axis scale and component swaps of the training shapes (generation3d/augment.py)")
     p.add_argument("--threads", type=lim.bounded(lim.MAX_THREADS), default=2)
     add_force_arg(p, f"train more than {lim.STEPS_WITHOUT_FORCE} steps or a model over the memory budget")
     add_device_arg(p)

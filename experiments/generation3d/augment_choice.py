@@ -14,7 +14,8 @@ One variant per process (two cores: run both at once), then ``--merge``:
 ``python -m experiments.generation3d.augment_choice --data-dir DIR --variant none --out PART_NONE.json``
 ``python -m experiments.generation3d.augment_choice --data-dir DIR --variant augment --out PART_AUG.json``
 ``python -m experiments.generation3d.augment_choice --merge PART_SHIPPED.json PART_NONE.json PART_AUG.json --out augment_choice.json``
-(``--variant shipped`` scores the shipped model without training.)
+(``--variant shipped`` scores the shipped model without training; ``--strength P S W`` sets the
+augmentation's ``AUGMENT_PROB``, ``SCALE_MAX`` and ``SWAP_PROB`` for a stronger or weaker variant.)
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import time
 
 import torch
 
+import generation3d.augment
+import generation3d.train
 from common.report import markdown_table
 from generation3d.data import PartDataset
 from generation3d.diversity import spread_and_copies
@@ -63,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", help="moca build-data --source sweethome3d --points 128 output")
     ap.add_argument("--variant", choices=("shipped", "none", "augment"))
     ap.add_argument("--steps", type=int, default=4000)
+    ap.add_argument("--strength", nargs=3, type=float, metavar=("PROB", "SCALE_MAX", "SWAP_PROB"))
     ap.add_argument("--merge", nargs="+", help="per-variant JSON files to combine")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.merge:
         rows = [json.load(open(f)) for f in a.merge]
         result = {"protocol": __doc__.split("\n\n")[1].replace("\n", " "), "lr": LR, "seed": SEED, "rows": rows}
-        flat = [{"variant": r["variant"], "fidelity": r["fidelity"], "copy_share": r["copy_share"],
+        flat = [{"variant": r["variant"] + (" (strong)" if r.get("strength") else ""), "fidelity": r["fidelity"], "copy_share": r["copy_share"],
                  **{f"spread {c}": v for c, v in r["spread_ratio"].items()}} for r in rows]
         print(markdown_table(flat, list(flat[0])))
     else:
@@ -78,11 +82,14 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("--data-dir and --variant are needed without --merge")
         pipe = MoCAPipeline.load("moca-furniture")
         ds = PartDataset.load(a.data_dir, with_meshes=True)
-        train_s = 0.0
+        train_s, strength = 0.0, None
+        if a.strength:  # an experiment's setting of the augmentation's constants
+            generation3d.train.AUGMENT_PROB, generation3d.augment.SCALE_MAX, generation3d.augment.SWAP_PROB = a.strength
+            strength = {"augment_prob": a.strength[0], "scale_max": a.strength[1], "swap_prob": a.strength[2]}
         if a.variant != "shipped":
             pipe, train_s = finetuned(pipe, ds, a.steps, a.variant == "augment")
         result = {"variant": a.variant, "extra_steps": 0 if a.variant == "shipped" else a.steps,
-                  "train_s": train_s, **score(pipe, ds)}
+                  "train_s": train_s, "strength": strength, **score(pipe, ds)}
         print(json.dumps(result))
     with open(a.out, "w") as f:
         json.dump(result, f, indent=1)

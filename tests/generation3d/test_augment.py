@@ -108,3 +108,19 @@ def test_fit_with_augmentation_trains_and_repeats(parts):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert any(not torch.equal(a, b) for a, b in zip(runs[0].state_dict().values(), plain.state_dict().values(),
                                                          strict=True))
+
+
+def test_cli_train_augment_is_recorded_and_resumes_only_alike(tiny_data, tiny_pipeline, tmp_path, capsys):
+    from common.pretrained import checkpoint_info
+    from generation3d.cli import main as moca_main
+
+    out = tmp_path / "run"
+    args = ["train", "--data-dir", str(tiny_data), "--ae", str(tiny_pipeline / "ae"), "--out", str(out), "--resume",
+            "--steps", "2", "--checkpoint-every", "1", "--d-model", "32", "--layers", "1", "--max-parts", "40",
+            "--threads", "1"]
+    assert moca_main([*args, "--augment"]) == 0
+    assert checkpoint_info(out / "generator").extra["augment"] is True
+    capsys.readouterr()
+    assert moca_main([a if a != "2" else "3" for a in args]) == 2  # continuing it without augmentation is refused
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "augment" in err and len(err.strip().splitlines()) == 1
