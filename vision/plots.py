@@ -40,7 +40,7 @@ def plot_routing(route_log: list[dict], trace: list[dict], path: Path, depth_opt
     ax[3].invert_xaxis()
     ax[3].set(xlabel="timestep (sampling runs right to left)", ylabel="depth", title="route per sampling step")
     fig.tight_layout()
-    _save_png(fig, path)
+    save_png(fig, path)
 
 
 def plot_fid_curve(curve: list[dict], path: Path) -> None:
@@ -54,28 +54,7 @@ def plot_fid_curve(curve: list[dict], path: Path) -> None:
     ax.set(xlabel="training step", ylabel="FMNIST-classifier FID", title="FID vs training steps")
     ax.legend()
     fig.tight_layout()
-    _save_png(fig, path)
-
-
-def plot_scaling(summary: list[dict], path: Path) -> None:
-    """FID ratio to plain Mamba (mean over seeds) vs budget, one panel per dataset."""
-    from matplotlib.figure import Figure
-
-    datasets = list(dict.fromkeys(r["dataset"] for r in summary))
-    fig = Figure(figsize=(5 * len(datasets), 3.3))
-    axes = fig.subplots(1, len(datasets), squeeze=False)
-    for ax, ds in zip(axes[0], datasets, strict=True):
-        for m in dict.fromkeys(r["model"] for r in summary):
-            pts = [(r["budget_index"], r["fid_vs_mamba"]) for r in summary if r["dataset"] == ds and r["model"] == m]
-            ax.plot(*zip(*sorted(pts), strict=True), "o-", label=m)
-        names = sorted({(r["budget_index"], r["budget"]) for r in summary if r["dataset"] == ds})
-        ax.set_xticks([i for i, _ in names], [n for _, n in names])
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set(xlabel="budget (width and steps grow together)", ylabel="EfficientNet-Lite0 FID / plain Mamba's",
-               title=ds)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    _save_png(fig, path)
+    save_png(fig, path)
 
 
 def plot_compute(curve: list[dict], path: Path, clock: str = "CPU time") -> None:
@@ -94,10 +73,10 @@ def plot_compute(curve: list[dict], path: Path, clock: str = "CPU time") -> None
         ax.set(xlabel=f"training minutes ({clock})", ylabel=label, title=label.split(" (")[0])
         ax.legend(fontsize=7)
     fig.tight_layout()
-    _save_png(fig, path)
+    save_png(fig, path)
 
 
-def _save_png(fig, path: Path) -> None:
+def save_png(fig, path: Path) -> None:
     """Write ``fig`` as PNG atomically (a reader never sees half a plot)."""
     from common.io import atomic_write
 
