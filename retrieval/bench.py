@@ -1,6 +1,6 @@
 """The app's results table (``moa3cir bench --suite table``): MoA³CIR vs baselines and ablations
 on both benchmark variants, and the speed of the pretrained encoder's gallery features
-(``--suite features``). The search speed benchmark is ``retrieval.search_bench``.
+(``--suite features``). The search speed study is ``experiments.retrieval.search_bench``.
 
 ``run_retrieval_bench`` trains every method with every image encoder (``scratch`` CNN towers,
 the frozen ImageNet ``efficientnet-lite0``) at one model size on the same train split (same
