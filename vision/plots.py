@@ -1,5 +1,5 @@
-"""The figures of ``moh bench``: routing statistics per timestep, FID against training steps, the
-scaling trend, and quality against training compute. Each writes a PNG from its own
+"""The figures of ``moh bench``: routing statistics per timestep, FID against training steps and
+quality against training compute. Each writes a PNG from its own
 ``matplotlib.figure.Figure`` (no pyplot state is shared, so they are safe to call from several
 threads)."""
 
@@ -43,35 +43,21 @@ def plot_routing(route_log: list[dict], trace: list[dict], path: Path, depth_opt
     save_png(fig, path)
 
 
-def plot_fid_curve(curve: list[dict], path: Path) -> None:
+def plot_curves(curve: list[dict], path: Path, x: str, xlabel: str, panels: tuple[tuple[str, str, str], ...],
+                figsize: tuple[float, float], legend_size: float | None = None) -> None:
+    """One panel per ``(key, ylabel, title)`` of ``panels``: the ``curve`` rows' ``key`` against
+    their ``x``, one line per model (FID against training steps in ``vision.bench``, quality
+    against training minutes in ``vision.compute``)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(5, 3.3))
-    ax = fig.subplots()
-    for m in dict.fromkeys(c["model"] for c in curve):
-        pts = sorted((c["step"], c["fmnist_classifier_fid"]) for c in curve if c["model"] == m)
-        ax.plot(*zip(*pts, strict=True), "o-", label=m)
-    ax.set(xlabel="training step", ylabel="FMNIST-classifier FID", title="FID vs training steps")
-    ax.legend()
-    fig.tight_layout()
-    save_png(fig, path)
-
-
-def plot_compute(curve: list[dict], path: Path, clock: str = "CPU time") -> None:
-    """FMNIST-classifier FID, precision, recall and confident share against the training minutes
-    measured up to each snapshot (``vision.compute``), one curve per model."""
-    from matplotlib.figure import Figure
-
-    panels = (("fmnist_classifier_fid", "FMNIST-classifier FID (lower is better)"), ("precision", "precision"),
-              ("recall", "recall"), ("confident_share", "confident share (classifier p >= 0.8)"))
-    fig = Figure(figsize=(18, 3.4))
-    axes = fig.subplots(1, len(panels))
-    for ax, (key, label) in zip(axes, panels, strict=True):
+    fig = Figure(figsize=figsize)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (key, label, title) in zip(axes, panels, strict=True):
         for m in dict.fromkeys(c["model"] for c in curve):
-            pts = sorted((c["train_min"], c[key]) for c in curve if c["model"] == m)
+            pts = sorted((c[x], c[key]) for c in curve if c["model"] == m)
             ax.plot(*zip(*pts, strict=True), "o-", label=m)
-        ax.set(xlabel=f"training minutes ({clock})", ylabel=label, title=label.split(" (")[0])
-        ax.legend(fontsize=7)
+        ax.set(xlabel=xlabel, ylabel=label, title=title)
+        ax.legend(fontsize=legend_size)
     fig.tight_layout()
     save_png(fig, path)
 

@@ -231,22 +231,26 @@ class AdaLNMambaBlock(nn.Module):
         return x + gate[:, None] * y
 
 
-def fixed_stack_forward(model: nn.Module, sample: Tensor, timestep, return_dict: bool = True):
-    """Forward of a fixed-depth backbone (every block at every timestep): patch-embed ``sample
-    (b, c, H, W)``, run ``model.blocks`` conditioned on the timestep embedding, project back.
-    Returns ``BackboneOutput`` (or a tuple) with zero aux loss and the block count run."""
-    cfg = model.config
-    check_sample(sample, cfg.in_channels, cfg.sample_size)
-    t = prepare_timestep(timestep, sample.shape[0], sample.device)
-    c = model.t_embed(t)
-    h = model.patch(sample)
-    for blk in model.blocks:
-        h = blk(h, c)
-    out = model.final(h, c)
-    info = {"sample_layers": len(model.blocks) * sample.shape[0]}
-    if not return_dict:
-        return (out, out.new_zeros(()), info)
-    return BackboneOutput(sample=out, aux_loss=out.new_zeros(()), route=info)
+class FixedStackBackbone(DiffusionBackbone):
+    """Base of the fixed-depth backbones (plain Mamba, DiT): every block at every timestep. A
+    subclass builds ``t_embed``, ``patch``, ``blocks`` (each ``block(h, c)``) and ``final``."""
+
+    def forward(self, sample: Tensor, timestep, return_dict: bool = True, route: dict | None = None):
+        """Patch-embed ``sample (b, c, H, W)``, run ``blocks`` conditioned on the timestep
+        embedding, project back. Returns ``BackboneOutput`` (or a tuple) with zero aux loss and the
+        block count run; ``route`` is accepted for a call uniform with MoH's and ignored."""
+        cfg = self.config
+        check_sample(sample, cfg.in_channels, cfg.sample_size)
+        t = prepare_timestep(timestep, sample.shape[0], sample.device)
+        c = self.t_embed(t)
+        h = self.patch(sample)
+        for blk in self.blocks:
+            h = blk(h, c)
+        out = self.final(h, c)
+        info = {"sample_layers": len(self.blocks) * sample.shape[0]}
+        if not return_dict:
+            return (out, out.new_zeros(()), info)
+        return BackboneOutput(sample=out, aux_loss=out.new_zeros(()), route=info)
 
 
 def count_parameters(model: nn.Module) -> int:
