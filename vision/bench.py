@@ -137,7 +137,7 @@ def run_bench(out_dir: str | Path, cfg: BenchConfig | None = None, log=None, dev
     write_csv(out / "bench.csv", rows)
     write_csv(out / "fid_curve.csv", curve)
     plot_curves(curve, out / "fid_curve.png", "step", "training step",
-                (("fmnist_classifier_fid", "FMNIST-classifier FID", "FID vs training steps"),), figsize=(5, 3.3))
+                (("fmnist_classifier_fid", "FMNIST-classifier FID"),), figsize=(5, 3.3), title="FID vs training steps")
     write_json(out / "bench.json", {"config": cfg.__dict__, "classifier": cinfo, "rows": rows, "fid_curve": curve})
     cols = ["model", "params", "train_s_per_step", "step_time_vs_mamba", "fmnist_classifier_fid", "fid_vs_mamba",
             "precision", "recall", "sample_s_per_image", "blocks_per_image_step"]

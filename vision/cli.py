@@ -37,8 +37,8 @@ from vision.limits import MAX_IMAGES, MAX_SAMPLES, MAX_THREADS, check_max, check
 
 SUITES = ("quick", "full", "sizes", "compute")
 # options that only some suites read (any other suite refuses them)
-SUITE_OPTIONS = {"n_samples": ("quick", "full", "compute"), "sizes": ("sizes",), "batch_size": ("sizes",), "budget_min": ("compute",),
-                 "model_size": ("compute",), "workers": ("compute",)}
+SUITE_OPTIONS = {"n_samples": ("quick", "full", "compute"), "sizes": ("sizes",), "batch_size": ("sizes",),
+                 "budget_min": ("compute",), "model_size": ("compute",), "workers": ("compute",)}
 
 
 def _data_input(spec: str | None) -> str | None:
@@ -346,10 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_precision_arg(b)
     b.add_argument("--suite", choices=SUITES, default="full",
                    help="quick: 120 steps, MoH / plain Mamba / DiT (minutes); full: 500 steps, all four models; "
-                        "sizes: parameters, memory and step time of "
-                        "every model size; compute: all models for the same training minutes, quality against "
-                        "minutes (with --json also the plot beside it, .png) (default full). The scaling trend (formerly "
-                        "--suite scaling with --budgets / --datasets / --resume) is python -m experiments.vision.scaling")
+                        "sizes: parameters, memory and step time of every model size; compute: all models for the "
+                        "same training minutes, quality against minutes (with --json also the plot beside it, .png) "
+                        "(default full). The scaling trend (formerly --suite scaling with --budgets / --datasets / "
+                        "--resume) is python -m experiments.vision.scaling")
     b.add_argument("--steps", type=positive_int, help="quick / full: training steps; sizes: timed steps")
     b.add_argument("--n-samples", type=positive_int, help="quick / full: samples scored")
     b.add_argument("--models", nargs="+", choices=MODEL_NAMES)

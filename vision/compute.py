@@ -33,10 +33,9 @@ from vision.sampling import sample_ddim, save_grid
 from vision.train import TrainConfig, fit
 
 METRICS = ("fmnist_classifier_fid", "precision", "recall", "confident_share")
-# the figure's panels: (metric, axis label, title)
-PANELS = (("fmnist_classifier_fid", "FMNIST-classifier FID (lower is better)", "FMNIST-classifier FID"),
-          ("precision", "precision", "precision"), ("recall", "recall", "recall"),
-          ("confident_share", "confident share (classifier p >= 0.8)", "confident share"))
+# the figure's panels: (metric, axis label)
+PANELS = (("fmnist_classifier_fid", "FMNIST-classifier FID (lower is better)"), ("precision", "precision"),
+          ("recall", "recall"), ("confident_share", "confident share (classifier p >= 0.8)"))
 
 
 @dataclass

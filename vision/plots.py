@@ -43,20 +43,20 @@ def plot_routing(route_log: list[dict], trace: list[dict], path: Path, depth_opt
     save_png(fig, path)
 
 
-def plot_curves(curve: list[dict], path: Path, x: str, xlabel: str, panels: tuple[tuple[str, str, str], ...],
-                figsize: tuple[float, float], legend_size: float | None = None) -> None:
-    """One panel per ``(key, ylabel, title)`` of ``panels``: the ``curve`` rows' ``key`` against
-    their ``x``, one line per model (FID against training steps in ``vision.bench``, quality
-    against training minutes in ``vision.compute``)."""
+def plot_curves(curve: list[dict], path: Path, x: str, xlabel: str, panels: tuple[tuple[str, str], ...],
+                figsize: tuple[float, float], legend_size: float | None = None, title: str | None = None) -> None:
+    """One panel per ``(key, ylabel)`` of ``panels``: the ``curve`` rows' ``key`` against their
+    ``x``, one line per model, titled ``title`` or the label before its bracket (FID against
+    training steps in ``vision.bench``, quality against training minutes in ``vision.compute``)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=figsize)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    for ax, (key, label, title) in zip(axes, panels, strict=True):
+    for ax, (key, label) in zip(axes, panels, strict=True):
         for m in dict.fromkeys(c["model"] for c in curve):
             pts = sorted((c[x], c[key]) for c in curve if c["model"] == m)
             ax.plot(*zip(*pts, strict=True), "o-", label=m)
-        ax.set(xlabel=xlabel, ylabel=label, title=title)
+        ax.set(xlabel=xlabel, ylabel=label, title=title or label.split(" (")[0])
         ax.legend(fontsize=legend_size)
     fig.tight_layout()
     save_png(fig, path)

@@ -10,7 +10,6 @@ over budgets, not the product's same-budget bench, so it lives beside the produc
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import time
 from dataclasses import dataclass
@@ -19,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common.cli import check_outputs, cli_main
+from common.cli import ArgumentParser, check_outputs, cli_main
 from common.device import add_device_arg, add_precision_arg, check_precision, resolve_device
 from common.errors import DataError
 from common.io import append_jsonl, read_jsonl_resumable, write_csv, write_json
 from common.report import markdown_table
 from common.seed import seed_everything
-from vision.evaluate import to_model_range
+from vision.evaluate import efficientnet_features, frechet_distance, to_model_range
 from vision.models import MODEL_NAMES, build_backbone
 from vision.models.layers import count_parameters
 from vision.plots import save_png
@@ -63,6 +62,13 @@ class ScalingConfig:
     n_samples: int = 128
     sample_steps: int = 10
     threads: int = 1
+
+
+def efficientnet_lite0_fid(real: torch.Tensor, fake: torch.Tensor, encoder=None) -> float:
+    """Fréchet distance of ``real`` and ``fake`` (each ``(N, c, H, W)`` in [-1, 1]) in pooled
+    EfficientNet-Lite0 features; ``real`` features are cached, ``fake`` ones are not (the FID of
+    ``vision.evaluate.feature_metrics`` without its precision / recall)."""
+    return frechet_distance(efficientnet_features(real, encoder), efficientnet_features(fake, encoder, False))
 
 
 def _row_key(row: dict) -> tuple:
@@ -119,7 +125,6 @@ def run_scaling(out_dir: str | Path, cfg: ScalingConfig | None = None, log=None,
     repeated (training is deterministic under its seed, so the rows are what a rerun would give).
     Training and sampling run on ``device`` (training at ``precision``)."""
     from vision.data import load_dataset
-    from vision.evaluate import efficientnet_lite0_fid
 
     cfg = cfg or ScalingConfig()
     dev = resolve_device(device)
@@ -217,7 +222,7 @@ def plot_scaling(summary: list[dict], path: Path) -> None:
 
 @cli_main
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ArgumentParser(description="the scaling trend of MoH and its baselines over width and training steps")
     p.add_argument("--out", default="runs/vision_scaling", help="run directory (rows, CSVs, plot, sample grids)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON (NaN as null), the plot beside it")
     p.add_argument("--budgets", nargs="+", choices=tuple(b.name for b in SCALING_BUDGETS), help="budgets to run")

@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from common.errors import InputError
 from common.pretrained import PretrainedMixin
-from vision.scan import inverse_permutation, scan_order, selective_scan, selective_scan_sequential
+from vision.scan import inverse_permutation, scan_order, selective_scan
 
 
 @dataclass
@@ -167,7 +167,6 @@ class MambaMixer(nn.Module):
         self.A_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1, dtype=torch.float32)).repeat(e, 1))
         self.D = nn.Parameter(torch.ones(e))
         self.out_proj = nn.Linear(e, d)
-        self.sequential_scan = False  # use the reference loop (tests / benchmarks only)
         self.checkpoint_scan = checkpoint_scan
 
     def forward(self, u: Tensor) -> Tensor:
@@ -176,11 +175,10 @@ class MambaMixer(nn.Module):
         x = F.silu(self.conv(x.transpose(1, 2))[..., :seq_len].transpose(1, 2))
         dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         delta = F.softplus(self.dt_proj(dt))
-        scan = selective_scan_sequential if self.sequential_scan else selective_scan
         if self.checkpoint_scan and torch.is_grad_enabled():
-            y = checkpoint(scan, x, delta, -torch.exp(self.A_log), B, C, self.D, use_reentrant=False)
+            y = checkpoint(selective_scan, x, delta, -torch.exp(self.A_log), B, C, self.D, use_reentrant=False)
         else:
-            y = scan(x, delta, -torch.exp(self.A_log), B, C, self.D)
+            y = selective_scan(x, delta, -torch.exp(self.A_log), B, C, self.D)
         return self.out_proj(y * F.silu(z))
 
 

@@ -13,8 +13,6 @@ from tests.bad_input import assert_refused
 def test_scaling_harness_rows_summary_ratios_and_plot(tmp_path, monkeypatch):
     """Two tiny budgets x two seeds at the first: one row per (budget, seed, model); the summary's
     FID ratio is the per-seed mean of FID / plain Mamba's (so Mamba's is exactly 1)."""
-    import vision.evaluate
-
     feats = {}
 
     def fake_fid(real, fake, encoder=None):  # a cheap stand-in for the encoder; the harness is under test
@@ -22,7 +20,7 @@ def test_scaling_harness_rows_summary_ratios_and_plot(tmp_path, monkeypatch):
         feats.setdefault(key, len(feats) + 1.0)
         return feats[key]
 
-    monkeypatch.setattr(vision.evaluate, "efficientnet_lite0_fid", fake_fid)
+    monkeypatch.setattr(scaling, "efficientnet_lite0_fid", fake_fid)
     monkeypatch.setattr(scaling, "SCALING_BUDGETS", (scaling.Budget("S", 8, 2, seeds=(0, 1)), scaling.Budget("M", 16, 3)))
     cfg = scaling.ScalingConfig(budgets=("S", "M"), datasets=("fashion-mnist",), models=("moh", "mamba"), size=32,
                               batch_size=4, train_limit=32, n_real=8, n_samples=4, sample_steps=2)
@@ -43,15 +41,13 @@ def test_scaling_harness_rows_summary_ratios_and_plot(tmp_path, monkeypatch):
 def test_scaling_resume_keeps_finished_runs(tmp_path, monkeypatch):
     """An interrupted scaling run resumes: the runs recorded in scaling_rows.jsonl are not repeated,
     the missing one is, and the rows are those of an uninterrupted run; other settings start afresh."""
-    import vision.evaluate
-
     calls = []
 
     def fake_fid(real, fake, encoder=None):
         calls.append(1)
         return float(fake.mean()) + 10.0
 
-    monkeypatch.setattr(vision.evaluate, "efficientnet_lite0_fid", fake_fid)
+    monkeypatch.setattr(scaling, "efficientnet_lite0_fid", fake_fid)
     monkeypatch.setattr(scaling, "SCALING_BUDGETS", (scaling.Budget("S", 8, 2, seeds=(0,)),))
     cfg = scaling.ScalingConfig(budgets=("S",), datasets=("fashion-mnist",), models=("moh", "mamba"), size=32,
                               batch_size=4, train_limit=32, n_real=8, n_samples=4, sample_steps=2)
