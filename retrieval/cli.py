@@ -7,7 +7,7 @@
     moa3cir index --catalog shop.csv --model runs/m --out runs/shop   # then --add new.csv | --remove ID...
     moa3cir train --triplets shop_triplets.csv --catalog shop.csv --out runs/m
     moa3cir search --model runs/m --index runs/shop --image shirt.png --text "make it red" [--json]
-    moa3cir bench --out runs/rbench [--suite table features sizes] [--json F]
+    moa3cir bench --out runs/rbench [--suite table sizes] [--json F]
 """
 
 from __future__ import annotations
@@ -43,9 +43,8 @@ BUILD_PRESETS = ("small", "tiny", "hard", "hard-tiny")
 BENCHMARKS = ("small", "hard")
 IMAGE_ENCODERS = ("scratch", "efficientnet-lite0")
 DEFAULT_IMAGE_ENCODER = "efficientnet-lite0"
-# bench suites: the results table, the pretrained encoder's gallery-feature speed, the model sizes
-# (parameters, memory, train-step time)
-SUITES = ("table", "features", "sizes")
+# bench suites: the results table, the model sizes (parameters, memory, train-step time)
+SUITES = ("table", "sizes")
 INDEX_KINDS = ("flat", "ivf", "ivfpq", "hnsw")  # retrieval.index.KINDS
 
 
@@ -168,16 +167,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the results as one JSON object")
     s.set_defaults(fn=cmd_search)
 
-    bn = sub.add_parser("bench", help="the results table, the gallery-feature speed and/or the model sizes")
+    bn = sub.add_parser("bench", help="the results table and / or the model sizes")
     add_device_arg(bn)
     add_precision_arg(bn)
     bn.add_argument(
         "--suite", nargs="+", choices=SUITES, default=["table"],
-        help="table: MoA³CIR, ablations and baselines on the built benchmark; features: the pretrained "
-        "encoder's gallery features on the test gallery (cold, then cached); sizes: parameters, memory and "
-        "train-step time of every --model-size, one thread (default table). The 1M x 256 search study "
-        "(formerly --suite search with --search-n / --search-queries / --search-methods / --search-threads / "
-        "--force) is python -m experiments.retrieval.search_bench, same options",
+        help="table: MoA³CIR, ablations and baselines on the built benchmark; sizes: parameters, memory "
+        "and train-step time of every --model-size, one thread (default table). Moved to experiments, same "
+        "options: the gallery-feature speed (formerly --suite features, --feature-threads) is python -m "
+        "experiments.retrieval.gallery_features; the 1M x 256 search study (formerly --suite search, "
+        "--search-n / --search-queries / --search-methods / --search-threads / --force) is python -m "
+        "experiments.retrieval.search_bench",
     )
     bn.add_argument(
         "--benchmark", choices=BENCHMARKS, default="small",
@@ -197,8 +197,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="subset of methods (default: all): moa3cir no-aug no-desc no-moa3 no-routing "
         "single-phase combiner sum image-only text-only raw-pixel",
     )
-    bn.add_argument("--feature-threads", nargs="+", type=int_in(1, lim.MAX_THREADS), default=[1],
-                    help=f"torch threads of the features suite, at most {lim.MAX_THREADS}")
     bn.add_argument(
         "--image-encoders", nargs="+", choices=IMAGE_ENCODERS, default=list(IMAGE_ENCODERS),
         help="train every method with each of these image encoders (default both)",
@@ -335,28 +333,19 @@ def cmd_bench(args) -> int:
     _torch_threads()
     import torch
 
-    from .bench import bench_root, gallery_feature_speed, resolve_methods, run_retrieval_bench
-    from .data import load_synthetic
+    from .bench import bench_root, resolve_methods, run_retrieval_bench
     from .train import TrainConfig
 
     suites = set(args.suite)
     check_precision(args.precision, resolve_device(args.device))
     methods = resolve_methods(args.methods)
     out = Path(args.out)
-    rows, feature_rows, size_rows = None, None, None
+    rows, size_rows = None, None
     check_outputs(files=[args.json], dirs=[out], inputs=[args.root], overwrite=args.overwrite)
     if "table" in suites and args.phase1_epochs + args.phase2_epochs == 0:
         raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
-    if suites & {"table", "features"}:
-        root = bench_root(args.root, out, args.benchmark, args.seed)
-    if "features" in suites:
-        gallery = load_synthetic(root, "test", args.variants[0]).images
-        feature_rows = []
-        for threads in args.feature_threads:
-            torch.set_num_threads(threads)
-            feature_rows.append(gallery_feature_speed(gallery))
-            print(dumps_json(feature_rows[-1]))
     if "table" in suites:
+        root = bench_root(args.root, out, args.benchmark, args.seed)
         rows = run_retrieval_bench(
             root, out, args.variants, methods, TrainConfig(args.phase1_epochs, args.phase2_epochs, seed=args.seed),
             augment_n=args.augment, seed=args.seed, image_encoders=args.image_encoders,
@@ -369,7 +358,7 @@ def cmd_bench(args) -> int:
         size_rows = model_size_rows(seed=args.seed, device=args.device, precision=args.precision)
     if args.json:
         config = {k: v for k, v in vars(args).items() if k not in ("cmd", "json", "overwrite", "fn")}
-        write_json(Path(args.json), {"config": config, "rows": rows, "features": feature_rows, "sizes": size_rows})
+        write_json(Path(args.json), {"config": config, "rows": rows, "sizes": size_rows})
     return 0
 
 

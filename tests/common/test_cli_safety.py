@@ -359,7 +359,7 @@ CASES: list[tuple[str, str]] = [
     ("moa3cir", "search --model {d}/ckpt --index {d}/metaindex --image {d}/existing.png --text red"),
     ("moa3cir", "search --model {d}/ckpt --index {d}/full --image {d}/existing.png --text '  '"),
     ("moa3cir", "bench --suite search --out {d}/new_bench"),
-    ("moa3cir", "bench --suite features --feature-threads 0 --out {d}/new_bench"),
+    ("moa3cir", "bench --suite features --out {d}/new_bench"),
     ("moa3cir", "bench --suite sizes --model-size XL --out {d}/new_bench"),
     ("moa3cir", "bench --out {d}/full"),
     ("moa3cir", "bench --suite sizes --out {d}/new_bench --json {d}/existing.json"),
@@ -369,7 +369,7 @@ CASES: list[tuple[str, str]] = [
     ("moa3cir", "bench --benchmark hard --root {d}/full --out {d}/new_bench"),
     ("moa3cir", "bench --benchmark hard --root {d}/missing --out {d}/new_bench"),
     ("moa3cir", "bench --image-encoders scratch resnet50 --out {d}/new_bench"),
-    ("moa3cir", "bench --suite features --feature-threads 0 --out {d}/new_bench"),
+    ("moa3cir", "bench --feature-threads 1 --out {d}/new_bench"),
     # --- mixscent
     ("mixscent", "pretrain --epochs 0 --encoder {d}/new_enc"),
     ("mixscent", "pretrain --epochs -3 --encoder {d}/new_enc"),
