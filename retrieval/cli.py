@@ -7,7 +7,7 @@
     moa3cir index --catalog shop.csv --model runs/m --out runs/shop   # then --add new.csv | --remove ID...
     moa3cir train --triplets shop_triplets.csv --catalog shop.csv --out runs/m
     moa3cir search --model runs/m --index runs/shop --image shirt.png --text "make it red" [--json]
-    moa3cir bench --out runs/rbench [--suite table sizes] [--json F]
+    moa3cir bench --out runs/rbench [--json F]
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ BUILD_PRESETS = ("small", "tiny", "hard", "hard-tiny")
 BENCHMARKS = ("small", "hard")
 IMAGE_ENCODERS = ("scratch", "efficientnet-lite0")
 DEFAULT_IMAGE_ENCODER = "efficientnet-lite0"
-# bench suites: the results table, the model sizes (parameters, memory, train-step time)
-SUITES = ("table", "sizes")
+# bench suites: the results table (the speed and size studies are in experiments/retrieval/)
+SUITES = ("table",)
 INDEX_KINDS = ("flat", "ivf", "ivfpq", "hnsw")  # retrieval.index.KINDS
 
 
@@ -167,16 +167,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the results as one JSON object")
     s.set_defaults(fn=cmd_search)
 
-    bn = sub.add_parser("bench", help="the results table and / or the model sizes")
+    bn = sub.add_parser("bench", help="the results table: MoA³CIR, ablations and baselines")
     add_device_arg(bn)
     add_precision_arg(bn)
     bn.add_argument(
         "--suite", nargs="+", choices=SUITES, default=["table"],
-        help="table: MoA³CIR, ablations and baselines on the built benchmark; sizes: parameters, memory "
-        "and train-step time of every --model-size, one thread (default table). Moved to experiments, same "
-        "options: the gallery-feature speed (formerly --suite features, --feature-threads) is python -m "
-        "experiments.retrieval.gallery_features; the 1M x 256 search study (formerly --suite search, "
-        "--search-n / --search-queries / --search-methods / --search-threads / --force) is python -m "
+        help="table: MoA³CIR, ablations and baselines on the built benchmark (the default and only suite). "
+        "Moved to experiments with their options: the model sizes (formerly --suite sizes) are python -m "
+        "experiments.retrieval.model_sizes, the gallery-feature speed (--suite features, --feature-threads) "
+        "python -m experiments.retrieval.gallery_features, the 1M x 256 search study (--suite search, "
+        "--search-n / --search-queries / --search-methods / --search-threads / --force) python -m "
         "experiments.retrieval.search_bench",
     )
     bn.add_argument(
@@ -331,34 +331,24 @@ def cmd_search(args) -> int:
 
 def cmd_bench(args) -> int:
     _torch_threads()
-    import torch
-
     from .bench import bench_root, resolve_methods, run_retrieval_bench
     from .train import TrainConfig
 
-    suites = set(args.suite)
     check_precision(args.precision, resolve_device(args.device))
     methods = resolve_methods(args.methods)
     out = Path(args.out)
-    rows, size_rows = None, None
     check_outputs(files=[args.json], dirs=[out], inputs=[args.root], overwrite=args.overwrite)
-    if "table" in suites and args.phase1_epochs + args.phase2_epochs == 0:
+    if args.phase1_epochs + args.phase2_epochs == 0:
         raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
-    if "table" in suites:
-        root = bench_root(args.root, out, args.benchmark, args.seed)
-        rows = run_retrieval_bench(
-            root, out, args.variants, methods, TrainConfig(args.phase1_epochs, args.phase2_epochs, seed=args.seed),
-            augment_n=args.augment, seed=args.seed, image_encoders=args.image_encoders,
-            model_size=args.model_size, device=args.device, precision=args.precision,
-        )
-    if "sizes" in suites:
-        from .size_bench import model_size_rows
-
-        torch.set_num_threads(1)
-        size_rows = model_size_rows(seed=args.seed, device=args.device, precision=args.precision)
+    root = bench_root(args.root, out, args.benchmark, args.seed)
+    rows = run_retrieval_bench(
+        root, out, args.variants, methods, TrainConfig(args.phase1_epochs, args.phase2_epochs, seed=args.seed),
+        augment_n=args.augment, seed=args.seed, image_encoders=args.image_encoders,
+        model_size=args.model_size, device=args.device, precision=args.precision,
+    )
     if args.json:
         config = {k: v for k, v in vars(args).items() if k not in ("cmd", "json", "overwrite", "fn")}
-        write_json(Path(args.json), {"config": config, "rows": rows, "sizes": size_rows})
+        write_json(Path(args.json), {"config": config, "rows": rows})
     return 0
 
 
