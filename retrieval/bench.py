@@ -1,6 +1,6 @@
 """The app's results table (``moa3cir bench --suite table``): MoA³CIR vs baselines and ablations
 on both benchmark variants, and the speed of the pretrained encoder's gallery features
-(``--suite features``). The search speed benchmark is ``retrieval.search_bench``.
+(``--suite features``). The search speed study is ``experiments.retrieval.search_bench``.
 
 ``run_retrieval_bench`` trains every method with every image encoder (``scratch`` CNN towers,
 the frozen ImageNet ``efficientnet-lite0``) at one model size on the same train split (same
@@ -137,7 +137,6 @@ def run_retrieval_bench(
     seed: int = 0,
     save_models: bool = False,
     log=print,
-    model_options: dict | None = None,
     image_encoders=("scratch",),
     model_size: str = DEFAULT_MODEL_SIZE,
     device: str | torch.device | None = "auto",
@@ -145,8 +144,8 @@ def run_retrieval_bench(
 ) -> list[dict]:
     """Train/evaluate ``methods`` x ``image_encoders`` on each variant; writes
     ``retrieval_bench.csv/.json/.md`` + plot. Every trained method is built at ``model_size``
-    (``retrieval.sizes.MODEL_SIZES``; the baselines matched to it) with ``model_options`` for
-    ``build_model`` under each method's own overrides, and trained on ``device`` in
+    (``retrieval.sizes.MODEL_SIZES``; the baselines matched to it) with each method's own
+    ``build_model`` overrides, and trained on ``device`` in
     ``precision``; the untrained raw-pixel baseline runs once (image encoder "pixels"). Saved
     models (``save_models``) go to ``out_dir/models/<variant>/<image encoder>/<method>``."""
     torch.set_num_threads(1)
@@ -188,7 +187,7 @@ def run_retrieval_bench(
                 q, weights = g[f_te.ref.numpy()], None
             else:
                 torch.manual_seed(seed)
-                model = build_model(kind, model_size, **{**(model_options or {}), **over, "image_encoder": encoder})
+                model = build_model(kind, model_size, **over, image_encoder=encoder)
                 fit(model, f_aug if aug else f_tr, replace(train_cfg, **tover), device=device, precision=precision)
                 q, weights = embed_queries(model, f_te, device=device)
                 g = embed_gallery(model, f_te, device=device)

@@ -7,7 +7,7 @@
     moa3cir index --catalog shop.csv --model runs/m --out runs/shop   # then --add new.csv | --remove ID...
     moa3cir train --triplets shop_triplets.csv --catalog shop.csv --out runs/m
     moa3cir search --model runs/m --index runs/shop --image shirt.png --text "make it red" [--json]
-    moa3cir bench --out runs/rbench [--suite table features search] [--json F]
+    moa3cir bench --out runs/rbench [--json F]
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from common.cli import (  # noqa: E402
 from common.device import add_device_arg, add_precision_arg, check_precision, resolve_device  # noqa: E402
 from common.errors import InputError  # noqa: E402
 from common.io import dumps_json, write_json  # noqa: E402
-from common.limits import add_force_arg  # noqa: E402
 
 from . import bounds as lim  # noqa: E402
 from .sizes import DEFAULT_MODEL_SIZE, MODEL_SIZES  # noqa: E402
@@ -44,9 +43,8 @@ BUILD_PRESETS = ("small", "tiny", "hard", "hard-tiny")
 BENCHMARKS = ("small", "hard")
 IMAGE_ENCODERS = ("scratch", "efficientnet-lite0")
 DEFAULT_IMAGE_ENCODER = "efficientnet-lite0"
-# bench suites: the results table, the pretrained encoder's gallery-feature speed, the search speed,
-# the model sizes (parameters, memory, train-step time)
-SUITES = ("table", "features", "search", "sizes")
+# bench suites: the results table (the speed and size studies are in experiments/retrieval/)
+SUITES = ("table",)
 INDEX_KINDS = ("flat", "ivf", "ivfpq", "hnsw")  # retrieval.index.KINDS
 
 
@@ -169,15 +167,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the results as one JSON object")
     s.set_defaults(fn=cmd_search)
 
-    bn = sub.add_parser("bench", help="the results table, the gallery-feature speed and/or the search benchmark")
+    bn = sub.add_parser("bench", help="the results table: MoA³CIR, ablations and baselines")
     add_device_arg(bn)
     add_precision_arg(bn)
     bn.add_argument(
         "--suite", nargs="+", choices=SUITES, default=["table"],
-        help="table: MoA³CIR, ablations and baselines on the built benchmark; features: the pretrained "
-        "encoder's gallery features on the test gallery (cold, then cached); search: the 1M x 256 "
-        "search benchmark; sizes: parameters, memory and train-step time of every --model-size, one "
-        "thread (default table)",
+        help="table: MoA³CIR, ablations and baselines on the built benchmark (the default and only suite). "
+        "Moved to experiments with their options: the model sizes (formerly --suite sizes) are python -m "
+        "experiments.retrieval.model_sizes, the gallery-feature speed (--suite features, --feature-threads) "
+        "python -m experiments.retrieval.gallery_features, the 1M x 256 search study (--suite search, "
+        "--search-n / --search-queries / --search-methods / --search-threads / --force) python -m "
+        "experiments.retrieval.search_bench",
     )
     bn.add_argument(
         "--benchmark", choices=BENCHMARKS, default="small",
@@ -197,18 +197,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="subset of methods (default: all): moa3cir no-aug no-desc no-moa3 no-routing "
         "single-phase combiner sum image-only text-only raw-pixel",
     )
-    bn.add_argument("--feature-threads", nargs="+", type=int_in(1, lim.MAX_THREADS), default=[1],
-                    help=f"torch threads of the features suite, at most {lim.MAX_THREADS}")
-    bn.add_argument("--search-n", type=int_in(1, lim.MAX_SEARCH_N), default=1_000_000,
-                    help=f"search benchmark gallery size, at most {lim.MAX_SEARCH_N:,}; its memory estimate must fit "
-                    "this machine's RAM unless --force (default 1,000,000)")
-    bn.add_argument("--search-queries", type=int_in(1, lim.MAX_SEARCH_QUERIES), default=1000,
-                    help=f"search benchmark queries, at most {lim.MAX_SEARCH_QUERIES:,} (default 1000)")
-    bn.add_argument("--search-methods", nargs="+", choices=("numpy", "ivf", "ivfpq", "hnsw"),
-                    default=["numpy", "ivf", "ivfpq"], help="beside exact faiss search (default numpy ivf ivfpq)")
-    bn.add_argument("--search-threads", type=int_in(1, lim.MAX_THREADS), default=1,
-                    help=f"threads for both NumPy (BLAS) and faiss, at most {lim.MAX_THREADS} (default 1)")
-    add_force_arg(bn, "run the search suite even when its memory estimate exceeds this machine's RAM")
     bn.add_argument(
         "--image-encoders", nargs="+", choices=IMAGE_ENCODERS, default=list(IMAGE_ENCODERS),
         help="train every method with each of these image encoders (default both)",
@@ -343,50 +331,24 @@ def cmd_search(args) -> int:
 
 def cmd_bench(args) -> int:
     _torch_threads()
-    import torch
-
-    from .bench import bench_root, gallery_feature_speed, resolve_methods, run_retrieval_bench
-    from .data import load_synthetic
-    from .search_bench import run_search_bench
+    from .bench import bench_root, resolve_methods, run_retrieval_bench
     from .train import TrainConfig
 
-    suites = set(args.suite)
     check_precision(args.precision, resolve_device(args.device))
-    if "search" in suites:
-        lim.check_search_memory(args.search_n, args.search_queries, args.force)
     methods = resolve_methods(args.methods)
     out = Path(args.out)
-    rows, search_rows, feature_rows, size_rows = None, None, None, None
     check_outputs(files=[args.json], dirs=[out], inputs=[args.root], overwrite=args.overwrite)
-    if "table" in suites and args.phase1_epochs + args.phase2_epochs == 0:
+    if args.phase1_epochs + args.phase2_epochs == 0:
         raise InputError("--phase1-epochs and --phase2-epochs are both 0: nothing would be trained")
-    if suites & {"table", "features"}:
-        root = bench_root(args.root, out, args.benchmark, args.seed)
-    if "features" in suites:
-        gallery = load_synthetic(root, "test", args.variants[0]).images
-        feature_rows = []
-        for threads in args.feature_threads:
-            torch.set_num_threads(threads)
-            feature_rows.append(gallery_feature_speed(gallery))
-            print(dumps_json(feature_rows[-1]))
-    if "table" in suites:
-        rows = run_retrieval_bench(
-            root, out, args.variants, methods, TrainConfig(args.phase1_epochs, args.phase2_epochs, seed=args.seed),
-            augment_n=args.augment, seed=args.seed, image_encoders=args.image_encoders,
-            model_size=args.model_size, device=args.device, precision=args.precision,
-        )
-    if "search" in suites:
-        search_rows = run_search_bench(out, n=args.search_n, n_queries=args.search_queries,
-                                       threads=args.search_threads, seed=args.seed, methods=args.search_methods)
-    if "sizes" in suites:
-        from .size_bench import model_size_rows
-
-        torch.set_num_threads(1)
-        size_rows = model_size_rows(seed=args.seed, device=args.device, precision=args.precision)
+    root = bench_root(args.root, out, args.benchmark, args.seed)
+    rows = run_retrieval_bench(
+        root, out, args.variants, methods, TrainConfig(args.phase1_epochs, args.phase2_epochs, seed=args.seed),
+        augment_n=args.augment, seed=args.seed, image_encoders=args.image_encoders,
+        model_size=args.model_size, device=args.device, precision=args.precision,
+    )
     if args.json:
-        config = {k: v for k, v in vars(args).items() if k not in ("cmd", "json", "overwrite", "fn", "force")}
-        write_json(Path(args.json), {"config": config, "rows": rows, "search": search_rows,
-                                     "features": feature_rows, "sizes": size_rows})
+        config = {k: v for k, v in vars(args).items() if k not in ("cmd", "json", "overwrite", "fn")}
+        write_json(Path(args.json), {"config": config, "rows": rows})
     return 0
 
 

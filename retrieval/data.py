@@ -35,7 +35,6 @@ from .render import FIQ_CATEGORIES, GROUPS, IMAGE_SIZE
 
 SPLITS = ("train", "val", "test")
 VARIANTS = ("controlled", "confounded")
-FASHIONIQ_CATEGORIES = ("dress", "shirt", "toptee")
 
 
 @dataclass

@@ -6,8 +6,7 @@ Model and gallery: the shipped ``moa3cir-fmnist`` (``common.shipped``) and its d
 built benchmark's controlled test split, ``retrieval.gallery``), loaded when the page opens, with
 no build step and no training. ``$MOE_APPS_RETRIEVAL_MODEL`` (a checkpoint directory or shipped
 name) and ``$MOE_APPS_RETRIEVAL_DATA`` (a ``moa3cir build-data`` root: its controlled test split)
-replace them. ``build_demo_assets(dir)`` makes a tiny model + gallery for tests in well under a
-minute and returns the two env vars.
+replace them (the tests point them at a tiny model and gallery, ``tests/retrieval/demo_assets.py``).
 """
 
 from __future__ import annotations
@@ -36,12 +35,6 @@ NO_IMAGE = "pick or upload a reference product first (click a product above or d
 NO_TEXT = "type the change you want first, e.g. 'make it blue with stripes'"
 PICKS = 24  # products offered to pick from
 
-# test-sized assets (build_demo_assets default)
-TINY_BUILD = {
-    "garments": {"train": 60, "val": 10, "test": 30},
-    "triplets": {"train": 240, "val": 20, "test": 40},
-}
-TINY_TRAIN = {"phase1_epochs": 1, "phase2_epochs": 4, "batch_size": 32, "hard_negatives": False}
 
 
 class DemoEngine:
@@ -136,43 +129,6 @@ def get_engine() -> DemoEngine:
         if _ENGINE is None:
             _ENGINE = DemoEngine(*_sources())
         return _ENGINE
-
-
-def build_demo_assets(
-    out_dir: Path,
-    build: dict | None = None,
-    train: dict | None = None,
-    encoder=None,
-    seed: int = 0,
-) -> dict[str, str]:
-    """Build a small benchmark (``out_dir/data``) and a briefly trained MoA³CIR with the default
-    image encoder (``out_dir/model``) for the demo tab; returns ``{MOE_APPS_RETRIEVAL_MODEL: ...,
-    MOE_APPS_RETRIEVAL_DATA: ...}`` to put in the tab's environment.
-
-    ``build`` / ``train``: ``BuildConfig`` / ``TrainConfig`` fields (default ``TINY_BUILD`` /
-    ``TINY_TRAIN``: about 20 s on 2 busy cores; tests only, the tab itself never trains). The texts of the test gallery are embedded here
-    (text cache ``$MOE_APPS_CACHE``), so the tab only embeds the typed query. Existing assets in
-    ``out_dir`` are reused."""
-    from .data import load_synthetic
-    from .features import prepare_features
-    from .registry import build_model, save_model
-    from .synth import BuildConfig, build_benchmark
-    from .train import TrainConfig, fit
-
-    out_dir = Path(out_dir)
-    data_root, model_dir = out_dir / "data", out_dir / "model"
-    if not (data_root / "controlled" / "meta.json").is_file():
-        build_benchmark(data_root, BuildConfig(**(build or TINY_BUILD), seed=seed), overwrite=True)
-    if not (model_dir / "config.json").is_file():
-        import torch
-
-        torch.manual_seed(seed)
-        model = build_model("moa3cir")
-        train_split = load_synthetic(data_root, "train", "controlled")
-        fit(model, prepare_features(train_split, encoder), TrainConfig(**(train or TINY_TRAIN), seed=seed))
-        save_model(model, model_dir, {"demo": True})
-    prepare_features(load_synthetic(data_root, "test", "controlled"), encoder)
-    return {MODEL_ENV: str(model_dir), DATA_ENV: str(data_root)}
 
 
 def _friendly(exc: Exception, what: str) -> gr.Error:

@@ -76,7 +76,7 @@ def _tiny_demo_models(root: Path) -> dict[str, str]:
         batch_size=4,
     )
     MoCAPipeline(ae, gen, stats).save(root / "generation3d")
-    from retrieval.demo import build_demo_assets
+    from tests.retrieval.demo_assets import build_demo_assets
 
     retrieval_env = build_demo_assets(root / "retrieval")
     return {

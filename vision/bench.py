@@ -7,8 +7,6 @@
   sampling time, and the Mamba blocks actually run per image. For MoH the compute saved by its
   routes is measured in the same run against the same model forced to its full route (deepest
   scan, all levels). (:func:`run_bench`)
-* ``scaling``: the scaling trend over width and training budget on both datasets
-  (``vision.scaling.run_scaling``).
 * ``sizes``: parameters, memory and training-step time of every model size (:func:`run_sizes`,
   one :func:`time_train_step` per size and backbone).
 """
@@ -31,7 +29,7 @@ from vision.data import fashion_mnist_images
 from vision.evaluate import classifier_metrics, to_model_range
 from vision.models import MODEL_NAMES, MODEL_SIZES, build_backbone
 from vision.models.layers import count_parameters
-from vision.plots import plot_fid_curve, plot_routing
+from vision.plots import plot_curves, plot_routing
 from vision.sampling import sample_ddim, save_checkpoint, save_grid
 from vision.train import TrainConfig, fit
 
@@ -49,42 +47,11 @@ class BenchConfig:
     eval_points: int = 4  # FID evaluated at steps * i / eval_points
     models: tuple[str, ...] = MODEL_NAMES
     seed: int = 0
-    scan_lengths: tuple[int, ...] = (256, 1024)
     threads: int = 1  # on a shared 2-core machine more threads thrash (measured 10x slower)
 
 
 QUICK = BenchConfig(steps=120, batch_size=32, n_samples=96, sample_steps=10, train_limit=5000, n_real=500,
                     eval_points=1, models=("moh", "mamba", "dit"))
-
-
-def bench_scan(lengths=(256, 1024), batch: int = 2, d_inner: int = 64, d_state: int = 8, repeats: int = 3,
-               seed: int = 0) -> list[dict]:
-    """Wall time of the model's S6 scan (``selective_scan``) vs the sequential reference
-    (forward + backward, float32), and their max abs difference, at each sequence length. Median of ``repeats`` runs."""
-    from vision.scan import selective_scan, selective_scan_sequential
-
-    g = torch.Generator().manual_seed(seed)
-    rows = []
-    for L in lengths:
-        u = torch.randn(batch, L, d_inner, generator=g)
-        delta = torch.nn.functional.softplus(torch.randn(batch, L, d_inner, generator=g) - 3)
-        A = -torch.arange(1, d_state + 1, dtype=torch.float32).repeat(d_inner, 1)
-        B, C = torch.randn(batch, L, d_state, generator=g), torch.randn(batch, L, d_state, generator=g)
-        times, ys = {}, {}
-        for name, fn in (("sequential", selective_scan_sequential), ("parallel", selective_scan)):
-            runs = []
-            for _ in range(repeats):
-                args = [t.clone().requires_grad_() for t in (u, delta, A, B, C)]
-                t0 = time.perf_counter()
-                y = fn(*args)
-                y.square().mean().backward()
-                runs.append(time.perf_counter() - t0)
-            times[name], ys[name] = float(np.median(runs)), y.detach()
-        rows.append({"seq_len": L, "batch": batch, "d_inner": d_inner, "d_state": d_state,
-                     "sequential_s": times["sequential"], "parallel_s": times["parallel"],
-                     "speedup": times["sequential"] / times["parallel"],
-                     "max_abs_diff": float((ys["sequential"] - ys["parallel"]).abs().max())})
-    return rows
 
 
 def fid_curve_table(curve: list[dict]) -> list[dict]:
@@ -167,14 +134,11 @@ def run_bench(out_dir: str | Path, cfg: BenchConfig | None = None, log=None, dev
         if base:
             r["fid_vs_mamba"] = r["fmnist_classifier_fid"] / base["fmnist_classifier_fid"]
             r["step_time_vs_mamba"] = r["train_s_per_step"] / base["train_s_per_step"]
-    scan_rows = bench_scan(lengths=cfg.scan_lengths, repeats=1 if cfg.steps < 200 else 3)
-    write_csv(out / "scan.csv", scan_rows)
-    log(markdown_table(scan_rows))
     write_csv(out / "bench.csv", rows)
     write_csv(out / "fid_curve.csv", curve)
-    plot_fid_curve(curve, out / "fid_curve.png")
-    write_json(out / "bench.json", {"config": cfg.__dict__, "classifier": cinfo, "rows": rows, "fid_curve": curve,
-                                    "scan": scan_rows})
+    plot_curves(curve, out / "fid_curve.png", "step", "training step",
+                (("fmnist_classifier_fid", "FMNIST-classifier FID"),), figsize=(5, 3.3), title="FID vs training steps")
+    write_json(out / "bench.json", {"config": cfg.__dict__, "classifier": cinfo, "rows": rows, "fid_curve": curve})
     cols = ["model", "params", "train_s_per_step", "step_time_vs_mamba", "fmnist_classifier_fid", "fid_vs_mamba",
             "precision", "recall", "sample_s_per_image", "blocks_per_image_step"]
     log(markdown_table(rows, cols))

@@ -7,7 +7,6 @@
     moh sample --ckpt runs/moh --n 64 --out grid.png
     moh eval --ckpt runs/moh --n 256 [--inception-weights inception-2015-12-05.pt]  # data from the checkpoint
     moh bench --suite quick|full --out runs/bench [--json results.json]
-    moh bench --suite scaling --out runs/scaling --json docs/results/vision/scaling.json
     moh bench --suite sizes --json docs/results/vision/sizes.json
     moh bench --suite compute --workers 4 --out runs/compute --json docs/results/vision/compute.json
 """
@@ -36,11 +35,10 @@ from common.errors import InputError  # noqa: E402
 from common.limits import add_force_arg  # noqa: E402
 from vision.limits import MAX_IMAGES, MAX_SAMPLES, MAX_THREADS, check_max, check_sampling, check_training  # noqa: E402
 
-SUITES = ("quick", "full", "scaling", "sizes", "compute")
+SUITES = ("quick", "full", "sizes", "compute")
 # options that only some suites read (any other suite refuses them)
-SUITE_OPTIONS = {"n_samples": ("quick", "full", "compute"), "budgets": ("scaling",), "datasets": ("scaling",),
-                 "resume": ("scaling",), "sizes": ("sizes",), "batch_size": ("sizes",), "budget_min": ("compute",),
-                 "model_size": ("compute",), "workers": ("compute",)}
+SUITE_OPTIONS = {"n_samples": ("quick", "full", "compute"), "sizes": ("sizes",), "batch_size": ("sizes",),
+                 "budget_min": ("compute",), "model_size": ("compute",), "workers": ("compute",)}
 
 
 def _data_input(spec: str | None) -> str | None:
@@ -212,8 +210,6 @@ def cmd_bench(a) -> int:
             flag = "--" + option.replace("_", "-")
             raise InputError(f"{flag} applies to --suite {' / '.join(suites)} only, not {a.suite}")
     json_path = Path(a.json) if a.json else None
-    if a.suite == "scaling":
-        return _bench_scaling(a, json_path)
     if a.suite == "sizes":
         return _bench_sizes(a, json_path)
     if a.suite == "compute":
@@ -235,27 +231,6 @@ def cmd_bench(a) -> int:
     rows = run_bench(out, cfg, device=a.device, precision=a.precision)
     if json_path is not None:  # the README's table source: config + one row per model, NaN as null
         write_json(json_path, {"config": cfg.__dict__, "rows": rows})
-    return 0
-
-
-def _bench_scaling(a, json_path: Path | None) -> int:
-    import shutil
-
-    from common.io import write_json
-    from vision.scaling import ScalingConfig, run_scaling
-
-    if a.steps:
-        raise InputError("--steps does not apply to --suite scaling (each budget has its steps)")
-    out = Path(a.out or "runs/vision_scaling")
-    plot_path = json_path.with_suffix(".png") if json_path else None
-    check_outputs(files=[p for p in (json_path, plot_path) if p], dirs=[] if a.resume else [out],
-                  overwrite=a.overwrite)
-    overrides = {k: tuple(v) for k, v in (("budgets", a.budgets), ("datasets", a.datasets), ("models", a.models)) if v}
-    result = run_scaling(out, ScalingConfig(**overrides), resume=a.resume, device=a.device, precision=a.precision)
-    if json_path is not None:  # the README's source: config, per-run rows and the summary, plot beside it
-        write_json(json_path, result)
-        shutil.copyfile(out / "scaling.png", plot_path)
-        print(f"wrote {json_path} and {plot_path}")
     return 0
 
 
@@ -364,25 +339,21 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--inception-weights", default=None,
                    help="TorchScript inception-2015-12-05.pt (or $MOH_INCEPTION_WEIGHTS)")
     e.set_defaults(fn=cmd_eval)
-    b = sub.add_parser("bench", help="benchmark suites: quick / full same-budget table, scaling trend, model sizes")
+    b = sub.add_parser("bench", help="benchmark suites: quick / full same-budget table, model sizes, compute")
     add_common_args(b)
     add_device_arg(b)
     add_force_arg(b, FORCE_HELP)
     add_precision_arg(b)
     b.add_argument("--suite", choices=SUITES, default="full",
                    help="quick: 120 steps, MoH / plain Mamba / DiT (minutes); full: 500 steps, all four models; "
-                        "scaling: all models at budgets S/M/L on both datasets (EfficientNet-Lite0 FID; with --json "
-                        "also the plot beside it, same name, .png); sizes: parameters, memory and step time of "
-                        "every model size; compute: all models for the same training minutes, quality against "
-                        "minutes (with --json also the plot beside it, .png) (default full)")
+                        "sizes: parameters, memory and step time of every model size; compute: all models for the "
+                        "same training minutes, quality against minutes (with --json also the plot beside it, .png) "
+                        "(default full). The scaling trend (formerly --suite scaling with --budgets / --datasets / "
+                        "--resume) is python -m experiments.vision.scaling")
     b.add_argument("--steps", type=positive_int, help="quick / full: training steps; sizes: timed steps")
     b.add_argument("--n-samples", type=positive_int, help="quick / full: samples scored")
     b.add_argument("--models", nargs="+", choices=MODEL_NAMES)
     b.add_argument("--json", metavar="PATH", help="also write the results as JSON (NaN as null)")
-    b.add_argument("--budgets", nargs="+", choices=("S", "M", "L"), help="scaling: budgets to run")
-    b.add_argument("--datasets", nargs="+", choices=("fashion-mnist", "sweethome3d"), help="scaling: datasets to run")
-    b.add_argument("--resume", action="store_true",
-                   help="scaling: continue in an existing --out directory, keeping its finished runs")
     b.add_argument("--sizes", nargs="+", choices=tuple(MODEL_SIZES), help="sizes: model sizes to measure")
     b.add_argument("--batch-size", type=positive_int, help="sizes: batch of the timed training steps")
     b.add_argument("--budget-min", type=positive_float,

@@ -28,11 +28,14 @@ from vision.data import fashion_mnist_images
 from vision.evaluate import classifier_metrics, recognisability, to_model_range
 from vision.models import MODEL_NAMES, build_backbone
 from vision.models.layers import count_parameters
-from vision.plots import plot_compute
+from vision.plots import plot_curves
 from vision.sampling import sample_ddim, save_grid
 from vision.train import TrainConfig, fit
 
 METRICS = ("fmnist_classifier_fid", "precision", "recall", "confident_share")
+# the figure's panels: (metric, axis label)
+PANELS = (("fmnist_classifier_fid", "FMNIST-classifier FID (lower is better)"), ("precision", "precision"),
+          ("recall", "recall"), ("confident_share", "confident share (classifier p >= 0.8)"))
 
 
 @dataclass
@@ -135,7 +138,8 @@ def run_compute(out_dir: str | Path, cfg: ComputeConfig | None = None, log=None,
         results = [train_and_score(*job, log=log) for job in jobs]
     models = [row for row, _ in results]
     curve = [c for _, rows in results for c in rows]
-    plot_compute(curve, out / "compute.png", clock_name)
+    plot_curves(curve, out / "compute.png", "train_min", f"training minutes ({clock_name})", PANELS,
+                figsize=(18, 3.4), legend_size=7)
     params = {m["model"]: m["params"] for m in models}
     full = [dict(c, params=params[c["model"]]) for c in curve if c["budget_fraction"] == max(cfg.fractions)]
     log(markdown_table(full, ["model", "params", "step", "train_min", *METRICS]))

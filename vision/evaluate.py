@@ -130,12 +130,6 @@ def efficientnet_features(images: Tensor, encoder=None, use_cache: bool = True) 
     return (encoder or feature_encoder()).encode(images, use_cache=use_cache).astype(np.float64)
 
 
-def efficientnet_lite0_fid(real: Tensor, fake: Tensor, encoder=None) -> float:
-    """Fréchet distance of ``real`` and ``fake`` (each ``(N, c, H, W)`` in [-1, 1]) in pooled
-    EfficientNet-Lite0 features; ``real`` features are cached, ``fake`` ones are not."""
-    return frechet_distance(efficientnet_features(real, encoder), efficientnet_features(fake, encoder, False))
-
-
 def feature_metrics(real: Tensor, fake: Tensor, encoder=None) -> dict:
     """``{"efficientnet_lite0_fid", "efficientnet_lite0_precision", "efficientnet_lite0_recall"}``
     of ``fake`` against ``real`` (any channels/size, ``(N, c, H, W)`` in [-1, 1])."""

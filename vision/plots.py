@@ -1,5 +1,5 @@
-"""The figures of ``moh bench``: routing statistics per timestep, FID against training steps, the
-scaling trend, and quality against training compute. Each writes a PNG from its own
+"""The figures of ``moh bench``: routing statistics per timestep, FID against training steps and
+quality against training compute. Each writes a PNG from its own
 ``matplotlib.figure.Figure`` (no pyplot state is shared, so they are safe to call from several
 threads)."""
 
@@ -40,64 +40,29 @@ def plot_routing(route_log: list[dict], trace: list[dict], path: Path, depth_opt
     ax[3].invert_xaxis()
     ax[3].set(xlabel="timestep (sampling runs right to left)", ylabel="depth", title="route per sampling step")
     fig.tight_layout()
-    _save_png(fig, path)
+    save_png(fig, path)
 
 
-def plot_fid_curve(curve: list[dict], path: Path) -> None:
+def plot_curves(curve: list[dict], path: Path, x: str, xlabel: str, panels: tuple[tuple[str, str], ...],
+                figsize: tuple[float, float], legend_size: float | None = None, title: str | None = None) -> None:
+    """One panel per ``(key, ylabel)`` of ``panels``: the ``curve`` rows' ``key`` against their
+    ``x``, one line per model, titled ``title`` or the label before its bracket (FID against
+    training steps in ``vision.bench``, quality against training minutes in ``vision.compute``)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(5, 3.3))
-    ax = fig.subplots()
-    for m in dict.fromkeys(c["model"] for c in curve):
-        pts = sorted((c["step"], c["fmnist_classifier_fid"]) for c in curve if c["model"] == m)
-        ax.plot(*zip(*pts, strict=True), "o-", label=m)
-    ax.set(xlabel="training step", ylabel="FMNIST-classifier FID", title="FID vs training steps")
-    ax.legend()
-    fig.tight_layout()
-    _save_png(fig, path)
-
-
-def plot_scaling(summary: list[dict], path: Path) -> None:
-    """FID ratio to plain Mamba (mean over seeds) vs budget, one panel per dataset."""
-    from matplotlib.figure import Figure
-
-    datasets = list(dict.fromkeys(r["dataset"] for r in summary))
-    fig = Figure(figsize=(5 * len(datasets), 3.3))
-    axes = fig.subplots(1, len(datasets), squeeze=False)
-    for ax, ds in zip(axes[0], datasets, strict=True):
-        for m in dict.fromkeys(r["model"] for r in summary):
-            pts = [(r["budget_index"], r["fid_vs_mamba"]) for r in summary if r["dataset"] == ds and r["model"] == m]
-            ax.plot(*zip(*sorted(pts), strict=True), "o-", label=m)
-        names = sorted({(r["budget_index"], r["budget"]) for r in summary if r["dataset"] == ds})
-        ax.set_xticks([i for i, _ in names], [n for _, n in names])
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set(xlabel="budget (width and steps grow together)", ylabel="EfficientNet-Lite0 FID / plain Mamba's",
-               title=ds)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    _save_png(fig, path)
-
-
-def plot_compute(curve: list[dict], path: Path, clock: str = "CPU time") -> None:
-    """FMNIST-classifier FID, precision, recall and confident share against the training minutes
-    measured up to each snapshot (``vision.compute``), one curve per model."""
-    from matplotlib.figure import Figure
-
-    panels = (("fmnist_classifier_fid", "FMNIST-classifier FID (lower is better)"), ("precision", "precision"),
-              ("recall", "recall"), ("confident_share", "confident share (classifier p >= 0.8)"))
-    fig = Figure(figsize=(18, 3.4))
-    axes = fig.subplots(1, len(panels))
+    fig = Figure(figsize=figsize)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (key, label) in zip(axes, panels, strict=True):
         for m in dict.fromkeys(c["model"] for c in curve):
-            pts = sorted((c["train_min"], c[key]) for c in curve if c["model"] == m)
+            pts = sorted((c[x], c[key]) for c in curve if c["model"] == m)
             ax.plot(*zip(*pts, strict=True), "o-", label=m)
-        ax.set(xlabel=f"training minutes ({clock})", ylabel=label, title=label.split(" (")[0])
-        ax.legend(fontsize=7)
+        ax.set(xlabel=xlabel, ylabel=label, title=title or label.split(" (")[0])
+        ax.legend(fontsize=legend_size)
     fig.tight_layout()
-    _save_png(fig, path)
+    save_png(fig, path)
 
 
-def _save_png(fig, path: Path) -> None:
+def save_png(fig, path: Path) -> None:
     """Write ``fig`` as PNG atomically (a reader never sees half a plot)."""
     from common.io import atomic_write
 

@@ -67,6 +67,7 @@ NOT_MODELS = {
     "generation3d.attention.SparseComponentAttention": "base of the routed token mixers of the generator",
     "retrieval.towers.CIRTowers": "base class of the registered retrieval models (towers, phase-1 losses)",
     "vision.models.layers.DiffusionBackbone": "base class of the registered vision backbones",
+    "vision.models.layers.FixedStackBackbone": "base class of the fixed-depth vision backbones (plain Mamba, DiT)",
     "apps.core.quick.MoEClassifier": "make demo's core model, trained and evaluated in memory, never saved",
     "apps.core.quick.DenseClassifier": "make demo's core baseline, trained and evaluated in memory, never saved",
 }

@@ -29,21 +29,10 @@ HUGE = "1000000000000"
     (["search", "--k", HUGE], "--k"),
     (["bench", "--phase2-epochs", HUGE], "--phase2-epochs"),
     (["bench", "--augment", HUGE], "--augment"),
-    (["bench", "--search-n", HUGE], "--search-n"),
-    (["bench", "--search-queries", HUGE], "--search-queries"),
-    (["bench", "--feature-threads", "1", HUGE], "--feature-threads"),
 ])
 def test_counts_past_their_maximum_are_refused_at_parse(argv, match, tmp_path):
     line = assert_refused(main, [*argv, "--out", str(tmp_path / "out")], tmp_path, match=match)
     assert "at most" in line or "in [" in line
-
-
-def test_the_search_suite_names_its_memory_estimate_before_any_work(tmp_path):
-    out = tmp_path / "out"
-    line = assert_refused(main, ["bench", "--suite", "search", "--search-n", "1000000000", "--out", str(out)],
-                          tmp_path, match="GiB of memory")
-    assert "--force" in line
-    assert not out.exists()
 
 
 # ----------------------------------------------------------------------------- layouts
@@ -233,7 +222,7 @@ def test_a_synthetic_root_with_a_bad_meta_file_is_one_line(tmp_path):
     root.mkdir(parents=True)
     (root / "meta.json").write_bytes(b"\xff\xfe{")
     assert_refused(main, ["bench", "--root", str(tmp_path / "bench"), "--out", str(tmp_path / "out"),
-                          "--suite", "features"], tmp_path, match="meta.json")
+                          "--suite", "table"], tmp_path, match="meta.json")
 
 
 def test_an_ivf_index_with_more_cells_than_items_is_refused_before_embedding(tiny_bench, tmp_path):

@@ -1,4 +1,4 @@
-"""The retrieval tab in headless Chromium, against the tiny assets of ``build_demo_assets``."""
+"""The retrieval tab in headless Chromium, against the tiny assets of ``tests.retrieval.demo_assets``."""
 
 import socket
 
@@ -6,6 +6,7 @@ import pytest
 
 import retrieval.demo as demo
 from tests.retrieval.browser_steps import search_first_product
+from tests.retrieval.demo_assets import build_demo_assets
 
 pytestmark = pytest.mark.browser
 
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.browser
 def demo_assets(tmp_path_factory):
     """Tiny benchmark + model (real MiniLM text embeddings), the tab pointed at them by env."""
     mp = pytest.MonkeyPatch()
-    env = demo.build_demo_assets(tmp_path_factory.mktemp("retrieval_demo"))
+    env = build_demo_assets(tmp_path_factory.mktemp("retrieval_demo"))
     for k, v in env.items():
         mp.setenv(k, v)
     mp.setattr(demo, "_ENGINE", None)
@@ -31,7 +32,7 @@ def test_build_demo_assets_points_the_tab_at_a_model(demo_assets):
     assert model_dir.as_posix() == demo_assets[demo.MODEL_ENV] and gallery.name == "synthetic-controlled"
     # reused, not rebuilt, on a second call
     weights = (model_dir / "model.safetensors").stat().st_mtime_ns
-    demo.build_demo_assets(model_dir.parent)
+    build_demo_assets(model_dir.parent)
     assert (model_dir / "model.safetensors").stat().st_mtime_ns == weights
 
 

@@ -11,12 +11,12 @@ import torch
 
 from common.device import DeviceError
 from common.errors import InputError
+from experiments.retrieval.model_sizes import synthetic_features  # random Features of the benchmark's shapes
 from retrieval.baselines import CombinerConfig
 from retrieval.cli import main
 from retrieval.embed import embed_gallery, embed_queries
 from retrieval.model import MoA3Config
 from retrieval.registry import MODEL_SIZES, build_model, load_model, save_model
-from retrieval.size_bench import model_size_rows, synthetic_features
 from retrieval.train import TrainConfig, fit
 
 TINY = TrainConfig(phase1_epochs=1, phase2_epochs=2, batch_size=16, val_fraction=0)
@@ -82,17 +82,6 @@ def test_named_sizes_scale_the_towers_and_match_the_baselines():
     assert build_model("moa3cir", "B", d_slot=8).config.d_slot == 8
     with pytest.raises(InputError, match="unknown model size 'XL'; choose from XS, S, B"):
         build_model("moa3cir", "XL")
-
-
-def test_model_size_rows_report_params_memory_and_step_time():
-    rows = model_size_rows(sizes=("XS", "S"), batch_size=8, steps_per_epoch=1, epochs=1, device="cpu",
-                           log=lambda *_: None)
-    assert [r["size"] for r in rows] == ["XS", "S"]
-    for r in rows:
-        assert r["params_moa3cir"] > 0 and r["params_combiner"] > 0
-        assert r["train_state_mb"] == round(r["params_moa3cir"] * 16 / 2**20, 2)  # 4 fp32 copies
-        assert r["step_cpu_ms"] > 0
-    assert rows[1]["step_cpu_vs_S"] == 1.0
 
 
 def test_cli_model_size(tmp_path, capsys):

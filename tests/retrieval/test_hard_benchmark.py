@@ -184,16 +184,3 @@ def test_bench_hard_wiring(hard_root, hard_cache, tmp_path, monkeypatch, capsys)
     # a root of the other benchmark is refused, nothing written
     assert main(["bench", "--benchmark", "small", "--root", str(hard_root), "--out", str(tmp_path / "b2")]) == 2
     assert "holds the 'hard-tiny' benchmark" in capsys.readouterr().err and not (tmp_path / "b2").exists()
-
-
-def test_bench_passes_model_options_to_every_trained_method(hard_root, hard_cache, tmp_path, monkeypatch):
-    from retrieval.bench import run_retrieval_bench
-    from retrieval.registry import load_model
-    from retrieval.train import TrainConfig
-
-    monkeypatch.setenv("MOE_APPS_CACHE", str(hard_cache))
-    run_retrieval_bench(hard_root, tmp_path, ("controlled",), ["no-aug", "combiner"], TrainConfig(0, 1),
-                        save_models=True, log=lambda *_: None, model_options={"use_descriptions": False})
-    for name in ("MoA3CIR_wo_augmentation", "CLIP4Cir-style_combiner"):
-        model, _ = load_model(tmp_path / "models" / "controlled" / "scratch" / name)
-        assert model.config.use_descriptions is False

@@ -105,16 +105,21 @@ def _blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
     return torch.nn.functional.conv2d(x, k.view(1, 1, -1, 1).repeat(c, 1, 1, 1), groups=c)
 
 
+def _lite0_fid(real, fake, encoder):
+    from vision.evaluate import feature_metrics
+
+    return feature_metrics(real, fake, encoder)["efficientnet_lite0_fid"]
+
+
 def test_efficientnet_fid_on_known_distributions(lite0):
     """Identical sets are at ~0; two halves of the same data are close; blurring one half moves it
     away monotonically in the blur width (grayscale Fashion-MNIST, repeated to RGB)."""
     from vision.data import fashion_mnist_images
-    from vision.evaluate import efficientnet_lite0_fid
 
     x = fashion_mnist_images("test", limit=240, seed=0)[0]
     a, b = x[:120], x[120:]
-    same = efficientnet_lite0_fid(a, a.clone(), lite0)
-    fids = [efficientnet_lite0_fid(a, _blur(b, s), lite0) for s in (0.0, 1.0, 2.5)]
+    same = _lite0_fid(a, a.clone(), lite0)
+    fids = [_lite0_fid(a, _blur(b, s), lite0) for s in (0.0, 1.0, 2.5)]
     assert abs(same) < 1e-3 * fids[0]
     assert fids == sorted(fids) and fids[-1] > 2 * fids[0], fids
 
@@ -122,7 +127,7 @@ def test_efficientnet_fid_on_known_distributions(lite0):
 def test_efficientnet_fid_on_colour_images(lite0):
     """Colour (3-channel) data: a colour shift of one half raises the distance, more for a larger
     shift; precision/recall are reported in the same features."""
-    from vision.evaluate import efficientnet_lite0_fid, feature_metrics
+    from vision.evaluate import feature_metrics
 
     gen = torch.Generator().manual_seed(0)
     yy, xx = torch.meshgrid(torch.linspace(-1, 1, 32), torch.linspace(-1, 1, 32), indexing="ij")
@@ -136,13 +141,13 @@ def test_efficientnet_fid_on_colour_images(lite0):
         red = torch.tensor([1.0, -1.0, -1.0]).view(1, 3, 1, 1)
         return (y + amount * disc[60:] * (red - y)).clamp(-1, 1)
 
-    fids = [efficientnet_lite0_fid(a, tint(b, t), lite0) for t in (0.0, 0.5, 1.0)]
+    fids = [_lite0_fid(a, tint(b, t), lite0) for t in (0.0, 0.5, 1.0)]
     assert fids == sorted(fids) and fids[-1] > 2 * fids[0], fids
     m = feature_metrics(a, b, lite0)
     assert m["efficientnet_lite0_fid"] == pytest.approx(fids[0], rel=1e-6)
     assert 0 <= m["efficientnet_lite0_precision"] <= 1 and 0 <= m["efficientnet_lite0_recall"] <= 1
     with pytest.raises(InputError):
-        efficientnet_lite0_fid(a[:, :2], b[:, :2], lite0)
+        _lite0_fid(a[:, :2], b[:, :2], lite0)
 
 
 @pytest.mark.slow  # about 20 s per dataset on a shared 2-core CPU
@@ -152,7 +157,6 @@ def test_efficientnet_fid_ranks_longer_training_better(data, lite0):
     a clearly lower EfficientNet-Lite0 FID than after 10 steps, on both datasets (32 px)."""
     from common.errors import DataError
     from vision.data import load_dataset
-    from vision.evaluate import efficientnet_lite0_fid
     from vision.models import build_moh
     from vision.sampling import MoHPipeline, make_sampler
     from vision.train import TrainConfig, fit
@@ -171,6 +175,6 @@ def test_efficientnet_fid_ranks_longer_training_better(data, lite0):
         fit(model, images, TrainConfig(steps=steps, batch_size=16, lr=3e-3, warmup=5, seed=0))
         out = MoHPipeline(model, make_sampler("ddim"))(batch_size=64, num_inference_steps=10,
                                                        generator=torch.Generator().manual_seed(0))
-        fids.append(efficientnet_lite0_fid(real, to_model_range(out.images), lite0))
+        fids.append(_lite0_fid(real, to_model_range(out.images), lite0))
     print(f"{data}: EfficientNet-Lite0 FID after 10 / 200 steps: {fids[0]:.1f} / {fids[1]:.1f}")
     assert fids[1] < 0.9 * fids[0], fids

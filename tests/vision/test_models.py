@@ -127,6 +127,8 @@ def test_forced_route_validation():
         model(x, t, route={"depth": 2})
     with pytest.raises(InputError, match="levels must be in"):
         model(x, t, route={"levels": [5]})
+    with pytest.raises(InputError, match="forces 'depth' and / or 'levels'"):
+        model(x, t, route={"transform": 1})
 
 
 def test_routers_receive_gradient():
@@ -138,14 +140,15 @@ def test_routers_receive_gradient():
         assert router.weight.grad is not None and router.weight.grad.abs().sum() > 0
 
 
-def test_sequential_and_parallel_scan_give_same_model_output():
+def test_sequential_and_parallel_scan_give_same_model_output(monkeypatch):
+    import vision.models.layers as layers
+    from vision.scan import selective_scan_sequential
+
     model = _perturb(tiny_moh()).eval()
     x, t = _batch()
     with torch.no_grad():
         par = model(x, t).sample
-        for m in model.modules():
-            if hasattr(m, "sequential_scan"):
-                m.sequential_scan = True
+        monkeypatch.setattr(layers, "selective_scan", selective_scan_sequential)  # the reference loop
         seq = model(x, t).sample
     assert torch.allclose(par, seq, atol=1e-5)
 
@@ -176,18 +179,18 @@ def test_checkpoint_carries_its_prediction_type_and_refuses_without_one(tmp_path
 
 
 @pytest.mark.parametrize("name", ["moh-fmnist", "mamba-fmnist"])
-def test_shipped_weights_predict_the_same_with_the_reference_scan(name):
+def test_shipped_weights_predict_the_same_with_the_reference_scan(name, monkeypatch):
     """The shipped weights were trained with the chunked scan; the model's scan (now the recurrent
     form) must give the function they were trained as, the reference recurrence's."""
+    import vision.models.layers as layers
     from common.shipped import shipped_models
+    from vision.scan import selective_scan_sequential
 
     model = load_backbone(shipped_models()[name]).eval()
     g = torch.Generator().manual_seed(0)
     x, t = torch.randn(4, 1, 32, 32, generator=g), torch.tensor([10, 300, 600, 990])
     with torch.no_grad():
         fast = model(x, t).sample
-        for m in model.modules():
-            if hasattr(m, "sequential_scan"):
-                m.sequential_scan = True
+        monkeypatch.setattr(layers, "selective_scan", selective_scan_sequential)  # the reference loop
         ref = model(x, t).sample
     assert torch.allclose(fast, ref, atol=1e-5 * float(ref.abs().max()), rtol=0)

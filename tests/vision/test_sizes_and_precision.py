@@ -152,8 +152,9 @@ def test_cli_trains_bf16_on_the_cpu_then_samples(tmp_path, capsys):
     (["train", "--model-size", "XL"], "invalid choice"),
     (["train", "--precision", "16-mixed", "--device", "cpu", "--steps", "1"], "16-mixed"),
     (["bench", "--suite", "quick", "--sizes", "S"], "--sizes applies to --suite sizes only"),
-    (["bench", "--suite", "sizes", "--budgets", "S"], "--budgets applies to --suite scaling only"),
-    (["bench", "--suite", "scaling", "--steps", "3"], "--steps does not apply"),
+    (["bench", "--suite", "sizes", "--budget-min", "1"], "--budget-min applies to --suite compute only"),
+    (["bench", "--suite", "compute", "--steps", "3"], "--steps does not apply"),
+    (["bench", "--suite", "scaling"], "invalid choice"),
     (["bench", "--suite", "sizes"], "--out does not apply"),
 ])
 def test_bad_size_precision_and_suite_options_are_one_line_errors(argv, message, tmp_path, capsys):

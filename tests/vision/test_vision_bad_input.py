@@ -188,40 +188,6 @@ def test_bad_inception_weights_fail_before_sampling(tmp_path, ckpt):
                               str(bad)], tmp_path, match="cannot load Inception TorchScript", timeout_s=30)
 
 
-def _scaling_record(**row) -> dict:
-    from vision.scaling import ScalingConfig, scaling_signature
-
-    base = {"dataset": "fashion-mnist", "budget": "S", "budget_index": 0, "d_model": 16, "steps": 200, "seed": 0,
-            "model": "moh", "params": 1000, "train_s_per_step": 0.1, "efficientnet_lite0_fid": 50.0, "wall_s": 30.0}
-    return {"signature": scaling_signature(ScalingConfig()), "row": {**base, **row}}
-
-
-@pytest.mark.parametrize(("lines", "match"), [
-    (["{not json", json.dumps(_scaling_record())], "line 1 is not JSON"),
-    ([json.dumps([1, 2]), json.dumps(_scaling_record())], "line 1 is not a JSON object"),
-    ([json.dumps(_scaling_record(steps="200"))], "row field 'steps' missing or not an integer"),
-    ([json.dumps({"signature": {}, "row": [1]})], "expected {'signature'"),
-])
-def test_scaling_resume_refuses_a_malformed_progress_file(tmp_path, lines, match):
-    out = tmp_path / "scaling"
-    out.mkdir()
-    (out / "scaling_rows.jsonl").write_text("\n".join(lines) + "\n")
-    line = assert_refused(moh_main, ["bench", "--suite", "scaling", "--resume", "--out", str(out)], tmp_path,
-                          match=match)
-    assert "scaling_rows.jsonl" in line
-
-
-def test_scaling_resume_skips_a_torn_tail(tmp_path, capsys):
-    from vision.scaling import ScalingConfig, read_finished_rows
-
-    path = tmp_path / "scaling_rows.jsonl"
-    good = _scaling_record()
-    path.write_text(json.dumps(good) + "\n" + json.dumps(_scaling_record(model="dit"))[:25])
-    rows = read_finished_rows(path, ScalingConfig())
-    assert list(rows.values()) == [good["row"]]
-    assert "torn last line" in capsys.readouterr().err
-
-
 # ----------------------------------------------------------------------------- interrupted runs
 
 

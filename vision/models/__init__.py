@@ -143,7 +143,6 @@ def build_matched(name: str, reference_params: int, sample_size: int = 32, in_ch
     return make(options[best])
 
 
-
 def build_backbone(name: str, model_size: str = "XS", sample_size: int = 32, in_channels: int = 1,
                    **moh_overrides):
     """``moh`` of ``model_size`` (plus ``moh_overrides`` of its constructor arguments), or the

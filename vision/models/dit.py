@@ -14,11 +14,10 @@ from torch import Tensor, nn
 
 from common.pretrained import register_model, register_to_config
 from vision.models.layers import (
-    DiffusionBackbone,
     FinalLayer,
+    FixedStackBackbone,
     PatchEmbed,
     TimestepEmbedder,
-    fixed_stack_forward,
 )
 
 
@@ -49,7 +48,7 @@ class DiTBlock(nn.Module):
 
 
 @register_model("dit")
-class DiTBackbone(DiffusionBackbone):
+class DiTBackbone(FixedStackBackbone):
     """Small DiT baseline."""
 
     @register_to_config
@@ -69,9 +68,6 @@ class DiTBackbone(DiffusionBackbone):
         self.patch = PatchEmbed(sample_size, in_channels, patch_size, d_model)
         self.blocks = nn.ModuleList(DiTBlock(d_model, heads, mlp_ratio) for _ in range(depth))
         self.final = FinalLayer(d_model, in_channels, patch_size, grid)
-
-    def forward(self, sample: Tensor, timestep, return_dict: bool = True, route: dict | None = None):
-        return fixed_stack_forward(self, sample, timestep, return_dict)
 
     @classmethod
     def tiny_example(cls):

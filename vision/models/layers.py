@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from common.errors import InputError
 from common.pretrained import PretrainedMixin
-from vision.scan import inverse_permutation, scan_order, selective_scan, selective_scan_sequential
+from vision.scan import inverse_permutation, scan_order, selective_scan
 
 
 @dataclass
@@ -167,7 +167,6 @@ class MambaMixer(nn.Module):
         self.A_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1, dtype=torch.float32)).repeat(e, 1))
         self.D = nn.Parameter(torch.ones(e))
         self.out_proj = nn.Linear(e, d)
-        self.sequential_scan = False  # use the reference loop (tests / benchmarks only)
         self.checkpoint_scan = checkpoint_scan
 
     def forward(self, u: Tensor) -> Tensor:
@@ -176,11 +175,10 @@ class MambaMixer(nn.Module):
         x = F.silu(self.conv(x.transpose(1, 2))[..., :seq_len].transpose(1, 2))
         dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         delta = F.softplus(self.dt_proj(dt))
-        scan = selective_scan_sequential if self.sequential_scan else selective_scan
         if self.checkpoint_scan and torch.is_grad_enabled():
-            y = checkpoint(scan, x, delta, -torch.exp(self.A_log), B, C, self.D, use_reentrant=False)
+            y = checkpoint(selective_scan, x, delta, -torch.exp(self.A_log), B, C, self.D, use_reentrant=False)
         else:
-            y = scan(x, delta, -torch.exp(self.A_log), B, C, self.D)
+            y = selective_scan(x, delta, -torch.exp(self.A_log), B, C, self.D)
         return self.out_proj(y * F.silu(z))
 
 
@@ -231,22 +229,26 @@ class AdaLNMambaBlock(nn.Module):
         return x + gate[:, None] * y
 
 
-def fixed_stack_forward(model: nn.Module, sample: Tensor, timestep, return_dict: bool = True):
-    """Forward of a fixed-depth backbone (every block at every timestep): patch-embed ``sample
-    (b, c, H, W)``, run ``model.blocks`` conditioned on the timestep embedding, project back.
-    Returns ``BackboneOutput`` (or a tuple) with zero aux loss and the block count run."""
-    cfg = model.config
-    check_sample(sample, cfg.in_channels, cfg.sample_size)
-    t = prepare_timestep(timestep, sample.shape[0], sample.device)
-    c = model.t_embed(t)
-    h = model.patch(sample)
-    for blk in model.blocks:
-        h = blk(h, c)
-    out = model.final(h, c)
-    info = {"sample_layers": len(model.blocks) * sample.shape[0]}
-    if not return_dict:
-        return (out, out.new_zeros(()), info)
-    return BackboneOutput(sample=out, aux_loss=out.new_zeros(()), route=info)
+class FixedStackBackbone(DiffusionBackbone):
+    """Base of the fixed-depth backbones (plain Mamba, DiT): every block at every timestep. A
+    subclass builds ``t_embed``, ``patch``, ``blocks`` (each ``block(h, c)``) and ``final``."""
+
+    def forward(self, sample: Tensor, timestep, return_dict: bool = True, route: dict | None = None):
+        """Patch-embed ``sample (b, c, H, W)``, run ``blocks`` conditioned on the timestep
+        embedding, project back. Returns ``BackboneOutput`` (or a tuple) with zero aux loss and the
+        block count run; ``route`` is accepted for a call uniform with MoH's and ignored."""
+        cfg = self.config
+        check_sample(sample, cfg.in_channels, cfg.sample_size)
+        t = prepare_timestep(timestep, sample.shape[0], sample.device)
+        c = self.t_embed(t)
+        h = self.patch(sample)
+        for blk in self.blocks:
+            h = blk(h, c)
+        out = self.final(h, c)
+        info = {"sample_layers": len(self.blocks) * sample.shape[0]}
+        if not return_dict:
+            return (out, out.new_zeros(()), info)
+        return BackboneOutput(sample=out, aux_loss=out.new_zeros(()), route=info)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -177,11 +177,6 @@ class MoHBackbone(DiffusionBackbone):
             _, mask = topk_select(scores, self.config.k_levels, always=always)
         return mask, torch.softmax(scores, dim=-1)
 
-    def _forced_index(self, value: int, options: tuple, name: str, b: int, device) -> Tensor:
-        if value not in options:
-            raise InputError(f"{name} must be one of {options}, got {value}")
-        return torch.full((b,), options.index(value), dtype=torch.long, device=device)
-
     def forward(
         self,
         sample: Tensor,
@@ -192,13 +187,15 @@ class MoHBackbone(DiffusionBackbone):
         """Predict the noise of ``sample (b, c, H, W)`` at ``timestep``.
 
         ``route`` optionally forces choices for every sample: ``{"depth": int, "levels":
-        [int, ...], "transform": int}`` (any subset). The returned ``route`` dict holds per
+        [int, ...]}`` (either or both; the bench's full route). The returned ``route`` dict holds per
         sample ``depth (b,)``, ``levels (b, G)`` bool, ``transform (b,)``, and
         ``sample_layers`` (int, Mamba blocks run summed over samples, coarse levels included).
         """
         cfg = self.config
         check_sample(sample, cfg.in_channels, cfg.sample_size)
         route = route or {}
+        if set(route) - {"depth", "levels"}:
+            raise InputError(f"a route forces 'depth' and / or 'levels', got {sorted(route)}")
         b = sample.shape[0]
         t = prepare_timestep(timestep, b, sample.device)
         c = self.t_embed(t)
@@ -227,7 +224,9 @@ class MoHBackbone(DiffusionBackbone):
         depth_routing = self.depth_router(c)
         aux = aux + depth_routing.aux_loss
         if "depth" in route:
-            depth_idx = self._forced_index(int(route["depth"]), self.depth_options, "depth", b, c.device)
+            if (forced := int(route["depth"])) not in self.depth_options:
+                raise InputError(f"depth must be one of {self.depth_options}, got {forced}")
+            depth_idx = torch.full((b,), self.depth_options.index(forced), dtype=torch.long, device=c.device)
         else:
             depth_idx = depth_routing.indices[:, 0]
         options = torch.tensor(self.depth_options, device=c.device, dtype=torch.float32)
@@ -249,10 +248,6 @@ class MoHBackbone(DiffusionBackbone):
         # 3. feature-transform expert, one per sample, dispatched by moe
         t_routing = self.transform_router(c)
         aux = aux + t_routing.aux_loss
-        if "transform" in route:
-            idx = self._forced_index(int(route["transform"]), tuple(range(len(self.transforms))), "transform", b, c.device)
-            t_routing.indices = idx[:, None]
-            t_routing.weights = t_routing.probs.gather(1, t_routing.indices)
         t_routing.weights = _straight_through(t_routing.weights)
         flat = rearrange(h, "b l d -> b (l d)")
         update, _ = dispatch_combine(flat, t_routing, list(self.transforms))

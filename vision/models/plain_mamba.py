@@ -8,21 +8,20 @@ Shapes: ``sample (b, c, H, W)``, ``timestep`` scalar or ``(b,)`` -> ``BackboneOu
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from common.pretrained import register_model, register_to_config
 from vision.models.layers import (
     AdaLNMambaBlock,
-    DiffusionBackbone,
     FinalLayer,
+    FixedStackBackbone,
     PatchEmbed,
     TimestepEmbedder,
-    fixed_stack_forward,
 )
 
 
 @register_model("plain_mamba")
-class PlainMambaBackbone(DiffusionBackbone):
+class PlainMambaBackbone(FixedStackBackbone):
     """Fixed-depth Mamba backbone; the baseline MoH is compared to at matched parameters
     (``checkpoint_scan`` as in ``MoHBackbone``)."""
 
@@ -49,9 +48,6 @@ class PlainMambaBackbone(DiffusionBackbone):
             for i in range(depth)
         )
         self.final = FinalLayer(d_model, in_channels, patch_size, grid)
-
-    def forward(self, sample: Tensor, timestep, return_dict: bool = True, route: dict | None = None):
-        return fixed_stack_forward(self, sample, timestep, return_dict)
 
     @classmethod
     def tiny_example(cls):

@@ -1,9 +1,16 @@
-"""``moh bench --suite scaling``: the scaling trend of MoH and its parameter-matched baselines over
-budgets where width and training steps grow together, on Fashion-MNIST and the Sweet Home 3D
-icons, scored with the EfficientNet-Lite0 FID (``vision.evaluate``)."""
+"""The scaling trend of MoH and its parameter-matched baselines over budgets where width and
+training steps grow together, on Fashion-MNIST and the Sweet Home 3D icons, scored with the
+EfficientNet-Lite0 FID (``vision.evaluate``). Formerly ``moh bench --suite scaling``: a sweep
+over budgets, not the product's same-budget bench, so it lives beside the product.
+
+    python -m experiments.vision.scaling --out runs/scaling --json docs/results/vision/scaling.json
+    python -m experiments.vision.scaling --budgets S --datasets fashion-mnist --models moh mamba --out runs/s
+    python -m experiments.vision.scaling --resume --out runs/scaling   # keep an interrupted run's finished rows
+"""
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,15 +18,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common.device import resolve_device
+from common.cli import ArgumentParser, check_outputs, cli_main
+from common.device import add_device_arg, add_precision_arg, check_precision, resolve_device
 from common.errors import DataError
 from common.io import append_jsonl, read_jsonl_resumable, write_csv, write_json
 from common.report import markdown_table
 from common.seed import seed_everything
-from vision.evaluate import to_model_range
+from vision.evaluate import efficientnet_features, frechet_distance, to_model_range
 from vision.models import MODEL_NAMES, build_backbone
 from vision.models.layers import count_parameters
-from vision.plots import plot_scaling
+from vision.plots import save_png
 from vision.sampling import sample_ddim, save_grid
 from vision.train import TrainConfig, fit
 
@@ -54,6 +62,13 @@ class ScalingConfig:
     n_samples: int = 128
     sample_steps: int = 10
     threads: int = 1
+
+
+def efficientnet_lite0_fid(real: torch.Tensor, fake: torch.Tensor, encoder=None) -> float:
+    """Fréchet distance of ``real`` and ``fake`` (each ``(N, c, H, W)`` in [-1, 1]) in pooled
+    EfficientNet-Lite0 features; ``real`` features are cached, ``fake`` ones are not (the FID of
+    ``vision.evaluate.feature_metrics`` without its precision / recall)."""
+    return frechet_distance(efficientnet_features(real, encoder), efficientnet_features(fake, encoder, False))
 
 
 def _row_key(row: dict) -> tuple:
@@ -110,7 +125,6 @@ def run_scaling(out_dir: str | Path, cfg: ScalingConfig | None = None, log=None,
     repeated (training is deterministic under its seed, so the rows are what a rerun would give).
     Training and sampling run on ``device`` (training at ``precision``)."""
     from vision.data import load_dataset
-    from vision.evaluate import efficientnet_lite0_fid
 
     cfg = cfg or ScalingConfig()
     dev = resolve_device(device)
@@ -183,3 +197,56 @@ def run_scaling(out_dir: str | Path, cfg: ScalingConfig | None = None, log=None,
     log(markdown_table(summary, ["dataset", "budget", "model", "params", "efficientnet_lite0_fid", "fid_vs_mamba",
                                  "fid_vs_mamba_spread", "train_s_per_step", "wall_s_per_run"]))
     return result
+
+
+def plot_scaling(summary: list[dict], path: Path) -> None:
+    """FID ratio to plain Mamba (mean over seeds) vs budget, one panel per dataset."""
+    from matplotlib.figure import Figure
+
+    datasets = list(dict.fromkeys(r["dataset"] for r in summary))
+    fig = Figure(figsize=(5 * len(datasets), 3.3))
+    axes = fig.subplots(1, len(datasets), squeeze=False)
+    for ax, ds in zip(axes[0], datasets, strict=True):
+        for m in dict.fromkeys(r["model"] for r in summary):
+            pts = [(r["budget_index"], r["fid_vs_mamba"]) for r in summary if r["dataset"] == ds and r["model"] == m]
+            ax.plot(*zip(*sorted(pts), strict=True), "o-", label=m)
+        names = sorted({(r["budget_index"], r["budget"]) for r in summary if r["dataset"] == ds})
+        ax.set_xticks([i for i, _ in names], [n for _, n in names])
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set(xlabel="budget (width and steps grow together)", ylabel="EfficientNet-Lite0 FID / plain Mamba's",
+               title=ds)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_png(fig, path)
+
+
+@cli_main
+def main(argv=None) -> int:
+    p = ArgumentParser(description="the scaling trend of MoH and its baselines over width and training steps")
+    p.add_argument("--out", default="runs/vision_scaling", help="run directory (rows, CSVs, plot, sample grids)")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON (NaN as null), the plot beside it")
+    p.add_argument("--budgets", nargs="+", choices=tuple(b.name for b in SCALING_BUDGETS), help="budgets to run")
+    p.add_argument("--datasets", nargs="+", choices=tuple(d for d, _ in SCALING_DATASETS), help="datasets to run")
+    p.add_argument("--models", nargs="+", choices=MODEL_NAMES)
+    p.add_argument("--resume", action="store_true", help="continue in an existing --out, keeping its finished runs")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    add_device_arg(p)
+    add_precision_arg(p)
+    a = p.parse_args(argv)
+    check_precision(a.precision, resolve_device(a.device))
+    json_path = Path(a.json) if a.json else None
+    plot_path = json_path.with_suffix(".png") if json_path else None
+    out = Path(a.out)
+    check_outputs(files=[q for q in (json_path, plot_path) if q], dirs=[] if a.resume else [out],
+                  overwrite=a.overwrite)
+    overrides = {k: tuple(v) for k, v in (("budgets", a.budgets), ("datasets", a.datasets), ("models", a.models)) if v}
+    result = run_scaling(out, ScalingConfig(**overrides), resume=a.resume, device=a.device, precision=a.precision)
+    if json_path is not None:  # the results page's source: config, per-run rows and the summary, plot beside it
+        write_json(json_path, result)
+        shutil.copyfile(out / "scaling.png", plot_path)
+        print(f"wrote {json_path} and {plot_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,9 +1,15 @@
-"""Search speed benchmark (``moa3cir bench --suite search``): NumPy brute force vs faiss exact
-vs IVF (an nprobe sweep), IVF-PQ (compressed codes, with and without exact re-ranking) and HNSW
-on a clustered gallery of random unit vectors (default 1M x 256), with the same number of
+"""How fast can a 1M x 256 gallery be searched, and at what recall? NumPy brute force vs faiss
+exact vs IVF (an nprobe sweep), IVF-PQ (compressed codes, with and without exact re-ranking) and
+HNSW on a clustered gallery of random unit vectors (default 1M x 256), with the same number of
 threads on every side. Every row has recall@k against exact search, queries/s and the index's
 memory per item (its serialised size / n). The rows and a summary of the targets go to
-``search_bench.csv/.json``.
+``search_bench.csv/.json`` in ``--out``; ``--json`` also writes them with the settings. This study
+chose the index kinds and defaults of ``moa3cir index`` (``retrieval.index``); formerly
+``moa3cir bench --suite search`` (same options).
+
+    python -m experiments.retrieval.search_bench --out runs/rsearch --seed 0 --json docs/results/retrieval/search.json
+    python -m experiments.retrieval.search_bench --search-methods ivf ivfpq --out runs/rsearch_pq --seed 0 \
+        --json docs/results/retrieval/search_ivfpq.json
 """
 
 from __future__ import annotations
@@ -13,11 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
+from common.cli import ArgumentParser, add_overwrite_arg, check_outputs, cli_main, int_in, seed_int
 from common.errors import InputError
 from common.io import write_csv, write_json
+from common.limits import add_force_arg, gib, physical_memory_bytes
 from common.report import markdown_table
+from retrieval.bounds import MAX_THREADS
+from retrieval.index import GalleryIndex
 
-from .index import GalleryIndex
+MAX_SEARCH_N = 1_000_000_000
+MAX_SEARCH_QUERIES = 100_000
 
 
 def run_search_bench(
@@ -264,3 +275,49 @@ def _search_bench(out_dir, n, d, n_queries, k, nlist, nprobes, train_size, threa
     )
     print(markdown_table(rows[-1:]))
     return rows
+
+
+def search_bench_bytes(n: int, n_queries: int, d: int = 256) -> int:
+    """Peak memory estimate of the search suite: the float32 gallery, its copies in the flat and
+    IVF indexes, three (64, n) score blocks of the brute force and the queries' results."""
+    return 4 * n * (3 * d + 3 * 64) + 16 * n_queries * (d + 128)
+
+
+def check_search_memory(n: int, n_queries: int, force: bool) -> None:
+    """InputError naming the estimate when the search suite would not fit in RAM (unless ``force``)."""
+    need, have = search_bench_bytes(n, n_queries), physical_memory_bytes()
+    if have is not None and need > have and not force:
+        raise InputError(f"--search-n {n:,} needs about {gib(need)} of memory, this machine has "
+                         f"{gib(have)} (lower --search-n, or pass --force)")
+
+
+@cli_main
+def main(argv=None) -> int:
+    p = ArgumentParser(description="search speed and recall of NumPy, faiss exact, IVF, IVF-PQ and HNSW")
+    p.add_argument("--out", default="runs/retrieval_search", help="where search_bench.csv/.json go")
+    p.add_argument("--search-n", type=int_in(1, MAX_SEARCH_N), default=1_000_000,
+                   help=f"gallery size, at most {MAX_SEARCH_N:,}; its memory estimate must fit this machine's RAM "
+                   "unless --force (default 1,000,000)")
+    p.add_argument("--search-queries", type=int_in(1, MAX_SEARCH_QUERIES), default=1000,
+                   help=f"queries, at most {MAX_SEARCH_QUERIES:,} (default 1000)")
+    p.add_argument("--search-methods", nargs="+", choices=("numpy", "ivf", "ivfpq", "hnsw"),
+                   default=["numpy", "ivf", "ivfpq"], help="beside exact faiss search (default numpy ivf ivfpq)")
+    p.add_argument("--search-threads", type=int_in(1, MAX_THREADS), default=1,
+                   help=f"threads for both NumPy (BLAS) and faiss, at most {MAX_THREADS} (default 1)")
+    p.add_argument("--json", default=None, help="also write the rows and the settings to this JSON file")
+    p.add_argument("--seed", type=seed_int, default=0)
+    add_force_arg(p, "run even when the memory estimate exceeds this machine's RAM")
+    add_overwrite_arg(p)
+    a = p.parse_args(argv)
+    check_search_memory(a.search_n, a.search_queries, a.force)
+    check_outputs(files=[a.json], dirs=[a.out], overwrite=a.overwrite)
+    rows = run_search_bench(Path(a.out), n=a.search_n, n_queries=a.search_queries, threads=a.search_threads,
+                            seed=a.seed, methods=tuple(a.search_methods))
+    if a.json:
+        config = {k: v for k, v in vars(a).items() if k not in ("json", "overwrite", "force")}
+        write_json(Path(a.json), {"config": config, "search": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Model sizes benchmark (``moa3cir bench --suite sizes``): per named size
+"""What does each named tower size cost? Per named size
 (``retrieval.sizes.MODEL_SIZES``) MoA³CIR's widths, its trainable parameters and those of the
 combiner baseline matched to it, the memory of the training state, and the time of one phase-2
 training step.
@@ -10,19 +10,26 @@ six clause tokens). Two runs of ``epochs`` and ``3 * epochs`` epochs give the ma
 step, ``(t_long - t_short) / (steps_long - steps_short)``, without the trainer's start-up; CPU
 time of this process is reported beside wall time (with one thread the robust figure on a shared
 machine), and every size as a ratio to ``S`` from the same run.
+Formerly ``moa3cir bench --suite sizes``; the README's model-sizes line quotes its JSON.
+
+    python -m experiments.retrieval.model_sizes --json docs/results/retrieval/model_sizes.json
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import torch
 
-from .features import Features
-from .registry import DEFAULT_MODEL_SIZE, MODEL_SIZES, build_model
-from .render import GROUPS, NUM_VALUES
-from .text import EMBED_DIM
-from .train import TrainConfig, fit
+from common.cli import ArgumentParser, add_overwrite_arg, check_outputs, cli_main, seed_int
+from common.device import add_device_arg, add_precision_arg, check_precision, resolve_device
+from common.io import write_json
+from retrieval.features import Features
+from retrieval.registry import DEFAULT_MODEL_SIZE, MODEL_SIZES, build_model
+from retrieval.render import GROUPS, NUM_VALUES
+from retrieval.text import EMBED_DIM
+from retrieval.train import TrainConfig, fit
 
 BYTES_FP32 = 4
 TRAIN_STATE_COPIES = 4  # fp32 weights, gradients and AdamW's two moments
@@ -106,3 +113,27 @@ def model_size_rows(
     for r in rows:
         r["step_cpu_vs_S"] = None if base is None else round(r["step_cpu_ms"] / base["step_cpu_ms"], 2)
     return rows
+
+
+@cli_main
+def main(argv=None) -> int:
+    p = ArgumentParser(description="parameters, memory and phase-2 step time of every named tower size")
+    p.add_argument("--sizes", nargs="+", choices=tuple(MODEL_SIZES), default=list(MODEL_SIZES))
+    p.add_argument("--json", default=None, help="also write the rows and the settings to this JSON file")
+    p.add_argument("--seed", type=seed_int, default=0)
+    add_device_arg(p)
+    add_precision_arg(p)
+    add_overwrite_arg(p)
+    a = p.parse_args(argv)
+    check_precision(a.precision, resolve_device(a.device))
+    check_outputs(files=[a.json], overwrite=a.overwrite)
+    torch.set_num_threads(1)
+    rows = model_size_rows(tuple(a.sizes), seed=a.seed, device=a.device, precision=a.precision)
+    if a.json:
+        config = {k: v for k, v in vars(a).items() if k not in ("json", "overwrite")}
+        write_json(Path(a.json), {"config": config, "sizes": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
