@@ -270,3 +270,14 @@ def read_records(data_dir: str | Path) -> list[dict] | None:
         return None
     with path.open(newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
+
+
+def dataset_library(pipe, ds: PartDataset) -> ComponentLibrary | None:
+    """The retrieve decoder's ``library.ComponentLibrary`` of ``ds``'s training parts, with the
+    sources named by its ``shapes.csv``; None when the dataset has no part meshes on disk."""
+    if ds.root is None:
+        return None
+    with_meshes = ds if ds.meshes is not None else PartDataset.load(ds.root, with_meshes=True)
+    if with_meshes.meshes is None:
+        return None
+    return ComponentLibrary.build(pipe, with_meshes, read_records(ds.root))

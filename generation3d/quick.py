@@ -22,12 +22,13 @@ from generation3d.bench import bench_attention, plot_bench
 from generation3d.data import PartDataset, trained_categories
 from generation3d.evaluate import evaluate_generator, penetration_rate, reconstruction_metrics
 from generation3d.export import export_meshes
+from generation3d.library import dataset_library
 from generation3d.model import AEConfig, GenConfig
 from generation3d.render import render_preview
 from generation3d.sampling import MoCAPipeline
 from generation3d.shapes import build_dataset
 from generation3d.text import shape_descriptions
-from generation3d.train import component_library, fit, pretrain
+from generation3d.train import fit, pretrain
 
 DEMO_MODEL = "demo_model"
 QUICK = {
@@ -67,7 +68,7 @@ def run_quick(out_dir: Path, data_dir: Path | None = None, seed: int = 0, config
                        "classifier_test_acc"):
             rows.append({"method": attention, "metric": metric, "value": res[metric]})
     write_json(out / "eval.json", {"results": results, "config": cfg, "seed": seed, "ae": rec})
-    pipes["moca"].library = component_library(pipes["moca"], ds)  # the retrieve decoder's parts
+    pipes["moca"].library = dataset_library(pipes["moca"], ds)  # the retrieve decoder's parts
     pipes["moca"].save(out / "pipeline_moca")
     demo = cache_dir("generation3d") / DEMO_MODEL
     shutil.rmtree(demo, ignore_errors=True)

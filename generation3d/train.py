@@ -376,28 +376,16 @@ def train_pipeline(ds: PartDataset, ae: PartAutoencoder, config: GenConfig, out:
                    ae_extra: dict | None = None, **fit_options):
     """``fit`` the generator (progress shown, ``run_dir=out``, ``fit_options`` as ``fit``'s) and
     save the whole pipeline to ``out``: autoencoder, generator, latent statistics, the training
-    descriptions and categories, the component library (``component_library``), and ``extra`` plus ``history`` and ``train_s`` (``ae_extra``: the
+    descriptions and categories, the component library (``library.dataset_library``), and ``extra`` plus ``history`` and ``train_s`` (``ae_extra``: the
     autoencoder's). Returns ``(pipeline, history)``."""
     from generation3d.data import trained_categories
+    from generation3d.library import dataset_library
     from generation3d.sampling import MoCAPipeline
     from generation3d.text import shape_descriptions
 
     gen, stats, hist = fit(ds, ae, config, progress=True, run_dir=out, **fit_options)
     pipe = MoCAPipeline(ae, gen, stats, shape_descriptions(ds, "train"),
                         categories=trained_categories(ds, config.max_parts))
-    pipe.library = component_library(pipe, ds)
+    pipe.library = dataset_library(pipe, ds)
     pipe.save(out, {"history": hist, **extra, "train_s": hist[-1]["time_s"]}, ae_extra=ae_extra)
     return pipe, hist
-
-
-def component_library(pipe, ds: PartDataset):
-    """The retrieve decoder's ``library.ComponentLibrary`` of ``ds``'s training parts, with the
-    sources named by its ``shapes.csv``; None when the dataset has no part meshes on disk."""
-    from generation3d.library import ComponentLibrary, read_records
-
-    if ds.root is None:
-        return None
-    with_meshes = ds if ds.meshes is not None else PartDataset.load(ds.root, with_meshes=True)
-    if with_meshes.meshes is None:
-        return None
-    return ComponentLibrary.build(pipe, with_meshes, read_records(ds.root))
