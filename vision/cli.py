@@ -36,6 +36,8 @@ from common.limits import add_force_arg  # noqa: E402
 from vision.limits import MAX_IMAGES, MAX_SAMPLES, MAX_THREADS, check_max, check_sampling, check_training  # noqa: E402
 
 SUITES = ("quick", "full", "sizes", "compute")
+SAMPLERS = ("ddim", "ddpm", "dpmsolver++")  # vision.sampling.SAMPLERS, named here: parsing imports no torch
+SAMPLER_HELP = "ddim (default), ddpm (ancestral) or dpmsolver++ (DPM-Solver++ 2M, one model evaluation per step)"
 # options that only some suites read (any other suite refuses them)
 SUITE_OPTIONS = {"n_samples": ("quick", "full", "compute"), "sizes": ("sizes",), "batch_size": ("sizes",),
                  "budget_min": ("compute",), "model_size": ("compute",), "workers": ("compute",)}
@@ -172,11 +174,11 @@ def cmd_eval(a) -> int:
     weights = inception_weights_path(a.inception_weights)
     detector = load_inception(weights) if weights is not None else None  # a bad file fails before sampling
     real = load_dataset(source, cfg.sample_size, cfg.in_channels, limit=a.n_real, split="test", seed=split_seed)
-    out = MoHPipeline(model.to(resolve_device(a.device)), load_sampler(ckpt, "ddim"))(
+    out = MoHPipeline(model.to(resolve_device(a.device)), load_sampler(ckpt, a.sampler))(
         batch_size=a.n, num_inference_steps=a.steps, generator=torch.Generator().manual_seed(a.seed))
     fake = to_model_range(out.images)
-    metrics = {"data": source, "n_real": int(real.shape[0]), "n_samples": a.n, "sampling_steps": a.steps,
-               "sample_s_per_image": out.time_s / a.n}
+    metrics = {"data": source, "n_real": int(real.shape[0]), "n_samples": a.n, "sampler": a.sampler,
+               "sampling_steps": a.steps, "sample_s_per_image": out.time_s / a.n}
     # the encoder follows --device (features computed where the samples were)
     metrics.update(feature_metrics(real, fake, feature_encoder().to(resolve_device(a.device))))
     if cfg.in_channels == 1 and cfg.sample_size == 32 and source in FASHION_MNIST_NAMES:
@@ -323,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ckpt", required=True)
     s.add_argument("--n", type=positive_int, default=64, help="samples, one batch (at most 4096 without --force)")
     s.add_argument("--steps", type=positive_int, default=25, help="denoising steps (at most 1000)")
-    s.add_argument("--sampler", choices=("ddim", "ddpm"), default="ddim")
+    s.add_argument("--sampler", choices=SAMPLERS, default="ddim", help=SAMPLER_HELP)
     s.set_defaults(fn=cmd_sample)
     e = sub.add_parser("eval", help="EfficientNet-Lite0 FID, FMNIST-classifier FID / precision / recall "
                                     "(Inception FID with local weights)")
@@ -336,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--n", type=positive_int, default=256)
     e.add_argument("--n-real", type=positive_int, default=1000)
     e.add_argument("--steps", type=positive_int, default=25)
+    e.add_argument("--sampler", choices=SAMPLERS, default="ddim", help=SAMPLER_HELP)
     e.add_argument("--inception-weights", default=None,
                    help="TorchScript inception-2015-12-05.pt (or $MOH_INCEPTION_WEIGHTS)")
     e.set_defaults(fn=cmd_eval)

@@ -23,6 +23,9 @@ def test_sample_writes_grid(ckpt, tmp_path, capsys):
     img = np.asarray(Image.open(out))
     assert img.shape == (2 * 17 + 1, 2 * 17 + 1)  # 2x2 mosaic of 16x16 with 1-px gaps
     assert "mean routed depth" in capsys.readouterr().out
+    assert main(["sample", "--ckpt", str(ckpt), "--n", "2", "--steps", "3", "--sampler", "dpmsolver++",
+                 "--out", str(out), "--overwrite"]) == 0
+    assert "3 dpmsolver++ steps" in capsys.readouterr().err
 
 
 def test_corrupt_checkpoint_exits_2(ckpt, tmp_path, capsys):
@@ -76,10 +79,11 @@ def test_eval_on_image_folder_with_user_inception_weights(ckpt, tmp_path, capsys
     torch.jit.script(_FakeDetector()).save(str(weights))
     out = tmp_path / "metrics.json"
     code = main(["eval", "--ckpt", str(ckpt), "--data", str(folder), "--n", "6", "--steps", "2",
-                 "--inception-weights", str(weights), "--out", str(out)])
+                 "--sampler", "dpmsolver++", "--inception-weights", str(weights), "--out", str(out)])
     assert code == 0
     metrics = json.loads(out.read_text())
     assert metrics["inception_fid"] >= 0 and "fmnist_classifier_fid" not in metrics
+    assert metrics["sampler"] == "dpmsolver++"
     assert main(["eval", "--ckpt", str(ckpt), "--inception-weights", str(tmp_path / "nope.pt")]) == 2
     assert "Inception weights not found" in capsys.readouterr().err
 

@@ -168,6 +168,8 @@ def test_checkpoint_carries_its_prediction_type_and_refuses_without_one(tmp_path
     save_checkpoint(model, tmp_path / "eps", scheduler=eps)
     ddim = load_sampler(tmp_path / "eps", "ddim")
     assert isinstance(ddim, DDIMScheduler) and ddim.config.prediction_type == "epsilon"
+    dpm = load_sampler(tmp_path / "eps", "dpmsolver++")
+    assert dpm.config.prediction_type == "epsilon" and dpm.config.beta_schedule == eps.config.beta_schedule
     save_checkpoint(model, tmp_path / "x0")
     assert load_sampler(tmp_path / "x0", "ddpm").config.prediction_type == make_train_scheduler().config.prediction_type
     model.save_pretrained(str(tmp_path / "bare"))  # weights only: the prediction type would be a guess

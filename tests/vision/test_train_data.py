@@ -6,9 +6,10 @@ from PIL import Image
 from common.engine import TrainingDiverged
 from common.errors import DataError, InputError
 from tests.vision.conftest import tiny_moh
+from vision import cli
 from vision.data import check_images, fashion_mnist_images, load_image_folder
 from vision.models import load_backbone
-from vision.sampling import CHECKPOINT, MoHPipeline, grid_image, make_sampler, read_train_state
+from vision.sampling import CHECKPOINT, SAMPLERS, MoHPipeline, grid_image, make_sampler, read_train_state
 from vision.train import TrainConfig, fit
 
 
@@ -126,6 +127,26 @@ def test_pipeline_samples_and_traces_routes():
     assert np.isfinite(ddpm.images).all()
     with pytest.raises(InputError):
         make_sampler("euler")
+    assert make_sampler("dpmsolver++").config.timestep_spacing == "linspace"  # from T - 1 (sampler_choice)
+    assert set(SAMPLERS) == set(cli.SAMPLERS)  # the CLI names them without importing torch
+
+
+def test_dpmsolver_samples_deterministically_and_traces_its_x0_predictions():
+    torch.manual_seed(0)
+    model = tiny_moh()
+    model = model.perturbed(model).eval()  # a zero-initialised head would give every sampler a grey image
+    pipe = MoHPipeline(model, make_sampler("dpmsolver++"))
+    a = pipe(batch_size=2, num_inference_steps=3, generator=torch.Generator().manual_seed(0), return_intermediates=True)
+    b = pipe(batch_size=2, num_inference_steps=3, generator=torch.Generator().manual_seed(0))
+    assert np.array_equal(a.images, b.images) and len(a.trace) == 3 and a.intermediates.shape == (3, 2, 1, 16, 16)
+    # an x0-prediction model's first intermediate is its own output on the initial noise
+    first_t = a.trace[0]["timestep"]
+    noise = torch.randn((2, 1, 16, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        x0 = model(noise, torch.full((2,), first_t)).sample.clamp(-1, 1)
+    np.testing.assert_allclose(a.intermediates[0], x0.numpy(), atol=1e-6)
+    assert not np.array_equal(a.images, MoHPipeline(model, make_sampler("ddim"))(
+        batch_size=2, num_inference_steps=3, generator=torch.Generator().manual_seed(0)).images)
 
 
 def test_grid_image_layout():
