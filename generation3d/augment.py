@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from torch import Tensor
 
-from generation3d.data import PartDataset
+from generation3d.data import PartDataset, unit_frame
 
 AUGMENT_PROB = 0.5
 SCALE_MAX = 1.25
@@ -44,30 +44,36 @@ class ShapeAugmenter:
             owners = [i for i in ids if ds.category[i] == c]
             parts = np.concatenate([np.arange(ds.offsets[i], ds.offsets[i + 1]) for i in owners])
             shape_of = np.concatenate([np.full(ds.n_parts(i), i) for i in owners])
-            self.pool[int(c)] = (parts, shape_of, np.log(np.maximum(ds.boxes[parts, 3:], 1e-3)))
+            self.pool[int(c)] = (parts, shape_of, _log_size(ds.boxes[parts]))
 
     def __call__(self, i: int, rng: np.random.Generator) -> tuple[Tensor, np.ndarray]:
         """A variant of shape ``i``: ``(latents (P, T, d_z), boxes (P, 6))``."""
         a, b = int(self.ds.offsets[i]), int(self.ds.offsets[i + 1])
         boxes = self.ds.boxes[a:b].astype(np.float64)
-        source = self.mirrored if rng.random() < 0.5 else self.latents
-        if source is self.mirrored:
+        mirror = rng.random() < 0.5
+        source = self.mirrored if mirror else self.latents
+        if mirror:
             boxes[:, MIRROR_AXIS] = -boxes[:, MIRROR_AXIS]
         boxes = _normalised(boxes * np.tile(np.exp(rng.uniform(-np.log(SCALE_MAX), np.log(SCALE_MAX), 3)), 2))
         z = source[a:b].clone()
         parts, shape_of, log_size = self.pool[int(self.ds.category[i])]
         others = shape_of != i
+        own_size = _log_size(self.ds.boxes[a:b])
         for p in np.nonzero(rng.random(b - a) < SWAP_PROB)[0]:
             if not others.any():
                 break
-            d = np.abs(log_size[others] - log_size[parts == a + p][0]).sum(1)
+            d = np.abs(log_size[others] - own_size[p]).sum(1)
             near = np.argsort(d, kind="stable")[:SWAP_NEAREST]
             z[p] = source[parts[others][near[rng.integers(len(near))]]]
         return z, boxes.astype(self.ds.boxes.dtype)
 
 
+def _log_size(boxes: np.ndarray) -> np.ndarray:
+    """Log box sizes ``(P, 3)`` of boxes ``(P, 6)`` (sizes floored at 1e-3), the swaps' distance space."""
+    return np.log(np.maximum(boxes[:, 3:], 1e-3))
+
+
 def _normalised(boxes: np.ndarray) -> np.ndarray:
     """Boxes ``(P, 6)`` moved and scaled so their bounding box is centred with largest half-extent 1."""
-    lo, hi = (boxes[:, :3] - boxes[:, 3:] / 2).min(0), (boxes[:, :3] + boxes[:, 3:] / 2).max(0)
-    centre, half = (lo + hi) / 2, max((hi - lo).max() / 2, 1e-9)
+    centre, half = unit_frame((boxes[:, :3] - boxes[:, 3:] / 2).min(0), (boxes[:, :3] + boxes[:, 3:] / 2).max(0))
     return np.concatenate([(boxes[:, :3] - centre) / half, boxes[:, 3:] / half], 1)

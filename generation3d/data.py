@@ -85,14 +85,19 @@ class Shape:
 
     def normalise(self) -> Shape:
         """Centre the shape's bounding box at 0 and scale its largest half-extent to 1 (in place)."""
-        lo = np.min([p.mesh.bounds[0] for p in self.parts], axis=0)
-        hi = np.max([p.mesh.bounds[1] for p in self.parts], axis=0)
-        centre, scale = (lo + hi) / 2, max((hi - lo).max() / 2, 1e-9)
+        centre, scale = unit_frame(np.min([p.mesh.bounds[0] for p in self.parts], axis=0),
+                                   np.max([p.mesh.bounds[1] for p in self.parts], axis=0))
         for p in self.parts:
             p.mesh = p.mesh.copy()
             p.mesh.apply_translation(-centre)
             p.mesh.apply_scale(1.0 / scale)
         return self
+
+def unit_frame(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, float]:
+    """Centre and scale that map the bounding box ``lo..hi`` (3,) to one centred at 0 with largest
+    half-extent 1 (``Shape.normalise``, ``augment``)."""
+    return (lo + hi) / 2, max((hi - lo).max() / 2, 1e-9)
+
 
 def check_category(category: str) -> str:
     if category not in CATEGORIES:
