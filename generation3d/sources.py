@@ -6,12 +6,8 @@ origin with largest half-extent 1, as the procedural shapes) and are written by
 category. A shape that cannot be used is skipped with a counted reason (``Skips``), never an
 exception: no faces, zero area, non-finite vertices, too many parts, parse error, unknown type.
 
-Parts (``build_parts``). An OBJ's ``o`` objects / ``g`` groups, a GLB/glTF's nodes or one file
-per part are the artist's parts. Parts without usable faces are dropped. A part whose
-bounding-box diagonal is below ``TINY_FRACTION`` of the shape's is merged into the nearest
-larger part (smallest gap between the boxes; ties go to the larger part). A model that is a
-single part is split into its connected components (vertices welded by position) when that
-gives 2..``max_parts`` parts after the same merging; otherwise it stays one part.
+Parts (``parts.build_parts``): the artist's groups (``components="groups"``, the default) or every
+group split into its connected components (``"split"``); rules in ``generation3d/parts.py``.
 
 Sweet Home 3D items are sorted into types by ``furniture.furniture_type``.
 """
@@ -30,24 +26,16 @@ import trimesh
 
 from common.errors import DataError, InputError
 from common.io import atomic_write, write_csv
-from generation3d.data import CATEGORIES, SPLITS, Part, Shape, face_colours, write_dataset
+from generation3d.data import CATEGORIES, SPLITS, Part, Shape, write_dataset
 from generation3d.furniture import furniture_type
-from generation3d.meshes import MESH_SUFFIXES, ArchiveResolver, mesh_problem, read_named_meshes
+from generation3d.meshes import MESH_SUFFIXES, ArchiveResolver, read_named_meshes
+from generation3d.parts import COMPONENT_MODES, SkipShape, build_parts
 
-TINY_FRACTION = 0.05  # parts with a box diagonal below this fraction of the shape's are merged
 VAL_FRACTION, TEST_FRACTION = 0.1, 0.2
 CATEGORY_CSV = "categories.csv"  # optional in a user folder: columns shape,category
 # (x, y, z) y-up -> (x, -z, y) z-up: up stays up, a model's front (+z in y-up) faces -y, as the
 # procedural shapes (chair backs at +y)
 Y_UP_TO_Z_UP = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
-
-class SkipShape(Exception):
-    """A shape that cannot be used; ``reason`` is its counted skip reason."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
-
 
 @dataclass
 class Skips:
@@ -77,68 +65,6 @@ class RealShapes:
 
 
 # ---------------------------------------------------------------- parts
-def _bounds(meshes) -> tuple[np.ndarray, np.ndarray]:
-    return np.min([m.bounds[0] for m in meshes], 0), np.max([m.bounds[1] for m in meshes], 0)
-
-
-def _box_gap(a: np.ndarray, b: np.ndarray) -> float:
-    """Euclidean gap between two axis-aligned boxes given as ``bounds (2, 3)`` (0 when they touch)."""
-    return float(np.linalg.norm(np.maximum(0.0, np.maximum(a[0] - b[1], b[0] - a[1]))))
-
-
-def merge_tiny(parts: list[Part], tiny_fraction: float = TINY_FRACTION) -> list[Part]:
-    """Merge every part whose box diagonal is below ``tiny_fraction`` of the shape's box diagonal
-    into the nearest part that is not tiny (smallest box gap; ties to the larger part). When all
-    parts are tiny they become one part (named after the largest)."""
-    if len(parts) < 2:
-        return parts
-    lo, hi = _bounds([p.mesh for p in parts])
-    diag = float(np.linalg.norm(hi - lo))
-    sizes = [float(np.linalg.norm(p.mesh.extents)) for p in parts]
-    big = [i for i, s in enumerate(sizes) if s >= tiny_fraction * diag]
-    if not big:
-        return [Part(parts[int(np.argmax(sizes))].name, trimesh.util.concatenate([p.mesh for p in parts]))]
-    members = {i: [parts[i].mesh] for i in big}
-    for i in (i for i in range(len(parts)) if i not in members):
-        j = min(big, key=lambda j: (_box_gap(parts[i].mesh.bounds, parts[j].mesh.bounds), -sizes[j], j))
-        members[j].append(parts[i].mesh)
-    return [Part(parts[i].name, ms[0] if len(ms) == 1 else trimesh.util.concatenate(ms))
-            for i, ms in members.items()]
-
-
-def split_components(part: Part, max_parts: int, tiny_fraction: float = TINY_FRACTION) -> list[Part] | None:
-    """``part`` split into connected components (vertices welded by position), tiny ones merged;
-    None unless that gives 2..``max_parts`` parts."""
-    mesh = trimesh.Trimesh(part.mesh.vertices, part.mesh.faces, face_colors=face_colours(part.mesh), process=True)
-    comps = [c for c in mesh.split(only_watertight=False) if mesh_problem(c) is None]
-    if len(comps) < 2:
-        return None
-    parts = merge_tiny([Part(f"{part.name}_{i}", c) for i, c in enumerate(comps)], tiny_fraction)
-    return parts if 2 <= len(parts) <= max_parts else None
-
-
-def build_parts(meshes: list[tuple[str, trimesh.Trimesh]], max_parts: int,
-                tiny_fraction: float = TINY_FRACTION) -> list[Part]:
-    """Parts of one shape from its named meshes (rule in the module docstring). SkipShape when no
-    mesh is usable (the most common problem is the reason) or more than ``max_parts`` remain."""
-    usable, problems = [], Counter()
-    for name, m in meshes:
-        problem = mesh_problem(m)
-        if problem is None:
-            usable.append(Part(name, trimesh.Trimesh(m.vertices, m.faces, face_colors=face_colours(m), process=False)))
-        else:
-            problems[problem] += 1
-    if not usable:
-        raise SkipShape(problems.most_common(1)[0][0] if problems else "no faces")
-    parts = usable
-    if len(parts) == 1:
-        parts = split_components(parts[0], max_parts, tiny_fraction) or parts
-    parts = merge_tiny(parts, tiny_fraction)
-    if len(parts) > max_parts:
-        raise SkipShape("too many parts")
-    return parts
-
-
 def transform_parts(parts: list[Part], matrix: np.ndarray) -> list[Part]:
     """Apply the linear map ``matrix (3, 3)`` to every part's mesh (in place); returns ``parts``."""
     t = np.eye(4)
@@ -214,10 +140,12 @@ def _safe(fn, skips: Skips, key: str, name: str):
 
 # ---------------------------------------------------------------- Sweet Home 3D
 def load_sweethome3d(furniture_dir=None, n_points: int = 256, max_parts: int = 64, seed: int = 0,
-                     progress: bool = False) -> RealShapes:
+                     progress: bool = False, components: str = "groups") -> RealShapes:
     """Every Sweet Home 3D item with a furniture type as a ``Shape`` (category = type), read from
-    the ``.sh3f`` archives in place (``common.sweethome3d``). DataError when the folder is missing
-    or holds no archive; an unreadable archive or model is a counted skip."""
+    the ``.sh3f`` archives in place (``common.sweethome3d``), parts in mode ``components``
+    (``parts.COMPONENT_MODES``). DataError when the folder is missing or holds no archive; an
+    unreadable archive or model is a counted skip."""
+    _check_components(components)
     from tqdm import tqdm
 
     from common.sweethome3d import furniture_dir as find_dir
@@ -239,7 +167,7 @@ def load_sweethome3d(furniture_dir=None, n_points: int = 256, max_parts: int = 6
         def read(item=item, ftype=ftype, k=k):
             data = read_member(item, item.model)
             meshes = read_named_meshes(Path(item.model).name, data, ArchiveResolver(item))
-            parts = build_parts(meshes, max_parts)
+            parts = build_parts(meshes, max_parts, components=components)
             matrix = sweethome3d_matrix(parts, item.model_rotation, (item.width_cm, item.depth_cm, item.height_cm))
             shape = finish_shape(ftype, transform_parts(parts, matrix), n_points, seed * 1_000_003 + 1000 * k)
             return shape, hashlib.sha1(data).hexdigest()
@@ -255,6 +183,11 @@ def load_sweethome3d(furniture_dir=None, n_points: int = 256, max_parts: int = 6
                         "archive": Path(item.archive).name, "n_parts": len(got[0].parts)})
     split = model_disjoint_split([s.category for s in shapes], groups, seed)
     return RealShapes(shapes, split, _with_split(records, split), skips, used)
+
+
+def _check_components(components: str) -> None:
+    if components not in COMPONENT_MODES:
+        raise InputError(f"components must be one of {', '.join(COMPONENT_MODES)}, got {components!r}")
 
 
 def _with_split(records: list[dict], split: np.ndarray) -> list[dict]:
@@ -323,17 +256,19 @@ def read_shape_meshes(path: Path) -> list[tuple[str, trimesh.Trimesh]]:
     return read_named_meshes(path)
 
 
-def load_folder(root, n_points: int = 256, max_parts: int = 64, seed: int = 0, up: str = "z") -> RealShapes:
+def load_folder(root, n_points: int = 256, max_parts: int = 64, seed: int = 0, up: str = "z",
+                components: str = "groups") -> RealShapes:
     """The shapes of a user's folder (layouts in generation3d/README.md): ``root/<category>/<shape>``
     where a shape is a mesh file or a folder of one mesh file per part, or, with
     ``root/categories.csv`` (columns ``shape,category``; shape = path relative to ``root``), the
-    shapes it lists. ``up`` is the input's up axis ("y" is rotated to z). DataError when ``root``
-    is not a folder or no shape is usable."""
+    shapes it lists. ``up`` is the input's up axis ("y" is rotated to z); ``components`` as in
+    ``load_sweethome3d``. DataError when ``root`` is not a folder or no shape is usable."""
     root = Path(root)
     if not root.is_dir():
         raise DataError(f"shape folder not found: {root}")
     if up not in ("y", "z"):
         raise InputError(f"up axis must be 'y' or 'z', got {up!r}")
+    _check_components(components)
     matrix = Y_UP_TO_Z_UP if up == "y" else np.eye(3)
     skips, shapes, records = Skips(), [], []
     for k, (path, category) in enumerate(folder_entries(root)):
@@ -346,7 +281,7 @@ def load_folder(root, n_points: int = 256, max_parts: int = 64, seed: int = 0, u
             continue
 
         def read(path=path, category=category, k=k):
-            parts = build_parts(read_shape_meshes(path), max_parts)
+            parts = build_parts(read_shape_meshes(path), max_parts, components=components)
             return finish_shape(category, transform_parts(parts, matrix), n_points, seed * 1_000_003 + 1000 * k)
 
         shape = _safe(read, skips, key, path.stem)
@@ -361,20 +296,22 @@ def load_folder(root, n_points: int = 256, max_parts: int = 64, seed: int = 0, u
 
 # ---------------------------------------------------------------- dataset
 def build_real_dataset(out_dir, source: str, n_points: int = 256, max_parts: int = 64, seed: int = 0,
-                       furniture_dir=None, up: str = "z", progress: bool = False) -> RealShapes:
+                       furniture_dir=None, up: str = "z", progress: bool = False,
+                       components: str = "groups") -> RealShapes:
     """Read ``source`` ("sweethome3d" or a folder) and write the dataset (``data.write_dataset``)
     to ``out_dir`` with ``shapes.csv`` (one row per shape: name, type, split, ...),
     ``skipped.csv`` (shape, name, reason) and, for Sweet Home 3D, ``ATTRIBUTION.csv``
-    (``common.sweethome3d.write_attribution``). ``meta.json`` holds the skip counts."""
+    (``common.sweethome3d.write_attribution``). ``meta.json`` holds the component mode
+    ``components`` (``parts.COMPONENT_MODES``) and the skip counts."""
     if source == "sweethome3d":
-        real = load_sweethome3d(furniture_dir, n_points, max_parts, seed, progress)
+        real = load_sweethome3d(furniture_dir, n_points, max_parts, seed, progress, components)
     else:
-        real = load_folder(source, n_points, max_parts, seed, up)
+        real = load_folder(source, n_points, max_parts, seed, up, components)
     if not real.shapes:
         raise DataError(f"no usable shapes in {source} (skipped: {real.skips.summary()})")
     out = Path(out_dir)
     write_dataset(out, real.shapes, real.split, {
-        "source": source, "n_points": n_points, "max_parts": max_parts, "seed": seed,
+        "source": source, "n_points": n_points, "max_parts": max_parts, "seed": seed, "components": components,
         "n_skipped": sum(real.skips.counts.values()), "skipped": dict(real.skips.counts.most_common()),
     })
     write_csv(out / "shapes.csv", real.records)
