@@ -54,7 +54,8 @@ def _bounds(meshes) -> tuple[np.ndarray, np.ndarray]:
     return np.min([m.bounds[0] for m in meshes], 0), np.max([m.bounds[1] for m in meshes], 0)
 
 
-def _diagonal(meshes) -> float:
+def box_diagonal(meshes) -> float:
+    """The diagonal of the bounding box of ``meshes`` together."""
     lo, hi = _bounds(meshes)
     return float(np.linalg.norm(hi - lo))
 
@@ -70,7 +71,7 @@ def merge_tiny(parts: list[Part], tiny_fraction: float = TINY_FRACTION, diag: fl
     larger part). When all parts are tiny they become one part (named after the largest)."""
     if len(parts) < 2:
         return parts
-    diag = _diagonal([p.mesh for p in parts]) if diag is None else diag
+    diag = box_diagonal([p.mesh for p in parts]) if diag is None else diag
     sizes = [float(np.linalg.norm(p.mesh.extents)) for p in parts]
     big = [i for i, s in enumerate(sizes) if s >= tiny_fraction * diag]
     if not big:
@@ -107,25 +108,30 @@ def group_components(part: Part, diag: float, tiny_fraction: float = TINY_FRACTI
     return [p.mesh for p in comps] if len(comps) > 1 else [part.mesh]
 
 
-def split_groups(parts: list[Part], max_group_components: int | None = MAX_GROUP_COMPONENTS,
-                 tiny_fraction: float = TINY_FRACTION) -> list[Part]:
-    """``split`` steps 1-3 (module docstring): every group's components (``group_components``),
-    a group with more than ``max_group_components`` (None: no bound; not applied to a model of
-    one group) kept whole, each named after its group, then the shape-level tiny merge."""
-    diag = _diagonal([p.mesh for p in parts])
+def cap_groups(parts: list[Part], comps: list[list[trimesh.Trimesh]],
+               max_group_components: int | None = MAX_GROUP_COMPONENTS,
+               tiny_fraction: float = TINY_FRACTION) -> list[Part]:
+    """``split`` steps 2-3 (module docstring) from each group's ``group_components``: a group with
+    more than ``max_group_components`` (None: no bound; not applied to a model of one group) stays
+    whole, every component is named after its group, then the shape-level tiny merge."""
     cap = max_group_components if max_group_components is not None and len(parts) > 1 else None
     out = []
-    for part in parts:
-        comps = group_components(part, diag, tiny_fraction)
-        out += [Part(part.name, m) for m in (comps if cap is None or len(comps) <= cap else [part.mesh])]
+    for part, cs in zip(parts, comps, strict=True):
+        out += [Part(part.name, m) for m in (cs if cap is None or len(cs) <= cap else [part.mesh])]
     return merge_tiny(out, tiny_fraction)
 
 
-def build_parts(meshes: list[tuple[str, trimesh.Trimesh]], max_parts: int, tiny_fraction: float = TINY_FRACTION,
-                components: str = "groups") -> list[Part]:
-    """Parts of one shape from its named meshes in component mode ``components`` (``COMPONENT_MODES``;
-    rules in the module docstring). SkipShape when no mesh is usable (the most common problem is
-    the reason) or more than ``max_parts`` remain."""
+def split_groups(parts: list[Part], max_group_components: int | None = MAX_GROUP_COMPONENTS,
+                 tiny_fraction: float = TINY_FRACTION) -> list[Part]:
+    """``split`` steps 1-3: ``cap_groups`` of every group's ``group_components``."""
+    diag = box_diagonal([p.mesh for p in parts])
+    return cap_groups(parts, [group_components(p, diag, tiny_fraction) for p in parts], max_group_components,
+                      tiny_fraction)
+
+
+def usable_parts(meshes: list[tuple[str, trimesh.Trimesh]]) -> list[Part]:
+    """The named meshes with usable faces as parts; SkipShape when none is (the most common
+    problem is the reason)."""
     usable, problems = [], Counter()
     for name, m in meshes:
         problem = mesh_problem(m)
@@ -135,6 +141,15 @@ def build_parts(meshes: list[tuple[str, trimesh.Trimesh]], max_parts: int, tiny_
             problems[problem] += 1
     if not usable:
         raise SkipShape(problems.most_common(1)[0][0] if problems else "no faces")
+    return usable
+
+
+def build_parts(meshes: list[tuple[str, trimesh.Trimesh]], max_parts: int, tiny_fraction: float = TINY_FRACTION,
+                components: str = "groups") -> list[Part]:
+    """Parts of one shape from its named meshes in component mode ``components`` (``COMPONENT_MODES``;
+    rules in the module docstring). SkipShape when no mesh is usable (the most common problem is
+    the reason) or more than ``max_parts`` remain."""
+    usable = usable_parts(meshes)
     if components == "split":
         parts = split_groups(usable, tiny_fraction=tiny_fraction)
         if len(parts) <= max_parts:

@@ -1,14 +1,16 @@
 """How many parts the Sweet Home 3D furniture has when every OBJ group is split into its connected
 components (#53 item 1), and which catalogue items a wider category list would add.
 
-Today (``sources.build_parts``) a part is one OBJ group (a single-group model is split into its
-components); four legs in one group are one part. Here every group is split into its connected
-components (vertices welded by position), each labelled with its group's name, and components whose
-box diagonal is under ``TINY_FRACTION`` (5 %) of the shape's are merged into the nearest larger one
-(``sources.merge_tiny``, the rule the dataset already uses for tiny groups). Per category: shapes,
-parts per shape (median, mean, 90th percentile, max) before and after, and the shapes over
-``--max-parts``. For the items without a furniture type: the most frequent last name words (the
-words ``furniture.furniture_type`` reads), to see which further categories have enough items.
+Parts per shape of the 230 typed models in the component modes of ``parts.build_parts``:
+``groups`` (a part per OBJ group, today's data), the product ``split`` rule (every group split into
+its connected components, slivers merged within the group, a group of more than
+``MAX_GROUP_COMPONENTS`` components kept whole, a shape over ``--max-parts`` falling back to
+``groups``) and, for reference, the split without the per-group bound. Per category: shapes, parts
+per shape (median, mean, 90th percentile, max) and the shapes falling back. The statistics that
+chose ``MAX_GROUP_COMPONENTS``: components per group (after the sliver merge) and parts per shape
+for each bound in ``CAPS``. For the items without a furniture type: the most frequent last name
+words (the words ``furniture.furniture_type`` reads), to see which further categories have enough
+items.
 
 ``python -m experiments.generation3d.component_split [--furniture-dir DIR] [--out split.json]``
 """
@@ -23,24 +25,24 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import trimesh
 
 from common.errors import DataError
 from common.report import markdown_table
-from generation3d.data import Part
 from generation3d.furniture import furniture_type
-from generation3d.meshes import mesh_problem, read_named_meshes
-from generation3d.sources import TINY_FRACTION, SkipShape, build_parts, merge_tiny
+from generation3d.meshes import read_named_meshes
+from generation3d.parts import (
+    MAX_GROUP_COMPONENTS,
+    TINY_FRACTION,
+    SkipShape,
+    box_diagonal,
+    build_parts,
+    cap_groups,
+    group_components,
+    usable_parts,
+)
 
-
-def split_every_group(parts: list[Part], tiny_fraction: float = TINY_FRACTION) -> list[Part]:
-    """Every part split into its connected components (named ``<group>#<i>``), tiny ones merged."""
-    out = []
-    for part in parts:
-        mesh = trimesh.Trimesh(part.mesh.vertices, part.mesh.faces, process=True)
-        comps = [c for c in mesh.split(only_watertight=False) if mesh_problem(c) is None] or [part.mesh]
-        out += [Part(f"{part.name}#{i}", c) for i, c in enumerate(comps)]
-    return merge_tiny(out, tiny_fraction)
+CAPS = (2, 4, 6, 8, 12, 16, 32, None)  # per-group bounds compared (None: no bound)
+GROUP_BINS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 32, 64)  # components per group histogram: <= each, then more
 
 
 def _stats(counts: list[int]) -> dict:
@@ -58,7 +60,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     items = [it for archive in sorted(furniture_dir(a.furniture_dir).glob("*.sh3f")) for it in read_archive(archive)]
-    before, after, unknown, failed = {}, {}, Counter(), Counter()
+    counts: dict[str, dict] = {}  # category -> {"groups" | "split" | "uncapped" | cap: [parts per shape]}
+    group_sizes, fallback, unknown, failed = Counter(), Counter(), Counter(), Counter()
     for item in items:
         ftype = furniture_type(item.name, item.tags, item.category)
         if ftype is None:
@@ -67,25 +70,47 @@ def main(argv=None) -> int:
             unknown[words[-1] if words else "?"] += 1
             continue
         try:
-            parts = build_parts(read_named_meshes(Path(item.model).name, read_member(item, item.model)), 10_000)
+            meshes = read_named_meshes(Path(item.model).name, read_member(item, item.model))
+            groups = len(build_parts(meshes, 10_000))
+            usable = usable_parts(meshes)
+            diag = box_diagonal([p.mesh for p in usable])
+            comps = [group_components(p, diag) for p in usable]
         except (SkipShape, DataError, ValueError) as exc:
             failed[type(exc).__name__] += 1
             continue
-        before.setdefault(ftype, []).append(len(parts))
-        after.setdefault(ftype, []).append(len(split_every_group(parts)))
+        group_sizes.update(len(c) for c in comps)
+        c = counts.setdefault(ftype, {})
+        c.setdefault("groups", []).append(groups)
+        for cap in CAPS:
+            c.setdefault(cap, []).append(len(cap_groups(usable, comps, cap)))
+        split = c[MAX_GROUP_COMPONENTS][-1]
+        fallback[ftype] += split > a.max_parts
+        c.setdefault("split", []).append(split if split <= a.max_parts else groups)  # build_parts(..., "split")
     rows = []
-    for cat in sorted(before, key=lambda c: -len(before[c])):
-        b, s = _stats(before[cat]), _stats(after[cat])
-        rows.append({"category": cat, "shapes": len(before[cat]),
-                     **{f"before_{k}": v for k, v in b.items()}, **{f"after_{k}": v for k, v in s.items()},
-                     f"over_{a.max_parts}_after": int(sum(n > a.max_parts for n in after[cat]))})
+    for cat in sorted(counts, key=lambda c: -len(counts[c]["groups"])):
+        c = counts[cat]
+        rows.append({"category": cat, "shapes": len(c["groups"]),
+                     **{f"groups_{k}": v for k, v in _stats(c["groups"]).items()},
+                     **{f"split_{k}": v for k, v in _stats(c["split"]).items()},
+                     **{f"uncapped_{k}": v for k, v in _stats(c[None]).items()}, "split_fallback": fallback[cat]})
+    every = {cap: [n for c in counts.values() for n in c[cap]] for cap in CAPS}
+    sweep = [{"max_group_components": "none" if cap is None else cap, **_stats(every[cap]),
+              f"over_{a.max_parts}": int(sum(n > a.max_parts for n in every[cap]))} for cap in CAPS]
+    edges = (0, *GROUP_BINS)
+    hist = {f"{lo + 1}..{hi}" if hi > lo + 1 else str(hi): sum(group_sizes[k] for k in range(lo + 1, hi + 1))
+            for lo, hi in zip(edges, edges[1:], strict=False)}
+    hist[f">{GROUP_BINS[-1]}"] = sum(n for k, n in group_sizes.items() if k > GROUP_BINS[-1])
     print(markdown_table(rows, list(rows[0])))
+    print(markdown_table(sweep, list(sweep[0])))
+    print("groups by components (after the sliver merge):", hist)
     print("items without a furniture type, by last name word:", unknown.most_common(25))
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:
             json.dump({"command": "python -m experiments.generation3d.component_split " + " ".join(argv or sys.argv[1:]),
-                       "tiny_fraction": TINY_FRACTION, "items": len(items), "categories": rows,
-                       "unknown_type_words": unknown.most_common(60), "failed": dict(failed)}, f, indent=1)
+                       "tiny_fraction": TINY_FRACTION, "max_group_components": MAX_GROUP_COMPONENTS,
+                       "max_parts": a.max_parts, "items": len(items), "categories": rows, "cap_sweep": sweep,
+                       "groups_by_components": hist, "unknown_type_words": unknown.most_common(60),
+                       "failed": dict(failed)}, f, indent=1)
     return 0
 
 
