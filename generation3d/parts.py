@@ -36,6 +36,7 @@ from collections import Counter
 import numpy as np
 import trimesh
 
+from common.errors import InputError
 from generation3d.data import Part, face_colours
 from generation3d.meshes import mesh_problem
 
@@ -54,6 +55,12 @@ class SkipShape(Exception):
 
 def _bounds(meshes) -> tuple[np.ndarray, np.ndarray]:
     return np.min([m.bounds[0] for m in meshes], 0), np.max([m.bounds[1] for m in meshes], 0)
+
+
+def check_components(components: str) -> None:
+    """InputError unless ``components`` is one of ``COMPONENT_MODES``."""
+    if components not in COMPONENT_MODES:
+        raise InputError(f"components must be one of {', '.join(COMPONENT_MODES)}, got {components!r}")
 
 
 def box_diagonal(meshes) -> float:
@@ -150,7 +157,8 @@ def build_parts(meshes: list[tuple[str, trimesh.Trimesh]], max_parts: int, tiny_
                 components: str = "groups") -> list[Part]:
     """Parts of one shape from its named meshes in component mode ``components`` (``COMPONENT_MODES``;
     rules in the module docstring). SkipShape when no mesh is usable (the most common problem is
-    the reason) or more than ``max_parts`` remain."""
+    the reason) or more than ``max_parts`` remain; InputError for an unknown mode."""
+    check_components(components)
     usable = usable_parts(meshes)
     if components == "split":
         parts = split_groups(usable, tiny_fraction=tiny_fraction)

@@ -29,7 +29,7 @@ from common.io import atomic_write, write_csv
 from generation3d.data import CATEGORIES, SPLITS, Part, Shape, write_dataset
 from generation3d.furniture import furniture_type
 from generation3d.meshes import MESH_SUFFIXES, ArchiveResolver, read_named_meshes
-from generation3d.parts import COMPONENT_MODES, SkipShape, build_parts
+from generation3d.parts import SkipShape, build_parts, check_components
 
 VAL_FRACTION, TEST_FRACTION = 0.1, 0.2
 CATEGORY_CSV = "categories.csv"  # optional in a user folder: columns shape,category
@@ -64,7 +64,7 @@ class RealShapes:
     items: list = field(default_factory=list)
 
 
-# ---------------------------------------------------------------- parts
+# ---------------------------------------------------------------- frame, sampling, split
 def transform_parts(parts: list[Part], matrix: np.ndarray) -> list[Part]:
     """Apply the linear map ``matrix (3, 3)`` to every part's mesh (in place); returns ``parts``."""
     t = np.eye(4)
@@ -145,11 +145,12 @@ def load_sweethome3d(furniture_dir=None, n_points: int = 256, max_parts: int = 6
     the ``.sh3f`` archives in place (``common.sweethome3d``), parts in mode ``components``
     (``parts.COMPONENT_MODES``). DataError when the folder is missing or holds no archive; an
     unreadable archive or model is a counted skip."""
-    _check_components(components)
     from tqdm import tqdm
 
     from common.sweethome3d import furniture_dir as find_dir
     from common.sweethome3d import read_archive, read_member
+
+    check_components(components)
 
     skips, items = Skips(), []
     for archive in sorted(find_dir(furniture_dir).glob("*.sh3f")):
@@ -183,11 +184,6 @@ def load_sweethome3d(furniture_dir=None, n_points: int = 256, max_parts: int = 6
                         "archive": Path(item.archive).name, "n_parts": len(got[0].parts)})
     split = model_disjoint_split([s.category for s in shapes], groups, seed)
     return RealShapes(shapes, split, _with_split(records, split), skips, used)
-
-
-def _check_components(components: str) -> None:
-    if components not in COMPONENT_MODES:
-        raise InputError(f"components must be one of {', '.join(COMPONENT_MODES)}, got {components!r}")
 
 
 def _with_split(records: list[dict], split: np.ndarray) -> list[dict]:
@@ -268,7 +264,7 @@ def load_folder(root, n_points: int = 256, max_parts: int = 64, seed: int = 0, u
         raise DataError(f"shape folder not found: {root}")
     if up not in ("y", "z"):
         raise InputError(f"up axis must be 'y' or 'z', got {up!r}")
-    _check_components(components)
+    check_components(components)
     matrix = Y_UP_TO_Z_UP if up == "y" else np.eye(3)
     skips, shapes, records = Skips(), [], []
     for k, (path, category) in enumerate(folder_entries(root)):

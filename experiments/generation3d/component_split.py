@@ -29,7 +29,7 @@ import numpy as np
 from common.errors import DataError
 from common.report import markdown_table
 from generation3d.furniture import furniture_type
-from generation3d.meshes import read_named_meshes
+from generation3d.meshes import ArchiveResolver, read_named_meshes
 from generation3d.parts import (
     MAX_GROUP_COMPONENTS,
     TINY_FRACTION,
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
             unknown[words[-1] if words else "?"] += 1
             continue
         try:
-            meshes = read_named_meshes(Path(item.model).name, read_member(item, item.model))
+            meshes = read_named_meshes(Path(item.model).name, read_member(item, item.model), ArchiveResolver(item))
             groups = len(build_parts(meshes, 10_000))
             usable = usable_parts(meshes)
             diag = box_diagonal([p.mesh for p in usable])
