@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     items = [it for archive in sorted(furniture_dir(a.furniture_dir).glob("*.sh3f")) for it in read_archive(archive)]
-    counts: dict[str, dict] = {}  # category -> {"groups" | "split" | "uncapped" | cap: [parts per shape]}
+    counts: dict[str, dict] = {}  # category -> {"groups" | "split" | cap in CAPS: [parts per shape]}
     group_sizes, fallback, unknown, failed = Counter(), Counter(), Counter(), Counter()
     for item in items:
         ftype = furniture_type(item.name, item.tags, item.category)
