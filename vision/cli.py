@@ -25,6 +25,7 @@ from common.cli import (  # noqa: E402
     add_common_args,
     check_outputs,
     int_in,
+    nonneg_float,
     nonneg_int,
     positive_float,
     positive_int,
@@ -79,7 +80,7 @@ def cmd_train(a) -> int:
           f"{resolve_device(a.device)}", file=sys.stderr, flush=True)
     cfg = TrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed, ema_decay=a.ema_decay,
                       checkpoint_every=a.checkpoint_every, snapshot_every=a.snapshot_every,
-                      **({"warmup": a.warmup} if a.warmup is not None else {}))
+                      min_snr_gamma=a.min_snr_gamma, **({"warmup": a.warmup} if a.warmup is not None else {}))
     res = fit(model, images, cfg, out_dir=out, progress=sys.stdout.isatty(),
               data=data_spec(a.data, a.size, channels, a.seed), device=a.device, precision=a.precision,
               resume=a.resume)
@@ -100,7 +101,7 @@ def cmd_train(a) -> int:
 
 TRAIN_DEFAULTS = {"data": "fashion-mnist", "size": 32, "model_size": "XS", "steps": 300, "batch_size": 32,
                   "lr": 2e-3, "ema_decay": 0.995, "limit": 20000, "checkpoint_every": 100, "snapshot_every": 0,
-                  "warmup": None}
+                  "warmup": None, "min_snr_gamma": None}
 
 
 def _apply_preset(a) -> None:
@@ -112,6 +113,10 @@ def _apply_preset(a) -> None:
     for key, default in TRAIN_DEFAULTS.items():
         if getattr(a, key, None) is None:
             setattr(a, key, preset.get(key, default))
+    if a.min_snr_gamma is None:  # not in the preset: the product's weighting
+        from vision.train import MIN_SNR_GAMMA
+
+        a.min_snr_gamma = MIN_SNR_GAMMA
     if not 0 <= a.ema_decay < 1:
         raise InputError(f"--ema-decay must be in [0, 1), got {a.ema_decay}")
 
@@ -307,6 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--batch-size", type=positive_int, default=None, help="default 32")
     t.add_argument("--lr", type=positive_float, default=None, help="default 2e-3")
     t.add_argument("--ema-decay", type=float, default=None, help="default 0.995 (0: no EMA)")
+    t.add_argument("--min-snr-gamma", type=nonneg_float, default=None,
+                   help="loss weight min(SNR_t, gamma) per timestep (Hang et al. 2023); default 5, 0: uniform "
+                        "(the fmnist preset's, as the shipped weights were trained)")
     t.add_argument("--limit", type=positive_int, default=None, help="training images used (default 20000)")
     t.add_argument("--checkpoint-every", type=nonneg_int, default=None, help="default 100")
     t.add_argument("--snapshot-every", type=nonneg_int, default=None,

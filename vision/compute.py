@@ -30,7 +30,7 @@ from vision.models import MODEL_NAMES, build_backbone
 from vision.models.layers import count_parameters
 from vision.plots import plot_curves
 from vision.sampling import sample_ddim, save_grid
-from vision.train import TrainConfig, fit
+from vision.train import MIN_SNR_GAMMA, TrainConfig, fit
 
 METRICS = ("fmnist_classifier_fid", "precision", "recall", "confident_share")
 # the figure's panels: (metric, axis label)
@@ -56,6 +56,7 @@ class ComputeConfig:
     seed: int = 0
     threads: int = 1  # per model
     workers: int = 1  # models trained at once, each in its own process
+    min_snr_gamma: float = MIN_SNR_GAMMA  # the training loss weighting of every model (vision.train)
 
 
 def score_snapshot(model, cfg: ComputeConfig, real: torch.Tensor, classifier) -> tuple[dict, object]:
@@ -108,7 +109,8 @@ def train_and_score(name: str, cfg: ComputeConfig, out: Path, device: str = "aut
         log(f"[{name}] step {step} ({train_min:.1f} min): FID {met['fmnist_classifier_fid']:.2f}, "
             f"confident {met['confident_share']:.3f}")
 
-    fit(model, x_train, TrainConfig(steps=steps, batch_size=cfg.batch_size, seed=cfg.seed, checkpoint_every=0),
+    fit(model, x_train, TrainConfig(steps=steps, batch_size=cfg.batch_size, seed=cfg.seed, checkpoint_every=0,
+                                        min_snr_gamma=cfg.min_snr_gamma),
         callback=on_step, device=device, precision=precision)
     return {"model": name, "params": count_parameters(model), "steps": steps, "calibrated_s_per_step": step_s}, curve
 

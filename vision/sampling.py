@@ -56,6 +56,22 @@ def training_target(sched: DDPMScheduler, x0: Tensor, noise: Tensor, t: Tensor) 
     raise ValueError(f"unsupported prediction_type {kind!r}")
 
 
+def min_snr_weights(alphas_cumprod: Tensor, prediction_type: str, gamma: float) -> Tensor | None:
+    """Per-timestep loss weights ``(T,)`` of min-SNR-γ for ``prediction_type`` ("sample", "epsilon"
+    or "v_prediction"), mean 1 over the timesteps; None for ``gamma == 0`` (uniform)."""
+    if gamma < 0:
+        raise ValueError(f"min_snr_gamma must be >= 0, got {gamma}")
+    if gamma == 0:
+        return None
+    a = alphas_cumprod.double()
+    snr = (a / (1 - a)).clamp(min=torch.finfo(torch.float64).tiny)  # > 0: the ε weight min(snr, γ) / snr
+    per_target = {"sample": 1.0, "epsilon": snr, "v_prediction": snr + 1}
+    if prediction_type not in per_target:
+        raise ValueError(f"unsupported prediction_type {prediction_type!r}")
+    weight = snr.clamp(max=gamma) / per_target[prediction_type]
+    return (weight / weight.mean()).float()
+
+
 SUPPORTED_PREDICTIONS = ("epsilon", "v_prediction", "sample")
 SCHEDULER_FILE = "scheduler_config.json"
 

@@ -2,12 +2,16 @@
 Lightning engine (``common.engine``): ``fit(model, images, TrainConfig(...), out_dir=...,
 device="auto", precision="32")``.
 
-Loss: ``E_{x0, t, ε} ||target - f_θ(√ᾱ_t x0 + √(1-ᾱ_t) ε, t)||² + aux`` where ``target`` is
+Loss: ``E_{x0, t, ε} w_t ||target - f_θ(√ᾱ_t x0 + √(1-ᾱ_t) ε, t)||² + aux`` where ``target`` is
 ``x0`` (the default ``vision.sampling.PREDICTION_TYPE = "sample"``), ``ε`` (Ho et al. 2020, eq.
 14) or ``v`` (see ``vision.sampling.training_target``), and ``aux`` holds the MoH routers'
-balance/z/compute losses. Learning rate: linear warmup, then cosine decay to
-``lr * lr_final_frac``, stepped per optimizer step. Gradients are clipped to norm 1. Sampling
-uses an exponential moving average of the weights (``ema_decay``; the effective decay
+balance/z/compute losses. ``w_t`` is the min-SNR-γ weighting (Hang et al. 2023, ``min_snr_weights``):
+``min(SNR_t, γ)`` in x0 terms (``SNR_t = ᾱ_t / (1 - ᾱ_t)``; divided by ``SNR_t`` for ε and by
+``SNR_t + 1`` for v, the same weighting of the x0 error), normalised to mean 1 over the timesteps
+so the learning rate keeps its meaning; ``min_snr_gamma = 0`` weights every timestep alike.
+Learning rate: linear warmup, then cosine decay to ``lr * lr_final_frac``, stepped per optimizer
+step. Gradients are clipped to norm 1. Sampling uses an exponential moving average of the weights
+(``ema_decay``; the effective decay
 ``min(ema_decay, (1 + s) / (10 + s))`` warms up so that a short run is not dominated by the
 random initialisation); checkpoints hold the EMA weights. A non-finite loss stops the run with
 ``common.engine.TrainingDiverged`` naming the step; the last good checkpoint (written
@@ -60,11 +64,15 @@ from vision.sampling import (
     STATE,
     backbone_call,
     make_train_scheduler,
+    min_snr_weights,
     save_checkpoint,
     training_target,
 )
 
 GRAD_CLIP = 1.0  # max global gradient norm
+# min-SNR-γ: better FID at equal CPU time than uniform weighting at every seed tried
+# (experiments/vision/recipe.py, docs/experiments.md, section vision)
+MIN_SNR_GAMMA = 5.0
 
 
 @dataclass
@@ -79,6 +87,7 @@ class TrainConfig:
     checkpoint_every: int = 100  # 0: only at the end
     log_every: int = 25
     snapshot_every: int = 0  # > 0: also keep the sampling weights of every such step (learning curves)
+    min_snr_gamma: float = MIN_SNR_GAMMA  # loss weight min(SNR_t, γ) (see the module docstring); 0: uniform
 
 
 # Named training recipes (``moh train --preset NAME``): the exact settings behind a shipped model;
@@ -86,7 +95,8 @@ class TrainConfig:
 PRESETS: dict[str, dict] = {
     "fmnist": {"data": "fashion-mnist", "size": 32, "model_size": "Ti", "limit": 60000,
                "steps": 8000, "batch_size": 32, "lr": 2e-3, "warmup": 200, "ema_decay": 0.999,
-               "checkpoint_every": 500, "snapshot_every": 1000},
+               "checkpoint_every": 500, "snapshot_every": 1000,
+               "min_snr_gamma": 0.0},  # the shipped weights predate min-SNR weighting
 }
 
 
@@ -206,6 +216,8 @@ class DiffusionModule(L.LightningModule):
         self.sched = make_train_scheduler()
         # ᾱ_t (T,) as a buffer, so that it follows the module to its device
         self.register_buffer("alphas_cumprod", self.sched.alphas_cumprod.clone(), persistent=False)
+        weights = min_snr_weights(self.alphas_cumprod, self.sched.config.prediction_type, cfg.min_snr_gamma)
+        self.register_buffer("loss_weight", weights, persistent=False)  # (T,) or None
         self.history: list[dict] = []
         self.route_log: list[dict] = []
         self.final_loss, self.compute_s = float("nan"), 0.0
@@ -245,7 +257,12 @@ class DiffusionModule(L.LightningModule):
         a = self.alphas_cumprod[t].view(-1, 1, 1, 1)
         xt = a.sqrt() * x0 + (1 - a).sqrt() * noise
         pred, aux, info = backbone_call(self.backbone, xt, t)
-        loss = F.mse_loss(pred, training_target(self.sched, x0, noise, t)) + aux
+        target = training_target(self.sched, x0, noise, t)
+        if self.loss_weight is None:
+            loss = F.mse_loss(pred, target) + aux
+        else:
+            per_sample = (pred.float() - target).pow(2).flatten(1).mean(1)
+            loss = (self.loss_weight[t] * per_sample).mean() + aux
         self.final_loss = float(loss.detach())
         self.log("train_loss", self.final_loss)
         if "depth" in info:

@@ -1,17 +1,18 @@
 """Which changes to MoH's training recipe pay at the same training compute?
 
 #54 item 2 lists recipe changes from the Mamba / ViT diffusion papers, each to be tried against the
-current recipe at the same wall clock. The variants here (each an experiment-side subclass, not a
-product flag):
+current recipe at the same wall clock. The variants here (experiment-side subclasses, except
+min-SNR, which paid and became the product's default, ``vision.train.MIN_SNR_GAMMA``):
 
-- ``baseline``: MoH as ``moh bench --suite compute`` trains it (size Ti by default).
+- ``baseline``: MoH as ``moh bench --suite compute`` trained it before min-SNR (size Ti by
+  default; uniform timestep weighting, ``min_snr_gamma = 0``); every other variant changes one thing.
 - ``long_skip``: a U-ViT long skip (Bao et al. 2023): the first fine block's output, through a
   zero-initialised linear map, is added to the tokens the head reads, ``h_head = h + W h_1``
   (``W = 0`` at the start, so the variant starts as the baseline's function).
-- ``min_snr``: min-SNR-γ weighting (Hang et al. 2023), γ = 5; for the x0 target the weight is
-  ``min(SNR_t, γ)`` (``SNR_t = ᾱ_t / (1 - ᾱ_t)``), divided by its mean over the timesteps so the
-  routers' auxiliary losses keep their share of the loss. It moves the loss towards the low-noise
-  steps that remove the samples' grain.
+- ``min_snr``: min-SNR-γ weighting (Hang et al. 2023), γ = 5 (``vision.train.min_snr_weights``);
+  for the x0 target the weight is ``min(SNR_t, γ)`` (``SNR_t = ᾱ_t / (1 - ᾱ_t)``), divided by its
+  mean over the timesteps so the routers' auxiliary losses keep their share of the loss. It moves
+  the loss towards the low-noise steps that remove the samples' grain.
 - ``raster_only``: every fine block scans in raster order. MoH already cycles four orders over its
   blocks (raster, reversed zigzag, column, reversed column zigzag: the ZigMa / DiM idea), so this
   is that idea's ablation.
@@ -41,17 +42,14 @@ from torch import Tensor, nn
 
 import vision.bench
 import vision.compute
-import vision.train
 from common.io import write_json
 from common.report import markdown_table
 from vision.compute import ComputeConfig, train_and_score
 from vision.models import build_backbone, moh_config
 from vision.models.moh import MoHBackbone
-from vision.sampling import backbone_call
-from vision.train import DiffusionModule
+from vision.train import MIN_SNR_GAMMA
 
 VARIANTS = ("baseline", "long_skip", "min_snr", "raster_only")
-MIN_SNR_GAMMA = 5.0
 
 
 class MoHLongSkip(MoHBackbone):
@@ -78,26 +76,6 @@ class MoHLongSkip(MoHBackbone):
         return h + self.long_skip(first), c
 
 
-class MinSNRModule(DiffusionModule):
-    """The diffusion objective with the x0 loss of each sample weighted by
-    ``min(SNR_t, γ) / mean_t min(SNR_t, γ)`` (route logging and loss history left out)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        snr = self.alphas_cumprod / (1 - self.alphas_cumprod)
-        weight = snr.clamp(max=MIN_SNR_GAMMA)
-        self.register_buffer("loss_weight", weight / weight.mean(), persistent=False)
-
-    def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
-        x0, noise, t = batch
-        signal = self.alphas_cumprod[t].view(-1, 1, 1, 1)
-        pred, aux, _ = backbone_call(self.backbone, signal.sqrt() * x0 + (1 - signal).sqrt() * noise, t)
-        per_sample = (pred.float() - x0).pow(2).flatten(1).mean(1)
-        loss = (self.loss_weight[t] * per_sample).mean() + aux
-        self.final_loss = float(loss.detach())
-        return loss
-
-
 def build_variant(variant: str, model_size: str, sample_size: int = 32, in_channels: int = 1, **overrides):
     """MoH of ``model_size`` as ``variant`` builds it (``min_snr`` changes the loss, not the model)."""
     if variant == "long_skip":
@@ -111,7 +89,7 @@ def build_variant(variant: str, model_size: str, sample_size: int = 32, in_chann
 @contextlib.contextmanager
 def recipe(variant: str):
     """While open, ``vision.compute`` (training) and ``vision.bench`` (its step timing) build MoH as
-    ``variant``, and ``vision.train.fit`` trains with ``variant``'s objective."""
+    ``variant`` (the objective is ``run``'s ``min_snr_gamma``)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; one of {VARIANTS}")
 
@@ -120,19 +98,18 @@ def recipe(variant: str):
             return build_backbone(name, model_size, sample_size, in_channels, **overrides)
         return build_variant(variant, model_size, sample_size, in_channels, **overrides)
 
-    saved = vision.compute.build_backbone, vision.bench.build_backbone, vision.train.DiffusionModule
+    saved = vision.compute.build_backbone, vision.bench.build_backbone
     vision.compute.build_backbone = vision.bench.build_backbone = build
-    if variant == "min_snr":
-        vision.train.DiffusionModule = MinSNRModule
     try:
         yield
     finally:
-        vision.compute.build_backbone, vision.bench.build_backbone, vision.train.DiffusionModule = saved
+        vision.compute.build_backbone, vision.bench.build_backbone = saved
 
 
 def run(variant: str, seed: int, cfg: ComputeConfig, out: Path, device: str = "cpu", log=print) -> tuple[dict, list]:
     """Train and score MoH as ``variant`` with ``seed`` (``train_and_score``); its row and curve."""
-    cfg = ComputeConfig(**{**asdict(cfg), "seed": seed, "models": ("moh",)})
+    gamma = MIN_SNR_GAMMA if variant == "min_snr" else 0.0
+    cfg = ComputeConfig(**{**asdict(cfg), "seed": seed, "models": ("moh",), "min_snr_gamma": gamma})
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with recipe(variant):
