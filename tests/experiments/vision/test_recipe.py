@@ -6,10 +6,11 @@ import json
 import pytest
 import torch
 
+import experiments.vision.recipe as recipe_module
 import vision.bench
 import vision.compute
-import vision.train
-from experiments.vision.recipe import MIN_SNR_GAMMA, MinSNRModule, MoHLongSkip, build_variant, main, recipe
+from experiments.vision.recipe import MIN_SNR_GAMMA, MoHLongSkip, build_variant, main, recipe, run
+from vision.compute import ComputeConfig
 from vision.models import build_backbone
 from vision.models.moh import MoHBackbone
 
@@ -42,25 +43,21 @@ def test_raster_only_scans_every_block_in_raster_order():
     assert len(set(build_backbone("moh", "XS").config.scan_orders)) > 1
 
 
-def test_min_snr_weights_by_hand():
-    module = MinSNRModule(build_backbone("moh", "XS"), torch.zeros(4, 1, 32, 32), vision.train.TrainConfig(steps=1))
-    a = module.alphas_cumprod.double()
-    snr = a / (1 - a)
-    w = module.loss_weight.double()
-    assert abs(float(w.mean()) - 1) < 1e-6
-    low, high = int((snr > MIN_SNR_GAMMA).nonzero().max()), int((snr < 1).nonzero().min())
-    assert float(w[0] / w[low]) == pytest.approx(1.0)  # capped at γ at every low-noise step
-    assert float(w[high] / w[low]) == pytest.approx(float(snr[high]) / MIN_SNR_GAMMA, rel=1e-5)
+@pytest.mark.parametrize("variant, gamma", [("baseline", 0.0), ("min_snr", MIN_SNR_GAMMA), ("long_skip", 0.0)])
+def test_only_min_snr_trains_with_min_snr_weighting(variant, gamma, tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(recipe_module, "train_and_score",
+                        lambda name, cfg, out, device, log: seen.append((name, cfg.min_snr_gamma, cfg.seed)) or ({}, []))
+    run(variant, 3, ComputeConfig(), tmp_path / "run")
+    assert seen == [("moh", gamma, 3)]
 
 
 def test_recipe_patches_and_restores():
-    saved = vision.compute.build_backbone, vision.bench.build_backbone, vision.train.DiffusionModule
-    with recipe("min_snr"):
-        assert vision.train.DiffusionModule is MinSNRModule
+    saved = vision.compute.build_backbone, vision.bench.build_backbone
     with recipe("long_skip"):
         assert isinstance(vision.bench.build_backbone("moh", "XS", sample_size=32, in_channels=1), MoHLongSkip)
         assert not isinstance(vision.compute.build_backbone("dit", "XS"), MoHLongSkip)
-    assert (vision.compute.build_backbone, vision.bench.build_backbone, vision.train.DiffusionModule) == saved
+    assert (vision.compute.build_backbone, vision.bench.build_backbone) == saved
     with pytest.raises(ValueError), recipe("nope"):
         pass
 
@@ -76,4 +73,3 @@ def test_main_trains_and_scores_each_run(tmp_path):
     assert {(c["variant"], c["budget_fraction"]) for c in result["curve"]} == \
         {(v, f) for v in ("baseline", "min_snr", "long_skip") for f in (0.5, 1.0)}
     assert all(c["fmnist_classifier_fid"] >= 0 for c in result["curve"])
-    assert vision.train.DiffusionModule is not MinSNRModule
