@@ -313,8 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=positive_float, default=None, help="default 2e-3")
     t.add_argument("--ema-decay", type=float, default=None, help="default 0.995 (0: no EMA)")
     t.add_argument("--min-snr-gamma", type=nonneg_float, default=None,
-                   help="loss weight min(SNR_t, gamma) per timestep (Hang et al. 2023); default 5, 0: uniform "
-                        "(the fmnist preset's, as the shipped weights were trained)")
+                   help="loss weight min(SNR_t, gamma) per timestep (Hang et al. 2023); default 5, 0: uniform")
     t.add_argument("--limit", type=positive_int, default=None, help="training images used (default 20000)")
     t.add_argument("--checkpoint-every", type=nonneg_int, default=None, help="default 100")
     t.add_argument("--snapshot-every", type=nonneg_int, default=None,

@@ -95,8 +95,7 @@ class TrainConfig:
 PRESETS: dict[str, dict] = {
     "fmnist": {"data": "fashion-mnist", "size": 32, "model_size": "Ti", "limit": 60000,
                "steps": 8000, "batch_size": 32, "lr": 2e-3, "warmup": 200, "ema_decay": 0.999,
-               "checkpoint_every": 500, "snapshot_every": 1000,
-               "min_snr_gamma": 0.0},  # the shipped weights predate min-SNR weighting
+               "checkpoint_every": 500, "snapshot_every": 1000, "min_snr_gamma": MIN_SNR_GAMMA},
 }
 
 
