@@ -70,7 +70,7 @@ def cmd_build_data(a) -> int:
         from generation3d.sources import build_real_dataset
 
         real = build_real_dataset(out, source, n_points=a.points, max_parts=a.max_parts, seed=a.seed, up=a.up,
-                                  furniture_dir=a.furniture_dir, components=a.components, progress=True)
+                                  furniture_dir=a.furniture_dir, progress=True)
         print(f"skipped {sum(real.skips.counts.values())}: {real.skips.summary()} (list in {out / 'skipped.csv'})")
     m = read_meta(out)
     per_cat = ", ".join(f"{c} {n}" for c, n in m.get("shapes_per_category", {}).items())
@@ -267,8 +267,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "are skipped")
     p.add_argument("--furniture-dir", default=None, help="sweethome3d / scenes: folder of .sh3f archives "
                    "(default $MOE_APPS_SWEETHOME3D or /usr/share/sweethome3d/furniture)")
-    p.add_argument("--components", default="groups", choices=["groups", "split"],
-                   help="sweethome3d / folder: parts = OBJ groups, or groups split into connected components")
     p.add_argument("--up", default="z", choices=["y", "z"], help="folder: the meshes' up axis (y is rotated to z)")
     add_force_arg(p, "build a dataset over the memory budget (README 'Limits')")
     p.set_defaults(fn=cmd_build_data)

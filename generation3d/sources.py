@@ -6,8 +6,7 @@ origin with largest half-extent 1, as the procedural shapes) and are written by
 category. A shape that cannot be used is skipped with a counted reason (``Skips``), never an
 exception: no faces, zero area, non-finite vertices, too many parts, parse error, unknown type.
 
-Parts (``parts.build_parts``): the artist's groups (``components="groups"``, the default) or every
-group split into its connected components (``"split"``); rules in ``generation3d/parts.py``.
+Parts (``parts.build_parts``): the artist's groups, rules in ``generation3d/parts.py``.
 
 Sweet Home 3D items are sorted into types by ``furniture.furniture_type``.
 """
@@ -29,7 +28,7 @@ from common.io import atomic_write, write_csv
 from generation3d.data import CATEGORIES, SPLITS, Part, Shape, write_dataset
 from generation3d.furniture import furniture_type
 from generation3d.meshes import MESH_SUFFIXES, ArchiveResolver, read_named_meshes
-from generation3d.parts import SkipShape, build_parts, check_components
+from generation3d.parts import SkipShape, build_parts
 
 VAL_FRACTION, TEST_FRACTION = 0.1, 0.2
 CATEGORY_CSV = "categories.csv"  # optional in a user folder: columns shape,category
@@ -140,17 +139,14 @@ def _safe(fn, skips: Skips, key: str, name: str):
 
 # ---------------------------------------------------------------- Sweet Home 3D
 def load_sweethome3d(furniture_dir=None, n_points: int = 256, max_parts: int = 64, seed: int = 0,
-                     progress: bool = False, components: str = "groups") -> RealShapes:
+                     progress: bool = False) -> RealShapes:
     """Every Sweet Home 3D item with a furniture type as a ``Shape`` (category = type), read from
-    the ``.sh3f`` archives in place (``common.sweethome3d``), parts in mode ``components``
-    (``parts.COMPONENT_MODES``). DataError when the folder is missing or holds no archive; an
-    unreadable archive or model is a counted skip."""
+    the ``.sh3f`` archives in place (``common.sweethome3d``). DataError when the folder is missing
+    or holds no archive; an unreadable archive or model is a counted skip."""
     from tqdm import tqdm
 
     from common.sweethome3d import furniture_dir as find_dir
     from common.sweethome3d import read_archive, read_member
-
-    check_components(components)
 
     skips, items = Skips(), []
     for archive in sorted(find_dir(furniture_dir).glob("*.sh3f")):
@@ -168,7 +164,7 @@ def load_sweethome3d(furniture_dir=None, n_points: int = 256, max_parts: int = 6
         def read(item=item, ftype=ftype, k=k):
             data = read_member(item, item.model)
             meshes = read_named_meshes(Path(item.model).name, data, ArchiveResolver(item))
-            parts = build_parts(meshes, max_parts, components=components)
+            parts = build_parts(meshes, max_parts)
             matrix = sweethome3d_matrix(parts, item.model_rotation, (item.width_cm, item.depth_cm, item.height_cm))
             shape = finish_shape(ftype, transform_parts(parts, matrix), n_points, seed * 1_000_003 + 1000 * k)
             return shape, hashlib.sha1(data).hexdigest()
@@ -252,19 +248,17 @@ def read_shape_meshes(path: Path) -> list[tuple[str, trimesh.Trimesh]]:
     return read_named_meshes(path)
 
 
-def load_folder(root, n_points: int = 256, max_parts: int = 64, seed: int = 0, up: str = "z",
-                components: str = "groups") -> RealShapes:
+def load_folder(root, n_points: int = 256, max_parts: int = 64, seed: int = 0, up: str = "z") -> RealShapes:
     """The shapes of a user's folder (layouts in generation3d/README.md): ``root/<category>/<shape>``
     where a shape is a mesh file or a folder of one mesh file per part, or, with
     ``root/categories.csv`` (columns ``shape,category``; shape = path relative to ``root``), the
-    shapes it lists. ``up`` is the input's up axis ("y" is rotated to z); ``components`` as in
-    ``load_sweethome3d``. DataError when ``root`` is not a folder or no shape is usable."""
+    shapes it lists. ``up`` is the input's up axis ("y" is rotated to z). DataError when ``root``
+    is not a folder or no shape is usable."""
     root = Path(root)
     if not root.is_dir():
         raise DataError(f"shape folder not found: {root}")
     if up not in ("y", "z"):
         raise InputError(f"up axis must be 'y' or 'z', got {up!r}")
-    check_components(components)
     matrix = Y_UP_TO_Z_UP if up == "y" else np.eye(3)
     skips, shapes, records = Skips(), [], []
     for k, (path, category) in enumerate(folder_entries(root)):
@@ -277,7 +271,7 @@ def load_folder(root, n_points: int = 256, max_parts: int = 64, seed: int = 0, u
             continue
 
         def read(path=path, category=category, k=k):
-            parts = build_parts(read_shape_meshes(path), max_parts, components=components)
+            parts = build_parts(read_shape_meshes(path), max_parts)
             return finish_shape(category, transform_parts(parts, matrix), n_points, seed * 1_000_003 + 1000 * k)
 
         shape = _safe(read, skips, key, path.stem)
@@ -292,22 +286,20 @@ def load_folder(root, n_points: int = 256, max_parts: int = 64, seed: int = 0, u
 
 # ---------------------------------------------------------------- dataset
 def build_real_dataset(out_dir, source: str, n_points: int = 256, max_parts: int = 64, seed: int = 0,
-                       furniture_dir=None, up: str = "z", progress: bool = False,
-                       components: str = "groups") -> RealShapes:
+                       furniture_dir=None, up: str = "z", progress: bool = False) -> RealShapes:
     """Read ``source`` ("sweethome3d" or a folder) and write the dataset (``data.write_dataset``)
     to ``out_dir`` with ``shapes.csv`` (one row per shape: name, type, split, ...),
     ``skipped.csv`` (shape, name, reason) and, for Sweet Home 3D, ``ATTRIBUTION.csv``
-    (``common.sweethome3d.write_attribution``). ``meta.json`` holds the component mode
-    ``components`` (``parts.COMPONENT_MODES``) and the skip counts."""
+    (``common.sweethome3d.write_attribution``). ``meta.json`` holds the skip counts."""
     if source == "sweethome3d":
-        real = load_sweethome3d(furniture_dir, n_points, max_parts, seed, progress, components)
+        real = load_sweethome3d(furniture_dir, n_points, max_parts, seed, progress)
     else:
-        real = load_folder(source, n_points, max_parts, seed, up, components)
+        real = load_folder(source, n_points, max_parts, seed, up)
     if not real.shapes:
         raise DataError(f"no usable shapes in {source} (skipped: {real.skips.summary()})")
     out = Path(out_dir)
     write_dataset(out, real.shapes, real.split, {
-        "source": source, "n_points": n_points, "max_parts": max_parts, "seed": seed, "components": components,
+        "source": source, "n_points": n_points, "max_parts": max_parts, "seed": seed,
         "n_skipped": sum(real.skips.counts.values()), "skipped": dict(real.skips.counts.most_common()),
     })
     write_csv(out / "shapes.csv", real.records)

@@ -1,11 +1,18 @@
-"""How many parts the Sweet Home 3D furniture has when every OBJ group is split into its connected
-components (#53 item 1), and which catalogue items a wider category list would add.
+"""Every OBJ group split into its connected components (#53 item 1): the part counts it gives the
+Sweet Home 3D furniture, and the dataset to train on it. Tried against the product's parts (a part
+per OBJ group, ``parts.build_parts``) at equal training budget, it lost category fidelity (val
+shapes: 0.57 vs 0.83 after 2400 generator steps, 0.70 vs 0.87 after 6000;
+``docs/results/generation3d/component_choice.json``), so it lives here, not in the product.
 
-Parts per shape of the 230 typed models in the component modes of ``parts.build_parts``:
-``groups`` (a part per OBJ group, today's data), the product ``split`` rule (every group split into
-its connected components, slivers merged within the group, a group of more than
-``MAX_GROUP_COMPONENTS`` components kept whole, a shape over ``--max-parts`` falling back to
-``groups``) and, for reference, the split without the per-group bound or ``--max-parts``. A
+The split rule (``build_parts_split``): every group split into its connected components (vertices
+welded by position); a component under ``TINY_FRACTION`` of the *shape's* box diagonal merged into
+the nearest larger component of the same group; a group that still has more than
+``MAX_GROUP_COMPONENTS`` components (crystals, slats of a blind) kept whole (not applied to a model
+of a single group); every component named after its group; the shape-level tiny merge; a shape
+over ``--max-parts`` falls back to the groups rule.
+
+Parts per shape of the 230 typed models: ``groups`` (a part per OBJ group, the product's data),
+``split`` and, for reference, the split without the per-group bound or ``--max-parts``. A
 shape that ``groups`` skips (over ``--max-parts``) is left out, as in the dataset. Per category: shapes, parts
 per shape (median, mean, 90th percentile, max) and the shapes falling back. The statistics that
 chose ``MAX_GROUP_COMPONENTS``: components per group (after the sliver merge) and parts per shape
@@ -14,6 +21,8 @@ words (the words ``furniture.furniture_type`` reads), to see which further categ
 items.
 
 ``python -m experiments.generation3d.component_split [--furniture-dir DIR] [--out split.json]``
+``python -m experiments.generation3d.component_split --write-dataset DIR [--points 128]``: the Sweet
+Home 3D dataset (``moca build-data --source sweethome3d``'s) with the split rule, to train on.
 """
 
 from __future__ import annotations
@@ -26,24 +35,74 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import trimesh
 
 from common.errors import DataError
 from common.report import markdown_table
+from generation3d.data import Part
 from generation3d.furniture import furniture_type
 from generation3d.meshes import ArchiveResolver, read_named_meshes
 from generation3d.parts import (
-    MAX_GROUP_COMPONENTS,
     TINY_FRACTION,
     SkipShape,
     box_diagonal,
     build_parts,
-    cap_groups,
-    group_components,
+    connected_components,
+    merge_tiny,
     usable_parts,
 )
 
+MAX_GROUP_COMPONENTS = 8  # the split rule's per-group bound (module docstring)
 CAPS = (2, 4, 6, 8, 12, 16, 32, None)  # per-group bounds compared (None: no bound)
 GROUP_BINS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 32, 64)  # components per group histogram: <= each, then more
+
+
+def group_components(part: Part, diag: float, tiny_fraction: float = TINY_FRACTION) -> list[trimesh.Trimesh]:
+    """``split`` step 1: the connected components of one group with those below ``tiny_fraction``
+    of the shape's box diagonal ``diag`` merged into the nearest larger one of the group; the
+    group's own mesh when that leaves one."""
+    comps = merge_tiny([Part(part.name, c) for c in connected_components(part.mesh)], tiny_fraction, diag)
+    return [p.mesh for p in comps] if len(comps) > 1 else [part.mesh]
+
+
+def cap_groups(parts: list[Part], comps: list[list[trimesh.Trimesh]],
+               max_group_components: int | None = MAX_GROUP_COMPONENTS,
+               tiny_fraction: float = TINY_FRACTION) -> list[Part]:
+    """``split`` steps 2-3 (module docstring) from each group's ``group_components``: a group with
+    more than ``max_group_components`` (None: no bound; not applied to a model of one group) stays
+    whole, every component is named after its group, then the shape-level tiny merge."""
+    cap = max_group_components if max_group_components is not None and len(parts) > 1 else None
+    out = []
+    for part, cs in zip(parts, comps, strict=True):
+        out += [Part(part.name, m) for m in (cs if cap is None or len(cs) <= cap else [part.mesh])]
+    return merge_tiny(out, tiny_fraction)
+
+
+def split_groups(parts: list[Part], max_group_components: int | None = MAX_GROUP_COMPONENTS,
+                 tiny_fraction: float = TINY_FRACTION) -> list[Part]:
+    """``split`` steps 1-3: ``cap_groups`` of every group's ``group_components``."""
+    diag = box_diagonal([p.mesh for p in parts])
+    return cap_groups(parts, [group_components(p, diag, tiny_fraction) for p in parts], max_group_components,
+                      tiny_fraction)
+
+
+def build_parts_split(meshes, max_parts: int, tiny_fraction: float = TINY_FRACTION) -> list[Part]:
+    """``parts.build_parts`` with the split rule (module docstring)."""
+    parts = split_groups(usable_parts(meshes), tiny_fraction=tiny_fraction)
+    return parts if len(parts) <= max_parts else build_parts(meshes, max_parts, tiny_fraction)
+
+
+def write_split_dataset(out, n_points: int, max_parts: int, furniture_dir=None) -> int:
+    """``sources.build_real_dataset`` of Sweet Home 3D with ``build_parts_split``; the shapes written."""
+    import generation3d.sources as sources
+
+    saved, sources.build_parts = sources.build_parts, build_parts_split
+    try:
+        real = sources.build_real_dataset(out, "sweethome3d", n_points=n_points, max_parts=max_parts,
+                                          furniture_dir=furniture_dir, progress=True)
+    finally:
+        sources.build_parts = saved
+    return len(real.shapes)
 
 
 def _stats(counts: list[int]) -> dict:
@@ -59,7 +118,13 @@ def main(argv=None) -> int:
     p.add_argument("--furniture-dir", default=None)
     p.add_argument("--max-parts", type=int, default=64)
     p.add_argument("--out", default=None)
+    p.add_argument("--write-dataset", default=None, metavar="DIR", help="write the split dataset to DIR instead")
+    p.add_argument("--points", type=int, default=128, help="with --write-dataset: surface points per part")
     a = p.parse_args(argv)
+    if a.write_dataset:
+        n = write_split_dataset(a.write_dataset, a.points, a.max_parts, a.furniture_dir)
+        print(f"wrote {n} shapes to {a.write_dataset}")
+        return 0
     items = [it for archive in sorted(furniture_dir(a.furniture_dir).glob("*.sh3f")) for it in read_archive(archive)]
     counts: dict[str, dict] = {}  # category -> {"groups" | "split" | cap in CAPS: [parts per shape]}
     group_sizes, fallback, unknown, failed = Counter(), Counter(), Counter(), Counter()
@@ -89,7 +154,7 @@ def main(argv=None) -> int:
             c.setdefault(cap, []).append(len(cap_groups(usable, comps, cap)))
         split = c[MAX_GROUP_COMPONENTS][-1]
         fallback[ftype] += split > a.max_parts
-        c.setdefault("split", []).append(split if split <= a.max_parts else groups)  # build_parts(..., "split")
+        c.setdefault("split", []).append(split if split <= a.max_parts else groups)  # build_parts_split
     rows = []
     for cat in sorted(counts, key=lambda c: -len(counts[c]["groups"])):
         c = counts[cat]

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 import trimesh
 
-from common.errors import DataError, InputError
+from common.errors import DataError
 from generation3d.cli import main as moca_main
 from generation3d.data import CATEGORIES, SPLITS, Part, PartDataset
-from generation3d.parts import MAX_GROUP_COMPONENTS
 from generation3d.sources import (
     SkipShape,
     build_parts,
@@ -26,7 +25,6 @@ from generation3d.sources import (
     sweethome3d_matrix,
     transform_parts,
 )
-from tests.bad_input import assert_refused
 
 
 def _box(centre, size) -> trimesh.Trimesh:
@@ -139,60 +137,6 @@ def test_unusable_models_raise_counted_reasons():
     many = [(f"p{i}", _box((2.0 * i, 0, 0), (1, 1, 1))) for i in range(5)]
     with pytest.raises(SkipShape, match="too many parts"):
         build_parts(many, max_parts=4)
-
-
-# ---------------------------------------------------------------- components="split"
-def _legs_and_seat():
-    legs = trimesh.util.concatenate([_box((x, 0, 0.5), (0.2, 0.2, 1.0)) for x in (-0.9, 0.9)])
-    return [("seat", _box((0, 0, 1.1), (2.0, 1.0, 0.2))), ("Leg", legs)]
-
-
-def test_split_mode_makes_each_component_of_a_group_a_part_named_after_the_group():
-    assert [p.name for p in build_parts(_legs_and_seat(), max_parts=8)] == ["seat", "Leg"]
-    parts = build_parts(_legs_and_seat(), max_parts=8, components="split")
-    assert [p.name for p in parts] == ["seat", "Leg", "Leg"]
-    assert sorted(round(float(p.mesh.centroid[0]), 6) for p in parts[1:]) == [-0.9, 0.9]
-    assert all(len(p.mesh.faces) == 12 for p in parts)
-
-
-def test_split_mode_merges_a_sliver_into_the_nearest_component_of_its_own_group():
-    legs = [_box((x, 0, 0.5), (0.2, 0.2, 1.0)) for x in (-0.9, 0.9)]
-    sliver = _box((0.9, 0, 1.02), (0.02, 0.02, 0.02))  # on the right leg, far below 5 % of the shape
-    near_seat = _box((-0.5, 0, 1.22), (0.02, 0.02, 0.02))  # touches the seat, nearest leg component: the left one
-    meshes = [("seat", _box((0, 0, 1.1), (2.0, 1.0, 0.2))), ("Leg", trimesh.util.concatenate([*legs, sliver, near_seat]))]
-    parts = build_parts(meshes, max_parts=8, components="split")
-    assert [p.name for p in parts] == ["seat", "Leg", "Leg"]
-    faces = {round(float(p.mesh.bounds[0][0]), 6): len(p.mesh.faces) for p in parts[1:]}
-    assert faces == {-1.0: 24, 0.8: 24} and len(parts[0].mesh.faces) == 12  # the seat got nothing
-
-
-def test_split_mode_keeps_a_group_of_many_components_whole():
-    n = MAX_GROUP_COMPONENTS + 1
-    beads = trimesh.util.concatenate([_box((0.25 * i, 0, 2.0), (0.2, 0.2, 0.2)) for i in range(n)])
-    legs = _legs_and_seat()[1][1]
-    meshes = [("base", _box((0, 0, 0), (2.0, 2.0, 0.2))), ("beads", beads), ("Leg", legs)]
-    assert [p.name for p in build_parts(meshes, max_parts=16, components="split")] == ["base", "beads", "Leg", "Leg"]
-    # a model of one group is bounded by max_parts only, as in groups mode
-    assert len(build_parts([("beads", beads)], max_parts=16, components="split")) == n
-
-
-def test_split_mode_falls_back_to_groups_over_max_parts():
-    meshes = _legs_and_seat()
-    assert len(build_parts(meshes, max_parts=2, components="split")) == 2  # 3 split parts > 2: the groups
-    assert [p.name for p in build_parts(meshes, max_parts=3, components="split")] == ["seat", "Leg", "Leg"]
-
-
-def test_split_mode_in_the_loaders_meta_and_cli(user_folder, tmp_path, capsys):
-    real = load_folder(user_folder, n_points=16, max_parts=8, seed=0, up="y", components="split")
-    assert {r["name"]: r["n_parts"] for r in real.records} == {"c1": 2, "t1": 3, "lamp1": 2}
-    with pytest.raises(InputError, match="components must be one of groups, split"):
-        load_folder(user_folder, components="atoms")
-    out = tmp_path / "ds"
-    assert moca_main(["build-data", "--source", str(user_folder), "--up", "y", "--points", "16",
-                      "--components", "split", "--out", str(out)]) == 0
-    assert json.loads((out / "meta.json").read_text())["components"] == "split"
-    assert_refused(moca_main, ["build-data", "--source", str(user_folder), "--components", "atoms",
-                               "--out", str(tmp_path / "d2")], tmp_path, match="--components")
 
 
 def test_model_disjoint_split_keeps_groups_together_and_is_seeded():
