@@ -9,12 +9,7 @@ from experiments.generation3d.component_split import (
     build_parts_split,
 )
 from generation3d.parts import build_parts
-
-
-def _box(centre, size) -> trimesh.Trimesh:
-    m = trimesh.creation.box(extents=size)
-    m.apply_translation(centre)
-    return m
+from tests.generation3d.test_sources import _box
 
 
 def test_the_chosen_bound_is_among_the_compared_ones():
