@@ -93,6 +93,7 @@ class Shape:
             p.mesh.apply_scale(1.0 / scale)
         return self
 
+
 def unit_frame(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, float]:
     """Centre and scale that map the bounding box ``lo..hi`` (3,) to one centred at 0 with largest
     half-extent 1 (``Shape.normalise``, ``augment``)."""

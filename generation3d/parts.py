@@ -1,12 +1,13 @@
 """Parts of one real shape from its artist's named meshes (``build_parts``).
 
-An OBJ's ``o`` objects / ``g`` groups, a GLB/glTF's nodes or one file per part are the parts. Parts without usable faces are dropped. A
-part whose bounding-box diagonal is below ``TINY_FRACTION`` of the shape's is merged into the
-nearest larger part (smallest gap between the boxes; ties go to the larger part). A model that is
-a single part is split into its connected components (vertices welded by position, named
-``<part>_<i>``) when that gives 2..``max_parts`` parts after the same merging; otherwise it stays
-one part. (Splitting every group into its connected components was tried against this at equal
-training budget and lost category fidelity: ``experiments/generation3d/component_split.py``.)
+An OBJ's ``o`` objects / ``g`` groups, a GLB/glTF's nodes or one file per part are the parts.
+Parts without usable faces are dropped. A part whose bounding-box diagonal is below
+``TINY_FRACTION`` of the shape's is merged into the nearest larger part (smallest gap between the
+boxes; ties go to the larger part). A model that is a single part is split into its connected
+components (vertices welded by position, named ``<part>_<i>``) when that gives 2..``max_parts``
+parts after the same merging; otherwise it stays one part. (Splitting every group into its
+connected components was tried against this at equal training budget and lost category fidelity:
+``experiments/generation3d/component_split.py``.)
 """
 
 from __future__ import annotations

@@ -101,22 +101,18 @@ def cmd_train(a) -> int:
 
 TRAIN_DEFAULTS = {"data": "fashion-mnist", "size": 32, "model_size": "XS", "steps": 300, "batch_size": 32,
                   "lr": 2e-3, "ema_decay": 0.995, "limit": 20000, "checkpoint_every": 100, "snapshot_every": 0,
-                  "warmup": None, "min_snr_gamma": None}
+                  "warmup": None}
 
 
 def _apply_preset(a) -> None:
     """Fill the training options left unset from ``--preset`` (``vision.train.PRESETS``), then from
     the plain defaults; an option given on the command line always wins."""
-    from vision.train import PRESETS
+    from vision.train import MIN_SNR_GAMMA, PRESETS
 
     preset = PRESETS[a.preset] if a.preset else {}
-    for key, default in TRAIN_DEFAULTS.items():
+    for key, default in {**TRAIN_DEFAULTS, "min_snr_gamma": MIN_SNR_GAMMA}.items():
         if getattr(a, key, None) is None:
             setattr(a, key, preset.get(key, default))
-    if a.min_snr_gamma is None:  # not in the preset: the product's weighting
-        from vision.train import MIN_SNR_GAMMA
-
-        a.min_snr_gamma = MIN_SNR_GAMMA
     if not 0 <= a.ema_decay < 1:
         raise InputError(f"--ema-decay must be in [0, 1), got {a.ema_decay}")
 

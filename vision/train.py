@@ -11,14 +11,13 @@ balance/z/compute losses. ``w_t`` is the min-SNR-γ weighting (Hang et al. 2023,
 so the learning rate keeps its meaning; ``min_snr_gamma = 0`` weights every timestep alike.
 Learning rate: linear warmup, then cosine decay to ``lr * lr_final_frac``, stepped per optimizer
 step. Gradients are clipped to norm 1. Sampling uses an exponential moving average of the weights
-(``ema_decay``; the effective decay
-``min(ema_decay, (1 + s) / (10 + s))`` warms up so that a short run is not dominated by the
-random initialisation); checkpoints hold the EMA weights. A non-finite loss stops the run with
-``common.engine.TrainingDiverged`` naming the step; the last good checkpoint (written
-atomically) is kept. ``device`` and ``precision`` are the engine's (``bf16-mixed``: bfloat16
-autocast around the forward pass, fp32 weights, so checkpoints are fp32 either way); the batches
-are drawn on the CPU from the seed and moved to the device, so a seed gives the same batches
-everywhere.
+(``ema_decay``; the effective decay ``min(ema_decay, (1 + s) / (10 + s))`` warms up so that a
+short run is not dominated by the random initialisation); checkpoints hold the EMA weights. A
+non-finite loss stops the run with ``common.engine.TrainingDiverged`` naming the step; the last
+good checkpoint (written atomically) is kept. ``device`` and ``precision`` are the engine's
+(``bf16-mixed``: bfloat16 autocast around the forward pass, fp32 weights, so checkpoints are fp32
+either way); the batches are drawn on the CPU from the seed and moved to the device, so a seed
+gives the same batches everywhere.
 
 Under ``torchrun`` (``WORLD_SIZE > 1``, gloo on CPU) Lightning wraps the module in
 ``DistributedDataParallel``: every rank draws the same global batch (images, noise, timesteps)
